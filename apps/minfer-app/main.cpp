@@ -1,0 +1,121 @@
+// apps/minfer-app/main.cpp — `minfer-app --config run.yaml`: the main job, plus backend listing
+// and the placement report.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "config/run_config.hpp"
+#include "demo_job.hpp"
+#include "runtime/placement.hpp"
+#include "runtime/plugin.hpp"
+#include "runtime/session.hpp"
+
+namespace {
+
+const char *kUsage =
+    "usage: minfer-app --config FILE [--explain] [--log-level LEVEL] [--plugin-dir DIR]\n"
+    "       minfer-app --list-backends [--config FILE] [--plugin-dir DIR]\n"
+    "\n"
+    "  --config FILE      run config (YAML): backends, placement, the job\n"
+    "  --explain          print the placement report (node -> backend, copies, memory) and exit\n"
+    "  --list-backends    list every plugin found: name, version, ABI, devices\n"
+    "  --plugin-dir DIR   look for plugins here first (overrides the config's plugin_dir)\n"
+    "  --log-level LEVEL  trace, debug, info, warn (default), error, off\n"
+    "  --version          print the version\n";
+
+struct Args {
+  std::string config, plugin_dir, log_level;
+  bool explain = false, list_backends = false;
+};
+
+Args parse_args(int argc, char **argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char *flag) -> std::string {
+      if (i + 1 >= argc) throw minfer::Error(std::string(flag) + " needs a value\n" + kUsage);
+      return argv[++i];
+    };
+    if (arg == "--config" || arg == "-c") a.config = value("--config");
+    else if (arg == "--plugin-dir") a.plugin_dir = value("--plugin-dir");
+    else if (arg == "--log-level") a.log_level = value("--log-level");
+    else if (arg == "--explain") a.explain = true;
+    else if (arg == "--list-backends") a.list_backends = true;
+    else if (arg == "--help" || arg == "-h") { std::fputs(kUsage, stdout); std::exit(0); }
+    else if (arg == "--version") { std::printf("minfer %s (plugin ABI %d.%d)\n", MINFER_VERSION, MINFER_ABI_MAJOR, MINFER_ABI_MINOR); std::exit(0); }
+    else throw minfer::Error("unknown argument '" + arg + "'\n" + kUsage);
+  }
+  if (a.config.empty() && !a.list_backends) throw minfer::Error(std::string("nothing to do\n") + kUsage);
+  return a;
+}
+
+std::string gib(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", double(b) / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+int list_backends(const std::string &plugin_dir) {
+  const auto dirs = minfer::plugin_search_dirs(plugin_dir);
+  const auto files = minfer::discover_plugin_files(dirs);
+  if (files.empty()) {
+    std::printf("no plugins found; looked in:\n");
+    for (const auto &d : dirs) std::printf("  %s\n", d.c_str());
+    return 1;
+  }
+  for (const auto &f : files) {
+    try {
+      auto p = minfer::Plugin::load(f);
+      std::string why;
+      const int32_t n = p->device_count(&why);
+      std::printf("%-10s version %-8s ABI %u.%u  %s\n", p->name().c_str(), p->version().c_str(),
+                  p->api().abi_major, p->api().abi_minor, f.c_str());
+      if (n == 0) std::printf("    no devices: %s\n", why.empty() ? "(no reason given)" : why.c_str());
+      for (int32_t d = 0; d < n; ++d) {
+        const minfer_device_info info = p->device_info(d);
+        std::printf("    device %d: %s", d, info.name);
+        if (info.total_bytes) std::printf(", %s total, %s free", gib(info.total_bytes).c_str(), gib(info.free_bytes).c_str());
+        std::printf("\n");
+      }
+    } catch (const std::exception &e) {
+      std::printf("%-10s unusable: %s\n", "?", e.what());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  try {
+    minfer::init_logging(spdlog::level::warn);
+    const Args args = parse_args(argc, argv);
+    if (!args.log_level.empty()) spdlog::set_level(minfer::parse_log_level(args.log_level));
+
+    minfer::RunConfig cfg;
+    if (!args.config.empty()) {
+      cfg = minfer::load_run_config(args.config);
+      if (!args.plugin_dir.empty()) cfg.plugin_dir = args.plugin_dir;
+      if (!cfg.log_level.empty() && args.log_level.empty())
+        spdlog::set_level(minfer::parse_log_level(cfg.log_level));
+    }
+    if (args.list_backends) return list_backends(args.config.empty() ? args.plugin_dir : cfg.plugin_dir);
+
+    minfer::BackendSet backends = minfer::open_backends(cfg);
+    const minfer::Graph graph = minfer::app::build_demo_graph(cfg.demo);
+    minfer::Session session(graph, cfg, backends);
+    if (args.explain) {
+      std::fputs(session.explain().c_str(), stdout);
+      return 0;
+    }
+    return minfer::app::run_demo(session, graph, cfg);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "minfer-app: error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,192 @@
+#include "config/run_config.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "common/error.hpp"
+
+namespace minfer {
+namespace {
+
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const YAML::Node &at, const std::string &what) const {
+    const YAML::Mark m = at.Mark();
+    std::string where = source_;
+    if (!m.is_null()) where += ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+    throw Error(where + ": " + what);
+  }
+
+  void expect_map(const YAML::Node &n, const std::string &what) const {
+    if (!n.IsMap()) fail(n, what + " must be a mapping (key: value lines)");
+  }
+
+  std::string scalar(const YAML::Node &n, const std::string &key) const {
+    if (!n.IsScalar()) fail(n, "'" + key + "' must be a single value");
+    return n.Scalar();
+  }
+
+  template <class T>
+  T as(const YAML::Node &n, const std::string &key, const std::string &expected) const {
+    if (!n.IsScalar()) fail(n, "'" + key + "' must be " + expected);
+    try {
+      return n.as<T>();
+    } catch (const YAML::Exception &) {
+      fail(n, "'" + key + "' is '" + n.Scalar() + "'; expected " + expected);
+    }
+  }
+
+  // Rejects keys of map n that are not in allowed.
+  void only_keys(const YAML::Node &n, const std::set<std::string> &allowed,
+                 const std::string &where) const {
+    for (const auto &kv : n) {
+      const std::string k = kv.first.Scalar();
+      if (!allowed.count(k)) {
+        std::string list;
+        for (const auto &a : allowed) list += (list.empty() ? "" : ", ") + a;
+        fail(kv.first, "unknown key '" + k + "' in " + where + " (expected one of: " + list + ")");
+      }
+    }
+  }
+
+ private:
+  std::string source_;
+};
+
+void read_backends(const Reader &r, const YAML::Node &n, RunConfig &cfg) {
+  r.expect_map(n, "'backends'");
+  for (const auto &kv : n) {
+    BackendConfig b;
+    b.name = kv.first.Scalar();
+    const YAML::Node &body = kv.second;
+    if (body.IsNull()) {
+      cfg.backends.push_back(b);
+      continue;
+    }
+    r.expect_map(body, "backend '" + b.name + "'");
+    for (const auto &opt : body) {
+      const std::string key = opt.first.Scalar();
+      if (key == "device") {
+        b.device = r.as<int32_t>(opt.second, "device", "a device index (0, 1, ...)");
+        if (b.device < 0) r.fail(opt.second, "'device' must be 0 or more");
+      } else if (key == "plugin") {
+        b.plugin_path = r.scalar(opt.second, key);
+      } else {
+        b.options.emplace_back(key, r.scalar(opt.second, key));
+      }
+    }
+    cfg.backends.push_back(std::move(b));
+  }
+  if (cfg.backends.empty()) r.fail(n, "'backends' names no backend; add one, e.g. 'cpu: {}'");
+}
+
+void read_placement(const Reader &r, const YAML::Node &n, RunConfig &cfg) {
+  r.expect_map(n, "'placement'");
+  r.only_keys(n, {"default", "rules"}, "'placement'");
+  if (n["default"]) cfg.default_backend = r.scalar(n["default"], "default");
+  if (const YAML::Node rules = n["rules"]) {
+    if (!rules.IsSequence()) r.fail(rules, "'rules' must be a list of {match: GLOB, backend: NAME}");
+    for (const auto &rule : rules) {
+      r.expect_map(rule, "a placement rule");
+      r.only_keys(rule, {"match", "backend"}, "a placement rule");
+      if (!rule["match"] || !rule["backend"])
+        r.fail(rule, "a placement rule needs both 'match' and 'backend'");
+      cfg.rules.push_back({r.scalar(rule["match"], "match"), r.scalar(rule["backend"], "backend")});
+    }
+  }
+}
+
+void read_demo(const Reader &r, const YAML::Node &n, DemoConfig &d) {
+  r.expect_map(n, "'demo'");
+  r.only_keys(n, {"tokens", "vocab", "dim", "table_type"}, "'demo'");
+  if (n["vocab"]) d.vocab = r.as<int64_t>(n["vocab"], "vocab", "a positive integer");
+  if (n["dim"]) d.dim = r.as<int64_t>(n["dim"], "dim", "a positive integer");
+  if (n["table_type"]) d.table_type = r.scalar(n["table_type"], "table_type");
+  if (d.vocab <= 0) r.fail(n["vocab"], "'vocab' must be positive");
+  if (d.dim <= 0 || d.dim % 32 != 0) r.fail(n["dim"], "'dim' must be a positive multiple of 32");
+  if (d.table_type != "f32" && d.table_type != "f16" && d.table_type != "q8_0")
+    r.fail(n["table_type"], "'table_type' is '" + d.table_type + "'; expected f32, f16 or q8_0");
+  if (const YAML::Node t = n["tokens"]) {
+    if (!t.IsSequence() || t.size() == 0) r.fail(t, "'tokens' must be a non-empty list of row ids");
+    d.tokens.clear();
+    for (const auto &x : t) {
+      const auto id = r.as<int32_t>(x, "tokens", "a row id");
+      if (id < 0 || id >= d.vocab)
+        r.fail(x, "token " + std::to_string(id) + " is outside the table's " +
+                      std::to_string(d.vocab) + " rows");
+      d.tokens.push_back(id);
+    }
+  }
+}
+
+}  // namespace
+
+const BackendConfig *RunConfig::backend(const std::string &name) const {
+  for (const auto &b : backends)
+    if (b.name == name) return &b;
+  return nullptr;
+}
+
+RunConfig parse_run_config(const std::string &text, const std::string &source) {
+  Reader r(source);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException &e) {
+    throw Error(source + ":" + std::to_string(e.mark.line + 1) + ":" +
+                std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg);
+  }
+  if (!root.IsMap()) r.fail(root, "a run config must be a mapping with at least 'backends'");
+  r.only_keys(root, {"backends", "placement", "plugin_dir", "log_level", "job", "demo"},
+              "the run config");
+
+  RunConfig cfg;
+  cfg.source = source;
+  if (!root["backends"]) r.fail(root, "missing 'backends' (e.g. 'backends: {cpu: {}}')");
+  read_backends(r, root["backends"], cfg);
+  if (root["placement"]) read_placement(r, root["placement"], cfg);
+  if (root["plugin_dir"]) cfg.plugin_dir = r.scalar(root["plugin_dir"], "plugin_dir");
+  if (root["log_level"]) cfg.log_level = r.scalar(root["log_level"], "log_level");
+  if (root["job"]) {
+    cfg.job = r.scalar(root["job"], "job");
+    if (cfg.job != "demo") r.fail(root["job"], "unknown job '" + cfg.job + "'; expected 'demo'");
+  }
+  if (root["demo"]) read_demo(r, root["demo"], cfg.demo);
+
+  if (cfg.default_backend.empty()) {
+    if (cfg.backends.size() != 1)
+      r.fail(root, "several backends are listed: say which is the default with "
+                   "'placement: {default: NAME}'");
+    cfg.default_backend = cfg.backends[0].name;
+  }
+  const YAML::Node placement = root["placement"];
+  if (!cfg.backend(cfg.default_backend))
+    r.fail(placement ? placement["default"] : root,
+           "default backend '" + cfg.default_backend + "' is not listed under 'backends'");
+  for (size_t i = 0; i < cfg.rules.size(); ++i)
+    if (!cfg.backend(cfg.rules[i].backend))
+      r.fail(placement["rules"][i]["backend"],
+             "rule sends nodes to backend '" + cfg.rules[i].backend +
+                 "', which is not listed under 'backends'");
+  return cfg;
+}
+
+RunConfig load_run_config(const std::string &path) {
+  std::ifstream f(path);
+  if (!f) throw Error(path + ": cannot open the run config (does the file exist?)");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  RunConfig cfg = parse_run_config(ss.str(), path);
+  if (!cfg.plugin_dir.empty() && std::filesystem::path(cfg.plugin_dir).is_relative())
+    cfg.plugin_dir =
+        (std::filesystem::path(path).parent_path() / cfg.plugin_dir).lexically_normal().string();
+  return cfg;
+}
+
+}  // namespace minfer

@@ -1,0 +1,217 @@
+#include "graph/graph.hpp"
+
+#include <limits>
+#include <unordered_set>
+
+#include "common/error.hpp"
+#include "minfer/dtype.h"
+#include "minfer/op_contract.hpp"
+
+namespace minfer {
+
+uint64_t dtype_bytes(int32_t dtype, int64_t n, const std::string &what) {
+  const minfer_dtype_traits tr = minfer_dtype_info(dtype);
+  if (!tr.name) throw Error(what + ": unknown dtype id " + std::to_string(dtype));
+  if (n < 0) throw Error(what + ": negative element count");
+  if (n % tr.block_values != 0)
+    throw Error(what + ": " + std::to_string(n) + " values is not a multiple of " + tr.name +
+                "'s block of " + std::to_string(tr.block_values));
+  const uint64_t blocks = uint64_t(n / tr.block_values);
+  if (blocks > std::numeric_limits<uint64_t>::max() / uint64_t(tr.block_bytes))
+    throw Error(what + ": byte size overflows");
+  return blocks * uint64_t(tr.block_bytes);
+}
+
+uint64_t Tensor::n_bytes() const {
+  return dtype_bytes(dtype, shape[0], name) * uint64_t(n_rows());
+}
+
+std::string Tensor::describe() const {
+  std::string s = name + " " + minfer_dtype_name(dtype) + "[";
+  for (int d = 0; d < rank; ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
+  return s + "]";
+}
+
+minfer_tensor to_abi(const Tensor &t) {
+  minfer_tensor d{};
+  d.struct_size = sizeof d;
+  d.dtype = t.dtype;
+  d.rank = t.rank;
+  const minfer_dtype_traits tr = minfer_dtype_info(t.dtype);
+  int64_t stride = int64_t(dtype_bytes(t.dtype, t.shape[0], t.name));
+  d.stride_bytes[0] = tr.block_values == 1 ? tr.block_bytes : 0;
+  d.shape[0] = t.shape[0];
+  for (int i = 1; i < 4; ++i) {
+    d.shape[i] = t.shape[i];
+    d.stride_bytes[i] = stride;
+    stride *= t.shape[i];
+  }
+  d.name = t.name.c_str();
+  return d;
+}
+
+minfer_node to_abi(const Graph &g, const Node &n, std::vector<minfer_tensor> &storage) {
+  storage.clear();
+  for (TensorId id : n.inputs) storage.push_back(to_abi(g.tensor(id)));
+  minfer_node d{};
+  d.struct_size = sizeof d;
+  d.op = n.op;
+  d.name = n.name.c_str();
+  d.n_inputs = int32_t(storage.size());
+  d.inputs = storage.data();
+  d.output = to_abi(g.tensor(n.output));
+  d.params = n.params.empty() ? nullptr
+                              : reinterpret_cast<const minfer_params_header *>(n.params.data());
+  return d;
+}
+
+TensorId Graph::find_tensor(const std::string &name) const {
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (tensors_[i].name == name) return TensorId(i);
+  return -1;
+}
+
+namespace {
+
+std::array<int64_t, 4> to_shape(const std::string &name, const std::vector<int64_t> &dims) {
+  if (dims.empty() || dims.size() > 4)
+    throw Error("tensor '" + name + "': rank " + std::to_string(dims.size()) + " is not 1..4");
+  std::array<int64_t, 4> s{1, 1, 1, 1};
+  int64_t total = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] <= 0) throw Error("tensor '" + name + "': dimension " + std::to_string(i) + " is " +
+                                  std::to_string(dims[i]) + "; dimensions must be positive");
+    if (total > std::numeric_limits<int64_t>::max() / dims[i])
+      throw Error("tensor '" + name + "': element count overflows 64 bits");
+    total *= dims[i];
+    s[i] = dims[i];
+  }
+  return s;
+}
+
+}  // namespace
+
+const Tensor &GraphBuilder::t(TensorId id) const {
+  if (id < 0 || size_t(id) >= g_.tensors_.size())
+    throw Error("tensor id " + std::to_string(id) + " does not exist in this graph");
+  return g_.tensors_[size_t(id)];
+}
+
+TensorId GraphBuilder::new_tensor(Tensor tensor) {
+  if (tensor.name.empty()) throw Error("every tensor needs a name");
+  if (g_.find_tensor(tensor.name) >= 0)
+    throw Error("tensor name '" + tensor.name + "' is used twice; names must be unique");
+  (void)tensor.n_bytes();  // validates dtype and whole blocks
+  g_.tensors_.push_back(std::move(tensor));
+  return TensorId(g_.tensors_.size() - 1);
+}
+
+TensorId GraphBuilder::input(const std::string &name, int32_t dtype, std::vector<int64_t> shape) {
+  Tensor x;
+  x.name = name;
+  x.dtype = dtype;
+  x.rank = int(shape.size());
+  x.shape = to_shape(name, shape);
+  x.role = TensorRole::Input;
+  return new_tensor(std::move(x));
+}
+
+TensorId GraphBuilder::weight(const std::string &name, int32_t dtype, std::vector<int64_t> shape,
+                              HostBytes bytes) {
+  Tensor x;
+  x.name = name;
+  x.dtype = dtype;
+  x.rank = int(shape.size());
+  x.shape = to_shape(name, shape);
+  x.role = TensorRole::Weight;
+  x.weight = std::move(bytes);
+  if (x.weight.size != x.n_bytes() || (!x.weight.data && x.weight.size))
+    throw Error("weight '" + name + "': has " + std::to_string(x.weight.size) +
+                " bytes of data, its shape and dtype need " + std::to_string(x.n_bytes()));
+  return new_tensor(std::move(x));
+}
+
+TensorId GraphBuilder::new_node(const std::string &name, int32_t op, std::vector<TensorId> inputs,
+                                int32_t out_dtype, int rank, std::array<int64_t, 4> shape) {
+  for (const auto &n : g_.nodes_)
+    if (n.name == name) throw Error("node name '" + name + "' is used twice; names must be unique");
+  if (name.empty()) throw Error("every node needs a name");
+  Tensor out;
+  out.name = name;
+  out.dtype = out_dtype;
+  out.rank = rank;
+  out.shape = shape;
+  out.role = TensorRole::Intermediate;
+  out.producer = NodeId(g_.nodes_.size());
+  const std::string ctx = std::string("node '") + name + "' (" + minfer_op_name(op) + ")";
+  // The op's contract is the SDK's, the same one every backend checks.
+  std::vector<minfer_tensor> in_desc;
+  for (TensorId id : inputs) in_desc.push_back(to_abi(t(id)));
+  try {
+    (void)out.n_bytes();
+  } catch (const Error &e) {
+    throw Error(ctx + ": " + e.what());
+  }
+  minfer_node desc{};
+  desc.struct_size = sizeof desc;
+  desc.op = op;
+  desc.name = name.c_str();
+  desc.n_inputs = int32_t(in_desc.size());
+  desc.inputs = in_desc.data();
+  desc.output = to_abi(out);
+  const std::string why = sdk::check_op_contract(desc);
+  if (!why.empty()) throw Error(ctx + ": " + why);
+
+  const TensorId oid = new_tensor(std::move(out));
+  Node n;
+  n.name = name;
+  n.op = op;
+  n.inputs = std::move(inputs);
+  n.output = oid;
+  g_.nodes_.push_back(std::move(n));
+  return oid;
+}
+
+TensorId GraphBuilder::add(const std::string &name, TensorId a, TensorId b) {
+  return new_node(name, MINFER_OP_ADD, {a, b}, MINFER_DTYPE_F32, t(a).rank, t(a).shape);
+}
+
+TensorId GraphBuilder::mul(const std::string &name, TensorId a, TensorId b) {
+  return new_node(name, MINFER_OP_MUL, {a, b}, MINFER_DTYPE_F32, t(a).rank, t(a).shape);
+}
+
+TensorId GraphBuilder::silu(const std::string &name, TensorId a) {
+  return new_node(name, MINFER_OP_SILU, {a}, MINFER_DTYPE_F32, t(a).rank, t(a).shape);
+}
+
+TensorId GraphBuilder::add_row_broadcast(const std::string &name, TensorId a, TensorId bias) {
+  return new_node(name, MINFER_OP_ADD_ROW_BROADCAST, {a, bias}, MINFER_DTYPE_F32, t(a).rank,
+                  t(a).shape);
+}
+
+TensorId GraphBuilder::convert(const std::string &name, TensorId a, int32_t dtype) {
+  return new_node(name, MINFER_OP_CONVERT, {a}, dtype, t(a).rank, t(a).shape);
+}
+
+TensorId GraphBuilder::get_rows(const std::string &name, TensorId table, TensorId ids) {
+  return new_node(name, MINFER_OP_GET_ROWS, {table, ids}, MINFER_DTYPE_F32, 2,
+                  {t(table).shape[0], t(ids).shape[0], 1, 1});
+}
+
+TensorId GraphBuilder::dequantize(const std::string &name, TensorId a) {
+  return new_node(name, MINFER_OP_DEQUANTIZE, {a}, MINFER_DTYPE_F16, t(a).rank, t(a).shape);
+}
+
+void GraphBuilder::mark_output(TensorId id) {
+  (void)t(id);
+  g_.tensors_[size_t(id)].is_output = true;
+}
+
+Graph GraphBuilder::finish() {
+  bool any_output = false;
+  for (const auto &x : g_.tensors_) any_output |= x.is_output;
+  if (!any_output) throw Error("graph has no output: mark at least one tensor as output");
+  return std::move(g_);
+}
+
+}  // namespace minfer

@@ -1,0 +1,107 @@
+// core/graph/graph.hpp — the backend-neutral compute graph: tensors, nodes and a builder.
+//
+// Shapes are innermost-first (shape[0] = row length), as in GGUF and the plugin ABI.
+// The builder checks every node's dtypes and shapes as it is added, so a graph that exists
+// is well-formed; backends are assigned later, by placement.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "minfer/abi.h"
+
+namespace minfer {
+
+using TensorId = int32_t;
+using NodeId = int32_t;
+
+enum class TensorRole {
+  Input,         // written by the host before each run (token ids, ...)
+  Weight,        // constant data, uploaded once at build
+  Intermediate,  // produced and consumed inside one run
+};
+
+// Host bytes of a weight, with whatever keeps them alive (a vector, an mmap).
+struct HostBytes {
+  const uint8_t *data = nullptr;
+  uint64_t size = 0;
+  std::shared_ptr<const void> owner;
+};
+
+struct Tensor {
+  std::string name;
+  int32_t dtype = 0;
+  int rank = 1;
+  std::array<int64_t, 4> shape{1, 1, 1, 1};
+  TensorRole role = TensorRole::Intermediate;
+  bool is_output = false;  // read by the host after a run
+  HostBytes weight;        // Weight only
+  NodeId producer = -1;    // Intermediate only
+
+  int64_t n_elements() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
+  int64_t n_rows() const { return shape[1] * shape[2] * shape[3]; }
+  uint64_t n_bytes() const;  // whole blocks; validated by the builder
+  std::string describe() const;  // "name q8_0[64, 16]"
+};
+
+struct Node {
+  std::string name;
+  int32_t op = MINFER_OP_NONE;
+  std::vector<TensorId> inputs;
+  TensorId output = -1;
+  std::vector<uint8_t> params;  // the op's params struct bytes, empty when none
+};
+
+class Graph {
+ public:
+  const std::vector<Tensor> &tensors() const { return tensors_; }
+  const std::vector<Node> &nodes() const { return nodes_; }
+  const Tensor &tensor(TensorId id) const { return tensors_.at(size_t(id)); }
+  const Node &node(NodeId id) const { return nodes_.at(size_t(id)); }
+  TensorId find_tensor(const std::string &name) const;  // -1 when absent
+
+ private:
+  friend class GraphBuilder;
+  std::vector<Tensor> tensors_;
+  std::vector<Node> nodes_;
+};
+
+// Builds a Graph; each method validates its node and throws minfer::Error naming it.
+class GraphBuilder {
+ public:
+  TensorId input(const std::string &name, int32_t dtype, std::vector<int64_t> shape);
+  TensorId weight(const std::string &name, int32_t dtype, std::vector<int64_t> shape,
+                  HostBytes bytes);
+
+  TensorId add(const std::string &name, TensorId a, TensorId b);
+  TensorId mul(const std::string &name, TensorId a, TensorId b);
+  TensorId silu(const std::string &name, TensorId a);
+  TensorId add_row_broadcast(const std::string &name, TensorId a, TensorId bias);
+  TensorId convert(const std::string &name, TensorId a, int32_t dtype);
+  TensorId get_rows(const std::string &name, TensorId table, TensorId ids);
+  TensorId dequantize(const std::string &name, TensorId a);
+
+  void mark_output(TensorId t);
+  Graph finish();
+
+ private:
+  TensorId new_tensor(Tensor t);
+  TensorId new_node(const std::string &name, int32_t op, std::vector<TensorId> inputs,
+                    int32_t out_dtype, int rank, std::array<int64_t, 4> shape);
+  const Tensor &t(TensorId id) const;
+  Graph g_;
+};
+
+// The plugin ABI's view of a tensor / node (buffer NULL, offset 0: placement fills them).
+// storage receives the input descriptors and must outlive the returned node.
+minfer_tensor to_abi(const Tensor &t);
+minfer_node to_abi(const Graph &g, const Node &n, std::vector<minfer_tensor> &storage);
+
+// Helpers over dtypes shared by the graph, the planner and the tests.
+// Bytes of n values (n a multiple of the block size); throws on overflow or partial blocks.
+uint64_t dtype_bytes(int32_t dtype, int64_t n, const std::string &what);
+
+}  // namespace minfer

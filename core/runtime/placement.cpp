@@ -1,0 +1,100 @@
+#include "runtime/placement.hpp"
+
+#include <fnmatch.h>
+
+#include <set>
+
+#include "common/error.hpp"
+#include "minfer/dtype.h"
+
+namespace minfer {
+
+BackendSet open_backends(const RunConfig &cfg) {
+  BackendSet set;
+  const auto dirs = plugin_search_dirs(cfg.plugin_dir);
+  for (const auto &b : cfg.backends) {
+    auto plugin = find_plugin(b.name, b.plugin_path, dirs);
+    std::string why;
+    const int32_t n = plugin->device_count(&why);
+    if (b.device >= n)
+      throw Error(cfg.source + ": backend '" + b.name + "' asks for device " +
+                  std::to_string(b.device) + ", but the plugin sees " + std::to_string(n) +
+                  " device(s)" + (n == 0 && !why.empty() ? " (" + why + ")" : "") +
+                  "; pick another device or place the nodes on another backend");
+    set[b.name] = std::make_unique<BackendHandle>(plugin, b.device, b.options);
+  }
+  return set;
+}
+
+namespace {
+
+std::string node_signature(const Graph &g, const Node &n) {
+  std::string s;
+  for (TensorId id : n.inputs) s += (s.empty() ? "" : ", ") + g.tensor(id).describe();
+  return s + " -> " + g.tensor(n.output).describe();
+}
+
+}  // namespace
+
+Placement place(const Graph &g, const RunConfig &cfg, BackendSet &backends) {
+  Placement p;
+  const auto &nodes = g.nodes();
+  p.node_backend.resize(nodes.size());
+  p.home.assign(g.tensors().size(), "");
+
+  std::vector<minfer_tensor> storage;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node &n = nodes[i];
+    std::string where = cfg.default_backend, why_here = "the default backend";
+    for (const auto &rule : cfg.rules)
+      if (fnmatch(rule.match.c_str(), n.name.c_str(), 0) == 0) {
+        where = rule.backend;
+        why_here = "placement rule '" + rule.match + "'";
+        break;
+      }
+    auto it = backends.find(where);
+    if (it == backends.end())
+      throw Error("node '" + n.name + "': backend '" + where + "' (" + why_here +
+                  ") is not open; list it under 'backends' in " + cfg.source);
+    const minfer_node desc = to_abi(g, n, storage);
+    const SupportAnswer a = it->second->supports(desc);
+    if (!a.yes)
+      throw Error("node '" + n.name + "' (op " + minfer_op_name(n.op) + ": " +
+                  node_signature(g, n) + ") cannot run on backend '" + where + "' (chosen by " +
+                  why_here + "): " + (a.why.empty() ? "no reason given" : a.why) +
+                  ". minfer never moves a node to another backend by itself: add a placement "
+                  "rule in " + cfg.source + " that sends it to a backend that supports it");
+    p.node_backend[i] = where;
+    p.home[size_t(n.output)] = where;
+  }
+
+  // Steps: contiguous same-backend nodes form a segment; a copy precedes the segment whose
+  // node first needs a tensor produced elsewhere.
+  std::set<std::pair<TensorId, std::string>> copied;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string &b = p.node_backend[i];
+    std::vector<Step> copies;
+    for (TensorId in : nodes[i].inputs) {
+      const std::string &home = p.home[size_t(in)];
+      if (home.empty() || home == b || !copied.insert({in, b}).second) continue;
+      Step c;
+      c.kind = Step::Kind::Copy;
+      c.tensor = in;
+      c.from = home;
+      c.backend = b;
+      copies.push_back(c);
+    }
+    const bool extend = copies.empty() && !p.steps.empty() &&
+                        p.steps.back().kind == Step::Kind::Segment && p.steps.back().backend == b;
+    for (auto &c : copies) p.steps.push_back(std::move(c));
+    if (!extend) {
+      Step s;
+      s.backend = b;
+      p.steps.push_back(s);
+    }
+    p.steps.back().nodes.push_back(NodeId(i));
+  }
+  return p;
+}
+
+}  // namespace minfer

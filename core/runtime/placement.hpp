@@ -1,0 +1,44 @@
+// core/runtime/placement.hpp — which backend runs each node, decided once at build time.
+//
+// Rules (first match wins, glob over node names) else the default backend. Every node asks
+// its backend `supports`; a "no" fails the build with the node, op, dtypes, backend and the
+// backend's reason. There is no fallback. Where a tensor crosses backends a copy is inserted.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "graph/graph.hpp"
+#include "runtime/plugin.hpp"
+
+namespace minfer {
+
+// The opened backends of a session, by name.
+using BackendSet = std::map<std::string, std::unique_ptr<BackendHandle>>;
+
+// Opens every backend the config lists (plugins found through plugin_search_dirs).
+BackendSet open_backends(const RunConfig &cfg);
+
+// One step of execution: a contiguous run of nodes on one backend, or a copy between two.
+struct Step {
+  enum class Kind { Segment, Copy } kind = Kind::Segment;
+  std::string backend;       // Segment: who runs it; Copy: destination
+  std::vector<NodeId> nodes; // Segment
+  TensorId tensor = -1;      // Copy: the tensor moved
+  std::string from;          // Copy: source backend
+};
+
+struct Placement {
+  std::vector<std::string> node_backend;  // by NodeId
+  std::vector<Step> steps;                // in execution order
+  // Backend where each Intermediate tensor is produced (its home); "" for weights and inputs.
+  std::vector<std::string> home;
+};
+
+// Throws minfer::Error for a node its backend does not support.
+Placement place(const Graph &g, const RunConfig &cfg, BackendSet &backends);
+
+}  // namespace minfer

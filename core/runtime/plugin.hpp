@@ -1,0 +1,130 @@
+// core/runtime/plugin.hpp — loading backend plugins (Boost.DLL) and RAII over their C ABI.
+//
+// Everything past this file talks to a plugin through BackendHandle and DeviceBuffer, which
+// turn statuses into minfer::Error with the backend's name and the call that failed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "minfer/abi.h"
+
+namespace boost::dll {
+class shared_library;
+}
+
+namespace minfer {
+
+// A loaded plugin library; keeps the library mapped while any handle uses its table.
+class Plugin {
+ public:
+  // Loads the file and checks the ABI; throws minfer::Error naming the file and what to do.
+  static std::shared_ptr<Plugin> load(const std::string &path);
+  ~Plugin();
+
+  const minfer_backend_api &api() const { return *api_; }
+  const std::string &name() const { return name_; }
+  const std::string &path() const { return path_; }
+  std::string version() const { return api_->version ? api_->version : "?"; }
+
+  // Devices it sees; when none, why_none says why.
+  int32_t device_count(std::string *why_none) const;
+  minfer_device_info device_info(int32_t device) const;
+
+  // Turns a status into an exception ("backend 'cuda': <what>: <message>") and frees it.
+  void check(minfer_status *status, const std::string &what) const;
+
+ private:
+  Plugin() = default;
+  std::unique_ptr<boost::dll::shared_library> lib_;
+  const minfer_backend_api *api_ = nullptr;
+  std::string name_, path_;
+};
+
+// Where plugins are looked for, in order: the config's plugin_dir, MINFER_PLUGIN_PATH
+// (colon-separated), the folder of the running executable, the install lib dir.
+std::vector<std::string> plugin_search_dirs(const std::string &config_plugin_dir);
+
+// The file name a backend's plugin has: libminfer_backend_<name>.so
+std::string plugin_file_name(const std::string &backend_name);
+
+// Finds and loads backend `name` (or the explicit file when path is non-empty).
+std::shared_ptr<Plugin> find_plugin(const std::string &name, const std::string &explicit_path,
+                                    const std::vector<std::string> &dirs);
+
+// Every plugin file found in dirs (first match per name wins), for --list-backends.
+std::vector<std::string> discover_plugin_files(const std::vector<std::string> &dirs);
+
+class BackendHandle;
+
+// A buffer of one backend; freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(std::shared_ptr<Plugin> plugin, minfer_buffer *buf, uint64_t bytes)
+      : plugin_(std::move(plugin)), buf_(buf), bytes_(bytes) {}
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+
+  minfer_buffer *raw() const { return buf_; }
+  uint64_t size() const { return bytes_; }
+  void write(uint64_t offset, const void *src, uint64_t bytes);
+  void read(uint64_t offset, void *dst, uint64_t bytes) const;
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  minfer_buffer *buf_;
+  uint64_t bytes_;
+};
+
+// A compiled segment; freed on destruction.
+class CompiledSegment {
+ public:
+  CompiledSegment(std::shared_ptr<Plugin> plugin, minfer_segment *seg)
+      : plugin_(std::move(plugin)), seg_(seg) {}
+  ~CompiledSegment();
+  CompiledSegment(const CompiledSegment &) = delete;
+  CompiledSegment &operator=(const CompiledSegment &) = delete;
+  minfer_segment *raw() const { return seg_; }
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  minfer_segment *seg_;
+};
+
+struct SupportAnswer {
+  bool yes = false;
+  std::string why;
+};
+
+// One opened device of a plugin.
+class BackendHandle {
+ public:
+  // Opens device `device` with options; plugin log lines go to spdlog tagged with the name.
+  BackendHandle(std::shared_ptr<Plugin> plugin, int32_t device,
+                const std::vector<std::pair<std::string, std::string>> &options);
+  ~BackendHandle();
+  BackendHandle(const BackendHandle &) = delete;
+  BackendHandle &operator=(const BackendHandle &) = delete;
+
+  const std::string &name() const { return plugin_->name(); }
+  const Plugin &plugin() const { return *plugin_; }
+  int32_t device() const { return device_; }
+
+  std::unique_ptr<DeviceBuffer> alloc(uint64_t bytes);
+  SupportAnswer supports(const minfer_node &node);
+  std::unique_ptr<CompiledSegment> compile(const std::vector<minfer_node> &nodes);
+  void execute(CompiledSegment &seg, int64_t step);
+  void synchronize();
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  int32_t device_;
+  minfer_host host_{};
+  minfer_backend *backend_ = nullptr;
+};
+
+}  // namespace minfer

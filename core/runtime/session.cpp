@@ -1,0 +1,230 @@
+#include "runtime/session.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "minfer/dtype.h"
+#include "runtime/memory_plan.hpp"
+
+namespace minfer {
+namespace {
+
+std::string human_bytes(uint64_t b) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+uint64_t align_up(uint64_t x) { return (x + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+
+}  // namespace
+
+Session::Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends)
+    : graph_(graph), cfg_(cfg), backends_(backends) {
+  for (const auto &t : graph_.tensors())
+    if (t.is_output && t.role != TensorRole::Intermediate)
+      throw Error("tensor '" + t.name + "' is marked as output but no node produces it");
+  placement_ = place(graph_, cfg_, backends_);
+  plan_memory();
+  upload_weights();
+  compile_segments();
+}
+
+Session::~Session() {
+  // Segments and buffers go before the backends that own them (BackendSet outlives us).
+  segments_.clear();
+  where_.clear();
+  memory_.clear();
+}
+
+void Session::plan_memory() {
+  // Positions: one per node and per copy, in execution order.
+  std::map<Key, Lifetime> life;
+  std::set<Key> weights;
+  int64_t pos = 0;
+  const int64_t end = std::numeric_limits<int64_t>::max();
+  auto use = [&](const Key &k, int64_t at) {
+    auto it = life.find(k);
+    if (it == life.end()) {
+      const Tensor &t = graph_.tensor(k.first);
+      life[k] = {t.n_bytes(), t.role == TensorRole::Input ? -1 : at, at};
+    } else {
+      it->second.last = std::max(it->second.last, at);
+    }
+  };
+  for (const Step &s : placement_.steps) {
+    if (s.kind == Step::Kind::Copy) {
+      use({s.tensor, s.from}, pos);
+      use({s.tensor, s.backend}, pos);
+      ++pos;
+      continue;
+    }
+    for (NodeId id : s.nodes) {
+      const Node &n = graph_.node(id);
+      for (TensorId in : n.inputs) {
+        if (graph_.tensor(in).role == TensorRole::Weight) weights.insert({in, s.backend});
+        else use({in, s.backend}, pos);
+      }
+      use({n.output, s.backend}, pos);
+      if (graph_.tensor(n.output).is_output) life[{n.output, s.backend}].last = end;
+      ++pos;
+    }
+  }
+
+  for (const auto &[name, _] : backends_) {
+    BackendMemory &mem = memory_[name];
+    std::vector<Key> keys;
+    std::vector<Lifetime> reqs;
+    for (const auto &[k, l] : life)
+      if (k.second == name) keys.push_back(k), reqs.push_back(l);
+    const ArenaPlan plan = plan_arena(reqs);
+    mem.activation_bytes = plan.size;
+    mem.unshared_bytes = plan.unshared;
+    if (plan.size) mem.activations = backends_.at(name)->alloc(plan.size);
+    for (size_t i = 0; i < keys.size(); ++i)
+      where_[keys[i]] = {mem.activations.get(), plan.offsets[i]};
+
+    std::vector<Key> wkeys;
+    for (const auto &k : weights)
+      if (k.second == name) wkeys.push_back(k);
+    uint64_t off = 0;
+    std::vector<uint64_t> woff;
+    for (const auto &k : wkeys) woff.push_back(off), off += align_up(graph_.tensor(k.first).n_bytes());
+    mem.weight_bytes = off;
+    if (off) mem.weights = backends_.at(name)->alloc(off);
+    for (size_t i = 0; i < wkeys.size(); ++i) where_[wkeys[i]] = {mem.weights.get(), woff[i]};
+  }
+}
+
+void Session::upload_weights() {
+  for (const auto &[k, loc] : where_) {
+    const Tensor &t = graph_.tensor(k.first);
+    if (t.role != TensorRole::Weight) continue;
+    loc.buffer->write(loc.offset, t.weight.data, t.weight.size);
+  }
+}
+
+const Session::Location &Session::at(TensorId t, const std::string &backend) const {
+  auto it = where_.find({t, backend});
+  if (it == where_.end())
+    throw Error("internal: tensor '" + graph_.tensor(t).name + "' has no memory on backend '" +
+                backend + "'");
+  return it->second;
+}
+
+void Session::compile_segments() {
+  segments_.resize(placement_.steps.size());
+  for (size_t si = 0; si < placement_.steps.size(); ++si) {
+    const Step &s = placement_.steps[si];
+    if (s.kind != Step::Kind::Segment) continue;
+    std::vector<minfer_node> nodes(s.nodes.size());
+    std::vector<std::vector<minfer_tensor>> inputs(s.nodes.size());
+    for (size_t i = 0; i < s.nodes.size(); ++i) {
+      const Node &n = graph_.node(s.nodes[i]);
+      nodes[i] = to_abi(graph_, n, inputs[i]);
+      for (size_t j = 0; j < n.inputs.size(); ++j) {
+        const Location &l = at(n.inputs[j], s.backend);
+        inputs[i][j].buffer = l.buffer->raw();
+        inputs[i][j].offset = l.offset;
+      }
+      nodes[i].inputs = inputs[i].data();
+      const Location &o = at(n.output, s.backend);
+      nodes[i].output.buffer = o.buffer->raw();
+      nodes[i].output.offset = o.offset;
+    }
+    segments_[si] = backends_.at(s.backend)->compile(nodes);
+  }
+}
+
+void Session::set_input(const std::string &name, const void *data, uint64_t bytes) {
+  const TensorId id = graph_.find_tensor(name);
+  if (id < 0 || graph_.tensor(id).role != TensorRole::Input)
+    throw Error("set_input: the graph has no input named '" + name + "'");
+  const Tensor &t = graph_.tensor(id);
+  if (bytes != t.n_bytes())
+    throw Error("set_input: input " + t.describe() + " needs " + std::to_string(t.n_bytes()) +
+                " bytes, got " + std::to_string(bytes));
+  bool any = false;
+  for (const auto &[k, loc] : where_)
+    if (k.first == id) loc.buffer->write(loc.offset, data, bytes), any = true;
+  if (!any) spdlog::warn("input '{}' is not used by any node", name);
+}
+
+void Session::run() {
+  const int64_t step = step_counter_++;
+  for (size_t si = 0; si < placement_.steps.size(); ++si) {
+    const Step &s = placement_.steps[si];
+    if (s.kind == Step::Kind::Segment) {
+      backends_.at(s.backend)->execute(*segments_[si], step);
+      continue;
+    }
+    // Copy through host memory: the source must be finished before it is read.
+    const Tensor &t = graph_.tensor(s.tensor);
+    const Location &src = at(s.tensor, s.from), &dst = at(s.tensor, s.backend);
+    staging_.resize(t.n_bytes());
+    src.buffer->read(src.offset, staging_.data(), staging_.size());
+    dst.buffer->write(dst.offset, staging_.data(), staging_.size());
+  }
+  for (auto &[name, b] : backends_) b->synchronize();
+}
+
+std::vector<uint8_t> Session::output(const std::string &name) const {
+  const TensorId id = graph_.find_tensor(name);
+  if (id < 0 || !graph_.tensor(id).is_output)
+    throw Error("output: the graph has no output named '" + name + "'");
+  const Tensor &t = graph_.tensor(id);
+  const Location &l = at(id, placement_.home[size_t(id)]);
+  std::vector<uint8_t> bytes(t.n_bytes());
+  l.buffer->read(l.offset, bytes.data(), bytes.size());
+  return bytes;
+}
+
+std::string Session::explain() const {
+  std::string out = "placement (" + cfg_.source + ", default backend '" + cfg_.default_backend + "')\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-28s %-18s %-8s %s\n", "node", "op", "backend", "output");
+  out += line;
+  for (size_t i = 0; i < graph_.nodes().size(); ++i) {
+    const Node &n = graph_.nodes()[i];
+    std::snprintf(line, sizeof line, "  %-28s %-18s %-8s %s\n", n.name.c_str(),
+                  minfer_op_name(n.op), placement_.node_backend[i].c_str(),
+                  graph_.tensor(n.output).describe().c_str());
+    out += line;
+  }
+  int copies = 0;
+  std::string copy_lines;
+  for (size_t si = 0; si < placement_.steps.size(); ++si) {
+    const Step &s = placement_.steps[si];
+    if (s.kind != Step::Kind::Copy) continue;
+    ++copies;
+    const Tensor &t = graph_.tensor(s.tensor);
+    const Step *next = si + 1 < placement_.steps.size() ? &placement_.steps[si + 1] : nullptr;
+    copy_lines += "  copy " + t.name + ": " + s.from + " -> " + s.backend + " (" +
+                  human_bytes(t.n_bytes()) + ")";
+    if (next && next->kind == Step::Kind::Segment && !next->nodes.empty())
+      copy_lines += " before node " + graph_.node(next->nodes.front()).name;
+    copy_lines += "\n";
+  }
+  out += "copies inserted: " + std::to_string(copies) + "\n" + copy_lines;
+  int segments = 0;
+  for (const auto &s : placement_.steps) segments += s.kind == Step::Kind::Segment;
+  out += "segments: " + std::to_string(segments) + "\n";
+  out += "memory per backend:\n";
+  for (const auto &[name, m] : memory_) {
+    out += "  " + name + ": weights " + human_bytes(m.weight_bytes) + ", activations " +
+           human_bytes(m.activation_bytes) + " (" + human_bytes(m.unshared_bytes) +
+           " without reuse)\n";
+  }
+  return out;
+}
+
+}  // namespace minfer

@@ -1,0 +1,46 @@
+// plugins/cpu/cpu_backend.hpp — the CPU backend: host buffers and the op table.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "minfer/plugin.hpp"
+#include "minfer/tensor.hpp"
+
+namespace minfer::cpu {
+
+// Host memory, 64-byte aligned for any vector width.
+class CpuBuffer : public sdk::Buffer {
+ public:
+  explicit CpuBuffer(uint64_t bytes);
+  ~CpuBuffer() override;
+  void write(uint64_t offset, const void *src, uint64_t bytes) override;
+  void read(uint64_t offset, void *dst, uint64_t bytes) override;
+  uint8_t *data() { return data_; }
+
+ private:
+  uint8_t *data_ = nullptr;
+};
+
+// Where a tensor's element 0 lives.
+template <class T = uint8_t>
+T *ptr(const minfer_tensor &t) {
+  return reinterpret_cast<T *>(sdk::buffer_of<CpuBuffer>(t).data() + t.offset);
+}
+
+// One entry of the op table: both supports() and dispatch read it.
+struct CpuOp {
+  int32_t op;
+  // Backend-specific limits beyond the SDK's op contract; "" = supported.
+  std::string (*check)(const minfer_node &n);
+  void (*run)(const minfer_node &n);
+};
+
+const CpuOp *find_op(int32_t op);
+
+// Families (one file each) register their entries here.
+void elementwise_ops(const CpuOp **begin, const CpuOp **end);
+void quant_ops(const CpuOp **begin, const CpuOp **end);
+
+}  // namespace minfer::cpu

@@ -1,0 +1,137 @@
+// plugins/cpu/plugin.cpp — the CPU backend's entry: device, buffers, supports, compile, execute.
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "cpu_backend.hpp"
+#include "minfer/op_contract.hpp"
+
+namespace minfer::cpu {
+
+CpuBuffer::CpuBuffer(uint64_t bytes) : Buffer(bytes) {
+  const uint64_t rounded = (bytes + 63) / 64 * 64;
+  data_ = static_cast<uint8_t *>(std::aligned_alloc(64, rounded ? rounded : 64));
+  if (!data_)
+    throw sdk::Error(MINFER_ERR_OUT_OF_MEMORY,
+                     "cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+}
+
+CpuBuffer::~CpuBuffer() { std::free(data_); }
+
+void CpuBuffer::write(uint64_t offset, const void *src, uint64_t bytes) {
+  check_range(offset, bytes, "write");
+  std::memcpy(data_ + offset, src, bytes);
+}
+
+void CpuBuffer::read(uint64_t offset, void *dst, uint64_t bytes) {
+  check_range(offset, bytes, "read");
+  std::memcpy(dst, data_ + offset, bytes);
+}
+
+const CpuOp *find_op(int32_t op) {
+  using Family = void (*)(const CpuOp **, const CpuOp **);
+  for (Family family : {elementwise_ops, quant_ops}) {
+    const CpuOp *b, *e;
+    family(&b, &e);
+    for (; b != e; ++b)
+      if (b->op == op) return b;
+  }
+  return nullptr;
+}
+
+namespace {
+
+std::string support_reason(const minfer_node &n) {
+  const std::string contract = sdk::check_op_contract(n);
+  if (!contract.empty()) return contract;
+  const CpuOp *op = find_op(n.op);
+  if (!op) return std::string("the cpu backend has no kernel for op ") + minfer_op_name(n.op);
+  return op->check(n);
+}
+
+// Every tensor must lie inside its buffer: checked once at compile so kernels never stray.
+void check_in_buffer(const minfer_node &n, const minfer_tensor &t) {
+  const uint64_t need = uint64_t(sdk::n_bytes(t));
+  const auto &buf = sdk::buffer_of<CpuBuffer>(t);
+  if (t.offset > buf.size() || need > buf.size() - t.offset)
+    throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT,
+                     "node '" + std::string(n.name) + "': tensor " + sdk::describe(t) + " (" +
+                         std::to_string(need) + " bytes at offset " + std::to_string(t.offset) +
+                         ") does not fit its buffer of " + std::to_string(buf.size()) + " bytes");
+}
+
+class CpuSegment : public sdk::Segment {
+ public:
+  explicit CpuSegment(std::vector<sdk::OwnedNode> nodes) : nodes_(std::move(nodes)) {
+    for (const auto &on : nodes_) {
+      const minfer_node &n = on.node();
+      const std::string why = support_reason(n);
+      if (!why.empty())
+        throw sdk::Error(MINFER_ERR_UNSUPPORTED, "node '" + on.name() + "' (" +
+                                                     minfer_op_name(n.op) + "): " + why);
+      for (int i = 0; i < n.n_inputs; ++i) check_in_buffer(n, n.inputs[i]);
+      check_in_buffer(n, n.output);
+      run_.push_back(find_op(n.op)->run);
+    }
+  }
+
+  void execute(const minfer_step_args &) override {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      try {
+        run_[i](nodes_[i].node());
+      } catch (const sdk::Error &e) {
+        throw sdk::Error(e.code(), "node '" + nodes_[i].name() + "' (" +
+                                       minfer_op_name(nodes_[i].node().op) + "): " + e.what());
+      }
+    }
+  }
+
+ private:
+  std::vector<sdk::OwnedNode> nodes_;
+  std::vector<void (*)(const minfer_node &)> run_;
+};
+
+class CpuBackend : public sdk::Backend {
+ public:
+  std::unique_ptr<sdk::Buffer> alloc(uint64_t bytes) override {
+    return std::make_unique<CpuBuffer>(bytes);
+  }
+  sdk::Support supports(const minfer_node &n) override {
+    const std::string why = support_reason(n);
+    return why.empty() ? sdk::Support::yes() : sdk::Support::no(why);
+  }
+  std::unique_ptr<sdk::Segment> compile(std::vector<sdk::OwnedNode> nodes) override {
+    return std::make_unique<CpuSegment>(std::move(nodes));
+  }
+};
+
+}  // namespace
+
+struct CpuPlugin {
+  static constexpr const char *name = "cpu";
+  static constexpr const char *version = MINFER_VERSION;
+
+  static int32_t device_count(std::string &) { return 1; }
+
+  static void device_info(int32_t device, minfer_device_info &info) {
+    if (device != 0)
+      throw sdk::Error(MINFER_ERR_NOT_FOUND, "the cpu backend has one device, 0; asked for " +
+                                                 std::to_string(device));
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    std::snprintf(info.name, sizeof info.name, "host CPU (%ld cores)", cores);
+    info.total_bytes = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
+    info.free_bytes = uint64_t(sysconf(_SC_AVPHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
+  }
+
+  static std::unique_ptr<sdk::Backend> open(int32_t device, sdk::Options &, const sdk::Host &) {
+    minfer_device_info info{};
+    device_info(device, info);
+    return std::make_unique<CpuBackend>();
+  }
+};
+
+}  // namespace minfer::cpu
+
+MINFER_DEFINE_PLUGIN(minfer::cpu::CpuPlugin)

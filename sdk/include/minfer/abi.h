@@ -1,0 +1,166 @@
+/* minfer/abi.h — the backend plugin ABI (plain C). docs/PLUGIN-ABI.md explains every entry.
+ *
+ * Rules: every struct that crosses starts with struct_size and only ever grows at the end;
+ * abi_major must match exactly; abi_minor says which appended fields/entries exist.
+ * Nothing is thrown across: every fallible call returns a status (NULL = success) that the
+ * caller frees with the plugin's status_free. Handles are opaque and owned by the plugin. */
+#ifndef MINFER_ABI_H
+#define MINFER_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "minfer/dtype.h"
+#include "minfer/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MINFER_ABI_MAJOR 1 /* changes only when something is removed, reordered or retyped */
+#define MINFER_ABI_MINOR 0 /* grows when a field or an entry is appended */
+
+/* The one symbol a plugin exports. */
+#define MINFER_ENTRY_SYMBOL "minfer_backend_entry"
+
+#if defined(_WIN32)
+#define MINFER_EXPORT __declspec(dllexport)
+#else
+#define MINFER_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* Size of struct T up to and including field F: what a side that knows F must see in struct_size. */
+#define MINFER_SIZE_UP_TO(T, F) (offsetof(T, F) + sizeof(((T *)0)->F))
+
+typedef enum minfer_status_code {
+  MINFER_OK = 0,
+  MINFER_ERR_INVALID_ARGUMENT = 1, /* bad input from the host: sizes, shapes, options */
+  MINFER_ERR_UNSUPPORTED = 2,      /* a node or dtype this backend cannot run */
+  MINFER_ERR_OUT_OF_MEMORY = 3,    /* host or device allocation failed */
+  MINFER_ERR_DEVICE = 4,           /* the device or its driver reported an error */
+  MINFER_ERR_NOT_FOUND = 5,        /* no such device */
+  MINFER_ERR_INTERNAL = 6          /* a bug in the plugin */
+} minfer_status_code;
+
+typedef enum minfer_log_level {
+  MINFER_LOG_TRACE = 0,
+  MINFER_LOG_DEBUG = 1,
+  MINFER_LOG_INFO = 2,
+  MINFER_LOG_WARN = 3,
+  MINFER_LOG_ERROR = 4
+} minfer_log_level;
+
+typedef struct minfer_status minfer_status;   /* made by the plugin, freed by status_free */
+typedef struct minfer_backend minfer_backend; /* one opened device */
+typedef struct minfer_buffer minfer_buffer;   /* memory owned by the plugin */
+typedef struct minfer_segment minfer_segment; /* a compiled run of nodes */
+
+/* What the host gives the plugin at open. Lifetime: until close. */
+typedef struct minfer_host {
+  size_t struct_size;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  void *user; /* passed back unchanged to log */
+  /* Thread-safe. message lifetime: the call. May be NULL (then the plugin stays silent). */
+  void (*log)(void *user, int32_t level, const char *message);
+} minfer_host;
+
+typedef struct minfer_device_info {
+  size_t struct_size;        /* in: set by the host to its sizeof */
+  char name[128];            /* out: "NVIDIA H200", NUL-terminated */
+  uint64_t total_bytes;      /* out: memory the device has (0 if not meaningful) */
+  uint64_t free_bytes;       /* out: memory free now (0 if not meaningful) */
+} minfer_device_info;
+
+/* A tensor as a plugin sees it: plain values, never a core object.
+ * shape is innermost-first (shape[0] = row length); unused dims are 1.
+ * stride_bytes[d] is the distance between consecutive indices of dim d; for block types
+ * stride_bytes[0] is 0 (single values are not addressable) and rows hold whole blocks. */
+typedef struct minfer_tensor {
+  size_t struct_size;
+  int32_t dtype; /* minfer_dtype == GGUF type id */
+  int32_t rank;  /* 1..4 */
+  int64_t shape[4];
+  int64_t stride_bytes[4];
+  minfer_buffer *buffer; /* a buffer of the backend that receives this node */
+  uint64_t offset;       /* byte offset of element 0 in buffer */
+  const char *name;      /* lifetime: the call */
+} minfer_tensor;
+
+/* One graph node. Everything it points to lives for the duration of the call only:
+ * a plugin that keeps a node (compile) copies it. */
+typedef struct minfer_node {
+  size_t struct_size;
+  int32_t op;   /* minfer_op */
+  const char *name; /* "blk.3.attn_q": for errors and traces */
+  int32_t n_inputs;
+  const minfer_tensor *inputs;
+  minfer_tensor output;
+  const minfer_params_header *params; /* the op's parameter struct, or NULL for ops without */
+} minfer_node;
+
+/* Per-step run-time arguments of execute. */
+typedef struct minfer_step_args {
+  size_t struct_size;
+  int64_t step; /* 0-based index of this execution in the session, for logs and traces */
+} minfer_step_args;
+
+typedef struct minfer_backend_api {
+  size_t struct_size;
+  uint32_t abi_major; /* what the plugin was built against */
+  uint32_t abi_minor;
+  const char *name;    /* "cpu", "cuda": the name run configs use. Static storage. */
+  const char *version; /* the plugin's own version. Static storage. */
+
+  /* Statuses. A NULL status means success; these accept only non-NULL ones. */
+  int32_t (*status_code)(const minfer_status *status);
+  const char *(*status_message)(const minfer_status *status); /* lifetime: until status_free */
+  void (*status_free)(minfer_status *status);
+
+  /* Devices. When *out_count is 0, why (NUL-terminated, truncated to why_size) says why. */
+  minfer_status *(*device_count)(int32_t *out_count, char *why, size_t why_size);
+  minfer_status *(*device_info)(int32_t device, minfer_device_info *info /* in/out */);
+
+  /* Open a device. Options arrive as key/value strings (the plugin's section of the run
+   * config); an unknown key or a bad value is an error naming it. */
+  minfer_status *(*open)(int32_t device, const minfer_host *host, const char *const *option_keys,
+                         const char *const *option_values, int32_t n_options,
+                         minfer_backend **out);
+  /* The host frees every buffer and segment of the backend before closing it. */
+  void (*close)(minfer_backend *backend);
+
+  /* Buffers: memory the plugin owns. */
+  minfer_status *(*buffer_alloc)(minfer_backend *backend, uint64_t bytes, minfer_buffer **out);
+  void (*buffer_free)(minfer_buffer *buffer);
+  minfer_status *(*buffer_write)(minfer_buffer *buffer, uint64_t offset, const void *src,
+                                 uint64_t bytes); /* completes before returning */
+  minfer_status *(*buffer_read)(minfer_buffer *buffer, uint64_t offset, void *dst,
+                                uint64_t bytes); /* waits for pending work, then copies */
+
+  /* Build time: may this backend run the node? *out_yes = 1 or 0; when 0, why says why. */
+  minfer_status *(*supports)(minfer_backend *backend, const minfer_node *node, int32_t *out_yes,
+                             char *why, size_t why_size);
+  /* Build time: compile nodes (in execution order) into a segment. Tensor buffers/offsets
+   * are final: the memory plan is made before compile. */
+  minfer_status *(*compile)(minfer_backend *backend, const minfer_node *nodes, int32_t n_nodes,
+                            minfer_segment **out);
+  void (*segment_free)(minfer_segment *segment);
+  /* Run time: enqueue a compiled segment. May return before the device finished. */
+  minfer_status *(*execute)(minfer_backend *backend, minfer_segment *segment,
+                            const minfer_step_args *args);
+  /* Wait until all enqueued work finished; reports errors of asynchronous work. */
+  minfer_status *(*synchronize)(minfer_backend *backend);
+
+  /* ABI 1.0 ends here. Append new entries below; never move the ones above. */
+} minfer_backend_api;
+
+/* The entry symbol's type. The plugin returns its table (static storage) whatever the host's
+ * version; the host compares versions and refuses a mismatch. */
+typedef const minfer_backend_api *(*minfer_backend_entry_fn)(uint32_t host_abi_major,
+                                                             uint32_t host_abi_minor);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MINFER_ABI_H */

@@ -1,0 +1,417 @@
+// minfer/plugin.hpp — C++ helpers for plugin authors: write a class, get the C table.
+//
+// A plugin writes a Plugin class with static members (see MINFER_DEFINE_PLUGIN below) and a
+// Backend subclass with ordinary methods that throw minfer::sdk::Error. The templates here build
+// the minfer_backend_api table and turn every exception into a status at the boundary, so
+// nothing is thrown across it and the host survives any plugin failure.
+#pragma once
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "minfer/abi.h"
+
+// The opaque handles, as this helper implements them (each plugin has its own copy; the host
+// never looks inside).
+struct minfer_status {
+  int32_t code;
+  std::string message;
+};
+
+namespace minfer::sdk {
+
+class Buffer;
+class Backend;
+class Segment;
+
+}  // namespace minfer::sdk
+
+struct minfer_buffer {
+  std::unique_ptr<minfer::sdk::Buffer> impl;
+};
+struct minfer_segment {
+  std::unique_ptr<minfer::sdk::Segment> impl;
+};
+struct minfer_backend {
+  std::unique_ptr<minfer::sdk::Backend> impl;
+};
+
+namespace minfer::sdk {
+
+// An error that becomes a status with this code at the ABI boundary.
+class Error : public std::runtime_error {
+ public:
+  Error(minfer_status_code code, const std::string &message)
+      : std::runtime_error(message), code_(code) {}
+  minfer_status_code code() const { return code_; }
+
+ private:
+  minfer_status_code code_;
+};
+
+// The host's log callback, wrapped.
+class Host {
+ public:
+  Host() = default;
+  explicit Host(const minfer_host &h) : host_(h) {}
+  void log(minfer_log_level level, const std::string &message) const {
+    if (host_.log) host_.log(host_.user, level, message.c_str());
+  }
+
+ private:
+  minfer_host host_{};
+};
+
+// The plugin's options. take() consumes a key; finish() rejects whatever is left, naming it.
+class Options {
+ public:
+  Options(const char *const *keys, const char *const *values, int32_t n, std::string backend)
+      : backend_(std::move(backend)) {
+    for (int32_t i = 0; i < n; ++i) {
+      if (!keys || !keys[i] || !values || !values[i])
+        throw Error(MINFER_ERR_INVALID_ARGUMENT, "option " + std::to_string(i) + " is NULL");
+      left_[keys[i]] = values[i];
+    }
+  }
+  // The raw string of key, or fallback when absent.
+  std::string take(const std::string &key, const std::string &fallback) {
+    known_.push_back(key);
+    auto it = left_.find(key);
+    if (it == left_.end()) return fallback;
+    std::string v = it->second;
+    left_.erase(it);
+    return v;
+  }
+  bool take_bool(const std::string &key, bool fallback) {
+    const std::string v = take(key, fallback ? "true" : "false");
+    if (v == "true" || v == "1" || v == "yes") return true;
+    if (v == "false" || v == "0" || v == "no") return false;
+    throw bad(key, v, "true or false");
+  }
+  long long take_int(const std::string &key, long long fallback, long long min, long long max) {
+    const std::string v = take(key, std::to_string(fallback));
+    char *end = nullptr;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || x < min || x > max)
+      throw bad(key, v, "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+    return x;
+  }
+  // Throws for the first key no take() asked for.
+  void finish() const {
+    if (left_.empty()) return;
+    std::string known;
+    for (const auto &k : known_) known += (known.empty() ? "" : ", ") + k;
+    throw Error(MINFER_ERR_INVALID_ARGUMENT,
+                "unknown option '" + left_.begin()->first + "' for backend '" + backend_ +
+                    "' (known options: " + (known.empty() ? "none" : known) + ")");
+  }
+
+ private:
+  Error bad(const std::string &key, const std::string &v, const std::string &want) const {
+    return Error(MINFER_ERR_INVALID_ARGUMENT, "option '" + key + "' of backend '" + backend_ +
+                                                  "' has value '" + v + "'; expected " + want);
+  }
+  std::string backend_;
+  std::map<std::string, std::string> left_;
+  std::vector<std::string> known_;
+};
+
+// Memory owned by a backend.
+class Buffer {
+ public:
+  explicit Buffer(uint64_t bytes) : bytes_(bytes) {}
+  virtual ~Buffer() = default;
+  uint64_t size() const { return bytes_; }
+  virtual void write(uint64_t offset, const void *src, uint64_t bytes) = 0;
+  virtual void read(uint64_t offset, void *dst, uint64_t bytes) = 0;
+
+ protected:
+  // Throws unless [offset, offset + bytes) lies inside the buffer.
+  void check_range(uint64_t offset, uint64_t bytes, const char *what) const {
+    if (offset > bytes_ || bytes > bytes_ - offset)
+      throw Error(MINFER_ERR_INVALID_ARGUMENT,
+                  std::string(what) + " of " + std::to_string(bytes) + " bytes at offset " +
+                      std::to_string(offset) + " exceeds the buffer's " + std::to_string(bytes_) +
+                      " bytes");
+  }
+
+ private:
+  uint64_t bytes_;
+};
+
+// The Buffer behind a tensor descriptor, as the plugin's own type.
+template <class B>
+B &buffer_of(const minfer_tensor &t) {
+  if (!t.buffer || !t.buffer->impl)
+    throw Error(MINFER_ERR_INVALID_ARGUMENT,
+                std::string("tensor '") + (t.name ? t.name : "?") + "' has no buffer");
+  return static_cast<B &>(*t.buffer->impl);
+}
+
+// A node copied out of the host's call so a compiled segment can keep it.
+class OwnedNode {
+ public:
+  explicit OwnedNode(const minfer_node &n)
+      : name_(n.name ? n.name : ""), inputs_(n.inputs, n.inputs + n.n_inputs), node_(n) {
+    for (auto &t : inputs_) input_names_.emplace_back(t.name ? t.name : "");
+    output_name_ = n.output.name ? n.output.name : "";
+    if (n.params) {
+      const auto *p = reinterpret_cast<const unsigned char *>(n.params);
+      params_.assign(p, p + n.params->struct_size);
+    }
+    relink();
+  }
+  OwnedNode(const OwnedNode &o)
+      : name_(o.name_), input_names_(o.input_names_), output_name_(o.output_name_),
+        inputs_(o.inputs_), params_(o.params_), node_(o.node_) {
+    relink();
+  }
+  OwnedNode &operator=(const OwnedNode &) = delete;
+  const minfer_node &node() const { return node_; }
+  const std::string &name() const { return name_; }
+
+ private:
+  void relink() {
+    for (size_t i = 0; i < inputs_.size(); ++i) inputs_[i].name = input_names_[i].c_str();
+    node_.name = name_.c_str();
+    node_.inputs = inputs_.data();
+    node_.output.name = output_name_.c_str();
+    node_.params = params_.empty() ? nullptr
+                                   : reinterpret_cast<const minfer_params_header *>(params_.data());
+  }
+  std::string name_;
+  std::vector<std::string> input_names_;
+  std::string output_name_;
+  std::vector<minfer_tensor> inputs_;
+  std::vector<unsigned char> params_;
+  minfer_node node_;
+};
+
+// The answer of Backend::supports.
+struct Support {
+  bool ok = true;
+  std::string why;
+  static Support yes() { return {true, {}}; }
+  static Support no(std::string why) { return {false, std::move(why)}; }
+};
+
+// A compiled run of nodes.
+class Segment {
+ public:
+  virtual ~Segment() = default;
+  virtual void execute(const minfer_step_args &args) = 0;
+};
+
+// One opened device.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::unique_ptr<Buffer> alloc(uint64_t bytes) = 0;
+  virtual Support supports(const minfer_node &node) = 0;
+  virtual std::unique_ptr<Segment> compile(std::vector<OwnedNode> nodes) = 0;
+  virtual void synchronize() {}
+};
+
+namespace detail {
+
+// Returned when even the status cannot be allocated; status_free knows not to delete it.
+inline minfer_status *oom_status() {
+  static minfer_status s{MINFER_ERR_OUT_OF_MEMORY, "out of host memory while reporting an error"};
+  return &s;
+}
+
+inline minfer_status *make_status(int32_t code, const std::string &msg) {
+  try {
+    return new minfer_status{code, msg};
+  } catch (...) {
+    return oom_status();
+  }
+}
+
+// Runs f; any exception becomes a status. NULL = success.
+template <class F>
+minfer_status *guard(const char *what, F &&f) noexcept {
+  try {
+    f();
+    return nullptr;
+  } catch (const Error &e) {
+    return make_status(e.code(), e.what());
+  } catch (const std::bad_alloc &) {
+    return make_status(MINFER_ERR_OUT_OF_MEMORY, std::string(what) + ": out of host memory");
+  } catch (const std::exception &e) {
+    return make_status(MINFER_ERR_INTERNAL, std::string(what) + ": " + e.what());
+  } catch (...) {
+    return make_status(MINFER_ERR_INTERNAL, std::string(what) + ": unknown exception");
+  }
+}
+
+inline void copy_why(const std::string &s, char *why, size_t why_size) {
+  if (!why || why_size == 0) return;
+  const size_t n = s.size() < why_size - 1 ? s.size() : why_size - 1;
+  std::memcpy(why, s.data(), n);
+  why[n] = '\0';
+}
+
+inline void check_node(const minfer_node *n) {
+  if (!n) throw Error(MINFER_ERR_INVALID_ARGUMENT, "node is NULL");
+  if (n->struct_size < MINFER_SIZE_UP_TO(minfer_node, params))
+    throw Error(MINFER_ERR_INVALID_ARGUMENT,
+                "minfer_node.struct_size " + std::to_string(n->struct_size) +
+                    " is smaller than ABI 1.0's " +
+                    std::to_string(MINFER_SIZE_UP_TO(minfer_node, params)));
+  const std::string name = n->name ? n->name : "?";
+  if (n->n_inputs < 0 || (n->n_inputs > 0 && !n->inputs))
+    throw Error(MINFER_ERR_INVALID_ARGUMENT, "node '" + name + "': bad input list");
+  auto check_tensor = [&](const minfer_tensor &t) {
+    if (t.struct_size < MINFER_SIZE_UP_TO(minfer_tensor, name))
+      throw Error(MINFER_ERR_INVALID_ARGUMENT,
+                  "node '" + name + "': a tensor's struct_size is smaller than ABI 1.0's");
+    if (t.rank < 1 || t.rank > 4)
+      throw Error(MINFER_ERR_INVALID_ARGUMENT, "node '" + name + "': tensor rank " +
+                                                   std::to_string(t.rank) + " is not 1..4");
+  };
+  for (int32_t i = 0; i < n->n_inputs; ++i) check_tensor(n->inputs[i]);
+  check_tensor(n->output);
+  if (n->params && n->params->struct_size < sizeof(minfer_params_header))
+    throw Error(MINFER_ERR_INVALID_ARGUMENT, "node '" + name + "': params.struct_size too small");
+}
+
+template <class P>
+struct Api {
+  static const minfer_backend_api *table() {
+    static const minfer_backend_api api = make();
+    return &api;
+  }
+
+  static minfer_backend_api make() {
+    minfer_backend_api a{};
+    a.struct_size = sizeof(minfer_backend_api);
+    a.abi_major = MINFER_ABI_MAJOR;
+    a.abi_minor = MINFER_ABI_MINOR;
+    a.name = P::name;
+    a.version = P::version;
+    a.status_code = [](const minfer_status *s) -> int32_t { return s ? s->code : MINFER_OK; };
+    a.status_message = [](const minfer_status *s) -> const char * {
+      return s ? s->message.c_str() : "ok";
+    };
+    a.status_free = [](minfer_status *s) {
+      if (s != oom_status()) delete s;
+    };
+    a.device_count = [](int32_t *out, char *why, size_t why_size) {
+      return guard("device_count", [&] {
+        if (!out) throw Error(MINFER_ERR_INVALID_ARGUMENT, "out_count is NULL");
+        std::string reason;
+        *out = P::device_count(reason);
+        copy_why(*out == 0 ? reason : std::string(), why, why_size);
+      });
+    };
+    a.device_info = [](int32_t device, minfer_device_info *info) {
+      return guard("device_info", [&] {
+        if (!info || info->struct_size < MINFER_SIZE_UP_TO(minfer_device_info, free_bytes))
+          throw Error(MINFER_ERR_INVALID_ARGUMENT, "device_info: info is NULL or too small");
+        const size_t size = info->struct_size;
+        P::device_info(device, *info);
+        info->struct_size = size;
+      });
+    };
+    a.open = [](int32_t device, const minfer_host *host, const char *const *keys,
+                const char *const *values, int32_t n, minfer_backend **out) {
+      return guard("open", [&] {
+        if (!out) throw Error(MINFER_ERR_INVALID_ARGUMENT, "open: out is NULL");
+        *out = nullptr;
+        if (!host || host->struct_size < MINFER_SIZE_UP_TO(minfer_host, log))
+          throw Error(MINFER_ERR_INVALID_ARGUMENT,
+                      "open: minfer_host is NULL or smaller than ABI 1.0's");
+        Options opts(keys, values, n, P::name);
+        auto b = std::make_unique<minfer_backend>();
+        b->impl = P::open(device, opts, Host(*host));
+        opts.finish();
+        *out = b.release();
+      });
+    };
+    a.close = [](minfer_backend *b) { delete b; };
+    a.buffer_alloc = [](minfer_backend *b, uint64_t bytes, minfer_buffer **out) {
+      return guard("buffer_alloc", [&] {
+        if (!b || !out) throw Error(MINFER_ERR_INVALID_ARGUMENT, "buffer_alloc: NULL argument");
+        auto buf = std::make_unique<minfer_buffer>();
+        buf->impl = b->impl->alloc(bytes);
+        *out = buf.release();
+      });
+    };
+    a.buffer_free = [](minfer_buffer *buf) { delete buf; };
+    a.buffer_write = [](minfer_buffer *buf, uint64_t off, const void *src, uint64_t bytes) {
+      return guard("buffer_write", [&] {
+        if (!buf || (!src && bytes)) throw Error(MINFER_ERR_INVALID_ARGUMENT, "buffer_write: NULL");
+        buf->impl->write(off, src, bytes);
+      });
+    };
+    a.buffer_read = [](minfer_buffer *buf, uint64_t off, void *dst, uint64_t bytes) {
+      return guard("buffer_read", [&] {
+        if (!buf || (!dst && bytes)) throw Error(MINFER_ERR_INVALID_ARGUMENT, "buffer_read: NULL");
+        buf->impl->read(off, dst, bytes);
+      });
+    };
+    a.supports = [](minfer_backend *b, const minfer_node *node, int32_t *yes, char *why,
+                    size_t why_size) {
+      return guard("supports", [&] {
+        if (!b || !yes) throw Error(MINFER_ERR_INVALID_ARGUMENT, "supports: NULL argument");
+        check_node(node);
+        const Support s = b->impl->supports(*node);
+        *yes = s.ok ? 1 : 0;
+        copy_why(s.ok ? std::string() : s.why, why, why_size);
+      });
+    };
+    a.compile = [](minfer_backend *b, const minfer_node *nodes, int32_t n, minfer_segment **out) {
+      return guard("compile", [&] {
+        if (!b || !out || n < 0 || (n > 0 && !nodes))
+          throw Error(MINFER_ERR_INVALID_ARGUMENT, "compile: bad arguments");
+        *out = nullptr;
+        std::vector<OwnedNode> owned;
+        owned.reserve(size_t(n));
+        for (int32_t i = 0; i < n; ++i) {
+          check_node(&nodes[i]);
+          owned.emplace_back(nodes[i]);
+        }
+        auto seg = std::make_unique<minfer_segment>();
+        seg->impl = b->impl->compile(std::move(owned));
+        *out = seg.release();
+      });
+    };
+    a.segment_free = [](minfer_segment *s) { delete s; };
+    a.execute = [](minfer_backend *b, minfer_segment *s, const minfer_step_args *args) {
+      return guard("execute", [&] {
+        if (!b || !s || !args || args->struct_size < MINFER_SIZE_UP_TO(minfer_step_args, step))
+          throw Error(MINFER_ERR_INVALID_ARGUMENT, "execute: bad arguments");
+        s->impl->execute(*args);
+      });
+    };
+    a.synchronize = [](minfer_backend *b) {
+      return guard("synchronize", [&] {
+        if (!b) throw Error(MINFER_ERR_INVALID_ARGUMENT, "synchronize: backend is NULL");
+        b->impl->synchronize();
+      });
+    };
+    return a;
+  }
+};
+
+}  // namespace detail
+}  // namespace minfer::sdk
+
+// Defines the entry symbol for Plugin, a class with:
+//   static constexpr const char *name, *version;
+//   static int32_t device_count(std::string &why_none);
+//   static void device_info(int32_t device, minfer_device_info &info);   // throws for a bad id
+//   static std::unique_ptr<minfer::sdk::Backend> open(int32_t device, minfer::sdk::Options &,
+//                                                     const minfer::sdk::Host &);
+#define MINFER_DEFINE_PLUGIN(Plugin)                                                        \
+  extern "C" MINFER_EXPORT const minfer_backend_api *minfer_backend_entry(uint32_t, uint32_t) { \
+    return ::minfer::sdk::detail::Api<Plugin>::table();                                     \
+  }
