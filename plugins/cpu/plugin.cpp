@@ -51,17 +51,6 @@ std::string support_reason(const minfer_node &n) {
   return op->check(n);
 }
 
-// Every tensor must lie inside its buffer: checked once at compile so kernels never stray.
-void check_in_buffer(const minfer_node &n, const minfer_tensor &t) {
-  const uint64_t need = uint64_t(sdk::n_bytes(t));
-  const auto &buf = sdk::buffer_of<CpuBuffer>(t);
-  if (t.offset > buf.size() || need > buf.size() - t.offset)
-    throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT,
-                     "node '" + std::string(n.name) + "': tensor " + sdk::describe(t) + " (" +
-                         std::to_string(need) + " bytes at offset " + std::to_string(t.offset) +
-                         ") does not fit its buffer of " + std::to_string(buf.size()) + " bytes");
-}
-
 class CpuSegment : public sdk::Segment {
  public:
   explicit CpuSegment(std::vector<sdk::OwnedNode> nodes) : nodes_(std::move(nodes)) {
@@ -71,8 +60,8 @@ class CpuSegment : public sdk::Segment {
       if (!why.empty())
         throw sdk::Error(MINFER_ERR_UNSUPPORTED, "node '" + on.name() + "' (" +
                                                      minfer_op_name(n.op) + "): " + why);
-      for (int i = 0; i < n.n_inputs; ++i) check_in_buffer(n, n.inputs[i]);
-      check_in_buffer(n, n.output);
+      for (int i = 0; i < n.n_inputs; ++i) sdk::check_fits(n, n.inputs[i], sdk::n_bytes(n.inputs[i]));
+      sdk::check_fits(n, n.output, sdk::n_bytes(n.output));
       run_.push_back(find_op(n.op)->run);
     }
   }

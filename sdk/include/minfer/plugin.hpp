@@ -155,6 +155,18 @@ B &buffer_of(const minfer_tensor &t) {
   return static_cast<B &>(*t.buffer->impl);
 }
 
+// Throws unless tensor t of node n lies wholly inside its buffer. Plugins check this once per
+// node at compile, so no kernel can write outside memory the host gave it.
+inline void check_fits(const minfer_node &n, const minfer_tensor &t, int64_t t_bytes) {
+  const Buffer &buf = buffer_of<Buffer>(t);
+  if (t_bytes < 0 || t.offset > buf.size() || uint64_t(t_bytes) > buf.size() - t.offset)
+    throw Error(MINFER_ERR_INVALID_ARGUMENT,
+                std::string("node '") + (n.name ? n.name : "?") + "': tensor '" +
+                    (t.name ? t.name : "?") + "' (" + std::to_string(t_bytes) + " bytes at offset " +
+                    std::to_string(t.offset) + ") does not fit its buffer of " +
+                    std::to_string(buf.size()) + " bytes");
+}
+
 // A node copied out of the host's call so a compiled segment can keep it.
 class OwnedNode {
  public:

@@ -1,0 +1,39 @@
+// plugins/cuda/cuda_buffer.hpp — device memory as an sdk::Buffer.
+#pragma once
+
+#include "device.hpp"
+#include "minfer/tensor.hpp"
+
+namespace minfer::cuda {
+
+class CudaBuffer : public sdk::Buffer {
+ public:
+  CudaBuffer(CudaDevice &dev, uint64_t bytes) : Buffer(bytes), dev_(dev), data_(static_cast<uint8_t *>(dev.alloc(bytes))) {}
+  ~CudaBuffer() override { dev_.release(data_); }
+  // Ordered after the kernels already enqueued on the device's stream; done on return.
+  void write(uint64_t offset, const void *src, uint64_t bytes) override {
+    check_range(offset, bytes, "write");
+    DeviceScope scope(dev_.id());
+    check_cuda(cudaMemcpyAsync(data_ + offset, src, bytes, cudaMemcpyHostToDevice, dev_.stream()), "buffer write");
+    check_cuda(cudaStreamSynchronize(dev_.stream()), "buffer write");
+  }
+  void read(uint64_t offset, void *dst, uint64_t bytes) override {
+    check_range(offset, bytes, "read");
+    DeviceScope scope(dev_.id());
+    check_cuda(cudaMemcpyAsync(dst, data_ + offset, bytes, cudaMemcpyDeviceToHost, dev_.stream()), "buffer read");
+    check_cuda(cudaStreamSynchronize(dev_.stream()), "buffer read");
+  }
+  uint8_t *data() const { return data_; }
+
+ private:
+  CudaDevice &dev_;
+  uint8_t *data_;
+};
+
+// Device address of a tensor's element 0.
+template <class T = uint8_t>
+T *dptr(const minfer_tensor &t) {
+  return reinterpret_cast<T *>(sdk::buffer_of<CudaBuffer>(t).data() + t.offset);
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,128 @@
+#include "device.hpp"
+
+#include "minfer/dtype.h"
+
+namespace minfer::cuda {
+
+void check_cuda(cudaError_t err, const std::string &what) {
+  if (err == cudaSuccess) return;
+  const minfer_status_code code =
+      err == cudaErrorMemoryAllocation ? MINFER_ERR_OUT_OF_MEMORY : MINFER_ERR_DEVICE;
+  throw sdk::Error(code, what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+}
+
+DeviceScope::DeviceScope(int device) { check_cuda(cudaSetDevice(device), "cudaSetDevice"); }
+
+CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &host)
+    : device_(device), opts_(opts), host_(host) {
+  DeviceScope scope(device_);
+  int max_grid_x = 0;
+  check_cuda(cudaDeviceGetAttribute(&max_grid_x, cudaDevAttrMaxGridDimX, device_),
+             "reading the device's grid limit");
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  cfg_.stream = stream_;
+  cfg_.max_blocks = opts_.max_grid_blocks > 0 && opts_.max_grid_blocks < max_grid_x
+                        ? opts_.max_grid_blocks
+                        : max_grid_x;
+  cfg_.kernel_dtype = -1;
+  error_flag_ = static_cast<int32_t *>(alloc(2 * sizeof(int32_t)));
+  check_cuda(cudaMemset(error_flag_, 0, 2 * sizeof(int32_t)), "clearing the error flag");
+  node_names_.push_back("");  // tag 0 means "no error"
+}
+
+CudaDevice::~CudaDevice() {
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (error_flag_) cudaFree(error_flag_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void *CudaDevice::alloc(uint64_t bytes) {
+  DeviceScope scope(device_);
+  void *p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear the sticky-free allocation error
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw sdk::Error(MINFER_ERR_OUT_OF_MEMORY,
+                     "out of device memory on cuda:" + std::to_string(device_) + ": needed " +
+                         std::to_string(bytes) + " bytes, " + std::to_string(free_b) +
+                         " free of " + std::to_string(total_b) +
+                         "; place fewer layers on this device or use a smaller model");
+  }
+  check_cuda(err, "cudaMalloc(" + std::to_string(bytes) + ")");
+  return p;
+}
+
+void CudaDevice::release(void *p) {
+  cudaSetDevice(device_);
+  cudaFree(p);
+}
+
+int32_t CudaDevice::register_node(const std::string &name) {
+  node_names_.push_back(name);
+  return int32_t(node_names_.size() - 1);
+}
+
+void CudaDevice::check_launch(cudaError_t err) {
+  auto kernel = [&] {
+    std::string k = cfg_.kernel_name ? cfg_.kernel_name : "?";
+    if (cfg_.kernel_dtype >= 0) k += std::string("<") + minfer_dtype_name(cfg_.kernel_dtype) + ">";
+    return k;
+  };
+  if (err == cudaErrorNotSupported)
+    throw sdk::Error(MINFER_ERR_UNSUPPORTED, "no CUDA kernel instantiated for this dtype");
+  check_cuda(err, "launching kernel " + kernel());
+  if (opts_.debug_sync) check_cuda(cudaStreamSynchronize(stream_), "kernel " + kernel() + " failed");
+}
+
+void CudaDevice::add_f32(const float *a, const float *b, float *y, int64_t n) {
+  check_launch(minfer_cuda_add_f32(&cfg_, a, b, y, n));
+}
+
+void CudaDevice::mul_f32(const float *a, const float *b, float *y, int64_t n) {
+  check_launch(minfer_cuda_mul_f32(&cfg_, a, b, y, n));
+}
+
+void CudaDevice::silu_f32(const float *x, float *y, int64_t n) {
+  check_launch(minfer_cuda_silu_f32(&cfg_, x, y, n));
+}
+
+void CudaDevice::add_row_broadcast_f32(const float *a, const float *bias, float *y, int64_t rows,
+                                       int64_t d) {
+  check_launch(minfer_cuda_add_row_broadcast_f32(&cfg_, a, bias, y, rows, d));
+}
+
+void CudaDevice::convert_f32_f16(const float *x, uint16_t *y, int64_t n) {
+  check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, y, n));
+}
+
+void CudaDevice::get_rows(int32_t table_dtype, const void *table, int64_t table_rows, int64_t d,
+                          const int32_t *ids, int64_t n_ids, float *y, int32_t node_tag) {
+  check_launch(minfer_cuda_get_rows(&cfg_, table_dtype, table, table_rows, d, ids, n_ids, y,
+                                    error_flag_, node_tag));
+}
+
+void CudaDevice::dequantize_f16(int32_t dtype, const void *x, uint16_t *y, int64_t n) {
+  check_launch(minfer_cuda_dequantize_f16(&cfg_, dtype, x, y, n));
+}
+
+void CudaDevice::synchronize() {
+  DeviceScope scope(device_);
+  check_cuda(cudaStreamSynchronize(stream_), "a kernel on cuda:" + std::to_string(device_) +
+                                                 " failed (rerun with the option debug_sync: "
+                                                 "true to name it)");
+  int32_t flag[2] = {0, 0};
+  check_cuda(cudaMemcpy(flag, error_flag_, sizeof flag, cudaMemcpyDeviceToHost), "reading the error flag");
+  if (flag[0] != 0) {
+    check_cuda(cudaMemset(error_flag_, 0, sizeof flag), "clearing the error flag");
+    const std::string node =
+        flag[0] > 0 && size_t(flag[0]) < node_names_.size() ? node_names_[size_t(flag[0])] : "?";
+    throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT,
+                     "node '" + node + "' (get_rows): row id " + std::to_string(flag[1]) +
+                         " is outside the table; its output row was filled with NaN");
+  }
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,76 @@
+// plugins/cuda/device.hpp — one CUDA device: its stream, memory, launch checks (hop 2).
+//
+// Op handlers call these methods with raw device pointers and sizes; each method calls one
+// C launcher and turns a failed launch into an sdk::Error that names the kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/launchers.h"
+#include "minfer/plugin.hpp"
+
+namespace minfer::cuda {
+
+// Throws sdk::Error "<what>: <cuda error string>" unless err is cudaSuccess.
+void check_cuda(cudaError_t err, const std::string &what);
+
+// Makes `device` current for the scope (the host may drive several devices from one thread).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device);
+};
+
+struct DeviceOptions {
+  bool debug_sync = false;     // synchronize after every launch to pin a failing kernel
+  int64_t max_grid_blocks = 0; // 0 = the device's limit; small values exercise grid-stride loops
+};
+
+class CudaDevice {
+ public:
+  CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &host);
+  ~CudaDevice();
+  CudaDevice(const CudaDevice &) = delete;
+  CudaDevice &operator=(const CudaDevice &) = delete;
+
+  int id() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  const sdk::Host &host() const { return host_; }
+
+  // Device memory; out of memory is an error with the bytes asked for and free.
+  void *alloc(uint64_t bytes);
+  void release(void *p);
+
+  // A small id for a node name, carried by kernels that report data errors through the flag.
+  int32_t register_node(const std::string &name);
+
+  // ---- kernels (one method per launcher) ----
+  void add_f32(const float *a, const float *b, float *y, int64_t n);
+  void mul_f32(const float *a, const float *b, float *y, int64_t n);
+  void silu_f32(const float *x, float *y, int64_t n);
+  void add_row_broadcast_f32(const float *a, const float *bias, float *y, int64_t rows, int64_t d);
+  void convert_f32_f16(const float *x, uint16_t *y, int64_t n);
+  void get_rows(int32_t table_dtype, const void *table, int64_t table_rows, int64_t d,
+                const int32_t *ids, int64_t n_ids, float *y, int32_t node_tag);
+  void dequantize_f16(int32_t dtype, const void *x, uint16_t *y, int64_t n);
+
+  // Waits for the stream; reports asynchronous errors and data errors (bad row ids).
+  void synchronize();
+
+ private:
+  // After each launch: name the kernel on failure; in debug_sync mode also wait for it.
+  void check_launch(cudaError_t err);
+
+  int device_;
+  DeviceOptions opts_;
+  sdk::Host host_;
+  cudaStream_t stream_ = nullptr;
+  minfer_cuda_launch_cfg cfg_{};
+  int32_t *error_flag_ = nullptr;  // device int32[2]: (node tag, bad id)
+  std::vector<std::string> node_names_;
+};
+
+}  // namespace minfer::cuda

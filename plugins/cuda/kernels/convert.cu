@@ -1,0 +1,56 @@
+// plugins/cuda/kernels/convert.cu — f32 -> f16, eight values per thread.
+#include <cuda_fp16.h>
+
+#include "grid.cuh"
+
+namespace minfer::cuda {
+namespace {
+
+// Eight values per thread: two 16-byte loads and one 16-byte store, so each warp moves whole
+// 512-byte lines; a memory-bound copy needs wide accesses more than it needs threads.
+constexpr int kPerThread = 8;
+
+__global__ void convert_f32_f16_vec8_kernel(const float4 *x, uint4 *y, int64_t n_chunks) {
+  MINFER_GRID_STRIDE(i, n_chunks) {
+    const float4 a = x[2 * i], b = x[2 * i + 1];
+    const __half2 h0 = __floats2half2_rn(a.x, a.y), h1 = __floats2half2_rn(a.z, a.w);
+    const __half2 h2 = __floats2half2_rn(b.x, b.y), h3 = __floats2half2_rn(b.z, b.w);
+    uint4 out;
+    out.x = *reinterpret_cast<const uint32_t *>(&h0);
+    out.y = *reinterpret_cast<const uint32_t *>(&h1);
+    out.z = *reinterpret_cast<const uint32_t *>(&h2);
+    out.w = *reinterpret_cast<const uint32_t *>(&h3);
+    y[i] = out;
+  }
+}
+
+// Scalar form: the tail after the last whole chunk, or unaligned tensors.
+__global__ void convert_f32_f16_kernel(const float *x, __half *y, int64_t n) {
+  MINFER_GRID_STRIDE(i, n) y[i] = __float2half_rn(x[i]);
+}
+
+}  // namespace
+}  // namespace minfer::cuda
+
+using namespace minfer::cuda;
+
+extern "C" cudaError_t minfer_cuda_convert_f32_f16(minfer_cuda_launch_cfg *cfg,
+                                                   const float *x, uint16_t *y, int64_t n) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(x) % 16 == 0) &&
+                       (reinterpret_cast<uintptr_t>(y) % 16 == 0);
+  int64_t done = 0;
+  if (aligned && n >= kPerThread) {
+    const int64_t chunks = n / kPerThread;
+    convert_f32_f16_vec8_kernel<<<grid_for(cfg, chunks), kBlock, 0, cfg->stream>>>(
+        reinterpret_cast<const float4 *>(x), reinterpret_cast<uint4 *>(y), chunks);
+    const cudaError_t err = launched(cfg, "convert_f32_f16_vec8_kernel");
+    if (err != cudaSuccess) return err;
+    done = chunks * kPerThread;
+  }
+  if (done < n) {
+    convert_f32_f16_kernel<<<grid_for(cfg, n - done), kBlock, 0, cfg->stream>>>(
+        x + done, reinterpret_cast<__half *>(y) + done, n - done);
+    return launched(cfg, "convert_f32_f16_kernel");
+  }
+  return cudaSuccess;
+}

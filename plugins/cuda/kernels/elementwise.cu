@@ -1,0 +1,58 @@
+// plugins/cuda/kernels/elementwise.cu — f32 elementwise family: one thread per element.
+#include "grid.cuh"
+
+namespace minfer::cuda {
+namespace {
+
+// y = a + b
+__global__ void add_f32_kernel(const float *a, const float *b, float *y, int64_t n) {
+  MINFER_GRID_STRIDE(i, n) y[i] = a[i] + b[i];
+}
+
+// y = a * b
+__global__ void mul_f32_kernel(const float *a, const float *b, float *y, int64_t n) {
+  MINFER_GRID_STRIDE(i, n) y[i] = a[i] * b[i];
+}
+
+// y = x / (1 + e^-x); expf, not __expf, to stay within a few ulp of the CPU reference.
+__global__ void silu_f32_kernel(const float *x, float *y, int64_t n) {
+  MINFER_GRID_STRIDE(i, n) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+// y[r][c] = a[r][c] + bias[c], over the flattened rows*d elements.
+__global__ void add_row_broadcast_f32_kernel(const float *a, const float *bias, float *y,
+                                             int64_t total, int64_t d) {
+  MINFER_GRID_STRIDE(i, total) y[i] = a[i] + bias[i % d];
+}
+
+}  // namespace
+}  // namespace minfer::cuda
+
+using namespace minfer::cuda;
+
+extern "C" cudaError_t minfer_cuda_add_f32(minfer_cuda_launch_cfg *cfg, const float *a,
+                                           const float *b, float *y, int64_t n) {
+  add_f32_kernel<<<grid_for(cfg, n), kBlock, 0, cfg->stream>>>(a, b, y, n);
+  return launched(cfg, "add_f32_kernel");
+}
+
+extern "C" cudaError_t minfer_cuda_mul_f32(minfer_cuda_launch_cfg *cfg, const float *a,
+                                           const float *b, float *y, int64_t n) {
+  mul_f32_kernel<<<grid_for(cfg, n), kBlock, 0, cfg->stream>>>(a, b, y, n);
+  return launched(cfg, "mul_f32_kernel");
+}
+
+extern "C" cudaError_t minfer_cuda_silu_f32(minfer_cuda_launch_cfg *cfg, const float *x,
+                                            float *y, int64_t n) {
+  silu_f32_kernel<<<grid_for(cfg, n), kBlock, 0, cfg->stream>>>(x, y, n);
+  return launched(cfg, "silu_f32_kernel");
+}
+
+extern "C" cudaError_t minfer_cuda_add_row_broadcast_f32(minfer_cuda_launch_cfg *cfg,
+                                                         const float *a, const float *bias,
+                                                         float *y, int64_t rows, int64_t d) {
+  const int64_t total = rows * d;
+  add_row_broadcast_f32_kernel<<<grid_for(cfg, total), kBlock, 0, cfg->stream>>>(a, bias, y,
+                                                                                 total, d);
+  return launched(cfg, "add_row_broadcast_f32_kernel");
+}

@@ -1,0 +1,53 @@
+/* plugins/cuda/kernels/launchers.h — the C launchers (hop 3 of op -> device -> launcher -> kernel).
+ *
+ * Each launcher owns its grid arithmetic: element/block counts in 64-bit, ceil-div grids
+ * clamped to cfg->max_blocks (kernels loop grid-stride past the clamp), 256-thread blocks.
+ * Each records the kernel it launched in cfg and returns that launch's error (checked right
+ * after it), or cudaErrorNotSupported for a dtype it has no kernel for; it never synchronizes. */
+#ifndef MINFER_CUDA_LAUNCHERS_H
+#define MINFER_CUDA_LAUNCHERS_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct minfer_cuda_launch_cfg {
+  cudaStream_t stream;
+  int64_t max_blocks;      /* grid clamp: the hardware's limit, or lower to test grid-stride loops */
+  const char *kernel_name; /* out: the last kernel launched (static string), for error messages */
+  int32_t kernel_dtype;    /* out: the dtype it was instantiated for, or -1 */
+} minfer_cuda_launch_cfg;
+
+/* elementwise.cu */
+cudaError_t minfer_cuda_add_f32(minfer_cuda_launch_cfg *cfg, const float *a, const float *b,
+                                float *y, int64_t n);
+cudaError_t minfer_cuda_mul_f32(minfer_cuda_launch_cfg *cfg, const float *a, const float *b,
+                                float *y, int64_t n);
+cudaError_t minfer_cuda_silu_f32(minfer_cuda_launch_cfg *cfg, const float *x, float *y,
+                                 int64_t n);
+cudaError_t minfer_cuda_add_row_broadcast_f32(minfer_cuda_launch_cfg *cfg, const float *a,
+                                              const float *bias, float *y, int64_t rows, int64_t d);
+
+/* convert.cu */
+cudaError_t minfer_cuda_convert_f32_f16(minfer_cuda_launch_cfg *cfg, const float *x,
+                                        uint16_t *y, int64_t n);
+
+/* getrows.cu: out[r] = table[ids[r]] as f32. An id outside [0, table_rows) fills its row
+ * with NaN and records (error_tag, id) in error_flag[0..1] if error_flag[0] was 0. */
+cudaError_t minfer_cuda_get_rows(minfer_cuda_launch_cfg *cfg, int32_t table_dtype,
+                                 const void *table, int64_t table_rows, int64_t d,
+                                 const int32_t *ids, int64_t n_ids, float *y,
+                                 int32_t *error_flag, int32_t error_tag);
+
+/* dequantize.cu: y = f16(x) for a block dtype; n values, a multiple of the block size. */
+cudaError_t minfer_cuda_dequantize_f16(minfer_cuda_launch_cfg *cfg, int32_t dtype,
+                                       const void *x, uint16_t *y, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MINFER_CUDA_LAUNCHERS_H */

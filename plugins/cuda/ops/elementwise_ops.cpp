@@ -1,0 +1,47 @@
+// plugins/cuda/ops/elementwise_ops.cpp — handlers for the f32 elementwise family and convert.
+#include "ops/op_table.hpp"
+
+namespace minfer::cuda {
+namespace {
+
+std::string any(const minfer_node &) { return ""; }
+
+void run_add(CudaDevice &dev, const minfer_node &n, int32_t) {
+  dev.add_f32(dptr<float>(n.inputs[0]), dptr<float>(n.inputs[1]), dptr<float>(n.output),
+              sdk::n_elements(n.output));
+}
+
+void run_mul(CudaDevice &dev, const minfer_node &n, int32_t) {
+  dev.mul_f32(dptr<float>(n.inputs[0]), dptr<float>(n.inputs[1]), dptr<float>(n.output),
+              sdk::n_elements(n.output));
+}
+
+void run_silu(CudaDevice &dev, const minfer_node &n, int32_t) {
+  dev.silu_f32(dptr<float>(n.inputs[0]), dptr<float>(n.output), sdk::n_elements(n.output));
+}
+
+void run_add_row_broadcast(CudaDevice &dev, const minfer_node &n, int32_t) {
+  dev.add_row_broadcast_f32(dptr<float>(n.inputs[0]), dptr<float>(n.inputs[1]),
+                            dptr<float>(n.output), sdk::n_rows(n.output), n.output.shape[0]);
+}
+
+void run_convert(CudaDevice &dev, const minfer_node &n, int32_t) {
+  dev.convert_f32_f16(dptr<float>(n.inputs[0]), dptr<uint16_t>(n.output), sdk::n_elements(n.output));
+}
+
+const CudaOp kOps[] = {
+    {MINFER_OP_ADD, any, run_add},
+    {MINFER_OP_MUL, any, run_mul},
+    {MINFER_OP_SILU, any, run_silu},
+    {MINFER_OP_ADD_ROW_BROADCAST, any, run_add_row_broadcast},
+    {MINFER_OP_CONVERT, any, run_convert},
+};
+
+}  // namespace
+
+void elementwise_ops(const CudaOp **begin, const CudaOp **end) {
+  *begin = std::begin(kOps);
+  *end = std::end(kOps);
+}
+
+}  // namespace minfer::cuda

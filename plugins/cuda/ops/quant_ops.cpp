@@ -1,0 +1,42 @@
+// plugins/cuda/ops/quant_ops.cpp — handlers for embedding gather and dequantize.
+#include "minfer/decode.hpp"
+#include "ops/op_table.hpp"
+
+namespace minfer::cuda {
+namespace {
+
+bool has_kernel(int32_t dtype) {
+  return dtype == MINFER_DTYPE_F32 || dtype == MINFER_DTYPE_F16 ||
+         sdk::visit_block_dtype(dtype, [](auto) {});
+}
+
+std::string check_table(const minfer_node &n) {
+  return has_kernel(n.inputs[0].dtype)
+             ? ""
+             : std::string("the cuda backend has no kernel for ") + minfer_dtype_name(n.inputs[0].dtype);
+}
+
+void run_get_rows(CudaDevice &dev, const minfer_node &n, int32_t tag) {
+  const minfer_tensor &table = n.inputs[0], &ids = n.inputs[1];
+  dev.get_rows(table.dtype, dptr(table), table.shape[1], table.shape[0], dptr<int32_t>(ids),
+               ids.shape[0], dptr<float>(n.output), tag);
+}
+
+void run_dequantize(CudaDevice &dev, const minfer_node &n, int32_t) {
+  dev.dequantize_f16(n.inputs[0].dtype, dptr(n.inputs[0]), dptr<uint16_t>(n.output),
+                     sdk::n_elements(n.output));
+}
+
+const CudaOp kOps[] = {
+    {MINFER_OP_GET_ROWS, check_table, run_get_rows},
+    {MINFER_OP_DEQUANTIZE, check_table, run_dequantize},
+};
+
+}  // namespace
+
+void quant_ops(const CudaOp **begin, const CudaOp **end) {
+  *begin = std::begin(kOps);
+  *end = std::end(kOps);
+}
+
+}  // namespace minfer::cuda

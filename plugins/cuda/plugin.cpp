@@ -1,0 +1,141 @@
+// plugins/cuda/plugin.cpp — the CUDA backend's entry: devices, options, supports, compile,
+// execute. Dispatch: op handler (ops/) -> CudaDevice method -> C launcher -> kernel.
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "cuda_buffer.hpp"
+#include "device.hpp"
+#include "minfer/op_contract.hpp"
+#include "ops/op_table.hpp"
+
+namespace minfer::cuda {
+
+const CudaOp *find_op(int32_t op) {
+  using Family = void (*)(const CudaOp **, const CudaOp **);
+  for (Family family : {elementwise_ops, quant_ops}) {
+    const CudaOp *b, *e;
+    family(&b, &e);
+    for (; b != e; ++b)
+      if (b->op == op) return b;
+  }
+  return nullptr;
+}
+
+namespace {
+
+std::string support_reason(const minfer_node &n) {
+  const std::string contract = sdk::check_op_contract(n);
+  if (!contract.empty()) return contract;
+  const CudaOp *op = find_op(n.op);
+  if (!op) return std::string("the cuda backend has no kernel for op ") + minfer_op_name(n.op);
+  return op->check(n);
+}
+
+class CudaSegment : public sdk::Segment {
+ public:
+  CudaSegment(CudaDevice &dev, std::vector<sdk::OwnedNode> nodes) : dev_(dev), nodes_(std::move(nodes)) {
+    for (const auto &on : nodes_) {
+      const minfer_node &n = on.node();
+      const std::string why = support_reason(n);
+      if (!why.empty())
+        throw sdk::Error(MINFER_ERR_UNSUPPORTED,
+                         "node '" + on.name() + "' (" + minfer_op_name(n.op) + "): " + why);
+      for (int i = 0; i < n.n_inputs; ++i) sdk::check_fits(n, n.inputs[i], sdk::n_bytes(n.inputs[i]));
+      sdk::check_fits(n, n.output, sdk::n_bytes(n.output));
+      run_.push_back(find_op(n.op)->run);
+      tags_.push_back(dev_.register_node(on.name()));
+    }
+  }
+
+  void execute(const minfer_step_args &) override {
+    DeviceScope scope(dev_.id());
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      try {
+        run_[i](dev_, nodes_[i].node(), tags_[i]);
+      } catch (const sdk::Error &e) {
+        throw sdk::Error(e.code(), "node '" + nodes_[i].name() + "' (" +
+                                       minfer_op_name(nodes_[i].node().op) + "): " + e.what());
+      }
+    }
+  }
+
+ private:
+  CudaDevice &dev_;
+  std::vector<sdk::OwnedNode> nodes_;
+  std::vector<void (*)(CudaDevice &, const minfer_node &, int32_t)> run_;
+  std::vector<int32_t> tags_;
+};
+
+class CudaBackend : public sdk::Backend {
+ public:
+  CudaBackend(int device, const DeviceOptions &opts, const sdk::Host &host) : dev_(device, opts, host) {}
+
+  std::unique_ptr<sdk::Buffer> alloc(uint64_t bytes) override {
+    return std::make_unique<CudaBuffer>(dev_, bytes);
+  }
+  sdk::Support supports(const minfer_node &n) override {
+    const std::string why = support_reason(n);
+    return why.empty() ? sdk::Support::yes() : sdk::Support::no(why);
+  }
+  std::unique_ptr<sdk::Segment> compile(std::vector<sdk::OwnedNode> nodes) override {
+    return std::make_unique<CudaSegment>(dev_, std::move(nodes));
+  }
+  void synchronize() override { dev_.synchronize(); }
+
+ private:
+  CudaDevice dev_;
+};
+
+}  // namespace
+
+struct CudaPlugin {
+  static constexpr const char *name = "cuda";
+  static constexpr const char *version = MINFER_VERSION;
+
+  static int32_t device_count(std::string &why) {
+    int n = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      why = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err) +
+            " (no usable NVIDIA GPU or driver on this machine)";
+      return 0;
+    }
+    if (n == 0) why = "the CUDA driver reports no devices";
+    return n;
+  }
+
+  static void device_info(int32_t device, minfer_device_info &info) {
+    std::string why;
+    const int32_t n = device_count(why);
+    if (device < 0 || device >= n)
+      throw sdk::Error(MINFER_ERR_NOT_FOUND, "no CUDA device " + std::to_string(device) + " (" +
+                                                 std::to_string(n) + " present" +
+                                                 (why.empty() ? "" : "; " + why) + ")");
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    std::snprintf(info.name, sizeof info.name, "%s (sm_%d%d, %d SMs)", prop.name, prop.major,
+                  prop.minor, prop.multiProcessorCount);
+    DeviceScope scope(device);
+    size_t free_b = 0, total_b = 0;
+    check_cuda(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+    info.total_bytes = total_b;
+    info.free_bytes = free_b;
+  }
+
+  static std::unique_ptr<sdk::Backend> open(int32_t device, sdk::Options &opts, const sdk::Host &host) {
+    DeviceOptions o;
+    o.debug_sync = opts.take_bool("debug_sync", false);
+    o.max_grid_blocks = opts.take_int("max_grid_blocks", 0, 0, int64_t(1) << 31);
+    opts.finish();  // reject unknown keys before touching the device
+    minfer_device_info info{};
+    device_info(device, info);  // a clear error for a bad device id
+    host.log(MINFER_LOG_INFO, std::string("opened cuda:") + std::to_string(device) + " " + info.name);
+    return std::make_unique<CudaBackend>(device, o, host);
+  }
+};
+
+}  // namespace minfer::cuda
+
+MINFER_DEFINE_PLUGIN(minfer::cuda::CudaPlugin)
