@@ -1,0 +1,127 @@
+// The plugin loader: every way a plugin file can be wrong gives an error that names the file,
+// says what is wrong and what to do; and the shipped plugins load and answer.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <cstring>
+#include <functional>
+
+#include "common/error.hpp"
+#include "runtime/plugin.hpp"
+
+namespace {
+
+std::string load_error(const std::string &path) {
+  try {
+    minfer::Plugin::load(path);
+  } catch (const minfer::Error &e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
+std::string broken(const std::string &kind) {
+  return std::string(MINFER_TEST_PLUGIN_DIR) + "/libminfer_test_" + kind + ".so";
+}
+
+TEST(Loader, MissingFile) {
+  const std::string msg = load_error("/nonexistent/libminfer_backend_x.so");
+  EXPECT_NE(msg.find("/nonexistent/libminfer_backend_x.so: plugin file not found"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("MINFER_PLUGIN_PATH"), std::string::npos) << msg;
+}
+
+TEST(Loader, NotALibrary) {
+  const auto path = std::filesystem::temp_directory_path() / "libminfer_backend_garbage.so";
+  std::ofstream(path) << "not an ELF file";
+  const std::string msg = load_error(path.string());
+  EXPECT_NE(msg.find("cannot load the library"), std::string::npos) << msg;
+  std::filesystem::remove(path);
+}
+
+TEST(Loader, NoEntrySymbol) {
+  const std::string msg = load_error(broken("no_entry"));
+  EXPECT_NE(msg.find(broken("no_entry")), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not a minfer plugin"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("minfer_backend_entry"), std::string::npos) << msg;
+}
+
+TEST(Loader, AbiMajorMismatchNamesBothVersions) {
+  const std::string msg = load_error(broken("major"));
+  const std::string theirs = std::to_string(MINFER_ABI_MAJOR + 1) + ".3";
+  const std::string ours = std::to_string(MINFER_ABI_MAJOR) + "." + std::to_string(MINFER_ABI_MINOR);
+  EXPECT_NE(msg.find("plugin ABI " + theirs), std::string::npos) << msg;
+  EXPECT_NE(msg.find("minfer's ABI " + ours), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rebuild the plugin"), std::string::npos) << msg;
+}
+
+TEST(Loader, TableTooSmall) {
+  const std::string msg = load_error(broken("small"));
+  EXPECT_NE(msg.find("function table is"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("smaller than ABI"), std::string::npos) << msg;
+}
+
+TEST(Loader, NullTable) {
+  EXPECT_NE(load_error(broken("null")).find("returned no function table"), std::string::npos);
+}
+
+TEST(Loader, NotFoundBySearchListsWhereItLooked) {
+  try {
+    minfer::find_plugin("nosuch", "", {"/tmp/a", "/tmp/b"});
+    FAIL() << "expected an error";
+  } catch (const minfer::Error &e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("libminfer_backend_nosuch.so not found"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("/tmp/a/libminfer_backend_nosuch.so"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("/tmp/b/libminfer_backend_nosuch.so"), std::string::npos) << msg;
+  }
+}
+
+TEST(Loader, CpuPluginLoadsAndRejectsUnknownOption) {
+  auto p = minfer::find_plugin("cpu", "", minfer::plugin_search_dirs(""));
+  EXPECT_EQ(p->name(), "cpu");
+  EXPECT_EQ(p->api().abi_major, uint32_t(MINFER_ABI_MAJOR));
+  EXPECT_EQ(p->device_count(nullptr), 1);
+  try {
+    minfer::BackendHandle h(p, 0, {{"thraeds", "4"}});
+    FAIL() << "an unknown option must fail open";
+  } catch (const minfer::Error &e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("backend 'cpu'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("unknown option 'thraeds'"), std::string::npos) << msg;
+  }
+  // A bad device id is the plugin's create failing: its message reaches the host.
+  try {
+    minfer::BackendHandle h(p, 3, {});
+    FAIL() << "device 3 must fail";
+  } catch (const minfer::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("open device 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Loader, CudaPluginWithoutDeviceListsZeroWithReason) {
+  const auto dirs = minfer::plugin_search_dirs("");
+  std::shared_ptr<minfer::Plugin> p;
+  try {
+    p = minfer::find_plugin("cuda", "", dirs);
+  } catch (const minfer::Error &e) {
+    GTEST_SKIP() << "the CUDA plugin was not built (no CUDA toolkit): " << e.what();
+  }
+  std::string why;
+  const int32_t n = p->device_count(&why);
+  if (n > 0) {
+    const minfer_device_info info = p->device_info(0);
+    EXPECT_GT(info.total_bytes, 0u);
+    EXPECT_GT(std::strlen(info.name), 0u);
+  } else {
+    EXPECT_FALSE(why.empty()) << "zero devices must come with a reason";
+    try {
+      minfer::BackendHandle h(p, 0, {});
+      FAIL() << "opening a missing device must fail";
+    } catch (const minfer::Error &e) {
+      EXPECT_NE(std::string(e.what()).find("no CUDA device 0"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace

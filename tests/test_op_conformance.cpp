@@ -1,0 +1,409 @@
+// Op conformance: every op x dtype x shape on every loaded backend, against core/reference.
+//
+// Each tensor gets its own buffer with 256 guard bytes on both sides; outputs are poisoned
+// before the run. After it, guards and inputs must be untouched and every output value must
+// match the reference within the op's tolerance (docs/TESTING.md), with NaN/Inf agreement.
+// Filter with MINFER_CONFORMANCE_OPS=add,get_rows (op names); backends with --gtest_filter.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "graph/graph.hpp"
+#include "minfer/decode.hpp"
+#include "quant/reference.hpp"
+#include "reference/ops.hpp"
+#include "runtime/plugin.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using minfer::Graph;
+using minfer::GraphBuilder;
+using minfer::TensorId;
+
+constexpr uint64_t kGuard = 256;
+constexpr uint8_t kPattern = 0xA5;
+
+// ---- cases ------------------------------------------------------------------------------
+
+struct Case {
+  std::string label;
+  std::function<Graph()> build;  // a one-node graph; inputs named in0, in1
+  int32_t op;
+  std::vector<int32_t> dtypes;   // input dtypes, for the coverage check
+};
+
+enum class Fill { Normal, Specials, Ids, Blocks };
+
+minfer::HostBytes no_bytes() { return {}; }
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  auto shape_str = [](const std::vector<int64_t> &s) {
+    std::string r = "[";
+    for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+    return r + "]";
+  };
+  const std::vector<std::vector<int64_t>> flat_shapes = {{1}, {7}, {33, 3}, {4096, 77}, {1000003}, {5, 3, 2, 2}};
+  for (const auto &s : flat_shapes) {
+    cases.push_back({"add f32" + shape_str(s), [s] {
+      GraphBuilder g; auto a = g.input("in0", MINFER_DTYPE_F32, s), b = g.input("in1", MINFER_DTYPE_F32, s);
+      g.mark_output(g.add("node", a, b)); return g.finish(); }, MINFER_OP_ADD, {MINFER_DTYPE_F32}});
+    cases.push_back({"mul f32" + shape_str(s), [s] {
+      GraphBuilder g; auto a = g.input("in0", MINFER_DTYPE_F32, s), b = g.input("in1", MINFER_DTYPE_F32, s);
+      g.mark_output(g.mul("node", a, b)); return g.finish(); }, MINFER_OP_MUL, {MINFER_DTYPE_F32}});
+    cases.push_back({"silu f32" + shape_str(s), [s] {
+      GraphBuilder g; auto a = g.input("in0", MINFER_DTYPE_F32, s);
+      g.mark_output(g.silu("node", a)); return g.finish(); }, MINFER_OP_SILU, {MINFER_DTYPE_F32}});
+  }
+  for (const auto &s : std::vector<std::vector<int64_t>>{{1}, {7}, {8}, {9}, {4099}, {1000003}, {896, 513}}) {
+    cases.push_back({"convert f32->f16" + shape_str(s), [s] {
+      GraphBuilder g; auto a = g.input("in0", MINFER_DTYPE_F32, s);
+      g.mark_output(g.convert("node", a, MINFER_DTYPE_F16)); return g.finish(); }, MINFER_OP_CONVERT, {MINFER_DTYPE_F32}});
+  }
+  for (const auto &s : std::vector<std::vector<int64_t>>{{1, 1}, {5, 3}, {896, 129}, {4864, 7}, {3584, 2, 3}}) {
+    cases.push_back({"add_row_broadcast f32" + shape_str(s), [s] {
+      GraphBuilder g; auto a = g.input("in0", MINFER_DTYPE_F32, s), b = g.input("in1", MINFER_DTYPE_F32, {s[0]});
+      g.mark_output(g.add_row_broadcast("node", a, b)); return g.finish(); }, MINFER_OP_ADD_ROW_BROADCAST, {MINFER_DTYPE_F32}});
+  }
+  // Gathers: small tables, and Qwen2's 151,936-row vocabulary (the largest realistic row count).
+  struct Gather { int32_t dtype; int64_t d, rows, n_ids; };
+  std::vector<Gather> gathers = {{MINFER_DTYPE_F32, 3, 5, 9}, {MINFER_DTYPE_F32, 64, 151936, 37},
+                                 {MINFER_DTYPE_F16, 3, 5, 9}, {MINFER_DTYPE_F16, 64, 151936, 37}};
+  for (int32_t dt : minfer::test::block_dtypes()) {
+    const int64_t per = minfer_dtype_info(dt).block_values;
+    gathers.push_back({dt, per, 1, 3});
+    gathers.push_back({dt, per * 3, 11, 20});
+    gathers.push_back({dt, per * 4, 4096, 7});
+  }
+  for (int32_t dt : {MINFER_DTYPE_Q4_0, MINFER_DTYPE_Q8_0, MINFER_DTYPE_Q6_K, MINFER_DTYPE_Q4_K})
+    gathers.push_back({dt, minfer_dtype_info(dt).block_values * 2, 151936, 33});
+  for (const Gather &ga : gathers) {
+    cases.push_back({"get_rows " + std::string(minfer_dtype_name(ga.dtype)) + " table[" + std::to_string(ga.d) + "," +
+                         std::to_string(ga.rows) + "] ids[" + std::to_string(ga.n_ids) + "]",
+                     [ga] {
+                       GraphBuilder g;
+                       auto t = g.input("in0", ga.dtype, {ga.d, ga.rows});
+                       auto ids = g.input("in1", MINFER_DTYPE_I32, {ga.n_ids});
+                       g.mark_output(g.get_rows("node", t, ids));
+                       return g.finish();
+                     },
+                     MINFER_OP_GET_ROWS, {ga.dtype}});
+  }
+  for (int32_t dt : minfer::test::block_dtypes()) {
+    const int64_t per = minfer_dtype_info(dt).block_values;
+    for (const auto &s : std::vector<std::vector<int64_t>>{{per}, {per * 3, 5}, {per * 16, 33}}) {
+      cases.push_back({"dequantize " + std::string(minfer_dtype_name(dt)) + shape_str(s), [dt, s] {
+        GraphBuilder g; auto a = g.input("in0", dt, s);
+        g.mark_output(g.dequantize("node", a)); return g.finish(); }, MINFER_OP_DEQUANTIZE, {dt}});
+    }
+  }
+  return cases;
+}
+
+// ---- data -------------------------------------------------------------------------------
+
+// f32 values with the specials every backend must treat alike, then N(0, 1) (or wider).
+std::vector<uint8_t> f32_data(int64_t n, uint32_t seed, bool specials) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto &x : v) x = dist(rng);
+  if (specials) {
+    const float sp[] = {NAN, INFINITY, -INFINITY, -0.0f, 1e30f, -1e30f, 1e-40f, -88.0f, 88.0f,
+                        65504.0f, 65520.0f, 65519.0f, 1.00048828125f /* f16 tie */, 2.98023224e-8f, 1e-8f};
+    for (size_t i = 0; i < std::size(sp) && i < v.size(); ++i) v[(i * 7919) % v.size()] = sp[i];
+  }
+  std::vector<uint8_t> out(v.size() * 4);
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+std::vector<uint8_t> input_data(const minfer::Tensor &t, int32_t op, int input, int64_t table_rows, uint32_t seed) {
+  if (t.dtype == MINFER_DTYPE_I32) {  // row ids: first and last row always, the rest random
+    std::mt19937 rng(seed);
+    std::vector<int32_t> ids(size_t(t.n_elements()));
+    for (size_t i = 0; i < ids.size(); ++i)
+      ids[i] = i == 0 ? 0 : i == 1 ? int32_t(table_rows - 1) : int32_t(rng() % uint32_t(table_rows));
+    std::vector<uint8_t> out(ids.size() * 4);
+    std::memcpy(out.data(), ids.data(), out.size());
+    return out;
+  }
+  if (t.dtype == MINFER_DTYPE_F32) return f32_data(t.n_elements(), seed, op != MINFER_OP_GET_ROWS && input == 0);
+  if (t.dtype == MINFER_DTYPE_F16) {
+    std::vector<uint8_t> f = f32_data(t.n_elements(), seed, false), out(size_t(t.n_elements()) * 2);
+    for (int64_t i = 0; i < t.n_elements(); ++i) {
+      float x;
+      std::memcpy(&x, &f[size_t(i) * 4], 4);
+      const uint16_t h = minfer::quant::f32_to_f16(x);
+      std::memcpy(&out[size_t(i) * 2], &h, 2);
+    }
+    return out;
+  }
+  const int64_t blocks = t.n_elements() / minfer_dtype_info(t.dtype).block_values;
+  return minfer::test::random_blocks(t.dtype, blocks, seed);
+}
+
+// ---- comparison -------------------------------------------------------------------------
+
+float value_at(const std::vector<uint8_t> &bytes, int32_t dtype, int64_t i) {
+  if (dtype == MINFER_DTYPE_F16) {
+    uint16_t h;
+    std::memcpy(&h, &bytes[size_t(i) * 2], 2);
+    return minfer::quant::f16_to_f32(h);
+  }
+  float f;
+  std::memcpy(&f, &bytes[size_t(i) * 4], 4);
+  return f;
+}
+
+// The allowed |got - want| for one value; documented in docs/TESTING.md.
+double tolerance(int32_t op, int32_t in_dtype, float want) {
+  const double a = std::fabs(double(want));
+  switch (op) {
+    case MINFER_OP_SILU: return 2e-6 * a + 1e-37;  // exp differs by a few ulp between libms
+    case MINFER_OP_GET_ROWS:
+      return minfer_dtype_info(in_dtype).is_quantized ? 1e-6 * a + 1e-9 : 0.0;  // FMA contraction
+    case MINFER_OP_DEQUANTIZE: return a * (1.0 / 1024) + 6e-8;  // one f16 step
+    default: return 0.0;  // add, mul, bias add, convert: IEEE-exact everywhere
+  }
+}
+
+// "" when got matches want; else the first bad value.
+std::string compare(const std::vector<uint8_t> &got, const std::vector<uint8_t> &want, int32_t out_dtype,
+                    int32_t op, int32_t in_dtype, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = value_at(got, out_dtype, i), w = value_at(want, out_dtype, i);
+    const bool ok = std::isnan(w) ? std::isnan(g)
+                    : std::isinf(w) ? g == w
+                                    : (std::isfinite(g) && std::fabs(double(g) - double(w)) <= tolerance(op, in_dtype, w));
+    if (!ok) {
+      std::ostringstream s;
+      s << "value " << i << " of " << n << ": got " << g << ", reference " << w
+        << " (allowed difference " << tolerance(op, in_dtype, w) << ")";
+      return s.str();
+    }
+  }
+  return "";
+}
+
+// ---- the runner -------------------------------------------------------------------------
+
+struct Target {
+  std::string label, backend, plugin_path;
+  std::vector<std::pair<std::string, std::string>> options;
+  bool must_support_all = true;
+};
+
+// gtest prints parameters in test listings: show the label, not the struct's bytes.
+void PrintTo(const Target &t, std::ostream *os) { *os << t.label; }
+
+std::vector<Target> targets() {
+  std::vector<Target> t = {{"cpu", "cpu", "", {}, true},
+                           {"cuda", "cuda", "", {}, true},
+                           // 3 blocks per grid: every kernel must cover its range by grid-stride.
+                           {"cuda_clamped_grid", "cuda", "", {{"max_grid_blocks", "3"}}, true}};
+  if (const char *p = std::getenv("MINFER_TEMPLATE_PLUGIN")) t.push_back({"template", "template", p, {}, false});
+  return t;
+}
+
+bool op_selected(int32_t op) {
+  const char *env = std::getenv("MINFER_CONFORMANCE_OPS");
+  if (!env || !*env) return true;
+  std::stringstream ss(env);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (item == minfer_op_name(op)) return true;
+  return false;
+}
+
+class Conformance : public ::testing::TestWithParam<Target> {
+ protected:
+  void SetUp() override {
+    const Target &t = GetParam();
+    try {
+      plugin_ = minfer::find_plugin(t.backend, t.plugin_path, minfer::plugin_search_dirs(""));
+    } catch (const minfer::Error &e) {
+      GTEST_SKIP() << "backend '" << t.backend << "' is not built here: " << e.what();
+    }
+    std::string why;
+    if (plugin_->device_count(&why) == 0) GTEST_SKIP() << "backend '" << t.backend << "' has no device: " << why;
+    backend_ = std::make_unique<minfer::BackendHandle>(plugin_, 0, t.options);
+  }
+
+  // A tensor in its own guarded buffer.
+  struct Placed {
+    std::unique_ptr<minfer::DeviceBuffer> buf;
+    std::vector<uint8_t> image;  // the whole buffer as written
+  };
+
+  Placed place(uint64_t bytes, const std::vector<uint8_t> *data) {
+    Placed p;
+    p.image.assign(bytes + 2 * kGuard, kPattern);
+    if (data) std::memcpy(p.image.data() + kGuard, data->data(), data->size());
+    p.buf = backend_->alloc(p.image.size());
+    p.buf->write(0, p.image.data(), p.image.size());
+    return p;
+  }
+
+  // Runs one case; returns "" on success, "unsupported: ..." or the failure.
+  std::string run_case(const Case &c, uint32_t seed) {
+    const Graph g = c.build();
+    const minfer::Node &node = g.nodes().at(0);
+    std::vector<minfer_tensor> storage;
+    minfer_node desc = minfer::to_abi(g, node, storage);
+    const minfer::SupportAnswer s = backend_->supports(desc);
+    if (!s.yes) return "unsupported: " + s.why;
+
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<minfer::reference::RefTensor> ref_in;
+    const int64_t table_rows = g.tensor(node.inputs[0]).shape[1];
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      data.push_back(input_data(g.tensor(node.inputs[i]), c.op, int(i), table_rows, seed + uint32_t(i)));
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const auto &t = g.tensor(node.inputs[i]);
+      ref_in.push_back({t.dtype, t.shape, data[i].data()});
+    }
+    const minfer::Tensor &out = g.tensor(node.output);
+    const std::vector<uint8_t> want = minfer::reference::run_op(c.op, ref_in, out.dtype, out.shape);
+
+    std::vector<Placed> ins;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      ins.push_back(place(data[i].size(), &data[i]));
+      storage[i].buffer = ins.back().buf->raw();
+      storage[i].offset = kGuard;
+    }
+    Placed o = place(out.n_bytes(), nullptr);
+    desc.output.buffer = o.buf->raw();
+    desc.output.offset = kGuard;
+
+    auto seg = backend_->compile({desc});
+    backend_->execute(*seg, 0);
+    backend_->synchronize();
+
+    std::vector<uint8_t> got_all(o.image.size());
+    o.buf->read(0, got_all.data(), got_all.size());
+    for (uint64_t i = 0; i < kGuard; ++i)
+      if (got_all[i] != kPattern || got_all[got_all.size() - 1 - i] != kPattern)
+        return "wrote outside its output: guard byte " + std::to_string(i) + " changed";
+    for (size_t i = 0; i < ins.size(); ++i) {
+      std::vector<uint8_t> now(ins[i].image.size());
+      ins[i].buf->read(0, now.data(), now.size());
+      if (now != ins[i].image) return "modified input " + std::to_string(i) + " or its guard bytes";
+    }
+    const std::vector<uint8_t> got(got_all.begin() + kGuard, got_all.end() - kGuard);
+    return compare(got, want, out.dtype, c.op, c.dtypes.at(0), out.n_elements());
+  }
+
+  std::shared_ptr<minfer::Plugin> plugin_;
+  std::unique_ptr<minfer::BackendHandle> backend_;
+};
+
+TEST_P(Conformance, EveryOpDtypeShape) {
+  const Target &t = GetParam();
+  int passed = 0, failed = 0, unsupported = 0, seed = 1;
+  for (const Case &c : all_cases()) {
+    if (!op_selected(c.op)) continue;
+    std::string r;
+    try {
+      r = run_case(c, uint32_t(seed++) * 7919u);
+    } catch (const std::exception &e) {
+      r = std::string("error: ") + e.what();
+    }
+    if (r.rfind("unsupported: ", 0) == 0) {
+      ++unsupported;
+      if (t.must_support_all) ADD_FAILURE() << t.label << ": " << c.label << ": " << r;
+    } else if (!r.empty()) {
+      ++failed;
+      ADD_FAILURE() << t.label << ": " << c.label << ": " << r;
+    } else {
+      ++passed;
+    }
+  }
+  std::printf("conformance[%s]: %d passed, %d failed, %d not supported by this backend\n", t.label.c_str(),
+              passed, failed, unsupported);
+  EXPECT_GT(passed, 0) << "no case ran on " << t.label;
+}
+
+// 64-bit indexing: a tensor of more than 2^31 values (a 7B model's largest matrices have
+// ~5e8 values per tensor; stacked experts and long vocabularies go past 2^31).
+TEST_P(Conformance, DequantizeAbove2To31Values) {
+  const Target &t = GetParam();
+  if (t.label != "cuda") GTEST_SKIP() << "the >2^31-value case runs on the GPU backend with its default grid (5.5 GB)";
+  if (!op_selected(MINFER_OP_DEQUANTIZE)) GTEST_SKIP() << "filtered out";
+  const int64_t n_blocks = (int64_t(1) << 31) / 32 + 4096, n = n_blocks * 32;
+  // Tile 1M random blocks: distinct enough, and quick to make.
+  const int64_t tile = 1 << 20;
+  const std::vector<uint8_t> pattern = minfer::test::random_blocks(MINFER_DTYPE_Q4_0, tile, 99);
+  auto in = backend_->alloc(uint64_t(n_blocks) * 18);
+  for (int64_t b = 0; b < n_blocks; b += tile) {
+    const int64_t cnt = std::min(tile, n_blocks - b);
+    in->write(uint64_t(b) * 18, pattern.data(), uint64_t(cnt) * 18);
+  }
+  auto out = backend_->alloc(uint64_t(n) * 2);
+  minfer_tensor x{}, y{};
+  x.struct_size = y.struct_size = sizeof(minfer_tensor);
+  x.dtype = MINFER_DTYPE_Q4_0;
+  y.dtype = MINFER_DTYPE_F16;
+  x.rank = y.rank = 1;
+  x.shape[0] = y.shape[0] = n;
+  for (int d = 1; d < 4; ++d) x.shape[d] = y.shape[d] = 1, x.stride_bytes[d] = n_blocks * 18, y.stride_bytes[d] = n * 2;
+  y.stride_bytes[0] = 2;
+  x.buffer = in->raw();
+  y.buffer = out->raw();
+  x.name = "big_q4_0";
+  y.name = "big_f16";
+  minfer_node node{};
+  node.struct_size = sizeof node;
+  node.op = MINFER_OP_DEQUANTIZE;
+  node.name = "dequantize_big";
+  node.n_inputs = 1;
+  node.inputs = &x;
+  node.output = y;
+  auto seg = backend_->compile({node});
+  backend_->execute(*seg, 0);
+  backend_->synchronize();
+  // Check blocks at the start, around 2^31/32 (where 32-bit math wraps) and at the end.
+  std::vector<int64_t> probes;
+  for (int64_t b = 0; b < 64; ++b) probes.push_back(b);
+  for (int64_t b = (int64_t(1) << 26) - 64; b < (int64_t(1) << 26) + 64; ++b) probes.push_back(b);
+  for (int64_t b = n_blocks - 64; b < n_blocks; ++b) probes.push_back(b);
+  for (int64_t b : probes) {
+    float want[32];
+    minfer::quant::dequantize_row(MINFER_DTYPE_Q4_0, pattern.data() + (b % tile) * 18, want, 32);
+    uint16_t got[32];
+    out->read(uint64_t(b) * 64, got, sizeof got);
+    for (int j = 0; j < 32; ++j)
+      ASSERT_EQ(got[j], minfer::quant::f32_to_f16(want[j])) << "block " << b << " value " << j;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(targets()),
+                         [](const auto &info) { return info.param.label; });
+
+// Every op of the ABI, and every table/block dtype of the gather and dequantize ops, has cases.
+TEST(ConformanceCoverage, EveryOpAndDtypeHasCases) {
+  std::set<std::pair<int32_t, int32_t>> have;
+  std::set<int32_t> ops;
+  for (const Case &c : all_cases()) {
+    ops.insert(c.op);
+    for (int32_t dt : c.dtypes) have.insert({c.op, dt});
+    EXPECT_NO_THROW(c.build()) << c.label;
+  }
+  for (int32_t op = 1; op < MINFER_OP_COUNT_; ++op) EXPECT_TRUE(ops.count(op)) << "op " << minfer_op_name(op) << " has no case";
+  for (int32_t dt : minfer::test::block_dtypes()) {
+    EXPECT_TRUE(have.count({MINFER_OP_GET_ROWS, dt})) << "get_rows has no " << minfer_dtype_name(dt) << " case";
+    EXPECT_TRUE(have.count({MINFER_OP_DEQUANTIZE, dt})) << "dequantize has no " << minfer_dtype_name(dt) << " case";
+  }
+  EXPECT_TRUE(have.count({MINFER_OP_GET_ROWS, MINFER_DTYPE_F32}));
+  EXPECT_TRUE(have.count({MINFER_OP_GET_ROWS, MINFER_DTYPE_F16}));
+}
+
+}  // namespace

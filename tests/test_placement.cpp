@@ -1,0 +1,128 @@
+// Placement end to end: a node its backend cannot run fails the build (nothing runs anywhere
+// else); nodes split across backends get explicit copies and compute the same result.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cmath>
+#include <cstring>
+
+#include "demo_job.hpp"
+#include "common/error.hpp"
+#include "config/run_config.hpp"
+#include "reference/ops.hpp"
+#include "runtime/placement.hpp"
+#include "runtime/session.hpp"
+
+namespace {
+
+std::string template_plugin() {
+  const char *p = std::getenv("MINFER_TEMPLATE_PLUGIN");
+  return p ? p : "";
+}
+
+std::vector<uint8_t> run_demo_graph(const std::string &yaml, std::string *explain = nullptr) {
+  const minfer::RunConfig cfg = minfer::parse_run_config(yaml, "test.yaml");
+  minfer::BackendSet backends = minfer::open_backends(cfg);
+  const minfer::Graph g = minfer::app::build_demo_graph(cfg.demo);
+  minfer::Session s(g, cfg, backends);
+  if (explain) *explain = s.explain();
+  std::vector<uint8_t> ids(cfg.demo.tokens.size() * 4);
+  std::memcpy(ids.data(), cfg.demo.tokens.data(), ids.size());
+  s.set_input("tokens", ids.data(), ids.size());
+  s.run();
+  return s.output("demo.out_f16");
+}
+
+// Outputs are f16: backends may differ from each other in silu's last f32 bit, which can move
+// an f16 result by one step; nothing else may differ.
+void expect_f16_close(const std::vector<uint8_t> &a, const std::vector<uint8_t> &b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i + 1 < a.size(); i += 2) {
+    uint16_t x, y;
+    std::memcpy(&x, &a[i], 2);
+    std::memcpy(&y, &b[i], 2);
+    ASSERT_LE(std::abs(int(x) - int(y)), 1) << "f16 value " << i / 2 << ": bits " << x << " vs " << y;
+  }
+}
+
+std::string template_backend_yaml() {
+  return "backends:\n  cpu: {}\n  template: {plugin: '" + template_plugin() + "'}\n";
+}
+
+TEST(Placement, UnsupportedNodeFailsTheBuildNamingEverything) {
+  if (template_plugin().empty()) GTEST_SKIP() << "MINFER_TEMPLATE_PLUGIN is not set (ctest sets it after building the example)";
+  const std::string yaml = template_backend_yaml() +
+                           "placement:\n  default: cpu\n  rules:\n    - {match: 'demo.silu', backend: template}\n";
+  try {
+    run_demo_graph(yaml);
+    FAIL() << "the build must fail: the template backend has no silu";
+  } catch (const minfer::Error &e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("node 'demo.silu'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("op silu"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("demo.bias_add f32[64, 5] -> demo.silu f32[64, 5]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("backend 'template'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("implements only add and mul"), std::string::npos) << msg;  // the backend's reason
+    EXPECT_NE(msg.find("placement rule 'demo.silu'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("never moves a node"), std::string::npos) << msg;
+  }
+}
+
+TEST(Placement, SplitAcrossBackendsInsertsCopiesAndMatchesOneBackend) {
+  if (template_plugin().empty()) GTEST_SKIP() << "MINFER_TEMPLATE_PLUGIN is not set (ctest sets it after building the example)";
+  const auto cpu_only = run_demo_graph("backends: {cpu: {}}\n");
+  std::string explain;
+  const auto mixed = run_demo_graph(template_backend_yaml() +
+                                        "placement:\n  default: cpu\n  rules:\n"
+                                        "    - {match: 'demo.gate', backend: template}\n"
+                                        "    - {match: 'demo.residual', backend: template}\n",
+                                    &explain);
+  EXPECT_EQ(mixed, cpu_only);  // the same CPU kernels plus exact add/mul
+  // gate reads silu and bias_add from the cpu; residual reads embed; out_f16 reads residual back.
+  EXPECT_NE(explain.find("copies inserted: 4"), std::string::npos) << explain;
+  EXPECT_NE(explain.find("copy demo.silu: cpu -> template"), std::string::npos) << explain;
+  EXPECT_NE(explain.find("copy demo.residual: template -> cpu"), std::string::npos) << explain;
+  EXPECT_NE(explain.find("demo.gate                    mul                template"), std::string::npos) << explain;
+}
+
+TEST(Placement, CudaAndCpuSplitMatchesCpu) {
+  std::shared_ptr<minfer::Plugin> p;
+  try {
+    p = minfer::find_plugin("cuda", "", minfer::plugin_search_dirs(""));
+  } catch (const minfer::Error &e) {
+    GTEST_SKIP() << "the CUDA plugin is not built: " << e.what();
+  }
+  std::string why;
+  if (p->device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  const std::string demo = "demo: {tokens: [0, 15, 7, 7, 3, 9], vocab: 16, dim: 256}\n";
+  const auto cpu_only = run_demo_graph("backends: {cpu: {}}\n" + demo);
+  std::string explain;
+  const auto mixed = run_demo_graph("backends: {cpu: {}, cuda: {}}\nplacement:\n  default: cuda\n  rules:\n"
+                                    "    - {match: 'demo.silu', backend: cpu}\n" + demo, &explain);
+  expect_f16_close(mixed, cpu_only);
+  EXPECT_NE(explain.find("copy demo.bias_add: cuda -> cpu"), std::string::npos) << explain;
+  EXPECT_NE(explain.find("copy demo.silu: cpu -> cuda"), std::string::npos) << explain;
+}
+
+TEST(Placement, MissingDeviceIsABuildError) {
+  const std::string msg = [] {
+    try {
+      run_demo_graph("backends: {cpu: {device: 2}}\n");
+    } catch (const minfer::Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  }();
+  EXPECT_NE(msg.find("backend 'cpu' asks for device 2, but the plugin sees 1 device(s)"), std::string::npos) << msg;
+}
+
+TEST(Placement, DemoOnCpuMatchesReference) {
+  const minfer::RunConfig cfg = minfer::parse_run_config("backends: {cpu: {}}\n", "t.yaml");
+  const minfer::Graph g = minfer::app::build_demo_graph(cfg.demo);
+  std::vector<uint8_t> ids(cfg.demo.tokens.size() * 4);
+  std::memcpy(ids.data(), cfg.demo.tokens.data(), ids.size());
+  const auto ref = minfer::reference::evaluate(g, {{"tokens", ids}});
+  expect_f16_close(run_demo_graph("backends: {cpu: {}}\n"), ref.at("demo.out_f16"));
+}
+
+}  // namespace

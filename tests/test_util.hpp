@@ -1,0 +1,64 @@
+// tests/test_util.hpp — shared helpers: random valid blocks, paths to built plugins.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "minfer/blocks.h"
+#include "minfer/dtype.h"
+#include "quant/reference.hpp"
+
+namespace minfer::test {
+
+// Every block dtype the ABI defines (the coverage checks iterate this list).
+inline std::vector<int32_t> block_dtypes() {
+  return {MINFER_DTYPE_Q4_0, MINFER_DTYPE_Q4_1, MINFER_DTYPE_Q5_0, MINFER_DTYPE_Q5_1,
+          MINFER_DTYPE_Q8_0, MINFER_DTYPE_Q8_1, MINFER_DTYPE_Q2_K, MINFER_DTYPE_Q3_K,
+          MINFER_DTYPE_Q4_K, MINFER_DTYPE_Q5_K, MINFER_DTYPE_Q6_K, MINFER_DTYPE_Q8_K};
+}
+
+// Byte offsets of a block type's f16 scale fields (random bits there could be NaN/Inf).
+inline std::vector<size_t> half_fields(int32_t dtype) {
+  switch (dtype) {
+    case MINFER_DTYPE_Q4_0: return {offsetof(minfer_block_q4_0, d)};
+    case MINFER_DTYPE_Q4_1: return {offsetof(minfer_block_q4_1, d), offsetof(minfer_block_q4_1, m)};
+    case MINFER_DTYPE_Q5_0: return {offsetof(minfer_block_q5_0, d)};
+    case MINFER_DTYPE_Q5_1: return {offsetof(minfer_block_q5_1, d), offsetof(minfer_block_q5_1, m)};
+    case MINFER_DTYPE_Q8_0: return {offsetof(minfer_block_q8_0, d)};
+    case MINFER_DTYPE_Q8_1: return {offsetof(minfer_block_q8_1, d), offsetof(minfer_block_q8_1, s)};
+    case MINFER_DTYPE_Q2_K: return {offsetof(minfer_block_q2_k, d), offsetof(minfer_block_q2_k, dmin)};
+    case MINFER_DTYPE_Q3_K: return {offsetof(minfer_block_q3_k, d)};
+    case MINFER_DTYPE_Q4_K: return {offsetof(minfer_block_q4_k, d), offsetof(minfer_block_q4_k, dmin)};
+    case MINFER_DTYPE_Q5_K: return {offsetof(minfer_block_q5_k, d), offsetof(minfer_block_q5_k, dmin)};
+    case MINFER_DTYPE_Q6_K: return {offsetof(minfer_block_q6_k, d)};
+    default: return {};
+  }
+}
+
+// n_blocks of random but valid blocks: random quant bits, finite scales of either sign.
+inline std::vector<uint8_t> random_blocks(int32_t dtype, int64_t n_blocks, uint32_t seed) {
+  const minfer_dtype_traits t = minfer_dtype_info(dtype);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  std::vector<uint8_t> out(size_t(n_blocks) * size_t(t.block_bytes));
+  for (auto &b : out) b = uint8_t(byte(rng));
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    uint8_t *blk = out.data() + size_t(b) * size_t(t.block_bytes);
+    for (size_t off : half_fields(dtype)) {
+      const uint16_t h = quant::f32_to_f16(scale(rng));
+      std::memcpy(blk + off, &h, 2);
+    }
+    if (dtype == MINFER_DTYPE_Q8_K) {
+      const float d = scale(rng);
+      std::memcpy(blk, &d, 4);
+    }
+  }
+  return out;
+}
+
+}  // namespace minfer::test
