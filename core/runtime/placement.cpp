@@ -68,31 +68,31 @@ Placement place(const Graph &g, const RunConfig &cfg, BackendSet &backends) {
     p.home[size_t(n.output)] = where;
   }
 
-  // Steps: contiguous same-backend nodes form a segment; a copy precedes the segment whose
-  // node first needs a tensor produced elsewhere.
+  // Steps: each maximal run of consecutive nodes on one backend is one segment, preceded by
+  // the copies its nodes need (their producers all sit in earlier runs, by topological order),
+  // so a copy never splits a run.
   std::set<std::pair<TensorId, std::string>> copied;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const std::string &b = p.node_backend[i];
-    std::vector<Step> copies;
-    for (TensorId in : nodes[i].inputs) {
-      const std::string &home = p.home[size_t(in)];
-      if (home.empty() || home == b || !copied.insert({in, b}).second) continue;
-      Step c;
-      c.kind = Step::Kind::Copy;
-      c.tensor = in;
-      c.from = home;
-      c.backend = b;
-      copies.push_back(c);
+  for (size_t start = 0; start < nodes.size();) {
+    const std::string &b = p.node_backend[start];
+    size_t end = start;
+    while (end < nodes.size() && p.node_backend[end] == b) ++end;
+    Step seg;
+    seg.backend = b;
+    for (size_t i = start; i < end; ++i) {
+      seg.nodes.push_back(NodeId(i));
+      for (TensorId in : nodes[i].inputs) {
+        const std::string &home = p.home[size_t(in)];
+        if (home.empty() || home == b || !copied.insert({in, b}).second) continue;
+        Step c;
+        c.kind = Step::Kind::Copy;
+        c.tensor = in;
+        c.from = home;
+        c.backend = b;
+        p.steps.push_back(c);
+      }
     }
-    const bool extend = copies.empty() && !p.steps.empty() &&
-                        p.steps.back().kind == Step::Kind::Segment && p.steps.back().backend == b;
-    for (auto &c : copies) p.steps.push_back(std::move(c));
-    if (!extend) {
-      Step s;
-      s.backend = b;
-      p.steps.push_back(s);
-    }
-    p.steps.back().nodes.push_back(NodeId(i));
+    p.steps.push_back(std::move(seg));
+    start = end;
   }
   return p;
 }

@@ -207,11 +207,13 @@ std::string Session::explain() const {
     if (s.kind != Step::Kind::Copy) continue;
     ++copies;
     const Tensor &t = graph_.tensor(s.tensor);
-    const Step *next = si + 1 < placement_.steps.size() ? &placement_.steps[si + 1] : nullptr;
+    size_t next = si + 1;  // the segment this copy feeds
+    while (next < placement_.steps.size() && placement_.steps[next].kind == Step::Kind::Copy) ++next;
     copy_lines += "  copy " + t.name + ": " + s.from + " -> " + s.backend + " (" +
                   human_bytes(t.n_bytes()) + ")";
-    if (next && next->kind == Step::Kind::Segment && !next->nodes.empty())
-      copy_lines += " before node " + graph_.node(next->nodes.front()).name;
+    if (next < placement_.steps.size())
+      copy_lines += " before the segment starting at node " +
+                    graph_.node(placement_.steps[next].nodes.front()).name;
     copy_lines += "\n";
   }
   out += "copies inserted: " + std::to_string(copies) + "\n" + copy_lines;
