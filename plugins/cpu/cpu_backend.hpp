@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <span>
 #include <string>
 
 #include "minfer/plugin.hpp"
@@ -37,10 +38,8 @@ struct CpuOp {
   void (*run)(const minfer_node &n);
 };
 
-const CpuOp *find_op(int32_t op);
-
-// Families (one file each) register their entries here.
-void elementwise_ops(const CpuOp **begin, const CpuOp **end);
-void quant_ops(const CpuOp **begin, const CpuOp **end);
+// The op families, one file each.
+std::span<const CpuOp> elementwise_ops();
+std::span<const CpuOp> quant_ops();
 
 }  // namespace minfer::cpu

@@ -57,9 +57,6 @@ const CpuOp kOps[] = {
 
 }  // namespace
 
-void elementwise_ops(const CpuOp **begin, const CpuOp **end) {
-  *begin = std::begin(kOps);
-  *end = std::end(kOps);
-}
+std::span<const CpuOp> elementwise_ops() { return kOps; }
 
 }  // namespace minfer::cpu

@@ -76,9 +76,6 @@ const CpuOp kOps[] = {
 
 }  // namespace
 
-void quant_ops(const CpuOp **begin, const CpuOp **end) {
-  *begin = std::begin(kOps);
-  *end = std::end(kOps);
-}
+std::span<const CpuOp> quant_ops() { return kOps; }
 
 }  // namespace minfer::cpu

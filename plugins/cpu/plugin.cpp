@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cpu_backend.hpp"
-#include "minfer/op_contract.hpp"
+#include "minfer/op_table.hpp"
 
 namespace minfer::cpu {
 
@@ -30,25 +30,11 @@ void CpuBuffer::read(uint64_t offset, void *dst, uint64_t bytes) {
   std::memcpy(dst, data_ + offset, bytes);
 }
 
-const CpuOp *find_op(int32_t op) {
-  using Family = void (*)(const CpuOp **, const CpuOp **);
-  for (Family family : {elementwise_ops, quant_ops}) {
-    const CpuOp *b, *e;
-    family(&b, &e);
-    for (; b != e; ++b)
-      if (b->op == op) return b;
-  }
-  return nullptr;
-}
-
 namespace {
 
-std::string support_reason(const minfer_node &n) {
-  const std::string contract = sdk::check_op_contract(n);
-  if (!contract.empty()) return contract;
-  const CpuOp *op = find_op(n.op);
-  if (!op) return std::string("the cpu backend has no kernel for op ") + minfer_op_name(n.op);
-  return op->check(n);
+const sdk::OpTable<CpuOp> &op_table() {
+  static const sdk::OpTable<CpuOp> table("cpu", {elementwise_ops(), quant_ops()});
+  return table;
 }
 
 class CpuSegment : public sdk::Segment {
@@ -56,13 +42,13 @@ class CpuSegment : public sdk::Segment {
   explicit CpuSegment(std::vector<sdk::OwnedNode> nodes) : nodes_(std::move(nodes)) {
     for (const auto &on : nodes_) {
       const minfer_node &n = on.node();
-      const std::string why = support_reason(n);
+      const std::string why = op_table().why_not(n);
       if (!why.empty())
         throw sdk::Error(MINFER_ERR_UNSUPPORTED, "node '" + on.name() + "' (" +
                                                      minfer_op_name(n.op) + "): " + why);
       for (int i = 0; i < n.n_inputs; ++i) sdk::check_fits(n, n.inputs[i], sdk::n_bytes(n.inputs[i]));
       sdk::check_fits(n, n.output, sdk::n_bytes(n.output));
-      run_.push_back(find_op(n.op)->run);
+      run_.push_back(op_table().find(n.op)->run);
     }
   }
 
@@ -88,7 +74,7 @@ class CpuBackend : public sdk::Backend {
     return std::make_unique<CpuBuffer>(bytes);
   }
   sdk::Support supports(const minfer_node &n) override {
-    const std::string why = support_reason(n);
+    const std::string why = op_table().why_not(n);
     return why.empty() ? sdk::Support::yes() : sdk::Support::no(why);
   }
   std::unique_ptr<sdk::Segment> compile(std::vector<sdk::OwnedNode> nodes) override {

@@ -6,30 +6,16 @@
 
 #include "cuda_buffer.hpp"
 #include "device.hpp"
-#include "minfer/op_contract.hpp"
+#include "minfer/op_table.hpp"
 #include "ops/op_table.hpp"
 
 namespace minfer::cuda {
 
-const CudaOp *find_op(int32_t op) {
-  using Family = void (*)(const CudaOp **, const CudaOp **);
-  for (Family family : {elementwise_ops, quant_ops}) {
-    const CudaOp *b, *e;
-    family(&b, &e);
-    for (; b != e; ++b)
-      if (b->op == op) return b;
-  }
-  return nullptr;
-}
-
 namespace {
 
-std::string support_reason(const minfer_node &n) {
-  const std::string contract = sdk::check_op_contract(n);
-  if (!contract.empty()) return contract;
-  const CudaOp *op = find_op(n.op);
-  if (!op) return std::string("the cuda backend has no kernel for op ") + minfer_op_name(n.op);
-  return op->check(n);
+const sdk::OpTable<CudaOp> &op_table() {
+  static const sdk::OpTable<CudaOp> table("cuda", {elementwise_ops(), quant_ops()});
+  return table;
 }
 
 class CudaSegment : public sdk::Segment {
@@ -37,13 +23,13 @@ class CudaSegment : public sdk::Segment {
   CudaSegment(CudaDevice &dev, std::vector<sdk::OwnedNode> nodes) : dev_(dev), nodes_(std::move(nodes)) {
     for (const auto &on : nodes_) {
       const minfer_node &n = on.node();
-      const std::string why = support_reason(n);
+      const std::string why = op_table().why_not(n);
       if (!why.empty())
         throw sdk::Error(MINFER_ERR_UNSUPPORTED,
                          "node '" + on.name() + "' (" + minfer_op_name(n.op) + "): " + why);
       for (int i = 0; i < n.n_inputs; ++i) sdk::check_fits(n, n.inputs[i], sdk::n_bytes(n.inputs[i]));
       sdk::check_fits(n, n.output, sdk::n_bytes(n.output));
-      run_.push_back(find_op(n.op)->run);
+      run_.push_back(op_table().find(n.op)->run);
       tags_.push_back(dev_.register_node(on.name()));
     }
   }
@@ -75,7 +61,7 @@ class CudaBackend : public sdk::Backend {
     return std::make_unique<CudaBuffer>(dev_, bytes);
   }
   sdk::Support supports(const minfer_node &n) override {
-    const std::string why = support_reason(n);
+    const std::string why = op_table().why_not(n);
     return why.empty() ? sdk::Support::yes() : sdk::Support::no(why);
   }
   std::unique_ptr<sdk::Segment> compile(std::vector<sdk::OwnedNode> nodes) override {

@@ -39,9 +39,6 @@ const CudaOp kOps[] = {
 
 }  // namespace
 
-void elementwise_ops(const CudaOp **begin, const CudaOp **end) {
-  *begin = std::begin(kOps);
-  *end = std::end(kOps);
-}
+std::span<const CudaOp> elementwise_ops() { return kOps; }
 
 }  // namespace minfer::cuda

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "cuda_buffer.hpp"
@@ -21,10 +22,8 @@ struct CudaOp {
   void (*run)(CudaDevice &dev, const minfer_node &n, int32_t node_tag);
 };
 
-const CudaOp *find_op(int32_t op);
-
-// Families register their entries (one file each).
-void elementwise_ops(const CudaOp **begin, const CudaOp **end);
-void quant_ops(const CudaOp **begin, const CudaOp **end);
+// The op families, one file each.
+std::span<const CudaOp> elementwise_ops();
+std::span<const CudaOp> quant_ops();
 
 }  // namespace minfer::cuda

@@ -34,9 +34,6 @@ const CudaOp kOps[] = {
 
 }  // namespace
 
-void quant_ops(const CudaOp **begin, const CudaOp **end) {
-  *begin = std::begin(kOps);
-  *end = std::end(kOps);
-}
+std::span<const CudaOp> quant_ops() { return kOps; }
 
 }  // namespace minfer::cuda
