@@ -8,21 +8,12 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "common/progress.hpp"
 #include "minfer/dtype.h"
 #include "runtime/memory_plan.hpp"
 
 namespace minfer {
 namespace {
-
-std::string human_bytes(uint64_t b) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = double(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-  return buf;
-}
 
 uint64_t align_up(uint64_t x) { return (x + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 

@@ -1,0 +1,50 @@
+// apps/minfer-gguf — GGUF files: inspect, quantize, synthesize.
+//   minfer-gguf info FILE [--json]
+//   minfer-gguf quantize IN OUT TYPE [--threads N]
+//   minfer-gguf synth --arch qwen2|llama --preset tiny|0.5b|1.5b|7b --type TYPE --seed N [--vocab VOCAB.gguf] -o OUT
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "gguf_commands.hpp"
+
+namespace {
+
+const char *kUsage =
+    "usage:\n"
+    "  minfer-gguf info FILE [--json]\n"
+    "      architecture, hyperparameters, tokenizer, tensor table and totals per type\n"
+    "  minfer-gguf quantize IN OUT TYPE [--threads N]\n"
+    "      TYPE: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k,\n"
+    "            or a mix: q4_k_m, q5_k_m\n"
+    "  minfer-gguf synth --arch qwen2|llama --preset tiny|0.5b|1.5b|7b --type TYPE --seed N\n"
+    "                    [--vocab VOCAB.gguf] [--threads N] -o OUT\n"
+    "      a seeded model with the preset's exact shapes and tensor set\n";
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "info") return minfer::tools::cmd_info(args);
+    if (cmd == "quantize") return minfer::tools::cmd_quantize(args);
+    if (cmd == "synth") return minfer::tools::cmd_synth(args);
+    std::fprintf(stderr, "minfer-gguf: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    return 2;
+  } catch (const minfer::tools::UsageError &e) {
+    std::fprintf(stderr, "minfer-gguf %s: %s\n%s", cmd.c_str(), e.what(), kUsage);
+    return 2;
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "minfer-gguf %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}

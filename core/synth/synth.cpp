@@ -1,0 +1,247 @@
+#include "synth/synth.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "common/error.hpp"
+#include "common/parallel.hpp"
+#include "gguf/gguf.hpp"
+#include "gguf/writer.hpp"
+#include "minfer/dtype.h"
+#include "quant/quantize.hpp"
+#include "quant/type_policy.hpp"
+
+namespace minfer::synth {
+namespace {
+
+const Preset kPresets[] = {
+    // Qwen2.5 shapes: QKV biases, tied embeddings up to 1.5B, rope theta 1e6, rms eps 1e-6.
+    {"qwen2", "tiny", 256, 2, 4, 2, 512, 151936, true, true, 1e6f, 1e-6f, 32768},
+    {"qwen2", "0.5b", 896, 24, 14, 2, 4864, 151936, true, true, 1e6f, 1e-6f, 32768},
+    {"qwen2", "1.5b", 1536, 28, 12, 2, 8960, 151936, true, true, 1e6f, 1e-6f, 32768},
+    {"qwen2", "7b", 3584, 28, 28, 4, 18944, 152064, false, true, 1e6f, 1e-6f, 32768},
+    // LLaMA layouts at the same sizes: no biases, separate output, 32000-token vocabulary.
+    {"llama", "tiny", 256, 2, 4, 2, 512, 32000, false, false, 10000.0f, 1e-5f, 4096},
+    {"llama", "0.5b", 896, 24, 14, 2, 4864, 32000, false, false, 10000.0f, 1e-5f, 4096},
+    {"llama", "1.5b", 1536, 28, 12, 2, 8960, 32000, false, false, 10000.0f, 1e-5f, 4096},
+    {"llama", "7b", 4096, 32, 32, 32, 11008, 32000, false, false, 10000.0f, 1e-5f, 4096},
+};
+
+// splitmix64: decorrelates (seed, tensor, row) into independent generator states.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// xoshiro256+ with Box-Muller: fast, and the same numbers on every machine.
+class Normal {
+ public:
+  explicit Normal(uint64_t seed) {
+    for (auto &w : s_) w = seed = mix(seed);
+  }
+  float next() {
+    if (have_) {
+      have_ = false;
+      return spare_;
+    }
+    const double u1 = (double(next_u64() >> 11) + 1.0) * (1.0 / 9007199254740993.0);  // (0, 1]
+    const double u2 = double(next_u64() >> 11) * (1.0 / 9007199254740992.0);
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = float(r * std::sin(6.283185307179586 * u2));
+    have_ = true;
+    return float(r * std::cos(6.283185307179586 * u2));
+  }
+
+ private:
+  uint64_t next_u64() {
+    const uint64_t result = s_[0] + s_[3], t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = (s_[3] << 45) | (s_[3] >> 19);
+    return result;
+  }
+  uint64_t s_[4];
+  float spare_ = 0;
+  bool have_ = false;
+};
+
+struct Planned {
+  std::string name;
+  std::vector<int64_t> shape;
+  int32_t dtype;
+  bool is_norm;
+};
+
+// GPT-2's printable stand-ins for the 256 byte values.
+std::vector<std::string> byte_tokens() {
+  std::vector<std::string> out(256);
+  int extra = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    const uint32_t cp = printable ? uint32_t(b) : uint32_t(256 + extra++);
+    std::string s;
+    if (cp < 0x80) s += char(cp);
+    else s += char(0xC0 | (cp >> 6)), s += char(0x80 | (cp & 0x3F));
+    out[size_t(b)] = s;
+  }
+  return out;
+}
+
+void add_vocab(gguf::Writer &w, const Options &o, const Preset &p) {
+  using gguf::Value;
+  using gguf::ValueType;
+  if (o.vocab_path.empty()) {
+    std::vector<std::string> tokens = byte_tokens();
+    std::vector<Value> types(256, Value::i32(6));  // BYTE
+    tokens.push_back("<|endoftext|>");
+    types.push_back(Value::i32(3));  // CONTROL
+    const int64_t eos = int64_t(tokens.size() - 1);
+    while (int64_t(tokens.size()) < p.n_vocab) {
+      tokens.push_back("[PAD" + std::to_string(tokens.size()) + "]");
+      types.push_back(Value::i32(5));  // UNUSED
+    }
+    w.set("tokenizer.ggml.model", Value::str("gpt2"));
+    w.set("tokenizer.ggml.pre", Value::str("default"));
+    w.set("tokenizer.ggml.tokens", Value::strings(tokens));
+    w.set("tokenizer.ggml.token_type", Value::array(ValueType::I32, std::move(types)));
+    w.set("tokenizer.ggml.merges", Value::array(ValueType::STRING, {}));
+    w.set("tokenizer.ggml.bos_token_id", Value::u32(uint32_t(eos)));
+    w.set("tokenizer.ggml.eos_token_id", Value::u32(uint32_t(eos)));
+    w.set("tokenizer.ggml.add_bos_token", Value::boolean(false));
+    return;
+  }
+  auto v = gguf::File::open(o.vocab_path);
+  const int64_t n_tokens = int64_t(v->get_strings("tokenizer.ggml.tokens").size());
+  if (n_tokens > p.n_vocab)
+    throw Error(o.vocab_path + ": has " + std::to_string(n_tokens) + " tokens, more than the " + p.name + " preset's vocabulary of " +
+                std::to_string(p.n_vocab) + "; pick a vocabulary that fits");
+  for (const auto &[key, value] : v->metadata()) {
+    if (key.rfind("tokenizer.", 0) != 0) continue;
+    Value copy = value;
+    // Per-token arrays are padded to the model's vocabulary (as real Qwen2 files are).
+    if (copy.type == ValueType::ARRAY && int64_t(copy.arr().items.size()) == n_tokens &&
+        (key == "tokenizer.ggml.tokens" || key == "tokenizer.ggml.token_type" || key == "tokenizer.ggml.scores")) {
+      auto items = copy.arr().items;
+      const ValueType elem = copy.arr().elem;
+      for (int64_t i = n_tokens; i < p.n_vocab; ++i) {
+        if (elem == ValueType::STRING) items.push_back(Value::str("[PAD" + std::to_string(i) + "]"));
+        else if (elem == ValueType::I32) items.push_back(Value::i32(5));
+        else items.push_back(Value::f32(-1000.0f));
+      }
+      copy = Value::array(elem, std::move(items));
+    }
+    w.set(key, std::move(copy));
+  }
+}
+
+}  // namespace
+
+Preset find_preset(const std::string &arch, const std::string &preset) {
+  for (const auto &p : kPresets)
+    if (p.arch == arch && p.name == preset) return p;
+  throw Error("no preset '" + preset + "' for architecture '" + arch +
+              "'; architectures: qwen2, llama; presets: tiny, 0.5b, 1.5b, 7b");
+}
+
+Report synthesize(const Options &o) {
+  using gguf::Value;
+  const Preset p = find_preset(o.arch, o.preset);
+  const quant::FileType ft = quant::parse_file_type(o.type);
+  if (o.out.empty()) throw Error("synth: no output file given (-o FILE)");
+  Report report;
+
+  gguf::Writer w;
+  const std::string a = p.arch;
+  w.set("general.architecture", Value::str(a));
+  w.set("general.name", Value::str("minfer synthetic " + a + " " + p.name));
+  w.set("general.file_type", Value::u32(ft.gguf_ftype));
+  w.set("general.quantization_version", Value::u32(2));
+  w.set(a + ".context_length", Value::u32(p.context_length));
+  w.set(a + ".embedding_length", Value::u32(uint32_t(p.n_embd)));
+  w.set(a + ".block_count", Value::u32(uint32_t(p.n_layer)));
+  w.set(a + ".feed_forward_length", Value::u32(uint32_t(p.n_ff)));
+  w.set(a + ".attention.head_count", Value::u32(uint32_t(p.n_head)));
+  w.set(a + ".attention.head_count_kv", Value::u32(uint32_t(p.n_head_kv)));
+  w.set(a + ".rope.freq_base", Value::f32(p.rope_theta));
+  w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(p.rms_eps));
+  if (a == "llama") {
+    w.set(a + ".rope.dimension_count", Value::u32(uint32_t(p.n_embd / p.n_head)));
+    w.set(a + ".vocab_size", Value::u32(uint32_t(p.n_vocab)));
+  }
+  w.set("minfer.synth.preset", Value::str(a + "/" + p.name));
+  w.set("minfer.synth.seed", Value::u64(o.seed));
+  add_vocab(w, o, p);
+
+  const int64_t kv_dim = p.n_embd / p.n_head * p.n_head_kv;
+  std::vector<Planned> plan;
+  auto add = [&](const std::string &name, std::vector<int64_t> shape, bool is_norm = false) {
+    const quant::TypeChoice c = quant::choose_type(ft, name, shape, MINFER_DTYPE_F32, int(p.n_layer), !p.tied_embeddings);
+    if (!c.note.empty()) report.notes.push_back(c.note);
+    plan.push_back({name, shape, c.dtype, is_norm});
+  };
+  add("token_embd.weight", {p.n_embd, p.n_vocab});
+  add("output_norm.weight", {p.n_embd}, true);
+  if (!p.tied_embeddings) add("output.weight", {p.n_embd, p.n_vocab});
+  for (int64_t i = 0; i < p.n_layer; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    add(b + "attn_norm.weight", {p.n_embd}, true);
+    add(b + "attn_q.weight", {p.n_embd, p.n_embd});
+    add(b + "attn_k.weight", {p.n_embd, kv_dim});
+    add(b + "attn_v.weight", {p.n_embd, kv_dim});
+    if (p.qkv_bias) {
+      add(b + "attn_q.bias", {p.n_embd});
+      add(b + "attn_k.bias", {kv_dim});
+      add(b + "attn_v.bias", {kv_dim});
+    }
+    add(b + "attn_output.weight", {p.n_embd, p.n_embd});
+    add(b + "ffn_norm.weight", {p.n_embd}, true);
+    add(b + "ffn_gate.weight", {p.n_embd, p.n_ff});
+    add(b + "ffn_up.weight", {p.n_embd, p.n_ff});
+    add(b + "ffn_down.weight", {p.n_ff, p.n_embd});
+  }
+
+  uint64_t total = 0;
+  for (const auto &t : plan) total += w.add_tensor(t.name, t.dtype, t.shape);
+  w.begin(o.out);
+
+  // Row chunks of ~4M values: bounded memory, and enough rows to split over threads.
+  uint64_t done = 0;
+  for (size_t ti = 0; ti < plan.size(); ++ti) {
+    const Planned &t = plan[ti];
+    const int64_t row_len = t.shape[0];
+    int64_t rows = 1;
+    for (size_t d = 1; d < t.shape.size(); ++d) rows *= t.shape[d];
+    report.n_params += row_len * rows;
+    const minfer_dtype_traits tr = minfer_dtype_info(t.dtype);
+    const int64_t row_bytes = row_len / tr.block_values * tr.block_bytes;
+    const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 22) / row_len);
+    std::vector<float> x(size_t(std::min(chunk, rows) * row_len));
+    std::vector<uint8_t> q(size_t(std::min(chunk, rows) * row_bytes));
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t n = std::min(chunk, rows - r0);
+      parallel_ranges(n, o.threads, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          Normal rng(mix(o.seed) ^ mix(uint64_t(ti) << 40 ^ uint64_t(r0 + r)));
+          float *row = x.data() + r * row_len;
+          for (int64_t c = 0; c < row_len; ++c) row[c] = (t.is_norm ? 1.0f : 0.0f) + 0.02f * rng.next();
+        }
+        quant::quantize_rows(t.dtype, x.data() + begin * row_len, q.data() + begin * row_bytes, end - begin, row_len, 1);
+      });
+      w.write_data(q.data(), uint64_t(n * row_bytes));
+      done += uint64_t(n * row_bytes);
+      if (o.progress) o.progress(double(done) / double(total), t.name);
+    }
+  }
+  w.finish();
+  report.file_bytes = w.total_bytes();
+  report.n_tensors = int64_t(plan.size());
+  return report;
+}
+
+}  // namespace minfer::synth
