@@ -10,6 +10,7 @@
 #include "gguf/gguf.hpp"
 #include "gguf/writer.hpp"
 #include "gguf_corpus.hpp"
+#include "test_util.hpp"
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
 #include "quant/quantize.hpp"
@@ -21,15 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// ../shared/testdata beside the checkout: MINFER_TESTDATA if set, else the path the build saw,
-// else a bundle's copy beside the build (.gpu/testdata for .gpu/build/bin/...).
-std::string testdata() {
-  if (const char *env = std::getenv("MINFER_TESTDATA"))
-    if (fs::exists(env)) return env;
-  if (fs::exists(MINFER_TESTDATA_DIR)) return MINFER_TESTDATA_DIR;
-  const fs::path bundled = fs::canonical("/proc/self/exe").parent_path().parent_path().parent_path() / "testdata";
-  return fs::exists(bundled) ? bundled.string() : "";
-}
+std::string testdata() { return minfer::test::testdata_dir(); }
 
 #define REQUIRE_TESTDATA(dir) \
   const std::string dir = testdata(); \

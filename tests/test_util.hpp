@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +15,19 @@
 #include "quant/reference.hpp"
 
 namespace minfer::test {
+
+// ../shared/testdata: MINFER_TESTDATA if set, else the path the build saw, else a bundle's
+// copy beside the build (.gpu/testdata for .gpu/build/bin/...). "" when absent.
+inline std::string testdata_dir() {
+  namespace fs = std::filesystem;
+  if (const char *env = std::getenv("MINFER_TESTDATA"))
+    if (fs::exists(env)) return env;
+#ifdef MINFER_TESTDATA_DIR
+  if (fs::exists(MINFER_TESTDATA_DIR)) return MINFER_TESTDATA_DIR;
+#endif
+  const fs::path bundled = fs::canonical("/proc/self/exe").parent_path().parent_path().parent_path() / "testdata";
+  return fs::exists(bundled) ? bundled.string() : "";
+}
 
 // Every block dtype the ABI defines (the coverage checks iterate this list).
 inline std::vector<int32_t> block_dtypes() {

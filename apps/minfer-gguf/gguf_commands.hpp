@@ -15,5 +15,6 @@ struct UsageError : std::runtime_error {
 int cmd_info(const std::vector<std::string> &args);
 int cmd_quantize(const std::vector<std::string> &args);
 int cmd_synth(const std::vector<std::string> &args);
+int cmd_tokenize(const std::vector<std::string> &args);
 
 }  // namespace minfer::tools

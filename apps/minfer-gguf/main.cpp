@@ -1,6 +1,7 @@
 // apps/minfer-gguf — GGUF files: inspect, quantize, synthesize.
 //   minfer-gguf info FILE [--json]
 //   minfer-gguf quantize IN OUT TYPE [--threads N]
+//   minfer-gguf tokenize FILE [--no-bos] (-p TEXT | -f TEXT_FILE)
 //   minfer-gguf synth --arch qwen2|llama --preset tiny|0.5b|1.5b|7b --type TYPE --seed N [--vocab VOCAB.gguf] -o OUT
 #include <cstdio>
 #include <cstring>
@@ -22,7 +23,9 @@ const char *kUsage =
     "            or a mix: q4_k_m, q5_k_m\n"
     "  minfer-gguf synth --arch qwen2|llama --preset tiny|0.5b|1.5b|7b --type TYPE --seed N\n"
     "                    [--vocab VOCAB.gguf] [--threads N] -o OUT\n"
-    "      a seeded model with the preset's exact shapes and tensor set\n";
+    "      a seeded model with the preset's exact shapes and tensor set\n"
+    "  minfer-gguf tokenize FILE [--no-bos] [--no-parse-special] (-p TEXT | -f TEXT_FILE)\n"
+    "      token ids as a JSON array (FILE: a model or a vocabulary-only GGUF)\n";
 
 }  // namespace
 
@@ -38,6 +41,7 @@ int main(int argc, char **argv) {
     if (cmd == "info") return minfer::tools::cmd_info(args);
     if (cmd == "quantize") return minfer::tools::cmd_quantize(args);
     if (cmd == "synth") return minfer::tools::cmd_synth(args);
+    if (cmd == "tokenize") return minfer::tools::cmd_tokenize(args);
     std::fprintf(stderr, "minfer-gguf: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const minfer::tools::UsageError &e) {

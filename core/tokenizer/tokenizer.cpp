@@ -1,0 +1,308 @@
+#include "tokenizer/tokenizer.hpp"
+
+#include <algorithm>
+#include <queue>
+
+#include "common/error.hpp"
+#include "gguf/gguf.hpp"
+#include "tokenizer/unicode.hpp"
+
+namespace minfer::tokenizer {
+namespace {
+
+// Symbols being merged: a doubly linked list over byte ranges of one piece.
+struct Symbol {
+  int prev, next;
+  size_t start, len;
+};
+
+// A candidate merge of symbols left and left's next, with what made it (to spot stale ones).
+struct Bigram {
+  int left, right;
+  double priority;  // SPM: score (higher first); BPE: -rank (lower rank first)
+  size_t len;
+  bool operator<(const Bigram &o) const {  // std::priority_queue pops the largest
+    return priority < o.priority || (priority == o.priority && left > o.left);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File &f) {
+  std::unique_ptr<Tokenizer> t(new Tokenizer());
+  const std::string model = f.get<std::string>("tokenizer.ggml.model");
+  if (model == "llama") t->kind_ = Kind::Spm;
+  else if (model == "gpt2") t->kind_ = Kind::Bpe;
+  else throw Error(f.path() + ": tokenizer.ggml.model '" + model + "' is not supported (supported: llama, gpt2)");
+  t->tokens_ = f.get_strings("tokenizer.ggml.tokens");
+  const size_t n = t->tokens_.size();
+  if (n == 0) throw Error(f.path() + ": tokenizer.ggml.tokens is empty");
+  t->types_.assign(n, Normal);
+  if (const gguf::Value *tt = f.find("tokenizer.ggml.token_type")) {
+    if (tt->type != gguf::ValueType::ARRAY || tt->arr().items.size() != n)
+      throw Error(f.path() + ": tokenizer.ggml.token_type must be an array of " + std::to_string(n) + " integers");
+    for (size_t i = 0; i < n; ++i) t->types_[i] = int32_t(std::get<int64_t>(tt->arr().items[i].v));
+  }
+  t->scores_.assign(n, 0.0f);
+  if (const gguf::Value *sc = f.find("tokenizer.ggml.scores")) {
+    if (sc->type != gguf::ValueType::ARRAY || sc->arr().items.size() != n)
+      throw Error(f.path() + ": tokenizer.ggml.scores must be an array of " + std::to_string(n) + " floats");
+    for (size_t i = 0; i < n; ++i) t->scores_[i] = float(std::get<double>(sc->arr().items[i].v));
+  }
+  t->ids_.reserve(n);
+  for (size_t i = 0; i < n; ++i) t->ids_.emplace(t->tokens_[i], int32_t(i));
+
+  auto opt_id = [&](const char *key) -> int32_t {
+    if (!f.find(key)) return -1;
+    const int64_t v = f.get_int(key);
+    return v >= 0 && v < int64_t(n) ? int32_t(v) : -1;  // 0xFFFFFFFF means "none"
+  };
+  t->bos_ = opt_id("tokenizer.ggml.bos_token_id");
+  t->eos_ = opt_id("tokenizer.ggml.eos_token_id");
+  t->unk_ = opt_id("tokenizer.ggml.unknown_token_id");
+  t->add_bos_ = f.get_or<bool>("tokenizer.ggml.add_bos_token", t->kind_ == Kind::Spm);
+  t->add_eos_ = f.get_or<bool>("tokenizer.ggml.add_eos_token", false);
+  t->add_space_prefix_ = f.get_or<bool>("tokenizer.ggml.add_space_prefix", t->kind_ == Kind::Spm);
+  if (t->eos_ >= 0) t->eog_.push_back(t->eos_);
+  if (const int32_t eot = opt_id("tokenizer.ggml.eot_token_id"); eot >= 0) t->eog_.push_back(eot);
+  for (const char *name : {"<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>"})
+    if (int32_t id = t->find(name); id >= 0 && t->types_[size_t(id)] == Control) t->eog_.push_back(id);
+
+  for (size_t i = 0; i < n; ++i)
+    if (t->types_[i] == Control || t->types_[i] == UserDefined) t->specials_.push_back(int32_t(i));
+  std::stable_sort(t->specials_.begin(), t->specials_.end(),
+                   [&](int32_t a, int32_t b) { return t->tokens_[size_t(a)].size() > t->tokens_[size_t(b)].size(); });
+
+  if (t->kind_ == Kind::Bpe) {
+    const std::string pre = f.get_or<std::string>("tokenizer.ggml.pre", "default");
+    if (pre == "default" || pre == "gpt-2" || pre == "gpt2") t->pre_ = Pre::Gpt2;
+    else if (pre == "llama-bpe" || pre == "llama3") t->pre_ = Pre::Llama3, t->ignore_merges_ = true;
+    else if (pre == "qwen2") t->pre_ = Pre::Qwen2;
+    else throw Error(f.path() + ": tokenizer.ggml.pre '" + pre + "' is not supported (supported: default, gpt-2, llama-bpe, qwen2)");
+    const std::vector<std::string> merges = f.get_strings("tokenizer.ggml.merges");
+    t->merge_rank_.reserve(merges.size());
+    for (size_t r = 0; r < merges.size(); ++r) t->merge_rank_.emplace(merges[r], int32_t(r));
+    // GPT-2's byte <-> printable code point map.
+    int extra = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      t->byte_to_unicode_[b] = utf8_encode(printable ? uint32_t(b) : uint32_t(256 + extra++));
+      t->unicode_to_byte_[t->byte_to_unicode_[b]] = uint8_t(b);
+    }
+  }
+  return t;
+}
+
+int32_t Tokenizer::find(const std::string &text) const {
+  auto it = ids_.find(text);
+  return it == ids_.end() ? -1 : it->second;
+}
+
+bool Tokenizer::is_end_of_generation(int32_t id) const {
+  return std::find(eog_.begin(), eog_.end(), id) != eog_.end();
+}
+
+std::vector<int32_t> Tokenizer::encode(const std::string &text, bool add_special, bool parse_special) const {
+  std::vector<int32_t> out;
+  if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
+  // Split the text at special-token texts (longest first): (text, -1) or ("", id) fragments.
+  std::vector<std::pair<std::string, int32_t>> frags;
+  if (!text.empty()) frags.emplace_back(text, -1);  // empty text: no fragment, no space prefix
+  for (int32_t sid : specials_) {
+    if (!parse_special && types_[size_t(sid)] == Control) continue;  // user-defined always match
+    const std::string &s = tokens_[size_t(sid)];
+    if (s.empty()) continue;
+    std::vector<std::pair<std::string, int32_t>> next;
+    for (auto &[t, id] : frags) {
+      if (id >= 0) {
+        next.emplace_back(std::move(t), id);
+        continue;
+      }
+      size_t pos = 0;
+      for (size_t hit; (hit = t.find(s, pos)) != std::string::npos; pos = hit + s.size()) {
+        if (hit > pos) next.emplace_back(t.substr(pos, hit - pos), -1);
+        next.emplace_back("", sid);
+      }
+      if (pos < t.size()) next.emplace_back(t.substr(pos), -1);
+    }
+    frags = std::move(next);
+  }
+  bool prev_special = true;  // SPM puts a space before the first text and after a special token
+  for (const auto &[t, id] : frags) {
+    if (id >= 0) {
+      out.push_back(id);
+      prev_special = true;
+    } else {
+      encode_fragment(t, prev_special, out);
+      prev_special = false;
+    }
+  }
+  if (add_special && add_eos_ && eos_ >= 0) out.push_back(eos_);
+  return out;
+}
+
+void Tokenizer::encode_fragment(const std::string &text, bool after_special, std::vector<int32_t> &out) const {
+  if (kind_ == Kind::Bpe) {
+    encode_bpe(text, out);
+    return;
+  }
+  std::string s = (add_space_prefix_ && after_special) ? " " + text : text;
+  std::string escaped;  // SentencePiece spells spaces as U+2581
+  for (char c : s) escaped += c == ' ' ? "\xE2\x96\x81" : std::string(1, c);
+  encode_spm(escaped, out);
+}
+
+void Tokenizer::byte_fallback(const std::string &piece, std::vector<int32_t> &out) const {
+  for (unsigned char b : piece) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    const int32_t id = find(hex);
+    if (id >= 0) out.push_back(id);
+    else if (unk_ >= 0) out.push_back(unk_);
+  }
+}
+
+void Tokenizer::encode_spm(const std::string &text, std::vector<int32_t> &out) const {
+  if (text.empty()) return;
+  std::vector<Symbol> sym;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = std::min(utf8_len(uint8_t(text[i])), text.size() - i);
+    sym.push_back({int(sym.size()) - 1, int(sym.size()) + 1, i, n});
+    i += n;
+  }
+  sym.back().next = -1;
+  std::priority_queue<Bigram> q;
+  auto try_add = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    const int32_t id = find(text.substr(sym[size_t(l)].start, sym[size_t(l)].len + sym[size_t(r)].len));
+    if (id >= 0) q.push({l, r, double(scores_[size_t(id)]), sym[size_t(l)].len + sym[size_t(r)].len});
+  };
+  for (size_t i = 1; i < sym.size(); ++i) try_add(int(i) - 1, int(i));
+  while (!q.empty()) {
+    const Bigram b = q.top();
+    q.pop();
+    Symbol &l = sym[size_t(b.left)], &r = sym[size_t(b.right)];
+    if (l.len == 0 || r.len == 0 || l.len + r.len != b.len || l.next != b.right) continue;  // stale
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[size_t(r.next)].prev = b.left;
+    try_add(l.prev, b.left);
+    try_add(b.left, l.next);
+  }
+  for (int i = 0; i >= 0; i = sym[size_t(i)].next) {
+    const std::string piece = text.substr(sym[size_t(i)].start, sym[size_t(i)].len);
+    const int32_t id = find(piece);
+    if (id >= 0) out.push_back(id);
+    else byte_fallback(piece, out);
+  }
+}
+
+void Tokenizer::encode_bpe(const std::string &text, std::vector<int32_t> &out) const {
+  for (const std::string &piece : pre_tokenize(pre_, text)) {
+    std::string word;  // the piece's bytes as GPT-2's printable code points
+    for (unsigned char c : piece) word += byte_to_unicode_[c];
+    if (ignore_merges_) {
+      if (const int32_t id = find(word); id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+    }
+    std::vector<Symbol> sym;
+    for (size_t i = 0; i < word.size();) {
+      const size_t n = std::min(utf8_len(uint8_t(word[i])), word.size() - i);
+      sym.push_back({int(sym.size()) - 1, int(sym.size()) + 1, i, n});
+      i += n;
+    }
+    sym.back().next = -1;
+    std::priority_queue<Bigram> q;
+    auto try_add = [&](int l, int r) {
+      if (l < 0 || r < 0) return;
+      const Symbol &a = sym[size_t(l)], &b = sym[size_t(r)];
+      auto it = merge_rank_.find(word.substr(a.start, a.len) + " " + word.substr(b.start, b.len));
+      if (it != merge_rank_.end()) q.push({l, r, -double(it->second), a.len + b.len});
+    };
+    for (size_t i = 1; i < sym.size(); ++i) try_add(int(i) - 1, int(i));
+    while (!q.empty()) {
+      const Bigram b = q.top();
+      q.pop();
+      Symbol &l = sym[size_t(b.left)], &r = sym[size_t(b.right)];
+      if (l.len == 0 || r.len == 0 || l.len + r.len != b.len || l.next != b.right) continue;
+      l.len += r.len;
+      r.len = 0;
+      l.next = r.next;
+      if (r.next >= 0) sym[size_t(r.next)].prev = b.left;
+      try_add(l.prev, b.left);
+      try_add(b.left, l.next);
+    }
+    for (int i = 0; i >= 0; i = sym[size_t(i)].next) {
+      const std::string s = word.substr(sym[size_t(i)].start, sym[size_t(i)].len);
+      if (const int32_t id = find(s); id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+      for (size_t k = 0; k < s.size();) {  // not a token: its characters one by one
+        const size_t n = utf8_len(uint8_t(s[k]));
+        if (const int32_t id = find(s.substr(k, n)); id >= 0) out.push_back(id);
+        else if (unk_ >= 0) out.push_back(unk_);
+        k += n;
+      }
+    }
+  }
+}
+
+std::string Tokenizer::token_bytes(int32_t id, bool show_special) const {
+  if (id < 0 || id >= n_vocab()) return "";
+  const std::string &t = tokens_[size_t(id)];
+  const int32_t type = types_[size_t(id)];
+  if (type == Control || type == Unknown || type == Unused) return show_special ? t : "";
+  if (kind_ == Kind::Spm) {
+    if (type == Byte && t.size() == 6 && t.rfind("<0x", 0) == 0) return std::string(1, char(std::stoi(t.substr(3, 2), nullptr, 16)));
+    std::string s;
+    for (size_t i = 0; i < t.size();) {
+      if (t.compare(i, 3, "\xE2\x96\x81") == 0) s += ' ', i += 3;
+      else s += t[i++];
+    }
+    return s;
+  }
+  if (type == UserDefined) return t;
+  std::string s;
+  for (size_t i = 0; i < t.size();) {
+    const size_t n = utf8_len(uint8_t(t[i]));
+    auto it = unicode_to_byte_.find(t.substr(i, n));
+    if (it != unicode_to_byte_.end()) s += char(it->second);
+    else s += t.substr(i, n);
+    i += n;
+  }
+  return s;
+}
+
+std::string StreamDecoder::push(int32_t id) {
+  std::string bytes = tok_.token_bytes(id);
+  // SentencePiece's first piece carries the space the tokenizer added in front of the text.
+  if (first_ && tok_.kind() == Kind::Spm && !bytes.empty()) {
+    if (bytes[0] == ' ') bytes.erase(0, 1);
+    first_ = false;
+  }
+  pending_ += bytes;
+  // Emit everything up to the last complete UTF-8 character.
+  size_t cut = pending_.size();
+  for (size_t back = 1; back <= 4 && back <= pending_.size(); ++back) {
+    const auto c = uint8_t(pending_[pending_.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
+    if (utf8_len(c) > back) cut = pending_.size() - back;  // incomplete sequence at the end
+    break;
+  }
+  std::string ready = pending_.substr(0, cut);
+  pending_.erase(0, cut);
+  return ready;
+}
+
+std::string StreamDecoder::flush() {
+  std::string rest;
+  for (size_t i = 0; i < pending_.size(); ++i) rest += "\xEF\xBF\xBD";
+  pending_.clear();
+  return rest;
+}
+
+}  // namespace minfer::tokenizer

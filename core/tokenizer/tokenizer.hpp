@@ -1,0 +1,88 @@
+// core/tokenizer/tokenizer.hpp — text <-> token ids from a GGUF file's tokenizer metadata.
+//
+// Two vocabulary kinds: SentencePiece-style ("llama": score-driven merges, byte fallback) and
+// byte-level BPE ("gpt2": a pre-tokenizer splits the text, then ranked merges), with the
+// pre-tokenizers named by tokenizer.ggml.pre: default / gpt-2, llama-bpe (LLaMA 3), qwen2.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace minfer::gguf {
+class File;
+}
+
+namespace minfer::tokenizer {
+
+enum class Kind { Spm, Bpe };
+enum class Pre { Gpt2, Llama3, Qwen2 };
+
+// GGUF token types.
+enum TokenType : int32_t { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+
+class Tokenizer {
+ public:
+  // Reads tokenizer.ggml.*; throws minfer::Error naming the file and the key or value.
+  static std::unique_ptr<Tokenizer> from_gguf(const gguf::File &f);
+
+  // add_special: BOS (and EOS) as the vocabulary asks; parse_special: control and
+  // user-defined token texts in `text` become those tokens instead of being spelled out.
+  std::vector<int32_t> encode(const std::string &text, bool add_special, bool parse_special) const;
+
+  // The bytes token id stands for (may be part of a UTF-8 sequence). Control tokens give
+  // their text only when show_special.
+  std::string token_bytes(int32_t id, bool show_special = false) const;
+
+  int32_t n_vocab() const { return int32_t(tokens_.size()); }
+  int32_t bos() const { return bos_; }
+  int32_t eos() const { return eos_; }
+  bool add_bos() const { return add_bos_; }
+  bool is_end_of_generation(int32_t id) const;
+  const std::string &token_text(int32_t id) const { return tokens_.at(size_t(id)); }
+  int32_t find(const std::string &text) const;  // -1 when absent
+  Kind kind() const { return kind_; }
+
+ private:
+  Tokenizer() = default;
+  void encode_fragment(const std::string &text, bool first_in_text, std::vector<int32_t> &out) const;
+  void encode_spm(const std::string &text, std::vector<int32_t> &out) const;
+  void encode_bpe(const std::string &text, std::vector<int32_t> &out) const;
+  void byte_fallback(const std::string &piece, std::vector<int32_t> &out) const;
+
+  Kind kind_ = Kind::Spm;
+  Pre pre_ = Pre::Gpt2;
+  std::vector<std::string> tokens_;
+  std::vector<float> scores_;
+  std::vector<int32_t> types_;
+  std::unordered_map<std::string, int32_t> ids_;
+  std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
+  std::vector<int32_t> specials_;                        // control/user-defined, longest first
+  std::vector<int32_t> eog_;
+  int32_t bos_ = -1, eos_ = -1, unk_ = -1;
+  bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = true;
+  bool ignore_merges_ = false;  // LLaMA 3: a pre-token that is itself a token is not merged
+  std::string byte_to_unicode_[256];
+  std::unordered_map<std::string, uint8_t> unicode_to_byte_;
+};
+
+// Turns a stream of tokens into text that is always valid UTF-8: bytes of a character split
+// across tokens are held back until the character is complete.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer &t) : tok_(t) {}
+  std::string push(int32_t id);  // the text that became complete
+  std::string flush();           // whatever is left (an incomplete tail becomes U+FFFD)
+
+ private:
+  const Tokenizer &tok_;
+  std::string pending_;
+  bool first_ = true;
+};
+
+// Pre-tokenization of byte-level BPE, exposed for tests: the pieces text splits into.
+std::vector<std::string> pre_tokenize(Pre pre, const std::string &text);
+
+}  // namespace minfer::tokenizer

@@ -1,0 +1,112 @@
+// Tokenizers against llama.cpp's test vectors (../shared/testdata/vocab): every text of every
+// vocabulary must give exactly the expected ids; and decoding gives the text back.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gguf/gguf.hpp"
+#include "test_util.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Vectors {
+  std::vector<std::string> texts;
+  std::vector<std::vector<int32_t>> ids;
+};
+
+Vectors read_vectors(const std::string &base) {
+  std::ifstream in(base + ".inp", std::ios::binary), out(base + ".out");
+  std::string raw((std::istreambuf_iterator<char>(in)), {});
+  Vectors v;
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  for (size_t pos; (pos = raw.find(sep)) != std::string::npos;) {
+    v.texts.push_back(raw.substr(0, pos));
+    raw.erase(0, pos + sep.size());
+  }
+  for (std::string line; std::getline(out, line);) {
+    std::istringstream ss(line);
+    std::vector<int32_t> ids;
+    for (int32_t id; ss >> id;) ids.push_back(id);
+    v.ids.push_back(ids);
+  }
+  return v;
+}
+
+std::string show(const std::vector<int32_t> &ids) {
+  std::string s;
+  for (int32_t id : ids) s += " " + std::to_string(id);
+  return s;
+}
+
+class VocabVectors : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VocabVectors, EveryTextGivesTheExpectedIds) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const std::string base = td + "/vocab/ggml-vocab-" + GetParam() + ".gguf";
+  const auto f = minfer::gguf::File::open(base);
+  const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*f);
+  const Vectors v = read_vectors(base);
+  ASSERT_EQ(v.texts.size(), v.ids.size());
+  ASSERT_GE(v.texts.size(), 40u);
+  int passed = 0;
+  for (size_t i = 0; i < v.texts.size(); ++i) {
+    const auto got = tok->encode(v.texts[i], /*add_special=*/false, /*parse_special=*/false);
+    if (got == v.ids[i]) ++passed;
+    else ADD_FAILURE() << GetParam() << " text " << i << " '" << v.texts[i] << "'\n  expected:" << show(v.ids[i]) << "\n  got:     " << show(got);
+    // Decoding the ids gives the text back (SentencePiece drops the space it added in front).
+    minfer::tokenizer::StreamDecoder dec(*tok);
+    std::string text;
+    for (int32_t id : v.ids[i]) text += dec.push(id);
+    text += dec.flush();
+    EXPECT_EQ(text, v.texts[i]) << GetParam() << " text " << i;
+  }
+  std::printf("%s: %d/%zu texts match\n", GetParam().c_str(), passed, v.texts.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, VocabVectors, ::testing::Values("llama-spm", "gpt-2", "qwen2", "llama-bpe"),
+                         [](const auto &info) {
+                           std::string n = info.param;
+                           for (char &c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
+
+TEST(Tokenizer, SpecialTokensParsedOnlyWhenAsked) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const auto f = minfer::gguf::File::open(td + "/vocab/ggml-vocab-qwen2.gguf");
+  const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*f);
+  const int32_t im_start = tok->find("<|im_start|>");
+  ASSERT_GE(im_start, 0);
+  const auto parsed = tok->encode("<|im_start|>user", false, true);
+  ASSERT_FALSE(parsed.empty());
+  EXPECT_EQ(parsed[0], im_start);
+  const auto spelled = tok->encode("<|im_start|>user", false, false);
+  EXPECT_NE(spelled[0], im_start);
+  EXPECT_GT(spelled.size(), parsed.size());
+  EXPECT_TRUE(tok->is_end_of_generation(tok->find("<|im_end|>")));
+}
+
+TEST(Tokenizer, StreamDecoderHoldsBackSplitCharacters) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const auto f = minfer::gguf::File::open(td + "/vocab/ggml-vocab-llama-spm.gguf");
+  const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*f);
+  // "🦙" is not in the vocabulary: it falls back to four byte tokens.
+  const auto ids = tok->encode("🦙", false, false);
+  minfer::tokenizer::StreamDecoder dec(*tok);
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string piece = dec.push(ids[i]);
+    if (i + 1 < ids.size()) EXPECT_TRUE(piece.empty() || piece == " ") << "emitted part of a character";
+    out += piece;
+  }
+  EXPECT_EQ(out + dec.flush(), "🦙");
+}
+
+}  // namespace
