@@ -266,9 +266,8 @@ class Conformance : public ::testing::TestWithParam<Target> {
   std::string run_case(const Case &c, uint32_t seed) {
     const Graph g = c.build();
     const minfer::Node &node = g.nodes().at(0);
-    std::vector<minfer_tensor> storage;
-    minfer_node desc = minfer::to_abi(g, node, storage);
-    const minfer::SupportAnswer s = backend_->supports(desc);
+    minfer::AbiNode desc(g, node);
+    const minfer::SupportAnswer s = backend_->supports(desc.node());
     if (!s.yes) return "unsupported: " + s.why;
 
     std::vector<std::vector<uint8_t>> data;
@@ -286,15 +285,15 @@ class Conformance : public ::testing::TestWithParam<Target> {
     std::vector<Placed> ins;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       ins.push_back(place(data[i].size(), &data[i]));
-      storage[i].buffer = ins.back().buf->raw();
-      storage[i].offset = kGuard;
+      desc.input(i).buffer = ins.back().buf->raw();
+      desc.input(i).offset = kGuard;
     }
     Placed o = place(out.n_bytes(), nullptr);
-    desc.output.buffer = o.buf->raw();
-    desc.output.offset = kGuard;
+    desc.output().buffer = o.buf->raw();
+    desc.output().offset = kGuard;
 
-    auto seg = backend_->compile({desc});
-    backend_->execute(*seg, 0);
+    auto seg = backend_->compile({&desc.node()});
+    backend_->execute(*seg, 0, 0, 0);
     backend_->synchronize();
 
     std::vector<uint8_t> got_all(o.image.size());
@@ -369,15 +368,17 @@ TEST_P(Conformance, DequantizeAbove2To31Values) {
   y.buffer = out->raw();
   x.name = "big_q4_0";
   y.name = "big_f16";
+  x.token_dim = y.token_dim = -1;
+  const minfer_tensor *inputs[] = {&x};
   minfer_node node{};
   node.struct_size = sizeof node;
   node.op = MINFER_OP_DEQUANTIZE;
   node.name = "dequantize_big";
   node.n_inputs = 1;
-  node.inputs = &x;
-  node.output = y;
-  auto seg = backend_->compile({node});
-  backend_->execute(*seg, 0);
+  node.inputs = inputs;
+  node.output = &y;
+  auto seg = backend_->compile({&node});
+  backend_->execute(*seg, 0, 0, 0);
   backend_->synchronize();
   // Check blocks at the start, around 2^31/32 (where 32-bit math wraps) and at the end.
   std::vector<int64_t> probes;

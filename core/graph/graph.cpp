@@ -47,22 +47,21 @@ minfer_tensor to_abi(const Tensor &t) {
     stride *= t.shape[i];
   }
   d.name = t.name.c_str();
+  d.token_dim = t.token_dim;
   return d;
 }
 
-minfer_node to_abi(const Graph &g, const Node &n, std::vector<minfer_tensor> &storage) {
-  storage.clear();
-  for (TensorId id : n.inputs) storage.push_back(to_abi(g.tensor(id)));
-  minfer_node d{};
-  d.struct_size = sizeof d;
-  d.op = n.op;
-  d.name = n.name.c_str();
-  d.n_inputs = int32_t(storage.size());
-  d.inputs = storage.data();
-  d.output = to_abi(g.tensor(n.output));
-  d.params = n.params.empty() ? nullptr
-                              : reinterpret_cast<const minfer_params_header *>(n.params.data());
-  return d;
+AbiNode::AbiNode(const Graph &g, const Node &n) {
+  for (TensorId id : n.inputs) tensors_.push_back(to_abi(g.tensor(id)));
+  tensors_.push_back(to_abi(g.tensor(n.output)));
+  for (size_t i = 0; i + 1 < tensors_.size(); ++i) inputs_.push_back(&tensors_[i]);
+  node_.struct_size = sizeof node_;
+  node_.op = n.op;
+  node_.name = n.name.c_str();
+  node_.n_inputs = int32_t(inputs_.size());
+  node_.inputs = inputs_.data();
+  node_.output = &tensors_.back();
+  node_.params = n.params.empty() ? nullptr : reinterpret_cast<const minfer_params_header *>(n.params.data());
 }
 
 TensorId Graph::find_tensor(const std::string &name) const {
@@ -145,20 +144,23 @@ TensorId GraphBuilder::new_node(const std::string &name, int32_t op, std::vector
   out.producer = NodeId(g_.nodes_.size());
   const std::string ctx = std::string("node '") + name + "' (" + minfer_op_name(op) + ")";
   // The op's contract is the SDK's, the same one every backend checks.
-  std::vector<minfer_tensor> in_desc;
-  for (TensorId id : inputs) in_desc.push_back(to_abi(t(id)));
+  std::vector<minfer_tensor> desc_tensors;
+  for (TensorId id : inputs) desc_tensors.push_back(to_abi(t(id)));
   try {
     (void)out.n_bytes();
   } catch (const Error &e) {
     throw Error(ctx + ": " + e.what());
   }
+  desc_tensors.push_back(to_abi(out));
+  std::vector<const minfer_tensor *> in_ptrs;
+  for (size_t i = 0; i + 1 < desc_tensors.size(); ++i) in_ptrs.push_back(&desc_tensors[i]);
   minfer_node desc{};
   desc.struct_size = sizeof desc;
   desc.op = op;
   desc.name = name.c_str();
-  desc.n_inputs = int32_t(in_desc.size());
-  desc.inputs = in_desc.data();
-  desc.output = to_abi(out);
+  desc.n_inputs = int32_t(in_ptrs.size());
+  desc.inputs = in_ptrs.data();
+  desc.output = &desc_tensors.back();
   const std::string why = sdk::check_op_contract(desc);
   if (!why.empty()) throw Error(ctx + ": " + why);
 

@@ -39,6 +39,7 @@ struct Tensor {
   TensorRole role = TensorRole::Intermediate;
   bool is_output = false;  // read by the host after a run
   HostBytes weight;        // Weight only
+  int token_dim = -1;      // the dim whose run-time extent is the step's token count (-1: none)
   NodeId producer = -1;    // Intermediate only
 
   int64_t n_elements() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
@@ -95,10 +96,25 @@ class GraphBuilder {
   Graph g_;
 };
 
-// The plugin ABI's view of a tensor / node (buffer NULL, offset 0: placement fills them).
-// storage receives the input descriptors and must outlive the returned node.
+// The plugin ABI's view of a tensor (buffer NULL, offset 0: placement fills them).
 minfer_tensor to_abi(const Tensor &t);
-minfer_node to_abi(const Graph &g, const Node &n, std::vector<minfer_tensor> &storage);
+
+// The plugin ABI's view of a node, owning the descriptors its pointers point to.
+// tensors: the inputs in order, then the output; set their buffer/offset before use.
+class AbiNode {
+ public:
+  AbiNode(const Graph &g, const Node &n);
+  AbiNode(const AbiNode &) = delete;
+  AbiNode &operator=(const AbiNode &) = delete;
+  minfer_tensor &input(size_t i) { return tensors_.at(i); }
+  minfer_tensor &output() { return tensors_.back(); }
+  const minfer_node &node() const { return node_; }
+
+ private:
+  std::vector<minfer_tensor> tensors_;
+  std::vector<const minfer_tensor *> inputs_;
+  minfer_node node_{};
+};
 
 // Helpers over dtypes shared by the graph, the planner and the tests.
 // Bytes of n values (n a multiple of the block size); throws on overflow or partial blocks.

@@ -42,7 +42,6 @@ Placement place(const Graph &g, const RunConfig &cfg, BackendSet &backends) {
   p.node_backend.resize(nodes.size());
   p.home.assign(g.tensors().size(), "");
 
-  std::vector<minfer_tensor> storage;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node &n = nodes[i];
     std::string where = cfg.default_backend, why_here = "the default backend";
@@ -56,8 +55,8 @@ Placement place(const Graph &g, const RunConfig &cfg, BackendSet &backends) {
     if (it == backends.end())
       throw Error("node '" + n.name + "': backend '" + where + "' (" + why_here +
                   ") is not open; list it under 'backends' in " + cfg.source);
-    const minfer_node desc = to_abi(g, n, storage);
-    const SupportAnswer a = it->second->supports(desc);
+    const AbiNode desc(g, n);
+    const SupportAnswer a = it->second->supports(desc.node());
     if (!a.yes)
       throw Error("node '" + n.name + "' (op " + minfer_op_name(n.op) + ": " +
                   node_signature(g, n) + ") cannot run on backend '" + where + "' (chosen by " +

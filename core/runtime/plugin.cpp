@@ -227,16 +227,18 @@ SupportAnswer BackendHandle::supports(const minfer_node &node) {
   return {yes != 0, why};
 }
 
-std::unique_ptr<CompiledSegment> BackendHandle::compile(const std::vector<minfer_node> &nodes) {
+std::unique_ptr<CompiledSegment> BackendHandle::compile(const std::vector<const minfer_node *> &nodes) {
   minfer_segment *s = nullptr;
   plugin_->check(plugin_->api().compile(backend_, nodes.data(), int32_t(nodes.size()), &s), "compile");
   return std::make_unique<CompiledSegment>(plugin_, s);
 }
 
-void BackendHandle::execute(CompiledSegment &seg, int64_t step) {
+void BackendHandle::execute(CompiledSegment &seg, int64_t step, int64_t n_tokens, int64_t n_past) {
   minfer_step_args args{};
   args.struct_size = sizeof args;
   args.step = step;
+  args.n_tokens = n_tokens;
+  args.n_past = n_past;
   plugin_->check(plugin_->api().execute(backend_, seg.raw(), &args), "execute");
 }
 

@@ -116,8 +116,8 @@ class BackendHandle {
 
   std::unique_ptr<DeviceBuffer> alloc(uint64_t bytes);
   SupportAnswer supports(const minfer_node &node);
-  std::unique_ptr<CompiledSegment> compile(const std::vector<minfer_node> &nodes);
-  void execute(CompiledSegment &seg, int64_t step);
+  std::unique_ptr<CompiledSegment> compile(const std::vector<const minfer_node *> &nodes);
+  void execute(CompiledSegment &seg, int64_t step, int64_t n_tokens, int64_t n_past);
   void synchronize();
 
  private:

@@ -117,20 +117,20 @@ void Session::compile_segments() {
   for (size_t si = 0; si < placement_.steps.size(); ++si) {
     const Step &s = placement_.steps[si];
     if (s.kind != Step::Kind::Segment) continue;
-    std::vector<minfer_node> nodes(s.nodes.size());
-    std::vector<std::vector<minfer_tensor>> inputs(s.nodes.size());
-    for (size_t i = 0; i < s.nodes.size(); ++i) {
-      const Node &n = graph_.node(s.nodes[i]);
-      nodes[i] = to_abi(graph_, n, inputs[i]);
+    std::vector<std::unique_ptr<AbiNode>> abi;
+    std::vector<const minfer_node *> nodes;
+    for (NodeId id : s.nodes) {
+      const Node &n = graph_.node(id);
+      abi.push_back(std::make_unique<AbiNode>(graph_, n));
       for (size_t j = 0; j < n.inputs.size(); ++j) {
         const Location &l = at(n.inputs[j], s.backend);
-        inputs[i][j].buffer = l.buffer->raw();
-        inputs[i][j].offset = l.offset;
+        abi.back()->input(j).buffer = l.buffer->raw();
+        abi.back()->input(j).offset = l.offset;
       }
-      nodes[i].inputs = inputs[i].data();
       const Location &o = at(n.output, s.backend);
-      nodes[i].output.buffer = o.buffer->raw();
-      nodes[i].output.offset = o.offset;
+      abi.back()->output().buffer = o.buffer->raw();
+      abi.back()->output().offset = o.offset;
+      nodes.push_back(&abi.back()->node());
     }
     segments_[si] = backends_.at(s.backend)->compile(nodes);
   }
@@ -155,7 +155,7 @@ void Session::run() {
   for (size_t si = 0; si < placement_.steps.size(); ++si) {
     const Step &s = placement_.steps[si];
     if (s.kind == Step::Kind::Segment) {
-      backends_.at(s.backend)->execute(*segments_[si], step);
+      backends_.at(s.backend)->execute(*segments_[si], step, 0, 0);
       continue;
     }
     // Copy through host memory: the source must be finished before it is read.

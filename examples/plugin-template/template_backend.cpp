@@ -41,16 +41,16 @@ class TemplateSegment : public minfer::sdk::Segment {
     for (const auto &on : nodes_) {
       const minfer_node &n = on.node();
       for (int i = 0; i < n.n_inputs; ++i)
-        minfer::sdk::check_fits(n, n.inputs[i], minfer::sdk::n_bytes(n.inputs[i]));
-      minfer::sdk::check_fits(n, n.output, minfer::sdk::n_bytes(n.output));
+        minfer::sdk::check_fits(n, *n.inputs[i], minfer::sdk::n_bytes(*n.inputs[i]));
+      minfer::sdk::check_fits(n, *n.output, minfer::sdk::n_bytes(*n.output));
     }
   }
   void execute(const minfer_step_args &) override {
     for (const auto &on : nodes_) {
       const minfer_node &n = on.node();
-      const float *a = f32(n.inputs[0]), *b = f32(n.inputs[1]);
-      float *y = f32(n.output);
-      const int64_t count = minfer::sdk::n_elements(n.output);
+      const float *a = f32(*n.inputs[0]), *b = f32(*n.inputs[1]);
+      float *y = f32(*n.output);
+      const int64_t count = minfer::sdk::n_elements(*n.output);
       if (n.op == MINFER_OP_ADD)
         for (int64_t i = 0; i < count; ++i) y[i] = a[i] + b[i];
       else

@@ -33,10 +33,10 @@ void decode_row_f32(int32_t dtype, const uint8_t *src, float *dst, int64_t count
 
 // out[r] = table[ids[r]]; ids are checked against the table: a bad id is the caller's error.
 void run_get_rows(const minfer_node &n) {
-  const minfer_tensor &table = n.inputs[0];
-  const int32_t *ids = ptr<int32_t>(n.inputs[1]);
-  float *y = ptr<float>(n.output);
-  const int64_t d = table.shape[0], rows = table.shape[1], count = n.inputs[1].shape[0];
+  const minfer_tensor &table = *n.inputs[0];
+  const int32_t *ids = ptr<int32_t>(*n.inputs[1]);
+  float *y = ptr<float>(*n.output);
+  const int64_t d = table.shape[0], rows = table.shape[1], count = n.inputs[1]->shape[0];
   const int64_t rb = sdk::row_bytes(table.dtype, d);
   const uint8_t *base = ptr(table);
   for (int64_t r = 0; r < count; ++r) {
@@ -49,8 +49,8 @@ void run_get_rows(const minfer_node &n) {
 }
 
 void run_dequantize(const minfer_node &n) {
-  const minfer_tensor &x = n.inputs[0];
-  uint16_t *y = ptr<uint16_t>(n.output);
+  const minfer_tensor &x = *n.inputs[0];
+  uint16_t *y = ptr<uint16_t>(*n.output);
   const uint8_t *src = ptr(x);
   sdk::visit_block_dtype(x.dtype, [&](auto tag) {
     using Block = typename decltype(tag)::type;
@@ -63,7 +63,7 @@ void run_dequantize(const minfer_node &n) {
 }
 
 std::string known_block(const minfer_node &n) {
-  const int32_t dt = n.inputs[0].dtype;
+  const int32_t dt = n.inputs[0]->dtype;
   if (dt == MINFER_DTYPE_F32 || dt == MINFER_DTYPE_F16) return "";
   if (sdk::visit_block_dtype(dt, [](auto) {})) return "";
   return std::string("no decoder for ") + minfer_dtype_name(dt);

@@ -46,8 +46,8 @@ class CpuSegment : public sdk::Segment {
       if (!why.empty())
         throw sdk::Error(MINFER_ERR_UNSUPPORTED, "node '" + on.name() + "' (" +
                                                      minfer_op_name(n.op) + "): " + why);
-      for (int i = 0; i < n.n_inputs; ++i) sdk::check_fits(n, n.inputs[i], sdk::n_bytes(n.inputs[i]));
-      sdk::check_fits(n, n.output, sdk::n_bytes(n.output));
+      for (int i = 0; i < n.n_inputs; ++i) sdk::check_fits(n, *n.inputs[i], sdk::n_bytes(*n.inputs[i]));
+      sdk::check_fits(n, *n.output, sdk::n_bytes(*n.output));
       run_.push_back(op_table().find(n.op)->run);
     }
   }

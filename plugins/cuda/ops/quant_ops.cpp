@@ -11,20 +11,20 @@ bool has_kernel(int32_t dtype) {
 }
 
 std::string check_table(const minfer_node &n) {
-  return has_kernel(n.inputs[0].dtype)
+  return has_kernel(n.inputs[0]->dtype)
              ? ""
-             : std::string("the cuda backend has no kernel for ") + minfer_dtype_name(n.inputs[0].dtype);
+             : std::string("the cuda backend has no kernel for ") + minfer_dtype_name(n.inputs[0]->dtype);
 }
 
 void run_get_rows(CudaDevice &dev, const minfer_node &n, int32_t tag) {
-  const minfer_tensor &table = n.inputs[0], &ids = n.inputs[1];
+  const minfer_tensor &table = *n.inputs[0], &ids = *n.inputs[1];
   dev.get_rows(table.dtype, dptr(table), table.shape[1], table.shape[0], dptr<int32_t>(ids),
-               ids.shape[0], dptr<float>(n.output), tag);
+               ids.shape[0], dptr<float>(*n.output), tag);
 }
 
 void run_dequantize(CudaDevice &dev, const minfer_node &n, int32_t) {
-  dev.dequantize_f16(n.inputs[0].dtype, dptr(n.inputs[0]), dptr<uint16_t>(n.output),
-                     sdk::n_elements(n.output));
+  dev.dequantize_f16(n.inputs[0]->dtype, dptr(*n.inputs[0]), dptr<uint16_t>(*n.output),
+                     sdk::n_elements(*n.output));
 }
 
 const CudaOp kOps[] = {

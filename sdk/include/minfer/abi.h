@@ -75,7 +75,10 @@ typedef struct minfer_device_info {
 /* A tensor as a plugin sees it: plain values, never a core object.
  * shape is innermost-first (shape[0] = row length); unused dims are 1.
  * stride_bytes[d] is the distance between consecutive indices of dim d; for block types
- * stride_bytes[0] is 0 (single values are not addressable) and rows hold whole blocks. */
+ * stride_bytes[0] is 0 (single values are not addressable) and rows hold whole blocks.
+ * token_dim: -1 for a tensor of fixed shape; else the dim whose extent at run time is the
+ * step's n_tokens (shape[token_dim] is the compiled maximum). A reader whose struct_size
+ * does not reach token_dim treats it as -1. */
 typedef struct minfer_tensor {
   size_t struct_size;
   int32_t dtype; /* minfer_dtype == GGUF type id */
@@ -85,24 +88,28 @@ typedef struct minfer_tensor {
   minfer_buffer *buffer; /* a buffer of the backend that receives this node */
   uint64_t offset;       /* byte offset of element 0 in buffer */
   const char *name;      /* lifetime: the call */
+  int32_t token_dim;     /* -1, or the dim that follows the step's token count */
 } minfer_tensor;
 
 /* One graph node. Everything it points to lives for the duration of the call only:
- * a plugin that keeps a node (compile) copies it. */
+ * a plugin that keeps a node (compile) copies it. Tensors are passed by pointer, never in
+ * arrays of structs, so either side may know a longer minfer_tensor than the other. */
 typedef struct minfer_node {
   size_t struct_size;
   int32_t op;   /* minfer_op */
   const char *name; /* "blk.3.attn_q": for errors and traces */
   int32_t n_inputs;
-  const minfer_tensor *inputs;
-  minfer_tensor output;
+  const minfer_tensor *const *inputs; /* n_inputs pointers */
+  const minfer_tensor *output;
   const minfer_params_header *params; /* the op's parameter struct, or NULL for ops without */
 } minfer_node;
 
 /* Per-step run-time arguments of execute. */
 typedef struct minfer_step_args {
   size_t struct_size;
-  int64_t step; /* 0-based index of this execution in the session, for logs and traces */
+  int64_t step;     /* 0-based index of this execution in the session, for logs and traces */
+  int64_t n_tokens; /* tokens in this step: the run-time extent of every tensor's token_dim */
+  int64_t n_past;   /* tokens already in the KV cache before this step (their positions) */
 } minfer_step_args;
 
 typedef struct minfer_backend_api {
@@ -142,8 +149,8 @@ typedef struct minfer_backend_api {
                              char *why, size_t why_size);
   /* Build time: compile nodes (in execution order) into a segment. Tensor buffers/offsets
    * are final: the memory plan is made before compile. */
-  minfer_status *(*compile)(minfer_backend *backend, const minfer_node *nodes, int32_t n_nodes,
-                            minfer_segment **out);
+  minfer_status *(*compile)(minfer_backend *backend, const minfer_node *const *nodes,
+                            int32_t n_nodes, minfer_segment **out);
   void (*segment_free)(minfer_segment *segment);
   /* Run time: enqueue a compiled segment. May return before the device finished. */
   minfer_status *(*execute)(minfer_backend *backend, minfer_segment *segment,

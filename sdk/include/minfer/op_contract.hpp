@@ -39,34 +39,35 @@ inline std::string check_op_contract(const minfer_node &n) {
   if (op.params_size && (!n.params || n.params->struct_size < op.params_size))
     return std::string("op ") + op.name + " needs its params struct";
   for (int i = 0; i < n.n_inputs; ++i)
-    if (!is_contiguous(n.inputs[i])) return need(n.inputs[i], "contiguous with whole blocks per row");
-  if (!is_contiguous(n.output)) return need(n.output, "contiguous with whole blocks per row");
+    if (!is_contiguous(*n.inputs[i])) return need(*n.inputs[i], "contiguous with whole blocks per row");
+  if (!is_contiguous(*n.output)) return need(*n.output, "contiguous with whole blocks per row");
 
-  const minfer_tensor *in = n.inputs;
-  const minfer_tensor &out = n.output;
+  const minfer_tensor *const *inp = n.inputs;
+  const minfer_tensor &out = *n.output;
+  auto in_ = [&](int i) -> const minfer_tensor & { return *inp[i]; };
   switch (n.op) {
     case MINFER_OP_ADD:
     case MINFER_OP_MUL:
       for (int i = 0; i < 2; ++i)
-        if (in[i].dtype != MINFER_DTYPE_F32) return need(in[i], "f32");
-      if (!same_shape(in[0], in[1])) return "inputs " + describe(in[0]) + " and " + describe(in[1]) + " differ in shape";
+        if (in_(i).dtype != MINFER_DTYPE_F32) return need(in_(i), "f32");
+      if (!same_shape(in_(0), in_(1))) return "inputs " + describe(in_(0)) + " and " + describe(in_(1)) + " differ in shape";
       break;
     case MINFER_OP_SILU:
-      if (in[0].dtype != MINFER_DTYPE_F32) return need(in[0], "f32");
+      if (in_(0).dtype != MINFER_DTYPE_F32) return need(in_(0), "f32");
       break;
     case MINFER_OP_ADD_ROW_BROADCAST:
-      if (in[0].dtype != MINFER_DTYPE_F32) return need(in[0], "f32");
-      if (in[1].dtype != MINFER_DTYPE_F32) return need(in[1], "f32");
-      if (n_elements(in[1]) != in[0].shape[0])
-        return "bias " + describe(in[1]) + " must hold one value per column of " + describe(in[0]);
+      if (in_(0).dtype != MINFER_DTYPE_F32) return need(in_(0), "f32");
+      if (in_(1).dtype != MINFER_DTYPE_F32) return need(in_(1), "f32");
+      if (n_elements(in_(1)) != in_(0).shape[0])
+        return "bias " + describe(in_(1)) + " must hold one value per column of " + describe(in_(0));
       break;
     case MINFER_OP_CONVERT:
-      if (in[0].dtype != MINFER_DTYPE_F32) return need(in[0], "f32");
+      if (in_(0).dtype != MINFER_DTYPE_F32) return need(in_(0), "f32");
       if (out.dtype != MINFER_DTYPE_F16) return need(out, "f16 (only f32 -> f16 exists)");
-      if (!same_shape(in[0], out)) return "output " + describe(out) + " must have the input's shape";
+      if (!same_shape(in_(0), out)) return "output " + describe(out) + " must have the input's shape";
       return "";
     case MINFER_OP_GET_ROWS: {
-      const minfer_tensor &table = in[0], &ids = in[1];
+      const minfer_tensor &table = in_(0), &ids = in_(1);
       const bool table_ok = table.dtype == MINFER_DTYPE_F32 || table.dtype == MINFER_DTYPE_F16 ||
                             minfer_dtype_info(table.dtype).is_quantized;
       if (!table_ok) return need(table, "f32, f16 or a block type");
@@ -78,16 +79,16 @@ inline std::string check_op_contract(const minfer_node &n) {
       return "";
     }
     case MINFER_OP_DEQUANTIZE:
-      if (!minfer_dtype_info(in[0].dtype).is_quantized) return need(in[0], "a block type");
+      if (!minfer_dtype_info(in_(0).dtype).is_quantized) return need(in_(0), "a block type");
       if (out.dtype != MINFER_DTYPE_F16) return need(out, "f16");
-      if (!same_shape(in[0], out)) return "output " + describe(out) + " must have the input's shape";
+      if (!same_shape(in_(0), out)) return "output " + describe(out) + " must have the input's shape";
       return "";
     default:
       return std::string("op ") + op.name + " has no contract";
   }
   // The f32 elementwise family: the output is f32 with the first input's shape.
   if (out.dtype != MINFER_DTYPE_F32) return need(out, "f32");
-  if (!same_shape(in[0], out)) return "output " + describe(out) + " must have the input's shape";
+  if (!same_shape(in_(0), out)) return "output " + describe(out) + " must have the input's shape";
   return "";
 }
 

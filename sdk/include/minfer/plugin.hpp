@@ -167,13 +167,28 @@ inline void check_fits(const minfer_node &n, const minfer_tensor &t, int64_t t_b
                     std::to_string(buf.size()) + " bytes");
 }
 
+// A tensor descriptor read field by field: only the fields the writer's struct_size covers
+// are taken, the rest keep their defaults (so old and new hosts both work).
+inline minfer_tensor read_tensor(const minfer_tensor &src) {
+  minfer_tensor t{};
+  t.token_dim = -1;
+  const size_t n = src.struct_size < sizeof(minfer_tensor) ? src.struct_size : sizeof(minfer_tensor);
+  std::memcpy(&t, &src, n);
+  t.struct_size = sizeof(minfer_tensor);
+  return t;
+}
+
 // A node copied out of the host's call so a compiled segment can keep it.
 class OwnedNode {
  public:
   explicit OwnedNode(const minfer_node &n)
-      : name_(n.name ? n.name : ""), inputs_(n.inputs, n.inputs + n.n_inputs), node_(n) {
-    for (auto &t : inputs_) input_names_.emplace_back(t.name ? t.name : "");
-    output_name_ = n.output.name ? n.output.name : "";
+      : name_(n.name ? n.name : ""), node_(n) {
+    for (int32_t i = 0; i < n.n_inputs; ++i) {
+      tensors_.push_back(read_tensor(*n.inputs[i]));
+      names_.emplace_back(n.inputs[i]->name ? n.inputs[i]->name : "");
+    }
+    tensors_.push_back(read_tensor(*n.output));
+    names_.emplace_back(n.output->name ? n.output->name : "");
     if (n.params) {
       const auto *p = reinterpret_cast<const unsigned char *>(n.params);
       params_.assign(p, p + n.params->struct_size);
@@ -181,8 +196,7 @@ class OwnedNode {
     relink();
   }
   OwnedNode(const OwnedNode &o)
-      : name_(o.name_), input_names_(o.input_names_), output_name_(o.output_name_),
-        inputs_(o.inputs_), params_(o.params_), node_(o.node_) {
+      : name_(o.name_), names_(o.names_), tensors_(o.tensors_), params_(o.params_), node_(o.node_) {
     relink();
   }
   OwnedNode &operator=(const OwnedNode &) = delete;
@@ -191,17 +205,21 @@ class OwnedNode {
 
  private:
   void relink() {
-    for (size_t i = 0; i < inputs_.size(); ++i) inputs_[i].name = input_names_[i].c_str();
+    ptrs_.clear();
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      tensors_[i].name = names_[i].c_str();
+      ptrs_.push_back(&tensors_[i]);
+    }
     node_.name = name_.c_str();
-    node_.inputs = inputs_.data();
-    node_.output.name = output_name_.c_str();
+    node_.inputs = ptrs_.data();
+    node_.output = ptrs_.back();
     node_.params = params_.empty() ? nullptr
                                    : reinterpret_cast<const minfer_params_header *>(params_.data());
   }
   std::string name_;
-  std::vector<std::string> input_names_;
-  std::string output_name_;
-  std::vector<minfer_tensor> inputs_;
+  std::vector<std::string> names_;          // inputs..., output
+  std::vector<minfer_tensor> tensors_;      // inputs..., output (our struct size)
+  std::vector<const minfer_tensor *> ptrs_;
   std::vector<unsigned char> params_;
   minfer_node node_;
 };
@@ -279,8 +297,10 @@ inline void check_node(const minfer_node *n) {
                     " is smaller than ABI 1.0's " +
                     std::to_string(MINFER_SIZE_UP_TO(minfer_node, params)));
   const std::string name = n->name ? n->name : "?";
-  if (n->n_inputs < 0 || (n->n_inputs > 0 && !n->inputs))
-    throw Error(MINFER_ERR_INVALID_ARGUMENT, "node '" + name + "': bad input list");
+  if (n->n_inputs < 0 || (n->n_inputs > 0 && !n->inputs) || !n->output)
+    throw Error(MINFER_ERR_INVALID_ARGUMENT, "node '" + name + "': bad input list or no output");
+  for (int32_t i = 0; i < n->n_inputs; ++i)
+    if (!n->inputs[i]) throw Error(MINFER_ERR_INVALID_ARGUMENT, "node '" + name + "': input " + std::to_string(i) + " is NULL");
   auto check_tensor = [&](const minfer_tensor &t) {
     if (t.struct_size < MINFER_SIZE_UP_TO(minfer_tensor, name))
       throw Error(MINFER_ERR_INVALID_ARGUMENT,
@@ -289,8 +309,8 @@ inline void check_node(const minfer_node *n) {
       throw Error(MINFER_ERR_INVALID_ARGUMENT, "node '" + name + "': tensor rank " +
                                                    std::to_string(t.rank) + " is not 1..4");
   };
-  for (int32_t i = 0; i < n->n_inputs; ++i) check_tensor(n->inputs[i]);
-  check_tensor(n->output);
+  for (int32_t i = 0; i < n->n_inputs; ++i) check_tensor(*n->inputs[i]);
+  check_tensor(*n->output);
   if (n->params && n->params->struct_size < sizeof(minfer_params_header))
     throw Error(MINFER_ERR_INVALID_ARGUMENT, "node '" + name + "': params.struct_size too small");
 }
@@ -380,7 +400,7 @@ struct Api {
         copy_why(s.ok ? std::string() : s.why, why, why_size);
       });
     };
-    a.compile = [](minfer_backend *b, const minfer_node *nodes, int32_t n, minfer_segment **out) {
+    a.compile = [](minfer_backend *b, const minfer_node *const *nodes, int32_t n, minfer_segment **out) {
       return guard("compile", [&] {
         if (!b || !out || n < 0 || (n > 0 && !nodes))
           throw Error(MINFER_ERR_INVALID_ARGUMENT, "compile: bad arguments");
@@ -388,8 +408,8 @@ struct Api {
         std::vector<OwnedNode> owned;
         owned.reserve(size_t(n));
         for (int32_t i = 0; i < n; ++i) {
-          check_node(&nodes[i]);
-          owned.emplace_back(nodes[i]);
+          check_node(nodes[i]);
+          owned.emplace_back(*nodes[i]);
         }
         auto seg = std::make_unique<minfer_segment>();
         seg->impl = b->impl->compile(std::move(owned));
@@ -399,7 +419,7 @@ struct Api {
     a.segment_free = [](minfer_segment *s) { delete s; };
     a.execute = [](minfer_backend *b, minfer_segment *s, const minfer_step_args *args) {
       return guard("execute", [&] {
-        if (!b || !s || !args || args->struct_size < MINFER_SIZE_UP_TO(minfer_step_args, step))
+        if (!b || !s || !args || args->struct_size < MINFER_SIZE_UP_TO(minfer_step_args, n_past))
           throw Error(MINFER_ERR_INVALID_ARGUMENT, "execute: bad arguments");
         s->impl->execute(*args);
       });
