@@ -1,5 +1,6 @@
 #include "graph/graph.hpp"
 
+#include <cstring>
 #include <limits>
 #include <unordered_set>
 
@@ -131,7 +132,8 @@ TensorId GraphBuilder::weight(const std::string &name, int32_t dtype, std::vecto
 }
 
 TensorId GraphBuilder::new_node(const std::string &name, int32_t op, std::vector<TensorId> inputs,
-                                int32_t out_dtype, int rank, std::array<int64_t, 4> shape) {
+                                int32_t out_dtype, int rank, std::array<int64_t, 4> shape,
+                                std::vector<uint8_t> params, int token_dim) {
   for (const auto &n : g_.nodes_)
     if (n.name == name) throw Error("node name '" + name + "' is used twice; names must be unique");
   if (name.empty()) throw Error("every node needs a name");
@@ -142,6 +144,17 @@ TensorId GraphBuilder::new_node(const std::string &name, int32_t op, std::vector
   out.shape = shape;
   out.role = TensorRole::Intermediate;
   out.producer = NodeId(g_.nodes_.size());
+  // By default the output follows the token count along the dim of the first input that does
+  // (elementwise ops keep shapes); ops that move the token dim pass it explicitly.
+  if (token_dim == -2) {
+    token_dim = -1;
+    for (TensorId id : inputs)
+      if (t(id).token_dim >= 0) {
+        token_dim = t(id).token_dim;
+        break;
+      }
+  }
+  out.token_dim = token_dim;
   const std::string ctx = std::string("node '") + name + "' (" + minfer_op_name(op) + ")";
   // The op's contract is the SDK's, the same one every backend checks.
   std::vector<minfer_tensor> desc_tensors;
@@ -161,6 +174,7 @@ TensorId GraphBuilder::new_node(const std::string &name, int32_t op, std::vector
   desc.n_inputs = int32_t(in_ptrs.size());
   desc.inputs = in_ptrs.data();
   desc.output = &desc_tensors.back();
+  desc.params = params.empty() ? nullptr : reinterpret_cast<const minfer_params_header *>(params.data());
   const std::string why = sdk::check_op_contract(desc);
   if (!why.empty()) throw Error(ctx + ": " + why);
 
@@ -170,6 +184,7 @@ TensorId GraphBuilder::new_node(const std::string &name, int32_t op, std::vector
   n.op = op;
   n.inputs = std::move(inputs);
   n.output = oid;
+  n.params = std::move(params);
   g_.nodes_.push_back(std::move(n));
   return oid;
 }
@@ -197,7 +212,59 @@ TensorId GraphBuilder::convert(const std::string &name, TensorId a, int32_t dtyp
 
 TensorId GraphBuilder::get_rows(const std::string &name, TensorId table, TensorId ids) {
   return new_node(name, MINFER_OP_GET_ROWS, {table, ids}, MINFER_DTYPE_F32, 2,
-                  {t(table).shape[0], t(ids).shape[0], 1, 1});
+                  {t(table).shape[0], t(ids).shape[0], 1, 1}, {}, t(ids).token_dim >= 0 ? 1 : -1);
+}
+
+namespace {
+template <class P>
+std::vector<uint8_t> params_bytes(P p) {
+  p.struct_size = sizeof p;
+  std::vector<uint8_t> b(sizeof p);
+  std::memcpy(b.data(), &p, sizeof p);
+  return b;
+}
+}  // namespace
+
+TensorId GraphBuilder::input(const std::string &name, int32_t dtype, std::vector<int64_t> shape, int token_dim) {
+  const TensorId id = input(name, dtype, std::move(shape));
+  if (token_dim < -1 || token_dim >= g_.tensors_[size_t(id)].rank) throw Error("input '" + name + "': token_dim out of range");
+  g_.tensors_[size_t(id)].token_dim = token_dim;
+  return id;
+}
+
+TensorId GraphBuilder::state(const std::string &name, int32_t dtype, std::vector<int64_t> shape) {
+  Tensor x;
+  x.name = name;
+  x.dtype = dtype;
+  x.rank = int(shape.size());
+  x.shape = to_shape(name, shape);
+  x.role = TensorRole::State;
+  return new_tensor(std::move(x));
+}
+
+TensorId GraphBuilder::rms_norm(const std::string &name, TensorId x, TensorId weight, float eps) {
+  minfer_rms_norm_params p{};
+  p.eps = eps;
+  return new_node(name, MINFER_OP_RMS_NORM, {x, weight}, MINFER_DTYPE_F32, t(x).rank, t(x).shape, params_bytes(p));
+}
+
+TensorId GraphBuilder::matmul(const std::string &name, TensorId w, TensorId x) {
+  return new_node(name, MINFER_OP_MATMUL, {w, x}, MINFER_DTYPE_F32, 2, {t(w).shape[1], t(x).n_rows(), 1, 1}, {},
+                  t(x).token_dim >= 0 ? 1 : -1);
+}
+
+TensorId GraphBuilder::rope(const std::string &name, TensorId x, TensorId pos, const minfer_rope_params &p) {
+  return new_node(name, MINFER_OP_ROPE, {x, pos}, MINFER_DTYPE_F32, t(x).rank, t(x).shape, params_bytes(p));
+}
+
+TensorId GraphBuilder::attention(const std::string &name, TensorId q, TensorId k, TensorId v, TensorId k_cache,
+                                 TensorId v_cache, const minfer_attention_params &p) {
+  return new_node(name, MINFER_OP_ATTENTION, {q, k, v, k_cache, v_cache}, MINFER_DTYPE_F32, t(q).rank, t(q).shape,
+                  params_bytes(p), t(q).token_dim);
+}
+
+TensorId GraphBuilder::swiglu(const std::string &name, TensorId gate, TensorId up) {
+  return new_node(name, MINFER_OP_SWIGLU, {gate, up}, MINFER_DTYPE_F32, t(gate).rank, t(gate).shape);
 }
 
 TensorId GraphBuilder::dequantize(const std::string &name, TensorId a) {

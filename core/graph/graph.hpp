@@ -22,6 +22,7 @@ enum class TensorRole {
   Input,         // written by the host before each run (token ids, ...)
   Weight,        // constant data, uploaded once at build
   Intermediate,  // produced and consumed inside one run
+  State,         // lives on its backend for the whole session, zeroed at start (KV caches)
 };
 
 // Host bytes of a weight, with whatever keeps them alive (a vector, an mmap).
@@ -76,6 +77,9 @@ class GraphBuilder {
   TensorId input(const std::string &name, int32_t dtype, std::vector<int64_t> shape);
   TensorId weight(const std::string &name, int32_t dtype, std::vector<int64_t> shape,
                   HostBytes bytes);
+  // An input whose dim token_dim holds the step's token count (shape: the maximum).
+  TensorId input(const std::string &name, int32_t dtype, std::vector<int64_t> shape, int token_dim);
+  TensorId state(const std::string &name, int32_t dtype, std::vector<int64_t> shape);
 
   TensorId add(const std::string &name, TensorId a, TensorId b);
   TensorId mul(const std::string &name, TensorId a, TensorId b);
@@ -84,6 +88,12 @@ class GraphBuilder {
   TensorId convert(const std::string &name, TensorId a, int32_t dtype);
   TensorId get_rows(const std::string &name, TensorId table, TensorId ids);
   TensorId dequantize(const std::string &name, TensorId a);
+  TensorId rms_norm(const std::string &name, TensorId x, TensorId weight, float eps);
+  TensorId matmul(const std::string &name, TensorId w, TensorId x);
+  TensorId rope(const std::string &name, TensorId x, TensorId pos, const minfer_rope_params &p);
+  TensorId attention(const std::string &name, TensorId q, TensorId k, TensorId v, TensorId k_cache,
+                     TensorId v_cache, const minfer_attention_params &p);
+  TensorId swiglu(const std::string &name, TensorId gate, TensorId up);
 
   void mark_output(TensorId t);
   Graph finish();
@@ -91,7 +101,8 @@ class GraphBuilder {
  private:
   TensorId new_tensor(Tensor t);
   TensorId new_node(const std::string &name, int32_t op, std::vector<TensorId> inputs,
-                    int32_t out_dtype, int rank, std::array<int64_t, 4> shape);
+                    int32_t out_dtype, int rank, std::array<int64_t, 4> shape,
+                    std::vector<uint8_t> params = {}, int token_dim = -2);
   const Tensor &t(TensorId id) const;
   Graph g_;
 };

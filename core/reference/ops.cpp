@@ -29,10 +29,65 @@ std::vector<uint8_t> f16_bytes(const std::vector<float> &v) {
   return out;
 }
 
+// A row of f16/f32 values as doubles.
+double load(const RefTensor &t, int64_t i) {
+  if (t.dtype == MINFER_DTYPE_F16) {
+    uint16_t h;
+    std::memcpy(&h, t.data + 2 * i, 2);
+    return quant::f16_to_f32(h);
+  }
+  float f;
+  std::memcpy(&f, t.data + 4 * i, 4);
+  return f;
+}
+
+void store(const RefTensor &t, int64_t i, float v) {
+  if (t.dtype == MINFER_DTYPE_F16) {
+    const uint16_t h = quant::f32_to_f16(v);
+    std::memcpy(t.data + 2 * i, &h, 2);
+  } else {
+    std::memcpy(t.data + 4 * i, &v, 4);
+  }
+}
+
+std::vector<float> attention(const std::vector<RefTensor> &in, const minfer_attention_params &p, int64_t n_past) {
+  const RefTensor &q = in[0], &k = in[1], &v = in[2], &kc = in[3], &vc = in[4];
+  const int64_t n = q.shape[1], hd = p.head_dim, kvd = int64_t(p.n_kv_head) * hd, n_ctx = kc.shape[1];
+  if (n_past + n > n_ctx)
+    throw Error("attention: " + std::to_string(n_past + n) + " positions exceed the cache's " + std::to_string(n_ctx));
+  for (int64_t t = 0; t < n; ++t)  // write this step's keys and values (rounded to the cache type)
+    for (int64_t i = 0; i < kvd; ++i) {
+      store(kc, (n_past + t) * kvd + i, f32(k)[t * kvd + i]);
+      store(vc, (n_past + t) * kvd + i, f32(v)[t * kvd + i]);
+    }
+  const int64_t group = p.n_head / p.n_kv_head;
+  std::vector<float> out(size_t(n * p.n_head * hd));
+  std::vector<double> score(size_t(n_past + n));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < p.n_head; ++h) {
+      const int64_t kvh = h / group, last = n_past + t;
+      double mx = -1e300;
+      for (int64_t j = 0; j <= last; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < hd; ++d) dot += double(f32(q)[(t * p.n_head + h) * hd + d]) * load(kc, j * kvd + kvh * hd + d);
+        score[size_t(j)] = dot * p.scale;
+        mx = std::max(mx, score[size_t(j)]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j <= last; ++j) sum += score[size_t(j)] = std::exp(score[size_t(j)] - mx);
+      for (int64_t d = 0; d < hd; ++d) {
+        double acc = 0;
+        for (int64_t j = 0; j <= last; ++j) acc += score[size_t(j)] * load(vc, j * kvd + kvh * hd + d);
+        out[size_t((t * p.n_head + h) * hd + d)] = float(acc / sum);
+      }
+    }
+  return out;
+}
+
 }  // namespace
 
 std::vector<uint8_t> run_op(int32_t op, const std::vector<RefTensor> &in, int32_t out_dtype,
-                            const std::array<int64_t, 4> &out_shape) {
+                            const std::array<int64_t, 4> &out_shape, const void *params, int64_t n_past) {
   const int64_t n = count(out_shape);
   std::vector<float> y(static_cast<size_t>(n));
   switch (op) {
@@ -74,6 +129,58 @@ std::vector<uint8_t> run_op(int32_t op, const std::vector<RefTensor> &in, int32_
     case MINFER_OP_DEQUANTIZE:
       quant::dequantize_row(in[0].dtype, in[0].data, y.data(), n);
       return f16_bytes(y);
+    case MINFER_OP_SWIGLU:
+      for (int64_t i = 0; i < n; ++i) {
+        const double g = f32(in[0])[i];
+        y[i] = float(g / (1.0 + std::exp(-g)) * f32(in[1])[i]);
+      }
+      return f32_bytes(y);
+    case MINFER_OP_RMS_NORM: {
+      const float eps = static_cast<const minfer_rms_norm_params *>(params)->eps;
+      const int64_t d = out_shape[0];
+      for (int64_t r = 0; r < n / d; ++r) {
+        double ss = 0;
+        for (int64_t i = 0; i < d; ++i) ss += double(f32(in[0])[r * d + i]) * f32(in[0])[r * d + i];
+        const double scale = 1.0 / std::sqrt(ss / double(d) + double(eps));
+        for (int64_t i = 0; i < d; ++i) y[size_t(r * d + i)] = float(f32(in[0])[r * d + i] * scale * f32(in[1])[i]);
+      }
+      return f32_bytes(y);
+    }
+    case MINFER_OP_MATMUL: {
+      const RefTensor &w = in[0], &x = in[1];
+      const int64_t k = w.shape[0], m = w.shape[1], rows = n / m;
+      const uint64_t rb = dtype_bytes(w.dtype, k, "matmul weight row");
+      std::vector<float> wrow(static_cast<size_t>(k));
+      for (int64_t o = 0; o < m; ++o) {
+        quant::dequantize_row(w.dtype, w.data + uint64_t(o) * rb, wrow.data(), k);
+        for (int64_t t = 0; t < rows; ++t) {
+          double acc = 0;
+          for (int64_t i = 0; i < k; ++i) acc += double(wrow[size_t(i)]) * f32(x)[t * k + i];
+          y[size_t(t * m + o)] = float(acc);
+        }
+      }
+      return f32_bytes(y);
+    }
+    case MINFER_OP_ROPE: {
+      const auto &p = *static_cast<const minfer_rope_params *>(params);
+      const auto *pos = reinterpret_cast<const int32_t *>(in[1].data);
+      const int64_t width = out_shape[0], heads = width / p.head_dim;
+      for (int64_t i = 0; i < n; ++i) y[size_t(i)] = f32(in[0])[i];
+      for (int64_t t = 0; t < out_shape[1]; ++t)
+        for (int64_t h = 0; h < heads; ++h) {
+          float *row = y.data() + t * width + h * p.head_dim;
+          const float *src = f32(in[0]) + t * width + h * p.head_dim;
+          for (int64_t i = 0; i < p.n_dims / 2; ++i) {
+            const double theta = double(pos[t]) * std::pow(double(p.theta_base), -2.0 * double(i) / p.n_dims) * p.freq_scale;
+            const int64_t a = p.mode == MINFER_ROPE_NEOX ? i : 2 * i, b = p.mode == MINFER_ROPE_NEOX ? i + p.n_dims / 2 : 2 * i + 1;
+            row[a] = float(src[a] * std::cos(theta) - src[b] * std::sin(theta));
+            row[b] = float(src[a] * std::sin(theta) + src[b] * std::cos(theta));
+          }
+        }
+      return f32_bytes(y);
+    }
+    case MINFER_OP_ATTENTION:
+      return f32_bytes(attention(in, *static_cast<const minfer_attention_params *>(params), n_past));
     default:
       break;
   }
@@ -88,6 +195,8 @@ std::map<std::string, std::vector<uint8_t>> evaluate(
     const Tensor &t = g.tensors()[i];
     if (t.role == TensorRole::Weight) {
       values[i].assign(t.weight.data, t.weight.data + t.weight.size);
+    } else if (t.role == TensorRole::State) {
+      values[i].assign(t.n_bytes(), 0);
     } else if (t.role == TensorRole::Input) {
       auto it = inputs.find(t.name);
       if (it == inputs.end() || it->second.size() != t.n_bytes())
@@ -101,7 +210,8 @@ std::map<std::string, std::vector<uint8_t>> evaluate(
     for (TensorId id : node.inputs)
       in.push_back({g.tensor(id).dtype, g.tensor(id).shape, values[size_t(id)].data()});
     const Tensor &out = g.tensor(node.output);
-    values[size_t(node.output)] = run_op(node.op, in, out.dtype, out.shape);
+    values[size_t(node.output)] = run_op(node.op, in, out.dtype, out.shape,
+                                         node.params.empty() ? nullptr : node.params.data(), 0);
   }
   std::map<std::string, std::vector<uint8_t>> outputs;
   for (size_t i = 0; i < g.tensors().size(); ++i)

@@ -30,16 +30,27 @@ T *ptr(const minfer_tensor &t) {
   return reinterpret_cast<T *>(sdk::buffer_of<CpuBuffer>(t).data() + t.offset);
 }
 
+class ThreadPool;
+
+// What a kernel gets besides its node: the step's counts and the threads to use.
+struct RunCtx {
+  const minfer_step_args &args;
+  ThreadPool &pool;
+};
+
 // One entry of the op table: both supports() and dispatch read it.
 struct CpuOp {
   int32_t op;
   // Backend-specific limits beyond the SDK's op contract; "" = supported.
   std::string (*check)(const minfer_node &n);
-  void (*run)(const minfer_node &n);
+  void (*run)(const minfer_node &n, const RunCtx &ctx);
 };
 
 // The op families, one file each.
 std::span<const CpuOp> elementwise_ops();
 std::span<const CpuOp> quant_ops();
+std::span<const CpuOp> norm_rope_ops();
+std::span<const CpuOp> matmul_ops();
+std::span<const CpuOp> attention_ops();
 
 }  // namespace minfer::cpu

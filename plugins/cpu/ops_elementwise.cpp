@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "cpu_backend.hpp"
+#include "thread_pool.hpp"
 #include "minfer/decode.hpp"
 
 namespace minfer::cpu {
@@ -9,41 +10,41 @@ namespace {
 
 std::string any(const minfer_node &) { return ""; }
 
-void run_add(const minfer_node &n) {
+void run_add(const minfer_node &n, const RunCtx &ctx) {
   const float *a = ptr<float>(*n.inputs[0]), *b = ptr<float>(*n.inputs[1]);
   float *y = ptr<float>(*n.output);
-  const int64_t count = sdk::n_elements(*n.output);
+  const int64_t count = sdk::run_elements(*n.output, ctx.args);
   for (int64_t i = 0; i < count; ++i) y[i] = a[i] + b[i];
 }
 
-void run_mul(const minfer_node &n) {
+void run_mul(const minfer_node &n, const RunCtx &ctx) {
   const float *a = ptr<float>(*n.inputs[0]), *b = ptr<float>(*n.inputs[1]);
   float *y = ptr<float>(*n.output);
-  const int64_t count = sdk::n_elements(*n.output);
+  const int64_t count = sdk::run_elements(*n.output, ctx.args);
   for (int64_t i = 0; i < count; ++i) y[i] = a[i] * b[i];
 }
 
 // y = x / (1 + e^-x)
-void run_silu(const minfer_node &n) {
+void run_silu(const minfer_node &n, const RunCtx &ctx) {
   const float *x = ptr<float>(*n.inputs[0]);
   float *y = ptr<float>(*n.output);
-  const int64_t count = sdk::n_elements(*n.output);
+  const int64_t count = sdk::run_elements(*n.output, ctx.args);
   for (int64_t i = 0; i < count; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
 // y[r][i] = a[r][i] + b[i]
-void run_add_row_broadcast(const minfer_node &n) {
+void run_add_row_broadcast(const minfer_node &n, const RunCtx &ctx) {
   const float *a = ptr<float>(*n.inputs[0]), *b = ptr<float>(*n.inputs[1]);
   float *y = ptr<float>(*n.output);
-  const int64_t d = n.output->shape[0], rows = sdk::n_rows(*n.output);
+  const int64_t d = n.output->shape[0], rows = sdk::run_rows(*n.output, ctx.args);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < d; ++i) y[r * d + i] = a[r * d + i] + b[i];
 }
 
-void run_convert(const minfer_node &n) {
+void run_convert(const minfer_node &n, const RunCtx &ctx) {
   const float *x = ptr<float>(*n.inputs[0]);
   uint16_t *y = ptr<uint16_t>(*n.output);
-  const int64_t count = sdk::n_elements(*n.output);
+  const int64_t count = sdk::run_elements(*n.output, ctx.args);
   for (int64_t i = 0; i < count; ++i) y[i] = sdk::float_to_half(x[i]);
 }
 

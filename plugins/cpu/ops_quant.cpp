@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "cpu_backend.hpp"
+#include "decode_row.hpp"
 #include "minfer/decode.hpp"
 
 namespace minfer::cpu {
@@ -9,34 +10,12 @@ namespace {
 
 std::string any(const minfer_node &) { return ""; }
 
-// Decodes `count` values starting at `src` (whole blocks) into f32.
-void decode_row_f32(int32_t dtype, const uint8_t *src, float *dst, int64_t count) {
-  if (dtype == MINFER_DTYPE_F32) {
-    std::memcpy(dst, src, size_t(count) * 4);
-    return;
-  }
-  if (dtype == MINFER_DTYPE_F16) {
-    const auto *h = reinterpret_cast<const uint16_t *>(src);
-    for (int64_t i = 0; i < count; ++i) dst[i] = sdk::half_to_float(h[i]);
-    return;
-  }
-  const bool known = sdk::visit_block_dtype(dtype, [&](auto tag) {
-    using Block = typename decltype(tag)::type;
-    const auto *blocks = reinterpret_cast<const Block *>(src);
-    const int64_t per = minfer_dtype_info(dtype).block_values;
-    for (int64_t b = 0; b < count / per; ++b)
-      sdk::decode_block(blocks[b], [&](int i, float v) { dst[b * per + i] = v; });
-  });
-  if (!known)
-    throw sdk::Error(MINFER_ERR_UNSUPPORTED, std::string("no decoder for ") + minfer_dtype_name(dtype));
-}
-
 // out[r] = table[ids[r]]; ids are checked against the table: a bad id is the caller's error.
-void run_get_rows(const minfer_node &n) {
+void run_get_rows(const minfer_node &n, const RunCtx &ctx) {
   const minfer_tensor &table = *n.inputs[0];
   const int32_t *ids = ptr<int32_t>(*n.inputs[1]);
   float *y = ptr<float>(*n.output);
-  const int64_t d = table.shape[0], rows = table.shape[1], count = n.inputs[1]->shape[0];
+  const int64_t d = table.shape[0], rows = sdk::run_extent(table, 1, ctx.args), count = sdk::run_extent(*n.inputs[1], 0, ctx.args);
   const int64_t rb = sdk::row_bytes(table.dtype, d);
   const uint8_t *base = ptr(table);
   for (int64_t r = 0; r < count; ++r) {
@@ -48,7 +27,7 @@ void run_get_rows(const minfer_node &n) {
   }
 }
 
-void run_dequantize(const minfer_node &n) {
+void run_dequantize(const minfer_node &n, const RunCtx &ctx) {
   const minfer_tensor &x = *n.inputs[0];
   uint16_t *y = ptr<uint16_t>(*n.output);
   const uint8_t *src = ptr(x);
@@ -56,7 +35,7 @@ void run_dequantize(const minfer_node &n) {
     using Block = typename decltype(tag)::type;
     const auto *blocks = reinterpret_cast<const Block *>(src);
     const int64_t per = minfer_dtype_info(x.dtype).block_values;
-    const int64_t n_blocks = sdk::n_elements(x) / per;
+    const int64_t n_blocks = sdk::run_elements(x, ctx.args) / per;
     for (int64_t b = 0; b < n_blocks; ++b)
       sdk::decode_block(blocks[b], [&](int i, float v) { y[b * per + i] = sdk::float_to_half(v); });
   });

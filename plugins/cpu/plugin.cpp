@@ -3,9 +3,11 @@
 
 #include <cstring>
 #include <new>
+#include <climits>
 #include <vector>
 
 #include "cpu_backend.hpp"
+#include "thread_pool.hpp"
 #include "minfer/op_table.hpp"
 
 namespace minfer::cpu {
@@ -33,13 +35,14 @@ void CpuBuffer::read(uint64_t offset, void *dst, uint64_t bytes) {
 namespace {
 
 const sdk::OpTable<CpuOp> &op_table() {
-  static const sdk::OpTable<CpuOp> table("cpu", {elementwise_ops(), quant_ops()});
+  static const sdk::OpTable<CpuOp> table(
+      "cpu", {elementwise_ops(), quant_ops(), norm_rope_ops(), matmul_ops(), attention_ops()});
   return table;
 }
 
 class CpuSegment : public sdk::Segment {
  public:
-  explicit CpuSegment(std::vector<sdk::OwnedNode> nodes) : nodes_(std::move(nodes)) {
+  CpuSegment(std::vector<sdk::OwnedNode> nodes, ThreadPool &pool) : nodes_(std::move(nodes)), pool_(pool) {
     for (const auto &on : nodes_) {
       const minfer_node &n = on.node();
       const std::string why = op_table().why_not(n);
@@ -49,13 +52,22 @@ class CpuSegment : public sdk::Segment {
       for (int i = 0; i < n.n_inputs; ++i) sdk::check_fits(n, *n.inputs[i], sdk::n_bytes(*n.inputs[i]));
       sdk::check_fits(n, *n.output, sdk::n_bytes(*n.output));
       run_.push_back(op_table().find(n.op)->run);
+      for (int i = 0; i <= n.n_inputs; ++i) {
+        const minfer_tensor &t = i < n.n_inputs ? *n.inputs[i] : *n.output;
+        if (t.token_dim >= 0) max_tokens_ = std::min(max_tokens_, t.shape[t.token_dim]);
+      }
     }
   }
 
-  void execute(const minfer_step_args &) override {
+  void execute(const minfer_step_args &args) override {
+    if (args.n_tokens < 0 || args.n_tokens > max_tokens_)
+      throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "step of " + std::to_string(args.n_tokens) +
+                                                        " tokens; this segment was compiled for at most " +
+                                                        std::to_string(max_tokens_));
+    const RunCtx ctx{args, pool_};
     for (size_t i = 0; i < nodes_.size(); ++i) {
       try {
-        run_[i](nodes_[i].node());
+        run_[i](nodes_[i].node(), ctx);
       } catch (const sdk::Error &e) {
         throw sdk::Error(e.code(), "node '" + nodes_[i].name() + "' (" +
                                        minfer_op_name(nodes_[i].node().op) + "): " + e.what());
@@ -65,11 +77,14 @@ class CpuSegment : public sdk::Segment {
 
  private:
   std::vector<sdk::OwnedNode> nodes_;
-  std::vector<void (*)(const minfer_node &)> run_;
+  ThreadPool &pool_;
+  std::vector<void (*)(const minfer_node &, const RunCtx &)> run_;
+  int64_t max_tokens_ = INT64_MAX;
 };
 
 class CpuBackend : public sdk::Backend {
  public:
+  explicit CpuBackend(int threads) : pool_(threads) {}
   std::unique_ptr<sdk::Buffer> alloc(uint64_t bytes) override {
     return std::make_unique<CpuBuffer>(bytes);
   }
@@ -78,8 +93,11 @@ class CpuBackend : public sdk::Backend {
     return why.empty() ? sdk::Support::yes() : sdk::Support::no(why);
   }
   std::unique_ptr<sdk::Segment> compile(std::vector<sdk::OwnedNode> nodes) override {
-    return std::make_unique<CpuSegment>(std::move(nodes));
+    return std::make_unique<CpuSegment>(std::move(nodes), pool_);
   }
+
+ private:
+  ThreadPool pool_;
 };
 
 }  // namespace
@@ -100,10 +118,14 @@ struct CpuPlugin {
     info.free_bytes = uint64_t(sysconf(_SC_AVPHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
   }
 
-  static std::unique_ptr<sdk::Backend> open(int32_t device, sdk::Options &, const sdk::Host &) {
+  static std::unique_ptr<sdk::Backend> open(int32_t device, sdk::Options &opts, const sdk::Host &host) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int threads = int(opts.take_int("threads", cores > 0 ? cores : 1, 1, 1024));
+    opts.finish();
     minfer_device_info info{};
     device_info(device, info);
-    return std::make_unique<CpuBackend>();
+    host.log(MINFER_LOG_DEBUG, "cpu backend: " + std::to_string(threads) + " threads");
+    return std::make_unique<CpuBackend>(threads);
   }
 };
 

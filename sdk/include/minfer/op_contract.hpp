@@ -26,6 +26,12 @@ inline std::string need(const minfer_tensor &t, const char *what) {
 
 }  // namespace detail
 
+// The node's params as the op's struct (the contract has checked the size).
+template <class P>
+const P &params_of(const minfer_node &n) {
+  return *reinterpret_cast<const P *>(n.params);
+}
+
 // "" when the node is a valid instance of its op; otherwise the reason, naming the tensor.
 inline std::string check_op_contract(const minfer_node &n) {
   using detail::need;
@@ -83,6 +89,58 @@ inline std::string check_op_contract(const minfer_node &n) {
       if (out.dtype != MINFER_DTYPE_F16) return need(out, "f16");
       if (!same_shape(in_(0), out)) return "output " + describe(out) + " must have the input's shape";
       return "";
+    case MINFER_OP_SWIGLU:
+      for (int i = 0; i < 2; ++i)
+        if (in_(i).dtype != MINFER_DTYPE_F32) return need(in_(i), "f32");
+      if (!same_shape(in_(0), in_(1))) return "inputs " + describe(in_(0)) + " and " + describe(in_(1)) + " differ in shape";
+      break;
+    case MINFER_OP_RMS_NORM: {
+      if (in_(0).dtype != MINFER_DTYPE_F32) return need(in_(0), "f32");
+      if (in_(1).dtype != MINFER_DTYPE_F32 || n_elements(in_(1)) != in_(0).shape[0])
+        return need(in_(1), ("f32 with " + std::to_string(in_(0).shape[0]) + " values (one per column)").c_str());
+      if (!(params_of<minfer_rms_norm_params>(n).eps > 0)) return "eps must be positive";
+      break;
+    }
+    case MINFER_OP_MATMUL: {
+      const minfer_tensor &w = in_(0), &x = in_(1);
+      const minfer_dtype_traits wt = minfer_dtype_info(w.dtype);
+      if (!(w.dtype == MINFER_DTYPE_F32 || w.dtype == MINFER_DTYPE_F16 || w.dtype == MINFER_DTYPE_BF16 || wt.is_quantized))
+        return need(w, "f32, f16, bf16 or a block type");
+      if (w.rank != 2) return need(w, "2-D [in, out]");
+      if (x.dtype != MINFER_DTYPE_F32 || x.rank > 2 || x.shape[0] != w.shape[0])
+        return need(x, ("f32 [" + std::to_string(w.shape[0]) + ", n]").c_str());
+      if (out.dtype != MINFER_DTYPE_F32 || out.shape[0] != w.shape[1] || n_rows(out) != n_rows(x))
+        return need(out, ("f32 [" + std::to_string(w.shape[1]) + ", " + std::to_string(n_rows(x)) + "]").c_str());
+      return "";
+    }
+    case MINFER_OP_ROPE: {
+      const auto &p = params_of<minfer_rope_params>(n);
+      const minfer_tensor &x = in_(0), &pos = in_(1);
+      if (x.dtype != MINFER_DTYPE_F32 || x.rank > 2) return need(x, "f32 [heads * head_dim, n]");
+      if (p.head_dim <= 0 || x.shape[0] % p.head_dim != 0) return "head_dim " + std::to_string(p.head_dim) + " does not divide " + describe(x);
+      if (p.n_dims <= 0 || p.n_dims > p.head_dim || p.n_dims % 2) return "n_dims must be even and within head_dim";
+      if (p.mode != MINFER_ROPE_NORMAL && p.mode != MINFER_ROPE_NEOX) return "unknown rope mode " + std::to_string(p.mode);
+      if (pos.dtype != MINFER_DTYPE_I32 || pos.rank != 1 || pos.shape[0] != x.shape[1])
+        return need(pos, ("i32 [" + std::to_string(x.shape[1]) + "]").c_str());
+      break;
+    }
+    case MINFER_OP_ATTENTION: {
+      const auto &p = params_of<minfer_attention_params>(n);
+      if (p.head_dim <= 0 || p.n_head <= 0 || p.n_kv_head <= 0 || p.n_head % p.n_kv_head)
+        return "heads: n_head must be a positive multiple of n_kv_head";
+      const int64_t qd = int64_t(p.n_head) * p.head_dim, kvd = int64_t(p.n_kv_head) * p.head_dim;
+      const minfer_tensor &q = in_(0), &k = in_(1), &v = in_(2), &kc = in_(3), &vc = in_(4);
+      if (q.dtype != MINFER_DTYPE_F32 || q.rank != 2 || q.shape[0] != qd) return need(q, ("f32 [" + std::to_string(qd) + ", n]").c_str());
+      for (const minfer_tensor *t : {&k, &v})
+        if (t->dtype != MINFER_DTYPE_F32 || t->rank != 2 || t->shape[0] != kvd || t->shape[1] != q.shape[1])
+          return need(*t, ("f32 [" + std::to_string(kvd) + ", " + std::to_string(q.shape[1]) + "]").c_str());
+      for (const minfer_tensor *t : {&kc, &vc})
+        if ((t->dtype != MINFER_DTYPE_F16 && t->dtype != MINFER_DTYPE_F32) || t->rank != 2 || t->shape[0] != kvd || t->dtype != kc.dtype ||
+            t->shape[1] != kc.shape[1])
+          return need(*t, ("f16 or f32 [" + std::to_string(kvd) + ", n_ctx], both caches alike").c_str());
+      if (out.dtype != MINFER_DTYPE_F32 || !same_shape(out, q)) return need(out, "f32 shaped like q");
+      return "";
+    }
     default:
       return std::string("op ") + op.name + " has no contract";
   }

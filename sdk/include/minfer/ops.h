@@ -30,13 +30,55 @@ typedef enum minfer_op {
   MINFER_OP_GET_ROWS = 6,
   /* out = a dequantized to f16; a any block type, same shape */
   MINFER_OP_DEQUANTIZE = 7,
-  MINFER_OP_COUNT_ = 8 /* one past the largest id; not an op */
+  /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w; x f32 [d, rows], w f32 [d]; minfer_rms_norm_params */
+  MINFER_OP_RMS_NORM = 8,
+  /* out[t][o] = sum_i W[o][i] * x[t][i]; W [in, out] of any weight dtype (f32, f16, bf16, every
+     block type), x f32 [in, n], out f32 [out, n] */
+  MINFER_OP_MATMUL = 9,
+  /* rotary position embedding: x f32 [n_heads * head_dim, n], pos i32 [n] -> out like x;
+     minfer_rope_params */
+  MINFER_OP_ROPE = 10,
+  /* causal grouped-query attention with a KV cache: q f32 [n_head*hd, n], k, v f32 [n_kv*hd, n],
+     k_cache, v_cache (f16 or f32) [n_kv*hd, n_ctx] -> out f32 [n_head*hd, n]. Writes k, v into
+     the caches at positions n_past..n_past+n-1 (n_past: the step's), then token t attends to
+     positions 0..n_past+t. minfer_attention_params */
+  MINFER_OP_ATTENTION = 11,
+  /* out = silu(gate) * up; gate, up, out f32, same shape */
+  MINFER_OP_SWIGLU = 12,
+  MINFER_OP_COUNT_ = 13 /* one past the largest id; not an op */
 } minfer_op;
 
 /* The common head of every parameter struct. */
 typedef struct minfer_params_header {
   size_t struct_size;
 } minfer_params_header;
+
+typedef struct minfer_rms_norm_params {
+  size_t struct_size;
+  float eps;
+} minfer_rms_norm_params;
+
+typedef enum minfer_rope_mode {
+  MINFER_ROPE_NORMAL = 0, /* rotate pairs (x[2i], x[2i+1]): LLaMA */
+  MINFER_ROPE_NEOX = 2    /* rotate pairs (x[i], x[i + n_dims/2]): GPT-NeoX, Qwen2 */
+} minfer_rope_mode;
+
+typedef struct minfer_rope_params {
+  size_t struct_size;
+  int32_t mode;       /* minfer_rope_mode */
+  int32_t head_dim;   /* values per head; x holds shape[0] / head_dim heads */
+  int32_t n_dims;     /* leading dims of each head that rotate (<= head_dim, even) */
+  float theta_base;   /* angle of pair i at position p: p * theta_base^(-2i/n_dims) * freq_scale */
+  float freq_scale;
+} minfer_rope_params;
+
+typedef struct minfer_attention_params {
+  size_t struct_size;
+  int32_t head_dim;
+  int32_t n_head;
+  int32_t n_kv_head; /* n_head is a multiple of it: query head h reads kv head h / (n_head/n_kv_head) */
+  float scale;       /* applied to q.k, usually 1/sqrt(head_dim) */
+} minfer_attention_params;
 
 typedef struct minfer_op_traits {
   const char *name;  /* "add_row_broadcast"; NULL for an unknown id */
@@ -54,6 +96,11 @@ static inline minfer_op_traits minfer_op_info(int32_t op) {
     case MINFER_OP_CONVERT: t.name = "convert"; t.n_inputs = 1; break;
     case MINFER_OP_GET_ROWS: t.name = "get_rows"; t.n_inputs = 2; break;
     case MINFER_OP_DEQUANTIZE: t.name = "dequantize"; t.n_inputs = 1; break;
+    case MINFER_OP_RMS_NORM: t.name = "rms_norm"; t.n_inputs = 2; t.params_size = sizeof(minfer_rms_norm_params); break;
+    case MINFER_OP_MATMUL: t.name = "matmul"; t.n_inputs = 2; break;
+    case MINFER_OP_ROPE: t.name = "rope"; t.n_inputs = 2; t.params_size = sizeof(minfer_rope_params); break;
+    case MINFER_OP_ATTENTION: t.name = "attention"; t.n_inputs = 5; t.params_size = sizeof(minfer_attention_params); break;
+    case MINFER_OP_SWIGLU: t.name = "swiglu"; t.n_inputs = 2; break;
     default: break;
   }
   return t;

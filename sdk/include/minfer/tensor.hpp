@@ -43,6 +43,18 @@ inline bool is_contiguous(const minfer_tensor &t) {
   return true;
 }
 
+// Extent of dim d in this step: the step's n_tokens for the tensor's token dim (when the step
+// gives one), else the compiled shape.
+inline int64_t run_extent(const minfer_tensor &t, int d, const minfer_step_args &a) {
+  return d == t.token_dim && a.n_tokens > 0 ? a.n_tokens : t.shape[d];
+}
+inline int64_t run_rows(const minfer_tensor &t, const minfer_step_args &a) {
+  int64_t r = 1;
+  for (int d = 1; d < t.rank; ++d) r *= run_extent(t, d, a);
+  return r;
+}
+inline int64_t run_elements(const minfer_tensor &t, const minfer_step_args &a) { return t.shape[0] * run_rows(t, a); }
+
 inline std::string shape_string(const minfer_tensor &t) {
   std::string s = "[";
   for (int d = 0; d < t.rank; ++d) s += (d ? ", " : "") + std::to_string(t.shape[d]);

@@ -1,0 +1,83 @@
+// plugins/cpu/ops_model.cpp — the per-token transformer ops: RMS norm, RoPE, SwiGLU.
+#include <cmath>
+#include <vector>
+
+#include "cpu_backend.hpp"
+#include "minfer/op_contract.hpp"
+#include "thread_pool.hpp"
+
+namespace minfer::cpu {
+namespace {
+
+std::string any(const minfer_node &) { return ""; }
+
+// y = x / sqrt(mean(x^2) + eps) * w, per row; the sum of squares in double as llama.cpp does.
+void run_rms_norm(const minfer_node &n, const RunCtx &ctx) {
+  const float eps = sdk::params_of<minfer_rms_norm_params>(n).eps;
+  const float *x = ptr<float>(*n.inputs[0]), *w = ptr<float>(*n.inputs[1]);
+  float *y = ptr<float>(*n.output);
+  const int64_t d = n.output->shape[0];
+  ctx.pool.run(sdk::run_rows(*n.output, ctx.args), [&](int64_t r0, int64_t r1, int) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float *xr = x + r * d;
+      double ss = 0;
+      for (int64_t i = 0; i < d; ++i) ss += double(xr[i]) * xr[i];
+      const float scale = float(1.0 / std::sqrt(ss / double(d) + eps));
+      for (int64_t i = 0; i < d; ++i) y[r * d + i] = xr[i] * scale * w[i];
+    }
+  });
+}
+
+// Rotates pairs of each head's first n_dims values by pos * theta_base^(-2i/n_dims).
+void run_rope(const minfer_node &n, const RunCtx &ctx) {
+  const auto &p = sdk::params_of<minfer_rope_params>(n);
+  const float *x = ptr<float>(*n.inputs[0]);
+  const int32_t *pos = ptr<int32_t>(*n.inputs[1]);
+  float *y = ptr<float>(*n.output);
+  const int64_t width = n.output->shape[0], heads = width / p.head_dim, tokens = sdk::run_rows(*n.output, ctx.args);
+  const int half = p.n_dims / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));  // double: positions reach 10^5
+  for (int i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(double(p.theta_base), -2.0 * i / p.n_dims) * p.freq_scale;
+  ctx.pool.run(tokens, [&](int64_t t0, int64_t t1, int) {
+    std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int i = 0; i < half; ++i) {
+        const double theta = double(pos[t]) * inv_freq[size_t(i)];
+        c[size_t(i)] = float(std::cos(theta));
+        s[size_t(i)] = float(std::sin(theta));
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        const float *src = x + t * width + h * p.head_dim;
+        float *dst = y + t * width + h * p.head_dim;
+        for (int i = p.n_dims; i < p.head_dim; ++i) dst[i] = src[i];
+        for (int i = 0; i < half; ++i) {
+          const int a = p.mode == MINFER_ROPE_NEOX ? i : 2 * i, b = p.mode == MINFER_ROPE_NEOX ? i + half : 2 * i + 1;
+          const float xa = src[a], xb = src[b];
+          dst[a] = xa * c[size_t(i)] - xb * s[size_t(i)];
+          dst[b] = xa * s[size_t(i)] + xb * c[size_t(i)];
+        }
+      }
+    }
+  });
+}
+
+// y = silu(gate) * up
+void run_swiglu(const minfer_node &n, const RunCtx &ctx) {
+  const float *g = ptr<float>(*n.inputs[0]), *u = ptr<float>(*n.inputs[1]);
+  float *y = ptr<float>(*n.output);
+  ctx.pool.run(sdk::run_elements(*n.output, ctx.args), [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  });
+}
+
+const CpuOp kOps[] = {
+    {MINFER_OP_RMS_NORM, any, run_rms_norm},
+    {MINFER_OP_ROPE, any, run_rope},
+    {MINFER_OP_SWIGLU, any, run_swiglu},
+};
+
+}  // namespace
+
+std::span<const CpuOp> norm_rope_ops() { return kOps; }
+
+}  // namespace minfer::cpu
