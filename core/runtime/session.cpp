@@ -24,9 +24,17 @@ Session::Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends)
   for (const auto &t : graph_.tensors())
     if (t.is_output && t.role != TensorRole::Intermediate)
       throw Error("tensor '" + t.name + "' is marked as output but no node produces it");
+  for (const auto &t : graph_.tensors()) {
+    if (t.token_dim < 0) continue;
+    // Per-step byte counts assume the token dim is the outermost one (rows of whole tokens).
+    if (t.token_dim != t.rank - 1)
+      throw Error("tensor '" + t.name + "': its token dim must be its last dim");
+    max_tokens_ = max_tokens_ ? std::min(max_tokens_, t.shape[size_t(t.token_dim)]) : t.shape[size_t(t.token_dim)];
+  }
   placement_ = place(graph_, cfg_, backends_);
   plan_memory();
   upload_weights();
+  zero_states();
   compile_segments();
 }
 
@@ -40,7 +48,7 @@ Session::~Session() {
 void Session::plan_memory() {
   // Positions: one per node and per copy, in execution order.
   std::map<Key, Lifetime> life;
-  std::set<Key> weights;
+  std::set<Key> weights, states;
   int64_t pos = 0;
   const int64_t end = std::numeric_limits<int64_t>::max();
   auto use = [&](const Key &k, int64_t at) {
@@ -62,7 +70,9 @@ void Session::plan_memory() {
     for (NodeId id : s.nodes) {
       const Node &n = graph_.node(id);
       for (TensorId in : n.inputs) {
-        if (graph_.tensor(in).role == TensorRole::Weight) weights.insert({in, s.backend});
+        const TensorRole role = graph_.tensor(in).role;
+        if (role == TensorRole::Weight) weights.insert({in, s.backend});
+        else if (role == TensorRole::State) states.insert({in, s.backend});
         else use({in, s.backend}, pos);
       }
       use({n.output, s.backend}, pos);
@@ -84,15 +94,20 @@ void Session::plan_memory() {
     for (size_t i = 0; i < keys.size(); ++i)
       where_[keys[i]] = {mem.activations.get(), plan.offsets[i]};
 
-    std::vector<Key> wkeys;
-    for (const auto &k : weights)
-      if (k.second == name) wkeys.push_back(k);
-    uint64_t off = 0;
-    std::vector<uint64_t> woff;
-    for (const auto &k : wkeys) woff.push_back(off), off += align_up(graph_.tensor(k.first).n_bytes());
-    mem.weight_bytes = off;
-    if (off) mem.weights = backends_.at(name)->alloc(off);
-    for (size_t i = 0; i < wkeys.size(); ++i) where_[wkeys[i]] = {mem.weights.get(), woff[i]};
+    // Weights and states live for the whole session: packed one after another.
+    auto pack = [&](const std::set<Key> &set, std::unique_ptr<DeviceBuffer> &buf, uint64_t &total) {
+      std::vector<Key> keys;
+      for (const auto &k : set)
+        if (k.second == name) keys.push_back(k);
+      std::vector<uint64_t> offsets;
+      uint64_t off = 0;
+      for (const auto &k : keys) offsets.push_back(off), off += align_up(graph_.tensor(k.first).n_bytes());
+      total = off;
+      if (off) buf = backends_.at(name)->alloc(off);
+      for (size_t i = 0; i < keys.size(); ++i) where_[keys[i]] = {buf.get(), offsets[i]};
+    };
+    pack(weights, mem.weights, mem.weight_bytes);
+    pack(states, mem.states, mem.state_bytes);
   }
 }
 
@@ -102,6 +117,23 @@ void Session::upload_weights() {
     if (t.role != TensorRole::Weight) continue;
     loc.buffer->write(loc.offset, t.weight.data, t.weight.size);
   }
+}
+
+void Session::zero_states() {
+  std::vector<uint8_t> zeros;
+  for (const auto &[k, loc] : where_) {
+    const Tensor &t = graph_.tensor(k.first);
+    if (t.role != TensorRole::State) continue;
+    const uint64_t chunk = std::min<uint64_t>(t.n_bytes(), uint64_t(64) << 20);
+    zeros.assign(chunk, 0);
+    for (uint64_t off = 0; off < t.n_bytes(); off += chunk)
+      loc.buffer->write(loc.offset + off, zeros.data(), std::min(chunk, t.n_bytes() - off));
+  }
+}
+
+uint64_t Session::bytes_for(const Tensor &t, int64_t n_tokens) const {
+  if (t.token_dim < 0 || n_tokens <= 0) return t.n_bytes();
+  return t.n_bytes() / uint64_t(t.shape[size_t(t.token_dim)]) * uint64_t(n_tokens);
 }
 
 const Session::Location &Session::at(TensorId t, const std::string &backend) const {
@@ -141,27 +173,34 @@ void Session::set_input(const std::string &name, const void *data, uint64_t byte
   if (id < 0 || graph_.tensor(id).role != TensorRole::Input)
     throw Error("set_input: the graph has no input named '" + name + "'");
   const Tensor &t = graph_.tensor(id);
-  if (bytes != t.n_bytes())
-    throw Error("set_input: input " + t.describe() + " needs " + std::to_string(t.n_bytes()) +
-                " bytes, got " + std::to_string(bytes));
+  const uint64_t per_token = t.token_dim >= 0 ? t.n_bytes() / uint64_t(t.shape[size_t(t.token_dim)]) : t.n_bytes();
+  if (bytes > t.n_bytes() || bytes == 0 || bytes % per_token != 0 || (t.token_dim < 0 && bytes != t.n_bytes()))
+    throw Error("set_input: input " + t.describe() + " takes " +
+                (t.token_dim >= 0 ? "whole tokens of " + std::to_string(per_token) + " bytes, at most " + std::to_string(t.n_bytes())
+                                  : std::to_string(t.n_bytes())) +
+                " bytes; got " + std::to_string(bytes));
   bool any = false;
   for (const auto &[k, loc] : where_)
     if (k.first == id) loc.buffer->write(loc.offset, data, bytes), any = true;
   if (!any) spdlog::warn("input '{}' is not used by any node", name);
 }
 
-void Session::run() {
+void Session::run(int64_t n_tokens, int64_t n_past) {
+  if (n_tokens < 0 || (max_tokens_ && n_tokens > max_tokens_) || n_past < 0)
+    throw Error("run: " + std::to_string(n_tokens) + " tokens at position " + std::to_string(n_past) +
+                "; this graph takes at most " + std::to_string(max_tokens_) + " tokens per step");
   const int64_t step = step_counter_++;
+  last_tokens_ = n_tokens;
   for (size_t si = 0; si < placement_.steps.size(); ++si) {
     const Step &s = placement_.steps[si];
     if (s.kind == Step::Kind::Segment) {
-      backends_.at(s.backend)->execute(*segments_[si], step, 0, 0);
+      backends_.at(s.backend)->execute(*segments_[si], step, n_tokens, n_past);
       continue;
     }
     // Copy through host memory: the source must be finished before it is read.
     const Tensor &t = graph_.tensor(s.tensor);
     const Location &src = at(s.tensor, s.from), &dst = at(s.tensor, s.backend);
-    staging_.resize(t.n_bytes());
+    staging_.resize(bytes_for(t, n_tokens));
     src.buffer->read(src.offset, staging_.data(), staging_.size());
     dst.buffer->write(dst.offset, staging_.data(), staging_.size());
   }
@@ -174,7 +213,7 @@ std::vector<uint8_t> Session::output(const std::string &name) const {
     throw Error("output: the graph has no output named '" + name + "'");
   const Tensor &t = graph_.tensor(id);
   const Location &l = at(id, placement_.home[size_t(id)]);
-  std::vector<uint8_t> bytes(t.n_bytes());
+  std::vector<uint8_t> bytes(bytes_for(t, last_tokens_));
   l.buffer->read(l.offset, bytes.data(), bytes.size());
   return bytes;
 }
@@ -213,7 +252,7 @@ std::string Session::explain() const {
   out += "segments: " + std::to_string(segments) + "\n";
   out += "memory per backend:\n";
   for (const auto &[name, m] : memory_) {
-    out += "  " + name + ": weights " + human_bytes(m.weight_bytes) + ", activations " +
+    out += "  " + name + ": weights " + human_bytes(m.weight_bytes) + ", state " + human_bytes(m.state_bytes) + ", activations " +
            human_bytes(m.activation_bytes) + " (" + human_bytes(m.unshared_bytes) +
            " without reuse)\n";
   }

@@ -21,9 +21,15 @@ class Session {
   Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends);
   ~Session();
 
+  // For an input with a token dim, bytes may cover fewer tokens than the maximum: as many as
+  // the next run's n_tokens.
   void set_input(const std::string &name, const void *data, uint64_t bytes);
-  void run();  // runs every step in order, then waits for all backends
+  // Runs every step in order, then waits for all backends. n_tokens: the token count of this
+  // step (0 = the graph's full shapes); n_past: tokens already in the KV caches.
+  void run(int64_t n_tokens = 0, int64_t n_past = 0);
+  // An output's bytes (for a token-dim output, as many tokens as the last run had).
   std::vector<uint8_t> output(const std::string &name) const;
+  int64_t max_tokens() const { return max_tokens_; }  // the largest n_tokens a run accepts
 
   const Placement &placement() const { return placement_; }
   std::string explain() const;  // the placement report of --explain
@@ -34,13 +40,15 @@ class Session {
     uint64_t offset = 0;
   };
   struct BackendMemory {
-    std::unique_ptr<DeviceBuffer> weights, activations;
-    uint64_t weight_bytes = 0, activation_bytes = 0, unshared_bytes = 0;
+    std::unique_ptr<DeviceBuffer> weights, states, activations;
+    uint64_t weight_bytes = 0, state_bytes = 0, activation_bytes = 0, unshared_bytes = 0;
   };
   using Key = std::pair<TensorId, std::string>;  // a tensor as it exists on one backend
 
   void plan_memory();
   void upload_weights();
+  void zero_states();
+  uint64_t bytes_for(const Tensor &t, int64_t n_tokens) const;  // bytes of n_tokens tokens
   void compile_segments();
   const Location &at(TensorId t, const std::string &backend) const;
 
@@ -53,6 +61,8 @@ class Session {
   std::vector<std::unique_ptr<CompiledSegment>> segments_;  // by step; null for copies
   std::vector<uint8_t> staging_;                             // host bounce for copies
   int64_t step_counter_ = 0;
+  int64_t max_tokens_ = 0;   // 0 when no tensor follows the token count
+  int64_t last_tokens_ = 0;  // n_tokens of the last run
 };
 
 }  // namespace minfer

@@ -1,0 +1,63 @@
+// core/models/model.hpp — a GGUF model turned into a graph: hyperparameters, weights, builder.
+//
+// An architecture is one file (llama.cpp, qwen2.cpp) that reads its hyperparameters from the
+// GGUF metadata and says how it differs from the plain decoder transformer built in
+// transformer.cpp, plus its line in the table in hparams.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.hpp"
+#include "graph/graph.hpp"
+#include "minfer/ops.h"
+
+namespace minfer::models {
+
+struct Hparams {
+  std::string arch;
+  int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_vocab = 0;
+  int64_t head_dim = 0, rope_dims = 0, n_ctx_train = 0;
+  float rope_theta = 10000.0f, rope_freq_scale = 1.0f, rms_eps = 1e-5f;
+  int32_t rope_mode = MINFER_ROPE_NORMAL;
+  bool qkv_bias = false;  // Q/K/V projections carry biases (Qwen2)
+};
+
+struct BuildOptions {
+  int64_t n_ctx = 0;      // KV cache positions; 0 = min(training context, 4096)
+  int64_t max_batch = 512;  // most tokens one step takes (prefill runs in chunks of this)
+  int32_t kv_type = MINFER_DTYPE_F16;
+  bool all_logits = false;  // logits for every token of a step, not just the last
+};
+
+struct Model {
+  std::shared_ptr<gguf::File> file;
+  Hparams hp;
+  BuildOptions opts;
+  Graph graph;
+  // Graph input/output names.
+  static constexpr const char *kTokens = "tokens", *kPositions = "positions", *kLastToken = "last_token",
+                              *kLogits = "logits";
+};
+
+// Reads hyperparameters with the architecture's reader and builds the graph; errors name the
+// file and the key or tensor at fault.
+std::unique_ptr<Model> load_model(std::shared_ptr<gguf::File> file, const BuildOptions &opts);
+
+// ---- for architecture files -------------------------------------------------------------
+
+// Each architecture file defines its reader; hparams.cpp lists them by name.
+Hparams read_llama(const gguf::File &f);
+Hparams read_qwen2(const gguf::File &f);
+std::vector<std::string> architectures();
+
+// Reads what every LLaMA-style architecture stores under "<arch>.*".
+Hparams read_common_hparams(const gguf::File &f, const std::string &arch);
+
+// The decoder-only transformer every registered architecture builds.
+// weights point into the file's mapping, which the graph keeps alive.
+Graph build_transformer(const std::shared_ptr<gguf::File> &f, const Hparams &hp, const BuildOptions &opts);
+
+}  // namespace minfer::models

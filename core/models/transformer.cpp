@@ -1,0 +1,102 @@
+// core/models/transformer.cpp — the decoder-only transformer graph of LLaMA-style models.
+//
+//   x = embed(tokens)
+//   per layer: x += Wo attn(rope(Wq n(x) + bq), rope(Wk n(x) + bk), Wv n(x) + bv, cache)
+//              x += Wdown (silu(Wgate n(x)) * Wup n(x))          (n = RMS norm with weight)
+//   logits = Wout n(x[last])            (Wout = token_embd when output.weight is absent)
+#include <cmath>
+
+#include "common/error.hpp"
+#include "models/model.hpp"
+
+namespace minfer::models {
+namespace {
+
+class Builder {
+ public:
+  Builder(const std::shared_ptr<gguf::File> &f, GraphBuilder &gb) : f_(*f), gb_(gb), owner_(f) {}
+
+  // A weight from the file, checked against the shape the hyperparameters imply.
+  TensorId weight(const std::string &name, std::vector<int64_t> shape, const std::string &why) {
+    const gguf::TensorInfo *t = f_.find_tensor(name);
+    if (!t) throw Error(f_.path() + ": missing tensor '" + name + "' (" + why + ")");
+    std::vector<int64_t> have(t->shape.begin(), t->shape.begin() + t->n_dims);
+    if (have != shape) {
+      auto str = [](const std::vector<int64_t> &s) {
+        std::string r = "[";
+        for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+        return r + "]";
+      };
+      throw Error(f_.path() + ": tensor '" + name + "' has shape " + str(have) + ", expected " + str(shape) + " (" + why + ")");
+    }
+    return gb_.weight(name, t->dtype, shape, HostBytes{t->data, t->n_bytes, owner_});
+  }
+
+ private:
+  const gguf::File &f_;
+  GraphBuilder &gb_;
+  std::shared_ptr<const void> owner_;
+};
+
+}  // namespace
+
+Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &hp, const BuildOptions &o) {
+  const gguf::File &f = *file;
+  GraphBuilder gb;
+  Builder w(file, gb);
+  const int64_t d = hp.n_embd, kvd = hp.n_head_kv * hp.head_dim, T = o.max_batch;
+  const std::string dims = "n_embd " + std::to_string(d);
+
+  const TensorId tokens = gb.input(Model::kTokens, MINFER_DTYPE_I32, {T}, 0);
+  const TensorId pos = gb.input(Model::kPositions, MINFER_DTYPE_I32, {T}, 0);
+  const TensorId tok_embd = w.weight("token_embd.weight", {d, hp.n_vocab}, "token embedding [" + dims + ", n_vocab]");
+  TensorId x = gb.get_rows("token_embd", tok_embd, tokens);
+
+  minfer_rope_params rq{};
+  rq.mode = hp.rope_mode;
+  rq.head_dim = int32_t(hp.head_dim);
+  rq.n_dims = int32_t(hp.rope_dims);
+  rq.theta_base = hp.rope_theta;
+  rq.freq_scale = hp.rope_freq_scale;
+  minfer_attention_params ap{};
+  ap.head_dim = int32_t(hp.head_dim);
+  ap.n_head = int32_t(hp.n_head);
+  ap.n_kv_head = int32_t(hp.n_head_kv);
+  ap.scale = 1.0f / std::sqrt(float(hp.head_dim));
+
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    TensorId h = gb.rms_norm(p + "attn_norm", x, w.weight(p + "attn_norm.weight", {d}, "norm [" + dims + "]"), hp.rms_eps);
+    auto proj = [&](const std::string &name, int64_t out) {
+      TensorId y = gb.matmul(p + name, w.weight(p + name + ".weight", {d, out}, "projection"), h);
+      if (hp.qkv_bias) y = gb.add_row_broadcast(p + name + "_bias", y, w.weight(p + name + ".bias", {out}, "bias"));
+      return y;
+    };
+    TensorId q = proj("attn_q", d), k = proj("attn_k", kvd), v = proj("attn_v", kvd);
+    q = gb.rope(p + "attn_q_rope", q, pos, rq);
+    k = gb.rope(p + "attn_k_rope", k, pos, rq);
+    const TensorId kc = gb.state(p + "cache_k", o.kv_type, {kvd, o.n_ctx});
+    const TensorId vc = gb.state(p + "cache_v", o.kv_type, {kvd, o.n_ctx});
+    const TensorId a = gb.attention(p + "attn", q, k, v, kc, vc, ap);
+    const TensorId out = gb.matmul(p + "attn_output", w.weight(p + "attn_output.weight", {d, d}, "attention output"), a);
+    x = gb.add(p + "attn_residual", x, out);
+
+    h = gb.rms_norm(p + "ffn_norm", x, w.weight(p + "ffn_norm.weight", {d}, "norm [" + dims + "]"), hp.rms_eps);
+    const TensorId g = gb.matmul(p + "ffn_gate", w.weight(p + "ffn_gate.weight", {d, hp.n_ff}, "feed-forward gate"), h);
+    const TensorId u = gb.matmul(p + "ffn_up", w.weight(p + "ffn_up.weight", {d, hp.n_ff}, "feed-forward up"), h);
+    const TensorId s = gb.swiglu(p + "ffn_swiglu", g, u);
+    const TensorId down = gb.matmul(p + "ffn_down", w.weight(p + "ffn_down.weight", {hp.n_ff, d}, "feed-forward down"), s);
+    x = gb.add(p + "ffn_residual", x, down);
+  }
+
+  if (!o.all_logits) {  // only the last token's logits feed the sampler
+    const TensorId last = gb.input(Model::kLastToken, MINFER_DTYPE_I32, {1});
+    x = gb.get_rows("last_hidden", x, last);
+  }
+  x = gb.rms_norm("output_norm", x, w.weight("output_norm.weight", {d}, "final norm"), hp.rms_eps);
+  const TensorId out_w = f.find_tensor("output.weight") ? w.weight("output.weight", {d, hp.n_vocab}, "output projection") : tok_embd;
+  gb.mark_output(gb.matmul(Model::kLogits, out_w, x));
+  return gb.finish();
+}
+
+}  // namespace minfer::models

@@ -1,0 +1,38 @@
+#include "runtime/generator.hpp"
+
+#include <cstring>
+
+#include "common/error.hpp"
+
+namespace minfer {
+
+std::vector<float> Generator::feed(const std::vector<int32_t> &tokens) {
+  if (tokens.empty()) throw Error("feed: no tokens");
+  if (n_past_ + int64_t(tokens.size()) > n_ctx())
+    throw Error("the sequence needs " + std::to_string(n_past_ + int64_t(tokens.size())) + " positions but the context holds " +
+                std::to_string(n_ctx()) + "; shorten the prompt or raise 'context' in the run config");
+  const int64_t batch = session_.max_tokens();
+  std::vector<float> logits;
+  for (size_t start = 0; start < tokens.size(); start += size_t(batch)) {
+    const int64_t n = std::min<int64_t>(batch, int64_t(tokens.size() - start));
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(n_past_ + i);
+    session_.set_input(models::Model::kTokens, tokens.data() + start, uint64_t(n) * 4);
+    session_.set_input(models::Model::kPositions, pos.data(), uint64_t(n) * 4);
+    if (!model_.opts.all_logits) {
+      const int32_t last = int32_t(n - 1);
+      session_.set_input(models::Model::kLastToken, &last, 4);
+    }
+    session_.run(n, n_past_);
+    n_past_ += n;
+    const bool want = model_.opts.all_logits || start + size_t(n) == tokens.size();
+    if (!want) continue;
+    const std::vector<uint8_t> bytes = session_.output(models::Model::kLogits);
+    const size_t old = logits.size();
+    logits.resize(old + bytes.size() / 4);
+    std::memcpy(logits.data() + old, bytes.data(), bytes.size());
+  }
+  return logits;
+}
+
+}  // namespace minfer

@@ -1,0 +1,31 @@
+// core/runtime/generator.hpp — feeding tokens through a model's session: prefill in chunks of
+// the graph's batch size, then one token at a time, tracking positions in the KV cache.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/model.hpp"
+#include "runtime/session.hpp"
+
+namespace minfer {
+
+class Generator {
+ public:
+  Generator(const models::Model &model, Session &session) : model_(model), session_(session) {}
+
+  // Runs tokens (any count) after those already fed; returns the logits after the last one
+  // (n_vocab floats). With a model built with all_logits, every token's logits, in order.
+  std::vector<float> feed(const std::vector<int32_t> &tokens);
+
+  int64_t n_past() const { return n_past_; }
+  int64_t n_ctx() const { return model_.opts.n_ctx; }
+  void reset() { n_past_ = 0; }  // start a new sequence (old cache rows are overwritten)
+
+ private:
+  const models::Model &model_;
+  Session &session_;
+  int64_t n_past_ = 0;
+};
+
+}  // namespace minfer

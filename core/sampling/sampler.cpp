@@ -1,0 +1,52 @@
+#include "sampling/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_set>
+
+namespace minfer::sampling {
+
+Sampler::Sampler(const Config &c) : cfg_(c), rng_(c.seed) {}
+
+int32_t Sampler::sample(const float *logits, int64_t n, const std::vector<int32_t> &history) {
+  work_.assign(logits, logits + n);
+  if (cfg_.repeat_penalty != 1.0f && cfg_.repeat_last_n != 0) {
+    const size_t from = cfg_.repeat_last_n < 0 || size_t(cfg_.repeat_last_n) >= history.size()
+                            ? 0 : history.size() - size_t(cfg_.repeat_last_n);
+    std::unordered_set<int32_t> seen(history.begin() + long(from), history.end());
+    for (int32_t t : seen)
+      if (t >= 0 && t < n) work_[size_t(t)] = work_[size_t(t)] > 0 ? work_[size_t(t)] / cfg_.repeat_penalty : work_[size_t(t)] * cfg_.repeat_penalty;
+  }
+  if (cfg_.temperature <= 0.0f) return int32_t(std::max_element(work_.begin(), work_.end()) - work_.begin());
+
+  // Candidates, best first; top-k keeps the k best.
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  const size_t k = cfg_.top_k > 0 ? std::min<size_t>(size_t(cfg_.top_k), idx.size()) : idx.size();
+  auto better = [&](int32_t a, int32_t b) { return work_[size_t(a)] > work_[size_t(b)] || (work_[size_t(a)] == work_[size_t(b)] && a < b); };
+  std::partial_sort(idx.begin(), idx.begin() + long(k), idx.end(), better);
+  idx.resize(k);
+  // Softmax at the temperature.
+  std::vector<double> p(k);
+  const double mx = work_[size_t(idx[0])];
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += p[i] = std::exp((double(work_[size_t(idx[i])]) - mx) / cfg_.temperature);
+  for (double &x : p) x /= sum;
+  // top-p: the smallest prefix whose mass reaches top_p; min-p: drop the unlikely tail.
+  size_t keep = k;
+  if (cfg_.top_p < 1.0f) {
+    double cum = 0;
+    for (size_t i = 0; i < k; ++i)
+      if ((cum += p[i]) >= cfg_.top_p) {
+        keep = i + 1;
+        break;
+      }
+  }
+  if (cfg_.min_p > 0.0f)
+    while (keep > 1 && p[keep - 1] < cfg_.min_p * p[0]) --keep;
+  std::discrete_distribution<size_t> pick(p.begin(), p.begin() + long(keep));
+  return idx[pick(rng_)];
+}
+
+}  // namespace minfer::sampling

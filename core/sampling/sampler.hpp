@@ -1,0 +1,37 @@
+// core/sampling/sampler.hpp — choosing the next token from logits.
+//
+// The chain, in llama.cpp's default order: repetition penalty over the last tokens, top-k,
+// temperature, top-p, min-p, then a draw from what is left (a seeded generator). A
+// temperature of 0 is greedy: the arg-max, after the penalty.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace minfer::sampling {
+
+struct Config {
+  float temperature = 0.8f;    // 0 = greedy
+  int32_t top_k = 40;          // 0 = off
+  float top_p = 0.95f;         // 1 = off
+  float min_p = 0.05f;         // 0 = off: drop tokens below min_p * p(best)
+  float repeat_penalty = 1.0f; // 1 = off; > 1 makes recent tokens less likely
+  int32_t repeat_last_n = 64;  // how many recent tokens the penalty looks at
+  uint64_t seed = 42;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const Config &c);
+  // history: the tokens so far (prompt and generated), for the repetition penalty.
+  int32_t sample(const float *logits, int64_t n_vocab, const std::vector<int32_t> &history);
+  const Config &config() const { return cfg_; }
+
+ private:
+  Config cfg_;
+  std::mt19937_64 rng_;
+  std::vector<float> work_;
+};
+
+}  // namespace minfer::sampling

@@ -1,0 +1,95 @@
+// Text generation on the CPU against llama.cpp's reference outputs for stories260K: the
+// prompt's tokens, 64 greedy tokens, and the logits after the prompt, for both KV types.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "config/run_config.hpp"
+#include "json_lite.hpp"
+#include "models/model.hpp"
+#include "runtime/generator.hpp"
+#include "runtime/placement.hpp"
+#include "runtime/session.hpp"
+#include "sampling/sampler.hpp"
+#include "test_util.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace {
+
+struct Reference {
+  std::string prompt;
+  std::vector<int32_t> prompt_tokens, greedy_tokens;
+  std::vector<float> logits;
+  double min_margin;
+};
+
+std::vector<Reference> read_reference(const std::string &path) {
+  std::ifstream in(path);
+  std::vector<Reference> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto j = minfer::test::Json::parse(line);
+    out.push_back({j["prompt"].str, j["prompt_tokens"].ints(), j["greedy_tokens"].ints(), j["first_step_logits"].floats(),
+                   j["min_top2_margin"].num});
+  }
+  return out;
+}
+
+struct Case {
+  const char *file;
+  int32_t kv_type;
+  double logit_tol;
+};
+
+class Stories : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Stories, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const Case c = GetParam();
+  const auto refs = read_reference(td + "/reference/" + c.file);
+  ASSERT_FALSE(refs.empty());
+
+  auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
+  const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*file);
+  minfer::models::BuildOptions bo;
+  bo.kv_type = c.kv_type;
+  bo.n_ctx = 256;
+  bo.max_batch = 64;
+  const auto model = minfer::models::load_model(file, bo);
+  const minfer::RunConfig cfg = minfer::parse_run_config("backends: {cpu: {threads: 2}}\n", "test.yaml");
+  minfer::BackendSet backends = minfer::open_backends(cfg);
+  minfer::Session session(model->graph, cfg, backends);
+
+  for (const Reference &r : refs) {
+    const auto ids = tok->encode(r.prompt, true, false);
+    EXPECT_EQ(ids, r.prompt_tokens) << r.prompt;
+    minfer::Generator gen(*model, session);
+    std::vector<float> logits = gen.feed(r.prompt_tokens);
+    ASSERT_EQ(logits.size(), r.logits.size());
+    double max_err = 0;
+    for (size_t i = 0; i < logits.size(); ++i) max_err = std::max(max_err, std::fabs(double(logits[i]) - r.logits[i]));
+    EXPECT_LE(max_err, c.logit_tol) << "first-step logits, prompt '" << r.prompt << "'";
+    std::printf("%s kv %s: prompt '%.30s': max |logit - llama.cpp| = %.2e\n", c.file, minfer_dtype_name(c.kv_type), r.prompt.c_str(), max_err);
+
+    minfer::sampling::Config greedy;
+    greedy.temperature = 0;
+    minfer::sampling::Sampler s(greedy);
+    std::vector<int32_t> history = r.prompt_tokens, out;
+    for (size_t i = 0; i < r.greedy_tokens.size(); ++i) {
+      const int32_t next = s.sample(logits.data(), int64_t(logits.size()), history);
+      out.push_back(next);
+      history.push_back(next);
+      logits = gen.feed({next});
+    }
+    EXPECT_EQ(out, r.greedy_tokens) << "greedy continuation of '" << r.prompt << "'";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KvTypes, Stories,
+                         ::testing::Values(Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2},
+                                           Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4}),
+                         [](const auto &info) { return std::string(minfer_dtype_name(info.param.kv_type)) + "_kv"; });
+
+}  // namespace
