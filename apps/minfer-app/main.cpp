@@ -11,6 +11,7 @@
 #include "common/log.hpp"
 #include "config/run_config.hpp"
 #include "demo_job.hpp"
+#include "generate_job.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/plugin.hpp"
 #include "runtime/session.hpp"
@@ -18,19 +19,27 @@
 namespace {
 
 const char *kUsage =
-    "usage: minfer-app --config FILE [--explain] [--log-level LEVEL] [--plugin-dir DIR]\n"
+    "usage: minfer-app --config FILE [options]\n"
     "       minfer-app --list-backends [--config FILE] [--plugin-dir DIR]\n"
     "\n"
-    "  --config FILE      run config (YAML): backends, placement, the job\n"
-    "  --explain          print the placement report (node -> backend, copies, memory) and exit\n"
-    "  --list-backends    list every plugin found: name, version, ABI, devices\n"
-    "  --plugin-dir DIR   look for plugins here first (overrides the config's plugin_dir)\n"
-    "  --log-level LEVEL  trace, debug, info, warn (default), error, off\n"
-    "  --version          print the version\n";
+    "  --config FILE        run config (YAML): model, backends, placement, generation\n"
+    "  -m, --model FILE     GGUF model (overrides the config's 'model')\n"
+    "  -p, --prompt TEXT    prompt (overrides 'prompt' and 'prompt_file')\n"
+    "  -f, --file FILE      prompt file\n"
+    "  -n N                 tokens to generate\n"
+    "  --temp T             temperature (0 = greedy)\n"
+    "  --seed N             sampling seed\n"
+    "  --threads N          CPU threads (the cpu backend's 'threads' option)\n"
+    "  --json               print one JSON object (prompt_tokens, tokens, text, timings)\n"
+    "  --explain            print the placement report (node -> backend, copies, memory) and exit\n"
+    "  --list-backends      list every plugin found: name, version, ABI, devices\n"
+    "  --plugin-dir DIR     look for plugins here first (overrides the config's plugin_dir)\n"
+    "  --log-level LEVEL    trace, debug, info, warn (default), error, off\n"
+    "  --version            print the version\n";
 
 struct Args {
-  std::string config, plugin_dir, log_level;
-  bool explain = false, list_backends = false;
+  std::string config, plugin_dir, log_level, model, prompt, prompt_file, n_predict, temp, seed, threads;
+  bool explain = false, list_backends = false, json = false, have_prompt = false;
 };
 
 Args parse_args(int argc, char **argv) {
@@ -45,12 +54,20 @@ Args parse_args(int argc, char **argv) {
     else if (arg == "--plugin-dir") a.plugin_dir = value("--plugin-dir");
     else if (arg == "--log-level") a.log_level = value("--log-level");
     else if (arg == "--explain") a.explain = true;
+    else if (arg == "--json") a.json = true;
+    else if (arg == "-m" || arg == "--model") a.model = value("--model");
+    else if (arg == "-p" || arg == "--prompt") a.prompt = value("--prompt"), a.have_prompt = true;
+    else if (arg == "-f" || arg == "--file") a.prompt_file = value("--file");
+    else if (arg == "-n" || arg == "--n-predict") a.n_predict = value("-n");
+    else if (arg == "--temp") a.temp = value("--temp");
+    else if (arg == "--seed") a.seed = value("--seed");
+    else if (arg == "--threads" || arg == "-t") a.threads = value("--threads");
     else if (arg == "--list-backends") a.list_backends = true;
     else if (arg == "--help" || arg == "-h") { std::fputs(kUsage, stdout); std::exit(0); }
     else if (arg == "--version") { std::printf("minfer %s (plugin ABI %d.%d)\n", MINFER_VERSION, MINFER_ABI_MAJOR, MINFER_ABI_MINOR); std::exit(0); }
     else throw minfer::Error("unknown argument '" + arg + "'\n" + kUsage);
   }
-  if (a.config.empty() && !a.list_backends) throw minfer::Error(std::string("nothing to do\n") + kUsage);
+  if (a.config.empty() && !a.list_backends) throw minfer::Error(std::string("no run config: give --config FILE (configs/demo.yaml is one)\n") + kUsage);
   return a;
 }
 
@@ -89,6 +106,38 @@ int list_backends(const std::string &plugin_dir) {
   return 0;
 }
 
+long long to_int(const std::string &flag, const std::string &v) {
+  char *end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end) throw minfer::Error(flag + " takes an integer, not '" + v + "'");
+  return x;
+}
+
+// Command-line flags win over the run config.
+void apply_overrides(const Args &a, minfer::RunConfig &cfg) {
+  if (!a.model.empty()) cfg.model = a.model, cfg.job = "generate";
+  if (a.have_prompt) cfg.prompt = a.prompt, cfg.prompt_file.clear();
+  if (!a.prompt_file.empty()) cfg.prompt_file = a.prompt_file;
+  if (!a.n_predict.empty()) cfg.generation.n_predict = int32_t(to_int("-n", a.n_predict));
+  if (!a.seed.empty()) cfg.generation.seed = uint64_t(to_int("--seed", a.seed));
+  if (!a.temp.empty()) {
+    char *end = nullptr;
+    cfg.generation.temperature = std::strtof(a.temp.c_str(), &end);
+    if (*end || cfg.generation.temperature < 0) throw minfer::Error("--temp takes a number >= 0, not '" + a.temp + "'");
+  }
+  if (!a.threads.empty()) {
+    to_int("--threads", a.threads);
+    bool found = false;
+    for (auto &b : cfg.backends)
+      if (b.name == "cpu") {
+        std::erase_if(b.options, [](const auto &kv) { return kv.first == "threads"; });
+        b.options.emplace_back("threads", a.threads);
+        found = true;
+      }
+    if (!found) throw minfer::Error("--threads: the run config has no cpu backend to give threads to");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -105,6 +154,13 @@ int main(int argc, char **argv) {
         spdlog::set_level(minfer::parse_log_level(cfg.log_level));
     }
     if (args.list_backends) return list_backends(args.config.empty() ? args.plugin_dir : cfg.plugin_dir);
+    apply_overrides(args, cfg);
+    if (cfg.job == "generate") {
+      minfer::app::GenerateOptions go;
+      go.json = args.json;
+      go.explain = args.explain;
+      return minfer::app::run_generate(cfg, go);
+    }
 
     minfer::BackendSet backends = minfer::open_backends(cfg);
     const minfer::Graph graph = minfer::app::build_demo_graph(cfg.demo);

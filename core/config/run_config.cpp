@@ -125,6 +125,41 @@ void read_demo(const Reader &r, const YAML::Node &n, DemoConfig &d) {
   }
 }
 
+void read_generation(const Reader &r, const YAML::Node &n, GenerationConfig &g) {
+  r.expect_map(n, "'generation'");
+  r.only_keys(n, {"n_predict", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop"},
+              "'generation'");
+  if (n["n_predict"]) g.n_predict = r.as<int32_t>(n["n_predict"], "n_predict", "a token count");
+  if (n["temperature"]) g.temperature = r.as<float>(n["temperature"], "temperature", "a number (0 = greedy)");
+  if (n["top_k"]) g.top_k = r.as<int32_t>(n["top_k"], "top_k", "an integer (0 = off)");
+  if (n["top_p"]) g.top_p = r.as<float>(n["top_p"], "top_p", "a number in (0, 1]");
+  if (n["min_p"]) g.min_p = r.as<float>(n["min_p"], "min_p", "a number in [0, 1)");
+  if (n["repeat_penalty"]) g.repeat_penalty = r.as<float>(n["repeat_penalty"], "repeat_penalty", "a number (1 = off)");
+  if (n["repeat_last_n"]) g.repeat_last_n = r.as<int32_t>(n["repeat_last_n"], "repeat_last_n", "a token count");
+  if (n["seed"]) g.seed = r.as<uint64_t>(n["seed"], "seed", "a non-negative integer");
+  if (const YAML::Node st = n["stop"]) {
+    if (st.IsScalar()) g.stop.push_back(st.Scalar());
+    else if (st.IsSequence())
+      for (const auto &x : st) g.stop.push_back(r.scalar(x, "stop"));
+    else r.fail(st, "'stop' must be a string or a list of strings");
+  }
+  if (n["top_p"] && !(g.top_p > 0 && g.top_p <= 1)) r.fail(n["top_p"], "'top_p' must be in (0, 1]");
+  if (n["min_p"] && !(g.min_p >= 0 && g.min_p < 1)) r.fail(n["min_p"], "'min_p' must be in [0, 1)");
+  if (n["temperature"] && g.temperature < 0) r.fail(n["temperature"], "'temperature' must be 0 or more");
+  if (n["n_predict"] && g.n_predict < 0) r.fail(n["n_predict"], "'n_predict' must be 0 or more");
+}
+
+void read_synthesize(const Reader &r, const YAML::Node &n, SynthesizeConfig &s) {
+  r.expect_map(n, "'synthesize'");
+  r.only_keys(n, {"arch", "preset", "type", "seed", "vocab"}, "'synthesize'");
+  s.enabled = true;
+  if (n["arch"]) s.arch = r.scalar(n["arch"], "arch");
+  if (n["preset"]) s.preset = r.scalar(n["preset"], "preset");
+  if (n["type"]) s.type = r.scalar(n["type"], "type");
+  if (n["seed"]) s.seed = r.as<uint64_t>(n["seed"], "seed", "a non-negative integer");
+  if (n["vocab"]) s.vocab = r.scalar(n["vocab"], "vocab");
+}
+
 }  // namespace
 
 const BackendConfig *RunConfig::backend(const std::string &name) const {
@@ -143,7 +178,8 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
                 std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg);
   }
   if (!root.IsMap()) r.fail(root, "a run config must be a mapping with at least 'backends'");
-  r.only_keys(root, {"backends", "placement", "plugin_dir", "log_level", "job", "demo"},
+  r.only_keys(root, {"backends", "placement", "plugin_dir", "log_level", "job", "demo", "model", "synthesize", "prompt",
+                     "prompt_file", "system", "chat", "context", "batch", "kv_type", "generation"},
               "the run config");
 
   RunConfig cfg;
@@ -153,10 +189,27 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
   if (root["placement"]) read_placement(r, root["placement"], cfg);
   if (root["plugin_dir"]) cfg.plugin_dir = r.scalar(root["plugin_dir"], "plugin_dir");
   if (root["log_level"]) cfg.log_level = r.scalar(root["log_level"], "log_level");
+  if (root["model"]) cfg.model = r.scalar(root["model"], "model");
+  if (root["synthesize"]) read_synthesize(r, root["synthesize"], cfg.synthesize);
+  if (root["prompt"]) cfg.prompt = r.scalar(root["prompt"], "prompt");
+  if (root["prompt_file"]) cfg.prompt_file = r.scalar(root["prompt_file"], "prompt_file");
+  if (root["system"]) cfg.system = r.scalar(root["system"], "system");
+  if (root["chat"]) cfg.chat = r.as<bool>(root["chat"], "chat", "true or false");
+  if (root["context"]) cfg.context = r.as<int64_t>(root["context"], "context", "a token count");
+  if (root["batch"]) cfg.batch = r.as<int64_t>(root["batch"], "batch", "a token count");
+  if (cfg.batch <= 0) r.fail(root["batch"], "'batch' must be positive");
+  if (root["kv_type"]) {
+    cfg.kv_type = r.scalar(root["kv_type"], "kv_type");
+    if (cfg.kv_type != "f16" && cfg.kv_type != "f32") r.fail(root["kv_type"], "'kv_type' is '" + cfg.kv_type + "'; expected f16 or f32");
+  }
+  if (root["generation"]) read_generation(r, root["generation"], cfg.generation);
+  cfg.job = cfg.model.empty() ? "demo" : "generate";
   if (root["job"]) {
     cfg.job = r.scalar(root["job"], "job");
-    if (cfg.job != "demo") r.fail(root["job"], "unknown job '" + cfg.job + "'; expected 'demo'");
+    if (cfg.job != "demo" && cfg.job != "generate") r.fail(root["job"], "unknown job '" + cfg.job + "'; expected 'generate' or 'demo'");
+    if (cfg.job == "generate" && cfg.model.empty()) r.fail(root["job"], "job 'generate' needs 'model: PATH'");
   }
+  if (cfg.synthesize.enabled && cfg.model.empty()) r.fail(root["synthesize"], "'synthesize' needs 'model: PATH' (where the model is kept)");
   if (root["demo"]) read_demo(r, root["demo"], cfg.demo);
 
   if (cfg.default_backend.empty()) {

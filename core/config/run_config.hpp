@@ -29,6 +29,22 @@ struct DemoConfig {
   std::string table_type = "q8_0";             // f32, f16 or q8_0
 };
 
+// Text generation settings (the run config's `generation` section; CLI flags override).
+struct GenerationConfig {
+  int32_t n_predict = 128;  // tokens to generate at most
+  float temperature = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
+  int32_t top_k = 40, repeat_last_n = 64;
+  uint64_t seed = 42;
+  std::vector<std::string> stop;  // stop when the text ends with one of these
+};
+
+// A model minfer writes itself when `model` does not exist yet (see minfer-gguf synth).
+struct SynthesizeConfig {
+  bool enabled = false;
+  std::string arch = "qwen2", preset = "tiny", type = "q8_0", vocab;
+  uint64_t seed = 1;
+};
+
 struct RunConfig {
   std::string source;      // the file it came from
   std::string plugin_dir;  // absolute, or relative to the config file's folder
@@ -36,8 +52,18 @@ struct RunConfig {
   std::string default_backend;
   std::vector<PlacementRule> rules;
   std::string log_level;  // empty = the app's default
-  std::string job = "demo";
+  std::string job = "demo";  // "generate" when a model is given, else "demo"
   DemoConfig demo;
+
+  // job: generate
+  std::string model;               // GGUF path (relative to the working directory)
+  SynthesizeConfig synthesize;
+  std::string prompt, prompt_file, system;
+  bool chat = false;               // wrap the prompt in the model's chat template (ChatML)
+  int64_t context = 0;             // KV cache positions; 0 = min(training context, 4096)
+  int64_t batch = 512;             // most tokens per step
+  std::string kv_type = "f16";     // f16 or f32
+  GenerationConfig generation;
 
   const BackendConfig *backend(const std::string &name) const;
 };

@@ -102,9 +102,21 @@ void add_vocab(gguf::Writer &w, const Options &o, const Preset &p) {
     tokens.push_back("<|endoftext|>");
     types.push_back(Value::i32(3));  // CONTROL
     const int64_t eos = int64_t(tokens.size() - 1);
+    // Fill the rest with printable multi-character pieces (in GPT-2's byte spelling), so text
+    // sampled from a synthetic model shows up; encoding never makes them (no merges).
+    const std::string alphabet = " etaoinshrdlucmfwypvbgkjqxz.,!?ETAOINSHRD";
+    const std::vector<std::string> bytes = byte_tokens();
+    std::vector<size_t> idx{0, 0};
     while (int64_t(tokens.size()) < p.n_vocab) {
-      tokens.push_back("[PAD" + std::to_string(tokens.size()) + "]");
-      types.push_back(Value::i32(5));  // UNUSED
+      std::string t;
+      for (size_t i : idx) t += bytes[uint8_t(alphabet[i])];
+      tokens.push_back(t);
+      types.push_back(Value::i32(1));  // NORMAL
+      for (size_t k = idx.size(); k-- > 0;) {  // next combination; one character longer after the last
+        if (++idx[k] < alphabet.size()) break;
+        idx[k] = 0;
+        if (k == 0) idx.push_back(0);
+      }
     }
     w.set("tokenizer.ggml.model", Value::str("gpt2"));
     w.set("tokenizer.ggml.pre", Value::str("default"));
@@ -116,7 +128,12 @@ void add_vocab(gguf::Writer &w, const Options &o, const Preset &p) {
     w.set("tokenizer.ggml.add_bos_token", Value::boolean(false));
     return;
   }
-  auto v = gguf::File::open(o.vocab_path);
+  std::shared_ptr<gguf::File> v;
+  try {
+    v = gguf::File::open(o.vocab_path);
+  } catch (const Error &e) {
+    throw Error(std::string(e.what()) + " (the --vocab file)");
+  }
   const int64_t n_tokens = int64_t(v->get_strings("tokenizer.ggml.tokens").size());
   if (n_tokens > p.n_vocab)
     throw Error(o.vocab_path + ": has " + std::to_string(n_tokens) + " tokens, more than the " + p.name + " preset's vocabulary of " +

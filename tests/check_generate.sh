@@ -1,0 +1,31 @@
+#!/bin/sh
+# minfer-app generating text as a user runs it (from the repository root, as the README does).
+set -u
+app=$1; work=$2
+fail() { echo "FAIL: $1"; exit 1; }
+mkdir -p "$work"
+if [ -f ../shared/testdata/models/stories260K.gguf ]; then
+  out=$("$app" --config configs/cpu.yaml -n 24 --temp 0 --json) || fail "cpu.yaml run: $out"
+  echo "$out"
+  echo "$out" | grep -q '"prompt_tokens": 5' || fail "stories prompt tokens"
+  echo "$out" | grep -q 'there was a little girl named Lily' || fail "stories greedy text"
+  echo "$out" | grep -q '"decode_tok_s": [0-9]' || fail "timings in --json"
+  # a prompt longer than the context is refused with a message that says what to do
+  long=$(yes "word" | head -n 300 | tr '\n' ' ')
+  msg=$(printf 'model: ../shared/testdata/models/stories260K.gguf\nbackends: {cpu: {}}\ncontext: 64\n' > "$work/ctx.yaml"; "$app" --config "$work/ctx.yaml" -p "$long" 2>&1)
+  echo "$msg" | grep -q "but the context holds 64; shorten it or raise 'context'" || fail "long prompt message: $msg"
+  msg=$("$app" --config "$work/ctx.yaml" -m ../shared/testdata/vocab/ggml-vocab-gpt-2.gguf -p hi 2>&1)
+  echo "$msg" | grep -q "architecture 'gpt2' is not supported" || fail "unsupported architecture message: $msg"
+else
+  echo "note: ../shared/testdata not found; skipping the stories260K checks"
+fi
+printf 'model: %s/missing.gguf\nbackends: {cpu: {}}\nprompt: hi\n' "$work" > "$work/missing.yaml"
+msg=$("$app" --config "$work/missing.yaml" 2>&1) && fail "a missing model must fail"
+echo "$msg" | grep -q "missing.gguf: model file not found" || fail "missing model message: $msg"
+echo "not a model" > "$work/text.gguf"
+msg=$("$app" --config "$work/missing.yaml" -m "$work/text.gguf" 2>&1) && fail "a non-GGUF file must fail"
+echo "$msg" | grep -q "not a GGUF file" || fail "non-GGUF message: $msg"
+# The README's run config: a synthesized model, made on first run, then reused.
+out=$("$app" --config configs/demo.yaml -n 8 --json) || fail "demo.yaml: $out"
+echo "$out" | grep -q '"tokens": 8' || fail "demo.yaml generated no tokens: $out"
+echo "minfer-app generate OK"
