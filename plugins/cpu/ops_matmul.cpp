@@ -1,11 +1,14 @@
 // plugins/cpu/ops_matmul.cpp — y[t] = W x[t] for weights of every type.
 //
-// Threads split the weight's output rows; each decodes a row to f32 once and dots it with
-// every token's activations, so the weights are read once per call whatever the batch.
+// Threads split the weight's output rows, so the weights are read once per call whatever the
+// batch. Q4_0/Q8_0 weights take the integer path (qdot.hpp); other types decode each row to
+// f32 once and dot it with every token's activations.
+#include <algorithm>
 #include <vector>
 
 #include "cpu_backend.hpp"
 #include "decode_row.hpp"
+#include "qdot.hpp"
 #include "thread_pool.hpp"
 
 namespace minfer::cpu {
@@ -28,8 +31,37 @@ float dot(const float *a, const float *b, int64_t n) {
   return s;
 }
 
+// Integer path: activations quantized to 8 bits once, then int8 dots per weight block.
+void matmul_quantized(const minfer_node &n, const RunCtx &ctx, QDotFn dot_q) {
+  const minfer_tensor &w = *n.inputs[0];
+  const float *x = ptr<float>(*n.inputs[1]);
+  float *y = ptr<float>(*n.output);
+  const int64_t k = w.shape[0], m = w.shape[1], tokens = sdk::run_rows(*n.inputs[1], ctx.args);
+  const int64_t rb = sdk::row_bytes(w.dtype, k), kb = k / 32;
+  const uint8_t *wb = ptr(w);
+  thread_local std::vector<ActBlock> act;  // reused across calls: no allocation per token
+  act.resize(size_t(tokens * kb));
+  ActBlock *a = act.data();  // the workers must use this thread's buffer, not their own
+  ctx.pool.run(tokens, [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) quantize_activations(x + t * k, a + t * kb, k);
+  });
+  // Tokens in groups of kMaxTokens: each weight row stays in L1 across its group, and each
+  // weight block is decoded once per group.
+  ctx.pool.run(m, [&](int64_t o0, int64_t o1, int) {
+    float out[kMaxTokens];
+    for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
+      const int nt = int(std::min<int64_t>(kMaxTokens, tokens - t0));
+      for (int64_t o = o0; o < o1; ++o) {
+        dot_q(wb + o * rb, a + t0 * kb, kb, nt, k, out);
+        for (int j = 0; j < nt; ++j) y[(t0 + j) * m + o] = out[j];
+      }
+    }
+  });
+}
+
 void run_matmul(const minfer_node &n, const RunCtx &ctx) {
   const minfer_tensor &w = *n.inputs[0];
+  if (QDotFn q = qdot_for(w.dtype)) return matmul_quantized(n, ctx, q);
   const float *x = ptr<float>(*n.inputs[1]);
   float *y = ptr<float>(*n.output);
   const int64_t k = w.shape[0], m = w.shape[1], tokens = sdk::run_rows(*n.inputs[1], ctx.args);

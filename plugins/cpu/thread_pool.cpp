@@ -1,6 +1,15 @@
 #include "thread_pool.hpp"
 
+#include <chrono>
+#include <immintrin.h>
+
 namespace minfer::cpu {
+
+namespace {
+// How long an idle worker spins before sleeping: longer than the gap between two ops of a
+// decode step, far shorter than a pause a user would notice as CPU use.
+constexpr auto kSpin = std::chrono::microseconds(200);
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
@@ -11,7 +20,7 @@ ThreadPool::~ThreadPool() {
     std::lock_guard<std::mutex> lock(m_);
     stop_ = true;
   }
-  start_.notify_all();
+  wake_.notify_all();
   for (auto &t : workers_) t.join();
 }
 
@@ -26,33 +35,39 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t, int64_t, int)>
     std::lock_guard<std::mutex> lock(m_);
     job_ = &f;
     n_ = n;
-    pending_ = t - 1;
     error_ = nullptr;
-    ++generation_;
+    pending_.store(t - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
-  start_.notify_all();
+  wake_.notify_all();
   try {
     f(0, n / t, 0);
   } catch (...) {
-    std::lock_guard<std::mutex> lock(m_);
+    std::lock_guard<std::mutex> lock(error_m_);
     if (!error_) error_ = std::current_exception();
   }
-  std::unique_lock<std::mutex> lock(m_);
-  done_.wait(lock, [&] { return pending_ == 0; });
-  job_ = nullptr;
+  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
   if (error_) std::rethrow_exception(error_);
 }
 
 void ThreadPool::work(int index) {
   uint64_t seen = 0;
   for (;;) {
+    // Spin for a new generation, then sleep on the condition variable.
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed) &&
+           std::chrono::steady_clock::now() < until)
+      _mm_pause();
+    if (generation_.load(std::memory_order_acquire) == seen && !stop_) {
+      std::unique_lock<std::mutex> lock(m_);
+      wake_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
+    }
+    if (stop_) return;
     const std::function<void(int64_t, int64_t, int)> *job;
     int64_t n;
     {
-      std::unique_lock<std::mutex> lock(m_);
-      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      std::lock_guard<std::mutex> lock(m_);
+      seen = generation_.load(std::memory_order_acquire);
       job = job_;
       n = n_;
     }
@@ -60,13 +75,10 @@ void ThreadPool::work(int index) {
     try {
       (*job)(n * index / t, n * (index + 1) / t, index);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(m_);
+      std::lock_guard<std::mutex> lock(error_m_);
       if (!error_) error_ = std::current_exception();
     }
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      if (--pending_ == 0) done_.notify_one();
-    }
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 

@@ -1,9 +1,11 @@
 // plugins/cpu/thread_pool.hpp — a fixed set of worker threads for the CPU backend's kernels.
 //
-// Workers live as long as the backend, so a decode step's few hundred small ops pay no thread
-// start-up; run() splits [0, n) into one contiguous range per thread and waits for all.
+// Workers live as long as the backend and spin briefly between jobs before they sleep: a
+// decode step is hundreds of small ops, and a condition-variable wake-up per op would cost
+// more than the op. run() splits [0, n) into one contiguous range per thread and waits.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -28,12 +30,13 @@ class ThreadPool {
   void work(int index);
   std::vector<std::thread> workers_;
   std::mutex m_;
-  std::condition_variable start_, done_;
+  std::condition_variable wake_;
   const std::function<void(int64_t, int64_t, int)> *job_ = nullptr;
   int64_t n_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex error_m_;
   std::exception_ptr error_;
 };
 

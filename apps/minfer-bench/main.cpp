@@ -1,0 +1,167 @@
+// apps/minfer-bench — prompt-processing and generation speed, the way llama-bench measures it.
+//   minfer-bench -m MODEL.gguf [--config RUN.yaml] [-p 512] [-n 128] [-r 5] [-t THREADS] [--json]
+// pp: one step over p prompt tokens from an empty cache; tg: n single-token steps from an empty
+// cache. One warm-up run of each test is not counted; mean ± sd over -r repetitions.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "common/json.hpp"
+#include "common/log.hpp"
+#include "config/run_config.hpp"
+#include "minfer/dtype.h"
+#include "models/model.hpp"
+#include "runtime/generator.hpp"
+#include "runtime/placement.hpp"
+#include "runtime/session.hpp"
+
+namespace {
+
+const char *kUsage =
+    "usage: minfer-bench -m MODEL.gguf [--config RUN.yaml] [-p N] [-n N] [-r N] [-t THREADS] [--json]\n"
+    "  -m FILE        model to measure\n"
+    "  --config FILE  backends, placement and options (default: the cpu backend)\n"
+    "  -p N           prompt tokens for the pp test (default 512; 0 skips it)\n"
+    "  -n N           tokens for the tg test (default 128; 0 skips it)\n"
+    "  -r N           repetitions (default 5)\n"
+    "  -t N           cpu threads (default: all cores)\n"
+    "  --kv-type T    f16 (default) or f32\n"
+    "  --json         JSON instead of a Markdown table\n";
+
+struct Result {
+  std::string test;
+  int64_t tokens;
+  std::vector<double> tps;
+  double mean() const {
+    double s = 0;
+    for (double x : tps) s += x;
+    return s / double(tps.size());
+  }
+  double sd() const {
+    if (tps.size() < 2) return 0;
+    const double m = mean();
+    double s = 0;
+    for (double x : tps) s += (x - m) * (x - m);
+    return std::sqrt(s / double(tps.size() - 1));
+  }
+};
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  try {
+    minfer::init_logging(spdlog::level::warn);
+    std::string model_path, config_path, threads, kv = "f16";
+    int64_t p = 512, n = 128, reps = 5;
+    bool as_json = false;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw minfer::Error(a + " needs a value\n" + kUsage);
+        return argv[++i];
+      };
+      if (a == "-m") model_path = value();
+      else if (a == "--config") config_path = value();
+      else if (a == "-p") p = std::stoll(value());
+      else if (a == "-n") n = std::stoll(value());
+      else if (a == "-r") reps = std::stoll(value());
+      else if (a == "-t") threads = value();
+      else if (a == "--kv-type") kv = value();
+      else if (a == "--json") as_json = true;
+      else if (a == "-h" || a == "--help") return std::fputs(kUsage, stdout), 0;
+      else throw minfer::Error("unknown argument '" + a + "'\n" + kUsage);
+    }
+    if (model_path.empty()) throw minfer::Error(std::string("no model: give -m MODEL.gguf\n") + kUsage);
+    if (p < 0 || n < 0 || reps < 1 || (p == 0 && n == 0)) throw minfer::Error("-p and -n must be >= 0 (not both 0), -r >= 1");
+    minfer::RunConfig cfg = config_path.empty() ? minfer::parse_run_config("backends: {cpu: {}}\n", "(default: cpu)")
+                                                : minfer::load_run_config(config_path);
+    if (!threads.empty())
+      for (auto &b : cfg.backends)
+        if (b.name == "cpu") {
+          std::erase_if(b.options, [](const auto &kv) { return kv.first == "threads"; });
+          b.options.emplace_back("threads", threads);
+        }
+
+    auto file = minfer::gguf::File::open(model_path);
+    minfer::models::BuildOptions bo;
+    bo.n_ctx = std::max<int64_t>(p, n) + 16;
+    bo.max_batch = std::max<int64_t>(p, 1);
+    bo.kv_type = kv == "f32" ? MINFER_DTYPE_F32 : MINFER_DTYPE_F16;
+    const auto model = minfer::models::load_model(file, bo);
+    minfer::BackendSet backends = minfer::open_backends(cfg);
+    minfer::Session session(model->graph, cfg, backends);
+    minfer::Generator gen(*model, session);
+
+    std::mt19937 rng(1234);
+    std::vector<int32_t> prompt(static_cast<size_t>(p));
+    for (auto &t : prompt) t = int32_t(rng() % uint32_t(model->hp.n_vocab));
+    using Clock = std::chrono::steady_clock;
+    auto run_pp = [&] {
+      gen.reset();
+      const auto t0 = Clock::now();
+      gen.feed(prompt);
+      return double(p) / std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    auto run_tg = [&] {
+      gen.reset();
+      int32_t tok = int32_t(rng() % uint32_t(model->hp.n_vocab));
+      const auto t0 = Clock::now();
+      for (int64_t i = 0; i < n; ++i) gen.feed({tok});
+      return double(n) / std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    std::vector<Result> results;
+    if (p > 0) results.push_back({"pp" + std::to_string(p), p, {}});
+    if (n > 0) results.push_back({"tg" + std::to_string(n), n, {}});
+    for (auto &r : results) {
+      const bool pp = r.test[0] == 'p';
+      pp ? run_pp() : run_tg();  // warm-up, not counted
+      for (int64_t i = 0; i < reps; ++i) r.tps.push_back(pp ? run_pp() : run_tg());
+    }
+
+    int64_t params = 0;
+    for (const auto &t : file->tensors()) params += t.n_elements();
+    const double size_gib = double(std::filesystem::file_size(model_path)) / (1024.0 * 1024 * 1024);
+    std::string backend_names, thread_str = "-";
+    for (const auto &b : cfg.backends) {
+      backend_names += (backend_names.empty() ? "" : "+") + b.name;
+      if (b.name == "cpu") {
+        thread_str = std::to_string(std::thread::hardware_concurrency());
+        for (const auto &[k, v] : b.options)
+          if (k == "threads") thread_str = v;
+      }
+    }
+    const std::string name = file->get_or<std::string>("general.name", std::filesystem::path(model_path).filename().string());
+    const std::string ftype = file->find("general.file_type") ? std::to_string(file->get_int("general.file_type")) : "?";
+    if (as_json) {
+      std::printf("[\n");
+      for (size_t i = 0; i < results.size(); ++i) {
+        const Result &r = results[i];
+        std::printf("  {\"model\": %s, \"size_bytes\": %llu, \"params\": %lld, \"backend\": %s, \"threads\": %s, \"test\": %s, "
+                    "\"tokens\": %lld, \"reps\": %lld, \"tps_mean\": %s, \"tps_sd\": %s}%s\n",
+                    minfer::json::quote(name).c_str(), (unsigned long long)std::filesystem::file_size(model_path), (long long)params,
+                    minfer::json::quote(backend_names).c_str(), minfer::json::quote(thread_str).c_str(),
+                    minfer::json::quote(r.test).c_str(), (long long)r.tokens, (long long)reps, minfer::json::number(r.mean()).c_str(),
+                    minfer::json::number(r.sd()).c_str(), i + 1 < results.size() ? "," : "");
+      }
+      std::printf("]\n");
+    } else {
+      std::printf("| model | size | params | backend | threads | test | t/s |\n");
+      std::printf("| --- | ---: | ---: | --- | ---: | --- | ---: |\n");
+      for (const Result &r : results)
+        std::printf("| %s (ftype %s) | %.2f GiB | %.2f M | %s | %s | %s | %.2f ± %.2f |\n", name.c_str(), ftype.c_str(), size_gib,
+                    double(params) / 1e6, backend_names.c_str(), thread_str.c_str(), r.test.c_str(), r.mean(), r.sd());
+    }
+    return 0;
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "minfer-bench: error: %s\n", e.what());
+    return 1;
+  }
+}

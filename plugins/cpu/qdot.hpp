@@ -1,0 +1,30 @@
+// plugins/cpu/qdot.hpp — integer dot products of quantized weight rows with 8-bit activations.
+//
+// As fast GGUF engines do, activations are quantized once per matmul to 32-value blocks of
+// int8 with an f32 scale; a weight row then dots with them in integer arithmetic, one scale
+// multiply per block. Kernels are picked at run time from what the CPU has (AVX2 or plain C).
+#pragma once
+
+#include <cstdint>
+
+namespace minfer::cpu {
+
+// 32 activations as int8 with their scale: x ~ d * qs.
+struct ActBlock {
+  float d;
+  int8_t qs[32];
+};
+
+// Quantizes n values (a multiple of 32) of x into n / 32 blocks.
+void quantize_activations(const float *x, ActBlock *out, int64_t n);
+
+// Dots one weight row of n values (dtype Q4_0 or Q8_0) with the quantized activations of
+// n_tok tokens (1..kMaxTokens; token j's blocks start at x + j * x_stride): out[j].
+// Each weight block is decoded once for all the tokens. nullptr for other dtypes.
+inline constexpr int kMaxTokens = 4;
+using QDotFn = void (*)(const void *w_row, const ActBlock *x, int64_t x_stride, int n_tok, int64_t n, float *out);
+QDotFn qdot_for(int32_t weight_dtype);
+
+const char *qdot_isa();  // "avx2" or "scalar": what qdot_for chose
+
+}  // namespace minfer::cpu
