@@ -219,6 +219,19 @@ std::unique_ptr<DeviceBuffer> BackendHandle::alloc(uint64_t bytes) {
   return std::make_unique<DeviceBuffer>(plugin_, b, bytes);
 }
 
+std::unique_ptr<DeviceBuffer> BackendHandle::wrap_host(const void *host, uint64_t bytes) {
+  const minfer_backend_api &a = plugin_->api();
+  if (a.struct_size < MINFER_SIZE_UP_TO(minfer_backend_api, buffer_wrap_host) || !a.buffer_wrap_host) return nullptr;
+  minfer_buffer *b = nullptr;
+  minfer_status *st = a.buffer_wrap_host(backend_, host, bytes, &b);
+  if (st && a.status_code(st) == MINFER_ERR_UNSUPPORTED) {
+    a.status_free(st);
+    return nullptr;
+  }
+  plugin_->check(st, "buffer_wrap_host");
+  return std::make_unique<DeviceBuffer>(plugin_, b, bytes);
+}
+
 SupportAnswer BackendHandle::supports(const minfer_node &node) {
   int32_t yes = 0;
   char why[512] = {0};

@@ -115,6 +115,8 @@ class BackendHandle {
   int32_t device() const { return device_; }
 
   std::unique_ptr<DeviceBuffer> alloc(uint64_t bytes);
+  // Host memory used in place, or nullptr when the plugin cannot (ABI < 1.1, or it declines).
+  std::unique_ptr<DeviceBuffer> wrap_host(const void *host, uint64_t bytes);
   SupportAnswer supports(const minfer_node &node);
   std::unique_ptr<CompiledSegment> compile(const std::vector<const minfer_node *> &nodes);
   void execute(CompiledSegment &seg, int64_t step, int64_t n_tokens, int64_t n_past);

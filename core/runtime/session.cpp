@@ -106,7 +106,21 @@ void Session::plan_memory() {
       if (off) buf = backends_.at(name)->alloc(off);
       for (size_t i = 0; i < keys.size(); ++i) where_[keys[i]] = {buf.get(), offsets[i]};
     };
-    pack(weights, mem.weights, mem.weight_bytes);
+    // Weights: used in place from host memory when the backend can (no second copy of the
+    // model), else packed into one buffer and uploaded.
+    std::set<Key> to_copy;
+    for (const auto &k : weights) {
+      if (k.second != name) continue;
+      const Tensor &t = graph_.tensor(k.first);
+      if (auto buf = backends_.at(name)->wrap_host(t.weight.data, t.weight.size)) {
+        where_[k] = {buf.get(), 0};
+        mem.mapped_bytes += t.weight.size;
+        mem.mapped.push_back(std::move(buf));
+      } else {
+        to_copy.insert(k);
+      }
+    }
+    pack(to_copy, mem.weights, mem.weight_bytes);
     pack(states, mem.states, mem.state_bytes);
   }
 }
@@ -114,7 +128,7 @@ void Session::plan_memory() {
 void Session::upload_weights() {
   for (const auto &[k, loc] : where_) {
     const Tensor &t = graph_.tensor(k.first);
-    if (t.role != TensorRole::Weight) continue;
+    if (t.role != TensorRole::Weight || loc.buffer != memory_.at(k.second).weights.get()) continue;
     loc.buffer->write(loc.offset, t.weight.data, t.weight.size);
   }
 }
@@ -252,7 +266,9 @@ std::string Session::explain() const {
   out += "segments: " + std::to_string(segments) + "\n";
   out += "memory per backend:\n";
   for (const auto &[name, m] : memory_) {
-    out += "  " + name + ": weights " + human_bytes(m.weight_bytes) + ", state " + human_bytes(m.state_bytes) + ", activations " +
+    out += "  " + name + ": weights " + human_bytes(m.weight_bytes + m.mapped_bytes) +
+           (m.mapped_bytes ? " (" + human_bytes(m.mapped_bytes) + " used in place from the file)" : "") + ", state " +
+           human_bytes(m.state_bytes) + ", activations " +
            human_bytes(m.activation_bytes) + " (" + human_bytes(m.unshared_bytes) +
            " without reuse)\n";
   }

@@ -41,7 +41,8 @@ class Session {
   };
   struct BackendMemory {
     std::unique_ptr<DeviceBuffer> weights, states, activations;
-    uint64_t weight_bytes = 0, state_bytes = 0, activation_bytes = 0, unshared_bytes = 0;
+    std::vector<std::unique_ptr<DeviceBuffer>> mapped;  // weights used in place from host memory
+    uint64_t weight_bytes = 0, mapped_bytes = 0, state_bytes = 0, activation_bytes = 0, unshared_bytes = 0;
   };
   using Key = std::pair<TensorId, std::string>;  // a tensor as it exists on one backend
 

@@ -15,6 +15,8 @@ namespace minfer::cpu {
 class CpuBuffer : public sdk::Buffer {
  public:
   explicit CpuBuffer(uint64_t bytes);
+  // Host memory the host keeps alive (ABI 1.1 buffer_wrap_host): read in place, never written.
+  CpuBuffer(const void *host, uint64_t bytes) : Buffer(bytes), data_(static_cast<uint8_t *>(const_cast<void *>(host))), owned_(false) {}
   ~CpuBuffer() override;
   void write(uint64_t offset, const void *src, uint64_t bytes) override;
   void read(uint64_t offset, void *dst, uint64_t bytes) override;
@@ -22,6 +24,7 @@ class CpuBuffer : public sdk::Buffer {
 
  private:
   uint8_t *data_ = nullptr;
+  bool owned_ = true;
 };
 
 // Where a tensor's element 0 lives.

@@ -20,9 +20,12 @@ CpuBuffer::CpuBuffer(uint64_t bytes) : Buffer(bytes) {
                      "cannot allocate " + std::to_string(bytes) + " bytes of host memory");
 }
 
-CpuBuffer::~CpuBuffer() { std::free(data_); }
+CpuBuffer::~CpuBuffer() {
+  if (owned_) std::free(data_);
+}
 
 void CpuBuffer::write(uint64_t offset, const void *src, uint64_t bytes) {
+  if (!owned_) throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "write to a buffer of host memory the cpu backend only reads");
   check_range(offset, bytes, "write");
   std::memcpy(data_ + offset, src, bytes);
 }
@@ -87,6 +90,10 @@ class CpuBackend : public sdk::Backend {
   explicit CpuBackend(int threads) : pool_(threads) {}
   std::unique_ptr<sdk::Buffer> alloc(uint64_t bytes) override {
     return std::make_unique<CpuBuffer>(bytes);
+  }
+  // Weights straight from the model file's mapping: no second copy in memory.
+  std::unique_ptr<sdk::Buffer> wrap_host(const void *host, uint64_t bytes) override {
+    return std::make_unique<CpuBuffer>(host, bytes);
   }
   sdk::Support supports(const minfer_node &n) override {
     const std::string why = op_table().why_not(n);

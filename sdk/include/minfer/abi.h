@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 #define MINFER_ABI_MAJOR 1 /* changes only when something is removed, reordered or retyped */
-#define MINFER_ABI_MINOR 0 /* grows when a field or an entry is appended */
+#define MINFER_ABI_MINOR 1 /* grows when a field or an entry is appended */
 
 /* The one symbol a plugin exports. */
 #define MINFER_ENTRY_SYMBOL "minfer_backend_entry"
@@ -159,6 +159,13 @@ typedef struct minfer_backend_api {
   minfer_status *(*synchronize)(minfer_backend *backend);
 
   /* ABI 1.0 ends here. Append new entries below; never move the ones above. */
+
+  /* ABI 1.1 (optional: may be NULL). Make a buffer of host memory without copying it: the host
+   * keeps [host, host + bytes) alive and unchanged until buffer_free (the model file's mapping,
+   * for weights). buffer_write to it is an error. A backend that cannot use host memory returns
+   * MINFER_ERR_UNSUPPORTED, and the host allocates and copies instead. */
+  minfer_status *(*buffer_wrap_host)(minfer_backend *backend, const void *host, uint64_t bytes,
+                                     minfer_buffer **out);
 } minfer_backend_api;
 
 /* The entry symbol's type. The plugin returns its table (static storage) whatever the host's

@@ -244,6 +244,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::unique_ptr<Buffer> alloc(uint64_t bytes) = 0;
+  // Host memory used in place (ABI 1.1); backends whose kernels cannot read host memory keep
+  // this default, and the host copies instead.
+  virtual std::unique_ptr<Buffer> wrap_host(const void *, uint64_t) {
+    throw Error(MINFER_ERR_UNSUPPORTED, "this backend cannot use host memory in place");
+  }
   virtual Support supports(const minfer_node &node) = 0;
   virtual std::unique_ptr<Segment> compile(std::vector<OwnedNode> nodes) = 0;
   virtual void synchronize() {}
@@ -378,6 +383,14 @@ struct Api {
       });
     };
     a.buffer_free = [](minfer_buffer *buf) { delete buf; };
+    a.buffer_wrap_host = [](minfer_backend *b, const void *host, uint64_t bytes, minfer_buffer **out) {
+      return guard("buffer_wrap_host", [&] {
+        if (!b || !out || (!host && bytes)) throw Error(MINFER_ERR_INVALID_ARGUMENT, "buffer_wrap_host: NULL argument");
+        auto buf = std::make_unique<minfer_buffer>();
+        buf->impl = b->impl->wrap_host(host, bytes);
+        *out = buf.release();
+      });
+    };
     a.buffer_write = [](minfer_buffer *buf, uint64_t off, const void *src, uint64_t bytes) {
       return guard("buffer_write", [&] {
         if (!buf || (!src && bytes)) throw Error(MINFER_ERR_INVALID_ARGUMENT, "buffer_write: NULL");
