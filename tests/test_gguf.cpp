@@ -128,7 +128,13 @@ TEST(GgufMalformed, CorpusYieldsExpectedErrors) {
     ++n;
   }
   EXPECT_GT(n, 40);
-  // The unmodified base file is valid.
+  // The unmodified base file is valid, as GGUF v3 and v2 (same layout, u64 counts).
+  {
+    auto v2 = minfer::test::valid_spec();
+    v2.version = 2;
+    const auto b = minfer::test::build(v2).bytes;
+    EXPECT_EQ(minfer::gguf::File::parse(b.data(), b.size(), "v2")->version(), 2u);
+  }
   const auto valid = minfer::test::build(minfer::test::valid_spec()).bytes;
   const auto f = minfer::gguf::File::parse(valid.data(), valid.size(), "valid");
   EXPECT_EQ(f->tensors().size(), 2u);
