@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu_backend.hpp"
+#include "qdot.hpp"
 #include "thread_pool.hpp"
 #include "minfer/op_table.hpp"
 
@@ -131,7 +132,7 @@ struct CpuPlugin {
     opts.finish();
     minfer_device_info info{};
     device_info(device, info);
-    host.log(MINFER_LOG_DEBUG, "cpu backend: " + std::to_string(threads) + " threads");
+    host.log(MINFER_LOG_INFO, "cpu backend: " + std::to_string(threads) + " threads, int8 dot products: " + qdot_isa());
     return std::make_unique<CpuBackend>(threads);
   }
 };

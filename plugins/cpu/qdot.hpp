@@ -2,7 +2,8 @@
 //
 // As fast GGUF engines do, activations are quantized once per matmul to 32-value blocks of
 // int8 with an f32 scale; a weight row then dots with them in integer arithmetic, one scale
-// multiply per block. Kernels are picked at run time from what the CPU has (AVX2 or plain C).
+// multiply per block. Kernels are picked at run time from what the CPU has (AVX-512 VNNI,
+// AVX2 or plain C); all compute the same sums in the same order of blocks.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@ namespace minfer::cpu {
 // 32 activations as int8 with their scale: x ~ d * qs.
 struct ActBlock {
   float d;
+  int32_t sum;  // sum of qs: lets Q4_0 use its nibbles unsigned and correct by 8 * sum once
   int8_t qs[32];
 };
 
@@ -25,6 +27,6 @@ inline constexpr int kMaxTokens = 4;
 using QDotFn = void (*)(const void *w_row, const ActBlock *x, int64_t x_stride, int n_tok, int64_t n, float *out);
 QDotFn qdot_for(int32_t weight_dtype);
 
-const char *qdot_isa();  // "avx2" or "scalar": what qdot_for chose
+const char *qdot_isa();  // "avx512vnni", "avx2" or "scalar": what qdot_for chose
 
 }  // namespace minfer::cpu
