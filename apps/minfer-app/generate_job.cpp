@@ -87,7 +87,12 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   bo.kv_type = cfg.kv_type == "f32" ? MINFER_DTYPE_F32 : MINFER_DTYPE_F16;
   const auto model = models::load_model(file, bo);
   BackendSet backends = open_backends(cfg);
-  Session session(model->graph, cfg, backends);
+  std::unique_ptr<Trace> trace;
+  if (const std::string tp = Trace::path_from(cfg.trace); !tp.empty()) {
+    trace = std::make_unique<Trace>(tp);
+    trace->set_model(file->get_or<std::string>("general.name", cfg.model), model->hp.arch, cfg.source);
+  }
+  Session session(model->graph, cfg, backends, trace.get());
   if (opts.explain) {
     std::fputs(session.explain().c_str(), stdout);
     return 0;
@@ -121,6 +126,9 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   const auto t_prefill = Clock::now();
   std::vector<float> logits = gen.feed(prompt);
   const double prefill_s = seconds_since(t_prefill);
+  std::vector<std::string> token_texts;  // for the trace's top-k lists
+  if (trace)
+    for (int32_t i = 0; i < tok->n_vocab(); ++i) token_texts.push_back(tok->token_bytes(i, true));
 
   std::vector<int32_t> history = prompt;
   std::string out;
@@ -129,6 +137,7 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   const auto t_decode = Clock::now();
   while (generated < cfg.generation.n_predict) {
     const int32_t next = sampler.sample(logits.data(), int64_t(logits.size()), history);
+    if (trace) trace->sample(logits.data(), int64_t(logits.size()), next, token_texts);
     if (tok->is_end_of_generation(next)) {
       stop_reason = "eos";
       break;
@@ -162,6 +171,10 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   const double decode_s = seconds_since(t_decode);
   const double prefill_tps = double(prompt.size()) / prefill_s, decode_tps = generated > 1 ? double(generated) / decode_s : 0.0;
 
+  if (trace) {
+    trace->write();
+    std::fprintf(stderr, "trace written to %s (nodes ran one at a time: each timing includes a sync)\n", trace->path().c_str());
+  }
   if (opts.json) {
     std::printf("{\"prompt_tokens\": %zu, \"tokens\": %lld, \"text\": %s, \"stop\": %s, \"load_s\": %s, \"prefill_tok_s\": %s, "
                 "\"decode_tok_s\": %s}\n",

@@ -179,7 +179,7 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
   }
   if (!root.IsMap()) r.fail(root, "a run config must be a mapping with at least 'backends'");
   r.only_keys(root, {"backends", "placement", "plugin_dir", "log_level", "job", "demo", "model", "synthesize", "prompt",
-                     "prompt_file", "system", "chat", "context", "batch", "kv_type", "generation"},
+                     "prompt_file", "system", "chat", "context", "batch", "kv_type", "generation", "trace"},
               "the run config");
 
   RunConfig cfg;
@@ -203,6 +203,7 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
     if (cfg.kv_type != "f16" && cfg.kv_type != "f32") r.fail(root["kv_type"], "'kv_type' is '" + cfg.kv_type + "'; expected f16 or f32");
   }
   if (root["generation"]) read_generation(r, root["generation"], cfg.generation);
+  if (root["trace"]) cfg.trace = r.scalar(root["trace"], "trace");
   cfg.job = cfg.model.empty() ? "demo" : "generate";
   if (root["job"]) {
     cfg.job = r.scalar(root["job"], "job");

@@ -64,6 +64,7 @@ struct RunConfig {
   int64_t batch = 512;             // most tokens per step
   std::string kv_type = "f16";     // f16 or f32
   GenerationConfig generation;
+  std::string trace;               // write a trace of the run here (MINFER_TRACE also sets it)
 
   const BackendConfig *backend(const std::string &name) const;
 };

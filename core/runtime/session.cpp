@@ -1,6 +1,7 @@
 #include "runtime/session.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <limits>
 #include <set>
@@ -19,8 +20,8 @@ uint64_t align_up(uint64_t x) { return (x + kArenaAlignment - 1) / kArenaAlignme
 
 }  // namespace
 
-Session::Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends)
-    : graph_(graph), cfg_(cfg), backends_(backends) {
+Session::Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends, Trace *trace)
+    : graph_(graph), cfg_(cfg), backends_(backends), trace_(trace) {
   for (const auto &t : graph_.tensors())
     if (t.is_output && t.role != TensorRole::Intermediate)
       throw Error("tensor '" + t.name + "' is marked as output but no node produces it");
@@ -32,6 +33,22 @@ Session::Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends)
     max_tokens_ = max_tokens_ ? std::min(max_tokens_, t.shape[size_t(t.token_dim)]) : t.shape[size_t(t.token_dim)];
   }
   placement_ = place(graph_, cfg_, backends_);
+  if (trace_) {  // one node per segment: each is timed and read on its own
+    std::vector<Step> split;
+    for (const Step &st : placement_.steps) {
+      if (st.kind == Step::Kind::Copy) {
+        split.push_back(st);
+        continue;
+      }
+      for (NodeId id : st.nodes) {
+        Step one = st;
+        one.nodes = {id};
+        split.push_back(one);
+      }
+    }
+    placement_.steps = std::move(split);
+    trace_->set_graph(graph_, placement_);
+  }
   plan_memory();
   upload_weights();
   zero_states();
@@ -205,10 +222,27 @@ void Session::run(int64_t n_tokens, int64_t n_past) {
                 "; this graph takes at most " + std::to_string(max_tokens_) + " tokens per step");
   const int64_t step = step_counter_++;
   last_tokens_ = n_tokens;
+  using Clock = std::chrono::steady_clock;
+  const auto step_start = Clock::now();
+  if (trace_) trace_->begin_step(n_tokens, n_past);
   for (size_t si = 0; si < placement_.steps.size(); ++si) {
     const Step &s = placement_.steps[si];
     if (s.kind == Step::Kind::Segment) {
-      backends_.at(s.backend)->execute(*segments_[si], step, n_tokens, n_past);
+      BackendHandle &b = *backends_.at(s.backend);
+      if (!trace_ || !trace_->recording()) {
+        b.execute(*segments_[si], step, n_tokens, n_past);
+        continue;
+      }
+      const auto t0 = Clock::now();
+      b.execute(*segments_[si], step, n_tokens, n_past);
+      b.synchronize();
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      const NodeId id = s.nodes.front();
+      const Tensor &out = graph_.tensor(graph_.node(id).output);
+      const Location &l = at(graph_.node(id).output, s.backend);
+      std::vector<uint8_t> bytes(bytes_for(out, n_tokens));
+      l.buffer->read(l.offset, bytes.data(), bytes.size());
+      trace_->node(id, ms, out, bytes);
       continue;
     }
     // Copy through host memory: the source must be finished before it is read.
@@ -219,6 +253,7 @@ void Session::run(int64_t n_tokens, int64_t n_past) {
     dst.buffer->write(dst.offset, staging_.data(), staging_.size());
   }
   for (auto &[name, b] : backends_) b->synchronize();
+  if (trace_) trace_->end_step(std::chrono::duration<double, std::milli>(Clock::now() - step_start).count());
 }
 
 std::vector<uint8_t> Session::output(const std::string &name) const {

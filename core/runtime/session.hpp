@@ -11,6 +11,7 @@
 #include "config/run_config.hpp"
 #include "graph/graph.hpp"
 #include "runtime/placement.hpp"
+#include "trace/trace.hpp"
 
 namespace minfer {
 
@@ -18,7 +19,9 @@ class Session {
  public:
   // Builds everything; throws minfer::Error naming the node/backend for any problem.
   // `backends` must outlive the session.
-  Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends);
+  // trace: when given, every node runs as its own segment so each can be timed and its
+  // output summarized (slower; for looking inside a run). It must outlive the session.
+  Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends, Trace *trace = nullptr);
   ~Session();
 
   // For an input with a token dim, bytes may cover fewer tokens than the maximum: as many as
@@ -64,6 +67,7 @@ class Session {
   int64_t step_counter_ = 0;
   int64_t max_tokens_ = 0;   // 0 when no tensor follows the token count
   int64_t last_tokens_ = 0;  // n_tokens of the last run
+  Trace *trace_ = nullptr;
 };
 
 }  // namespace minfer
