@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs the CUDA checks on a GPU machine from a bundle made by ../shared/tools/gpu-bundle.sh:
 #   export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64; bash scripts/gpu-check.sh .gpu OUTDIR
-# Writes one log per step into OUTDIR and prints a summary last.
+# Writes one log per step into OUTDIR and prints a summary last. MINFER_GPU_BENCH=0 skips the
+# benchmark (it synthesizes a Qwen2-0.5B Q4_0 first).
 set -uo pipefail
 bundle=${1:-.gpu}; out=${2:-/tmp/minfer-gpu}; mkdir -p "$out"
 bin=$bundle/build/bin
+export MINFER_TESTDATA=$PWD/$bundle/testdata
 summary=()
 step() {  # step NAME COMMAND...: run, log, remember the outcome
   local name=$1; shift
@@ -13,17 +15,28 @@ step() {  # step NAME COMMAND...: run, log, remember the outcome
   local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   summary+=("$(printf '%-26s rc=%-3s %8d ms' "$name" "$rc" "$ms")")
 }
+# The configs read ../shared/testdata; on the GPU machine the bundle carries a copy.
+mkdir -p ../shared && [ -e ../shared/testdata ] || ln -s "$PWD/$bundle/testdata" ../shared/testdata
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
 step list_backends "$bin/minfer-app" --list-backends
 step conformance "$bin/minfer-op-conformance" --gtest_filter='Backends/*cuda*:ConformanceCoverage.*'
-step placement "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.Cuda*'
-step demo_cuda "$bin/minfer-app" --config configs/cuda.yaml
-step demo_mixed "$bin/minfer-app" --config configs/mixed.yaml
+step tests "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.*:KvTypes*'
+step ops_demo_cuda "$bin/minfer-app" --config configs/ops-demo-cuda.yaml
+step ops_demo_mixed "$bin/minfer-app" --config configs/ops-demo-mixed.yaml
+step generate_cuda "$bin/minfer-app" --config configs/cuda.yaml -n 48 --temp 0
+step generate_mixed "$bin/minfer-app" --config configs/mixed.yaml -n 48
 step explain_mixed "$bin/minfer-app" --config configs/mixed.yaml --explain
 if command -v compute-sanitizer >/dev/null; then
   step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
-    "$bin/minfer-op-conformance" --gtest_filter='Backends/Conformance.EveryOpDtypeShape/cuda*'
+    "$bin/minfer-op-conformance" --gtest_filter='Backends/Conformance.EveryOpDtypeShape/cuda'
+fi
+if [ "${MINFER_GPU_BENCH:-1}" != 0 ]; then
+  step synth "$bin/minfer-gguf" synth --arch qwen2 --preset 0.5b --type q4_0 --seed 1 \
+    --vocab "$bundle/testdata/vocab/ggml-vocab-qwen2.gguf" -o /tmp/qwen2-0.5b-q4_0.gguf
+  printf 'backends: {cuda: {}}\n' > /tmp/cuda-bench.yaml
+  step bench_cuda "$bin/minfer-bench" -m /tmp/qwen2-0.5b-q4_0.gguf --config /tmp/cuda-bench.yaml -p 512 -n 128 -r 3
 fi
 cat "$out/gpu.txt"
-grep -h -E '^conformance\[|PASSED|FAILED|ERROR SUMMARY' "$out"/conformance.log "$out"/placement.log "$out"/memcheck.log 2>/dev/null
+grep -h -E '^conformance\[|PASSED|FAILED|ERROR SUMMARY|cuda_f|mixed_f' "$out"/conformance.log "$out"/tests.log "$out"/memcheck.log 2>/dev/null | grep -v "^\[ *OK" | head -40
+tail -n 3 "$out/generate_cuda.log" "$out/generate_mixed.log" "$out/bench_cuda.log" 2>/dev/null
 printf '%s\n' "${summary[@]}"

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <fstream>
 
+#include "common/error.hpp"
 #include "config/run_config.hpp"
+#include "runtime/plugin.hpp"
 #include "json_lite.hpp"
 #include "models/model.hpp"
 #include "runtime/generator.hpp"
@@ -40,7 +42,23 @@ struct Case {
   const char *file;
   int32_t kv_type;
   double logit_tol;
+  const char *backends;  // the run config's backends and placement
+  const char *label;
 };
+
+// True when the run config can be opened here (the CUDA cases need a GPU).
+bool usable(const minfer::RunConfig &cfg, std::string &why) {
+  for (const auto &b : cfg.backends) {
+    try {
+      auto p = minfer::find_plugin(b.name, b.plugin_path, minfer::plugin_search_dirs(""));
+      if (p->device_count(&why) == 0) return false;
+    } catch (const minfer::Error &e) {
+      why = e.what();
+      return false;
+    }
+  }
+  return true;
+}
 
 class Stories : public ::testing::TestWithParam<Case> {};
 
@@ -58,7 +76,9 @@ TEST_P(Stories, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
   bo.n_ctx = 256;
   bo.max_batch = 64;
   const auto model = minfer::models::load_model(file, bo);
-  const minfer::RunConfig cfg = minfer::parse_run_config("backends: {cpu: {threads: 2}}\n", "test.yaml");
+  const minfer::RunConfig cfg = minfer::parse_run_config(c.backends, "test.yaml");
+  std::string why;
+  if (!usable(cfg, why)) GTEST_SKIP() << c.label << ": " << why;
   minfer::BackendSet backends = minfer::open_backends(cfg);
   minfer::Session session(model->graph, cfg, backends);
 
@@ -71,7 +91,8 @@ TEST_P(Stories, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
     double max_err = 0;
     for (size_t i = 0; i < logits.size(); ++i) max_err = std::max(max_err, std::fabs(double(logits[i]) - r.logits[i]));
     EXPECT_LE(max_err, c.logit_tol) << "first-step logits, prompt '" << r.prompt << "'";
-    std::printf("%s kv %s: prompt '%.30s': max |logit - llama.cpp| = %.2e\n", c.file, minfer_dtype_name(c.kv_type), r.prompt.c_str(), max_err);
+    std::printf("%s %s kv %s: prompt '%.30s': max |logit - llama.cpp| = %.2e\n", c.label, c.file, minfer_dtype_name(c.kv_type),
+                r.prompt.c_str(), max_err);
 
     minfer::sampling::Config greedy;
     greedy.temperature = 0;
@@ -87,9 +108,20 @@ TEST_P(Stories, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(KvTypes, Stories,
-                         ::testing::Values(Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2},
-                                           Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4}),
-                         [](const auto &info) { return std::string(minfer_dtype_name(info.param.kv_type)) + "_kv"; });
+const char *kCpu = "backends: {cpu: {threads: 2}}\n";
+const char *kCuda = "backends: {cuda: {}}\n";
+// The first two layers and the embedding on the GPU, the rest on the CPU: copies both ways.
+const char *kMixed = "backends: {cpu: {threads: 2}, cuda: {}}\nplacement:\n  default: cpu\n  rules:\n"
+                     "    - {match: 'token_embd', backend: cuda}\n    - {match: 'blk.[01].*', backend: cuda}\n";
+
+INSTANTIATE_TEST_SUITE_P(
+    KvTypes, Stories,
+    ::testing::Values(Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kCpu, "cpu"},
+                      Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kCpu, "cpu"},
+                      Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kCuda, "cuda"},
+                      Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kCuda, "cuda"},
+                      Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kMixed, "mixed"},
+                      Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kMixed, "mixed"}),
+    [](const auto &info) { return std::string(info.param.label) + "_" + minfer_dtype_name(info.param.kv_type) + "_kv"; });
 
 }  // namespace

@@ -278,20 +278,16 @@ struct Target {
   std::set<int32_t> required;  // ops the backend must run in every case; empty = all ops
 };
 
-// The first kernel families, which every shipped backend has.
-const std::set<int32_t> kFoundationOps = {MINFER_OP_ADD,     MINFER_OP_MUL,      MINFER_OP_SILU,      MINFER_OP_ADD_ROW_BROADCAST,
-                                          MINFER_OP_CONVERT, MINFER_OP_GET_ROWS, MINFER_OP_DEQUANTIZE};
+
 
 // gtest prints parameters in test listings: show the label, not the struct's bytes.
 void PrintTo(const Target &t, std::ostream *os) { *os << t.label; }
 
 std::vector<Target> targets() {
-  // The CUDA backend gains the model ops (matmul, attention, ...) with the GPU issue; until
-  // then it must run the foundation families and say "unsupported" for the rest.
   std::vector<Target> t = {{"cpu", "cpu", "", {}, {}},
-                           {"cuda", "cuda", "", {}, kFoundationOps},
+                           {"cuda", "cuda", "", {}, {}},
                            // 3 blocks per grid: every kernel must cover its range by grid-stride.
-                           {"cuda_clamped_grid", "cuda", "", {{"max_grid_blocks", "3"}}, kFoundationOps},
+                           {"cuda_clamped_grid", "cuda", "", {{"max_grid_blocks", "3"}}, {}},
                            // The example plugin (ctest builds it from the installed SDK): runs
                            // add/mul, and must say "unsupported" for the rest, never crash.
                            {"template", "template", "", {}, {MINFER_OP_ADD, MINFER_OP_MUL}}};

@@ -28,6 +28,7 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   error_flag_ = static_cast<int32_t *>(alloc(2 * sizeof(int32_t)));
   check_cuda(cudaMemset(error_flag_, 0, 2 * sizeof(int32_t)), "clearing the error flag");
   node_names_.push_back("");  // tag 0 means "no error"
+  attention_max_positions_ = minfer_cuda_attention_max_positions(device_);
 }
 
 CudaDevice::~CudaDevice() {
@@ -106,6 +107,34 @@ void CudaDevice::get_rows(int32_t table_dtype, const void *table, int64_t table_
 
 void CudaDevice::dequantize_f16(int32_t dtype, const void *x, uint16_t *y, int64_t n) {
   check_launch(minfer_cuda_dequantize_f16(&cfg_, dtype, x, y, n));
+}
+
+void CudaDevice::rms_norm_f32(const float *x, const float *w, float *y, int64_t rows, int64_t d, float eps) {
+  check_launch(minfer_cuda_rms_norm_f32(&cfg_, x, w, y, rows, d, eps));
+}
+
+void CudaDevice::rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads,
+                          const minfer_rope_params &p) {
+  check_launch(minfer_cuda_rope_f32(&cfg_, x, pos, y, tokens, heads, p.head_dim, p.n_dims, p.mode, p.theta_base, p.freq_scale));
+}
+
+void CudaDevice::swiglu_f32(const float *g, const float *u, float *y, int64_t n) {
+  check_launch(minfer_cuda_swiglu_f32(&cfg_, g, u, y, n));
+}
+
+void CudaDevice::kv_write(const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, int64_t tokens,
+                          int64_t kvd, int64_t n_past) {
+  check_launch(minfer_cuda_kv_write(&cfg_, k, v, kc, vc, cache_dtype, tokens, kvd, n_past));
+}
+
+void CudaDevice::attention(const float *q, const void *kc, const void *vc, int32_t cache_dtype, float *out, int64_t tokens,
+                           const minfer_attention_params &p, int64_t n_past) {
+  check_launch(minfer_cuda_attention(&cfg_, q, kc, vc, cache_dtype, out, tokens, p.n_head, p.n_kv_head, p.head_dim, n_past,
+                                     p.scale));
+}
+
+void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens) {
+  check_launch(minfer_cuda_matmul(&cfg_, w_dtype, w, x, y, k, m, tokens));
 }
 
 void CudaDevice::synchronize() {

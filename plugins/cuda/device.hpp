@@ -56,6 +56,15 @@ class CudaDevice {
   void get_rows(int32_t table_dtype, const void *table, int64_t table_rows, int64_t d,
                 const int32_t *ids, int64_t n_ids, float *y, int32_t node_tag);
   void dequantize_f16(int32_t dtype, const void *x, uint16_t *y, int64_t n);
+  void rms_norm_f32(const float *x, const float *w, float *y, int64_t rows, int64_t d, float eps);
+  void rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads, const minfer_rope_params &p);
+  void swiglu_f32(const float *g, const float *u, float *y, int64_t n);
+  void kv_write(const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, int64_t tokens, int64_t kvd,
+                int64_t n_past);
+  void attention(const float *q, const void *kc, const void *vc, int32_t cache_dtype, float *out, int64_t tokens,
+                 const minfer_attention_params &p, int64_t n_past);
+  void matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens);
+  int64_t attention_max_positions() const { return attention_max_positions_; }
 
   // Waits for the stream; reports asynchronous errors and data errors (bad row ids).
   void synchronize();
@@ -71,6 +80,7 @@ class CudaDevice {
   minfer_cuda_launch_cfg cfg_{};
   int32_t *error_flag_ = nullptr;  // device int32[2]: (node tag, bad id)
   std::vector<std::string> node_names_;
+  int64_t attention_max_positions_ = 0;
 };
 
 }  // namespace minfer::cuda

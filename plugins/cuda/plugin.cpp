@@ -1,5 +1,6 @@
 // plugins/cuda/plugin.cpp — the CUDA backend's entry: devices, options, supports, compile,
 // execute. Dispatch: op handler (ops/) -> CudaDevice method -> C launcher -> kernel.
+#include <climits>
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -14,7 +15,7 @@ namespace minfer::cuda {
 namespace {
 
 const sdk::OpTable<CudaOp> &op_table() {
-  static const sdk::OpTable<CudaOp> table("cuda", {elementwise_ops(), quant_ops()});
+  static const sdk::OpTable<CudaOp> table("cuda", {elementwise_ops(), quant_ops(), model_ops()});
   return table;
 }
 
@@ -31,14 +32,21 @@ class CudaSegment : public sdk::Segment {
       sdk::check_fits(n, *n.output, sdk::n_bytes(*n.output));
       run_.push_back(op_table().find(n.op)->run);
       tags_.push_back(dev_.register_node(on.name()));
+      for (int i = 0; i <= n.n_inputs; ++i) {
+        const minfer_tensor &t = i < n.n_inputs ? *n.inputs[i] : *n.output;
+        if (t.token_dim >= 0) max_tokens_ = std::min(max_tokens_, t.shape[t.token_dim]);
+      }
     }
   }
 
-  void execute(const minfer_step_args &) override {
+  void execute(const minfer_step_args &args) override {
+    if (args.n_tokens < 0 || args.n_tokens > max_tokens_)
+      throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "step of " + std::to_string(args.n_tokens) +
+                                                        " tokens; this segment was compiled for at most " + std::to_string(max_tokens_));
     DeviceScope scope(dev_.id());
     for (size_t i = 0; i < nodes_.size(); ++i) {
       try {
-        run_[i](dev_, nodes_[i].node(), tags_[i]);
+        run_[i](dev_, nodes_[i].node(), args, tags_[i]);
       } catch (const sdk::Error &e) {
         throw sdk::Error(e.code(), "node '" + nodes_[i].name() + "' (" +
                                        minfer_op_name(nodes_[i].node().op) + "): " + e.what());
@@ -49,8 +57,9 @@ class CudaSegment : public sdk::Segment {
  private:
   CudaDevice &dev_;
   std::vector<sdk::OwnedNode> nodes_;
-  std::vector<void (*)(CudaDevice &, const minfer_node &, int32_t)> run_;
+  std::vector<void (*)(CudaDevice &, const minfer_node &, const minfer_step_args &, int32_t)> run_;
   std::vector<int32_t> tags_;
+  int64_t max_tokens_ = INT64_MAX;
 };
 
 class CudaBackend : public sdk::Backend {

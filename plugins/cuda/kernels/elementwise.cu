@@ -25,6 +25,11 @@ __global__ void add_row_broadcast_f32_kernel(const float *a, const float *bias, 
   MINFER_GRID_STRIDE(i, total) y[i] = a[i] + bias[i % d];
 }
 
+// y = silu(g) * u
+__global__ void swiglu_f32_kernel(const float *g, const float *u, float *y, int64_t n) {
+  MINFER_GRID_STRIDE(i, n) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 }  // namespace
 }  // namespace minfer::cuda
 
@@ -55,4 +60,10 @@ extern "C" cudaError_t minfer_cuda_add_row_broadcast_f32(minfer_cuda_launch_cfg 
   add_row_broadcast_f32_kernel<<<grid_for(cfg, total), kBlock, 0, cfg->stream>>>(a, bias, y,
                                                                                  total, d);
   return launched(cfg, "add_row_broadcast_f32_kernel");
+}
+
+extern "C" cudaError_t minfer_cuda_swiglu_f32(minfer_cuda_launch_cfg *cfg, const float *g, const float *u, float *y,
+                                              int64_t n) {
+  swiglu_f32_kernel<<<grid_for(cfg, n), kBlock, 0, cfg->stream>>>(g, u, y, n);
+  return launched(cfg, "swiglu_f32_kernel");
 }

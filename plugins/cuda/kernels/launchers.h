@@ -46,6 +46,33 @@ cudaError_t minfer_cuda_get_rows(minfer_cuda_launch_cfg *cfg, int32_t table_dtyp
 cudaError_t minfer_cuda_dequantize_f16(minfer_cuda_launch_cfg *cfg, int32_t dtype,
                                        const void *x, uint16_t *y, int64_t n);
 
+/* norm.cu: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, one block per row. */
+cudaError_t minfer_cuda_rms_norm_f32(minfer_cuda_launch_cfg *cfg, const float *x, const float *w, float *y,
+                                     int64_t rows, int64_t d, float eps);
+
+/* rope.cu: rotary embedding of tokens x heads x head_dim; mode 0 = pairs (2i, 2i+1), 2 = NeoX. */
+cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, const int32_t *pos, float *y,
+                                 int64_t tokens, int64_t heads, int32_t head_dim, int32_t n_dims, int32_t mode,
+                                 float theta_base, float freq_scale);
+
+/* elementwise.cu: y = silu(gate) * up */
+cudaError_t minfer_cuda_swiglu_f32(minfer_cuda_launch_cfg *cfg, const float *gate, const float *up, float *y,
+                                   int64_t n);
+
+/* attention.cu: write this step's K and V rows into the caches (f16 or f32) at n_past.. */
+cudaError_t minfer_cuda_kv_write(minfer_cuda_launch_cfg *cfg, const float *k, const float *v, void *k_cache,
+                                 void *v_cache, int32_t cache_dtype, int64_t tokens, int64_t kv_dim, int64_t n_past);
+/* attention.cu: causal GQA over the caches; one block per (token, head). */
+cudaError_t minfer_cuda_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *k_cache,
+                                  const void *v_cache, int32_t cache_dtype, float *out, int64_t tokens,
+                                  int32_t n_head, int32_t n_kv_head, int32_t head_dim, int64_t n_past, float scale);
+/* The most positions attention handles (its scores live in shared memory). */
+int64_t minfer_cuda_attention_max_positions(int device);
+
+/* matmul.cu: y[t][o] = sum_i W[o][i] x[t][i] for W of any weight dtype; one warp per row. */
+cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x,
+                               float *y, int64_t k, int64_t m, int64_t tokens);
+
 #ifdef __cplusplus
 }
 #endif

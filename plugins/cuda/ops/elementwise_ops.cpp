@@ -6,27 +6,27 @@ namespace {
 
 std::string any(const minfer_node &) { return ""; }
 
-void run_add(CudaDevice &dev, const minfer_node &n, int32_t) {
+void run_add(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
   dev.add_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output),
-              sdk::n_elements(*n.output));
+              sdk::run_elements(*n.output, args));
 }
 
-void run_mul(CudaDevice &dev, const minfer_node &n, int32_t) {
+void run_mul(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
   dev.mul_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output),
-              sdk::n_elements(*n.output));
+              sdk::run_elements(*n.output, args));
 }
 
-void run_silu(CudaDevice &dev, const minfer_node &n, int32_t) {
-  dev.silu_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.output), sdk::n_elements(*n.output));
+void run_silu(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  dev.silu_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.output), sdk::run_elements(*n.output, args));
 }
 
-void run_add_row_broadcast(CudaDevice &dev, const minfer_node &n, int32_t) {
+void run_add_row_broadcast(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
   dev.add_row_broadcast_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]),
-                            dptr<float>(*n.output), sdk::n_rows(*n.output), n.output->shape[0]);
+                            dptr<float>(*n.output), sdk::run_rows(*n.output, args), n.output->shape[0]);
 }
 
-void run_convert(CudaDevice &dev, const minfer_node &n, int32_t) {
-  dev.convert_f32_f16(dptr<float>(*n.inputs[0]), dptr<uint16_t>(*n.output), sdk::n_elements(*n.output));
+void run_convert(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  dev.convert_f32_f16(dptr<float>(*n.inputs[0]), dptr<uint16_t>(*n.output), sdk::run_elements(*n.output, args));
 }
 
 const CudaOp kOps[] = {

@@ -19,11 +19,12 @@ struct CudaOp {
   // Limits beyond the SDK's op contract; "" = supported.
   std::string (*check)(const minfer_node &n);
   // Validates the run-time invariants, picks the path and calls the device.
-  void (*run)(CudaDevice &dev, const minfer_node &n, int32_t node_tag);
+  void (*run)(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t node_tag);
 };
 
 // The op families, one file each.
 std::span<const CudaOp> elementwise_ops();
 std::span<const CudaOp> quant_ops();
+std::span<const CudaOp> model_ops();
 
 }  // namespace minfer::cuda

@@ -16,15 +16,15 @@ std::string check_table(const minfer_node &n) {
              : std::string("the cuda backend has no kernel for ") + minfer_dtype_name(n.inputs[0]->dtype);
 }
 
-void run_get_rows(CudaDevice &dev, const minfer_node &n, int32_t tag) {
+void run_get_rows(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t tag) {
   const minfer_tensor &table = *n.inputs[0], &ids = *n.inputs[1];
-  dev.get_rows(table.dtype, dptr(table), table.shape[1], table.shape[0], dptr<int32_t>(ids),
-               ids.shape[0], dptr<float>(*n.output), tag);
+  dev.get_rows(table.dtype, dptr(table), sdk::run_extent(table, 1, args), table.shape[0], dptr<int32_t>(ids),
+               sdk::run_extent(ids, 0, args), dptr<float>(*n.output), tag);
 }
 
-void run_dequantize(CudaDevice &dev, const minfer_node &n, int32_t) {
+void run_dequantize(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
   dev.dequantize_f16(n.inputs[0]->dtype, dptr(*n.inputs[0]), dptr<uint16_t>(*n.output),
-                     sdk::n_elements(*n.output));
+                     sdk::run_elements(*n.output, args));
 }
 
 const CudaOp kOps[] = {

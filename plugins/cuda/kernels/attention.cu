@@ -1,0 +1,111 @@
+// plugins/cuda/kernels/attention.cu — KV-cache write and causal grouped-query attention.
+//
+// First version, for correctness: one block per (token, head); scores for every position sit
+// in shared memory, then softmax, then each thread sums one output dim over the positions.
+// The fused (flash-style) prefill and split-K decode kernels replace it for speed.
+#include <cuda_fp16.h>
+
+#include "grid.cuh"
+#include "minfer/dtype.h"
+#include "reduce.cuh"
+
+namespace minfer::cuda {
+namespace {
+
+__device__ __forceinline__ float ld(const float *p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float ld(const __half *p, int64_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ void st(float *p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(__half *p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+
+template <class T>
+__global__ void kv_write_kernel(const float *k, const float *v, T *kc, T *vc, int64_t tokens, int64_t kvd, int64_t n_past) {
+  MINFER_GRID_STRIDE(i, tokens * kvd) {
+    st(kc, n_past * kvd + i, k[i]);
+    st(vc, n_past * kvd + i, v[i]);
+  }
+}
+
+template <class T>
+__global__ void attention_kernel(const float *q, const T *kc, const T *vc, float *out, int64_t tokens, int n_head,
+                                 int n_kv, int hd, int64_t n_past, float scale) {
+  extern __shared__ float smem[];
+  __shared__ float scratch[32];
+  float *qs = smem, *sc = smem + hd;
+  const int64_t kvd = int64_t(n_kv) * hd;
+  const int group = n_head / n_kv;
+  for (int64_t w = blockIdx.x; w < tokens * n_head; w += gridDim.x) {
+    const int64_t t = w / n_head;
+    const int h = int(w % n_head), kvh = h / group;
+    const int64_t last = n_past + t;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[(t * n_head + h) * hd + d];
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) {
+      const int64_t base = j * kvd + int64_t(kvh) * hd;
+      float s = 0;
+      for (int d = 0; d < hd; ++d) s += qs[d] * ld(kc, base + d);
+      s *= scale;
+      sc[j] = s;
+      mx = fmaxf(mx, s);
+    }
+    mx = block_max(mx, scratch);
+    float sum = 0;
+    for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) sum += sc[j] = expf(sc[j] - mx);
+    sum = block_sum(sum, scratch);
+    __syncthreads();  // every score is final before any thread reads them all
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+      float acc = 0;
+      for (int64_t j = 0; j <= last; ++j) acc += sc[j] * ld(vc, j * kvd + int64_t(kvh) * hd + d);
+      out[(t * n_head + h) * hd + d] = acc / sum;
+    }
+    __syncthreads();  // qs and sc are reused by the next (token, head)
+  }
+}
+
+constexpr int kAttnThreads = 128;
+
+}  // namespace
+}  // namespace minfer::cuda
+
+using namespace minfer::cuda;
+
+extern "C" cudaError_t minfer_cuda_kv_write(minfer_cuda_launch_cfg *cfg, const float *k, const float *v, void *kc, void *vc,
+                                            int32_t dtype, int64_t tokens, int64_t kvd, int64_t n_past) {
+  if (dtype == MINFER_DTYPE_F16)
+    kv_write_kernel<__half><<<grid_for(cfg, tokens * kvd), kBlock, 0, cfg->stream>>>(
+        k, v, static_cast<__half *>(kc), static_cast<__half *>(vc), tokens, kvd, n_past);
+  else if (dtype == MINFER_DTYPE_F32)
+    kv_write_kernel<float><<<grid_for(cfg, tokens * kvd), kBlock, 0, cfg->stream>>>(
+        k, v, static_cast<float *>(kc), static_cast<float *>(vc), tokens, kvd, n_past);
+  else
+    return cudaErrorNotSupported;
+  return launched(cfg, "kv_write_kernel", dtype);
+}
+
+extern "C" int64_t minfer_cuda_attention_max_positions(int device) {
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return 0;
+  return (int64_t(optin) - 1024 - 256 * 4) / 4;  // the static scratch, q (head_dim <= 256), the scores
+}
+
+extern "C" cudaError_t minfer_cuda_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc,
+                                             int32_t dtype, float *out, int64_t tokens, int32_t n_head, int32_t n_kv,
+                                             int32_t hd, int64_t n_past, float scale) {
+  const size_t smem = size_t(hd + n_past + tokens) * sizeof(float);
+  const int64_t work = tokens * n_head;
+  const unsigned grid = unsigned(work < cfg->max_blocks ? work : cfg->max_blocks);
+  if (dtype == MINFER_DTYPE_F16) {
+    if (smem > 48 * 1024) cudaFuncSetAttribute(attention_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    attention_kernel<__half><<<grid, kAttnThreads, smem, cfg->stream>>>(q, static_cast<const __half *>(kc),
+                                                                         static_cast<const __half *>(vc), out, tokens,
+                                                                         n_head, n_kv, hd, n_past, scale);
+  } else if (dtype == MINFER_DTYPE_F32) {
+    if (smem > 48 * 1024) cudaFuncSetAttribute(attention_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    attention_kernel<float><<<grid, kAttnThreads, smem, cfg->stream>>>(q, static_cast<const float *>(kc),
+                                                                        static_cast<const float *>(vc), out, tokens, n_head,
+                                                                        n_kv, hd, n_past, scale);
+  } else {
+    return cudaErrorNotSupported;
+  }
+  return launched(cfg, "attention_kernel", dtype);
+}

@@ -1,0 +1,77 @@
+// plugins/cuda/kernels/matmul.cu — y[t] = W x[t] for weights of every type.
+//
+// First version, for correctness across all weight types: one warp per output row; lanes
+// take the row's blocks in turn, decode each with the SDK decoder and dot it with the
+// token's activations; a warp sum gives the value. The quantized GEMV (decode) and int8 MMQ
+// GEMM (prefill) paths replace it for speed.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "grid.cuh"
+#include "minfer/decode.hpp"
+#include "reduce.cuh"
+
+namespace minfer::cuda {
+namespace {
+
+constexpr int kWarps = 8;  // rows per 256-thread block
+
+// Plain weights as "blocks" of one value, so one kernel serves every type.
+struct F32 { float v; };
+struct F16 { __half v; };
+struct BF16 { __nv_bfloat16 v; };
+template <class Put> __device__ __forceinline__ void decode_block(const F32 &b, Put &&put) { put(0, b.v); }
+template <class Put> __device__ __forceinline__ void decode_block(const F16 &b, Put &&put) { put(0, __half2float(b.v)); }
+template <class Put> __device__ __forceinline__ void decode_block(const BF16 &b, Put &&put) { put(0, __bfloat162float(b.v)); }
+template <class Block, class Put>
+__device__ __forceinline__ void decode_any(const Block &b, Put &&put) {
+  using minfer::sdk::decode_block;
+  decode_block(b, put);
+}
+
+template <class Block>
+__global__ void matmul_kernel(const Block *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens, int per) {
+  const int lane = threadIdx.x & 31;
+  const int64_t blocks_per_row = k / per;
+  for (int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); o < m; o += int64_t(gridDim.x) * kWarps) {
+    const Block *row = w + o * blocks_per_row;
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float *xt = x + t * k;
+      float acc = 0;
+      for (int64_t b = lane; b < blocks_per_row; b += 32) {
+        const float *xb = xt + b * per;
+        decode_any(row[b], [&](int i, float v) { acc += v * xb[i]; });
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) y[t * m + o] = acc;
+    }
+  }
+}
+
+template <class Block>
+cudaError_t launch(minfer_cuda_launch_cfg *cfg, const void *w, const float *x, float *y, int64_t k, int64_t m,
+                   int64_t tokens, int per, int32_t dtype) {
+  const int64_t blocks = (m + kWarps - 1) / kWarps;
+  matmul_kernel<Block><<<unsigned(blocks < cfg->max_blocks ? blocks : cfg->max_blocks), kWarps * 32, 0, cfg->stream>>>(
+      static_cast<const Block *>(w), x, y, k, m, tokens, per);
+  return launched(cfg, "matmul_kernel", dtype);
+}
+
+}  // namespace
+}  // namespace minfer::cuda
+
+using namespace minfer::cuda;
+
+extern "C" cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const float *x, float *y,
+                                          int64_t k, int64_t m, int64_t tokens) {
+  if (dtype == MINFER_DTYPE_F32) return launch<F32>(cfg, w, x, y, k, m, tokens, 1, dtype);
+  if (dtype == MINFER_DTYPE_F16) return launch<F16>(cfg, w, x, y, k, m, tokens, 1, dtype);
+  if (dtype == MINFER_DTYPE_BF16) return launch<BF16>(cfg, w, x, y, k, m, tokens, 1, dtype);
+  cudaError_t err = cudaErrorNotSupported;
+  const int per = minfer_dtype_info(dtype).block_values;
+  minfer::sdk::visit_block_dtype(dtype, [&](auto tag) {
+    using Block = typename decltype(tag)::type;
+    err = launch<Block>(cfg, w, x, y, k, m, tokens, per, dtype);
+  });
+  return err;
+}

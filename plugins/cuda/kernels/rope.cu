@@ -1,0 +1,45 @@
+// plugins/cuda/kernels/rope.cu — rotary position embedding, one thread per rotated pair.
+#include "grid.cuh"
+
+namespace minfer::cuda {
+namespace {
+
+// Pair i of a head at position p turns by p * theta_base^(-2i/n_dims) * freq_scale; the angle is
+// formed in double because positions reach 10^5 and a float frequency would drift by radians.
+__global__ void rope_f32_kernel(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads,
+                                int32_t hd, int32_t n_dims, int32_t mode, float theta_base, float freq_scale) {
+  const int32_t half = n_dims / 2;
+  const int64_t pairs = tokens * heads * half;
+  MINFER_GRID_STRIDE(w, pairs) {
+    const int64_t t = w / (heads * half), h = (w / half) % heads;
+    const int32_t i = int32_t(w % half);
+    const int64_t base = (t * heads + h) * hd;
+    const int32_t a = mode == 2 ? i : 2 * i, b = mode == 2 ? i + half : 2 * i + 1;
+    const double theta = double(pos[t]) * exp(-2.0 * double(i) / double(n_dims) * log(double(theta_base))) * double(freq_scale);
+    const float c = float(cos(theta)), s = float(sin(theta));
+    const float xa = x[base + a], xb = x[base + b];
+    y[base + a] = xa * c - xb * s;
+    y[base + b] = xa * s + xb * c;
+  }
+  // Dims past n_dims pass through unrotated.
+  const int64_t rest = tokens * heads * (hd - n_dims);
+  MINFER_GRID_STRIDE(w, rest) {
+    const int64_t th = w / (hd - n_dims);
+    const int64_t at = th * hd + n_dims + w % (hd - n_dims);
+    y[at] = x[at];
+  }
+}
+
+}  // namespace
+}  // namespace minfer::cuda
+
+using namespace minfer::cuda;
+
+extern "C" cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, const int32_t *pos, float *y,
+                                            int64_t tokens, int64_t heads, int32_t hd, int32_t n_dims, int32_t mode,
+                                            float theta_base, float freq_scale) {
+  const int64_t work = tokens * heads * (n_dims / 2 > hd - n_dims ? n_dims / 2 : hd - n_dims);
+  rope_f32_kernel<<<grid_for(cfg, work), kBlock, 0, cfg->stream>>>(x, pos, y, tokens, heads, hd, n_dims, mode,
+                                                                   theta_base, freq_scale);
+  return launched(cfg, "rope_f32_kernel");
+}

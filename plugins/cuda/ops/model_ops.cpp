@@ -1,0 +1,76 @@
+// plugins/cuda/ops/model_ops.cpp — handlers for the transformer ops: RMS norm, RoPE, SwiGLU,
+// attention with its KV-cache write, matmul.
+#include "minfer/decode.hpp"
+#include "minfer/op_contract.hpp"
+#include "ops/op_table.hpp"
+
+namespace minfer::cuda {
+namespace {
+
+std::string any(const minfer_node &) { return ""; }
+
+void run_rms_norm(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  dev.rms_norm_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output), sdk::run_rows(*n.output, args),
+                   n.output->shape[0], sdk::params_of<minfer_rms_norm_params>(n).eps);
+}
+
+void run_rope(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  const auto &p = sdk::params_of<minfer_rope_params>(n);
+  dev.rope_f32(dptr<float>(*n.inputs[0]), dptr<int32_t>(*n.inputs[1]), dptr<float>(*n.output), sdk::run_rows(*n.output, args),
+               n.output->shape[0] / p.head_dim, p);
+}
+
+void run_swiglu(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  dev.swiglu_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output), sdk::run_elements(*n.output, args));
+}
+
+std::string check_attention(const minfer_node &n) {
+  const auto &p = sdk::params_of<minfer_attention_params>(n);
+  if (p.head_dim > 256) return "head_dim " + std::to_string(p.head_dim) + " is above the CUDA attention kernel's 256";
+  return "";
+}
+
+void run_attention(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  const auto &p = sdk::params_of<minfer_attention_params>(n);
+  const int64_t tokens = sdk::run_rows(*n.inputs[0], args), n_ctx = n.inputs[3]->shape[1];
+  const int64_t kvd = int64_t(p.n_kv_head) * p.head_dim;
+  if (args.n_past < 0 || args.n_past + tokens > n_ctx)
+    throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "positions " + std::to_string(args.n_past) + ".." +
+                                                      std::to_string(args.n_past + tokens - 1) + " do not fit the KV cache of " +
+                                                      std::to_string(n_ctx));
+  if (args.n_past + tokens > dev.attention_max_positions())
+    throw sdk::Error(MINFER_ERR_UNSUPPORTED, "attention over " + std::to_string(args.n_past + tokens) +
+                                                 " positions exceeds this kernel's " + std::to_string(dev.attention_max_positions()));
+  const int32_t cache = n.inputs[3]->dtype;
+  dev.kv_write(dptr<float>(*n.inputs[1]), dptr<float>(*n.inputs[2]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), cache, tokens, kvd,
+               args.n_past);
+  dev.attention(dptr<float>(*n.inputs[0]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), cache, dptr<float>(*n.output), tokens, p,
+                args.n_past);
+}
+
+std::string check_weight(const minfer_node &n) {
+  const int32_t dt = n.inputs[0]->dtype;
+  if (dt == MINFER_DTYPE_F32 || dt == MINFER_DTYPE_F16 || dt == MINFER_DTYPE_BF16 || sdk::visit_block_dtype(dt, [](auto) {}))
+    return "";
+  return std::string("the cuda backend has no matmul kernel for ") + minfer_dtype_name(dt);
+}
+
+void run_matmul(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  const minfer_tensor &w = *n.inputs[0];
+  dev.matmul(w.dtype, dptr(w), dptr<float>(*n.inputs[1]), dptr<float>(*n.output), w.shape[0], w.shape[1],
+             sdk::run_rows(*n.inputs[1], args));
+}
+
+const CudaOp kOps[] = {
+    {MINFER_OP_RMS_NORM, any, run_rms_norm},
+    {MINFER_OP_ROPE, any, run_rope},
+    {MINFER_OP_SWIGLU, any, run_swiglu},
+    {MINFER_OP_ATTENTION, check_attention, run_attention},
+    {MINFER_OP_MATMUL, check_weight, run_matmul},
+};
+
+}  // namespace
+
+std::span<const CudaOp> model_ops() { return kOps; }
+
+}  // namespace minfer::cuda
