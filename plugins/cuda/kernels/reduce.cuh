@@ -20,7 +20,7 @@ __device__ __forceinline__ float block_sum(float v, float *scratch /* 32 floats 
   __syncthreads();
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  v = threadIdx.x < (blockDim.x >> 5) ? scratch[threadIdx.x] : 0.0f;
+  v = lane < int(blockDim.x >> 5) ? scratch[lane] : 0.0f;  // every warp sums the partials
   return warp_sum(v);
 }
 
@@ -30,7 +30,7 @@ __device__ __forceinline__ float block_max(float v, float *scratch /* 32 floats 
   __syncthreads();
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  v = threadIdx.x < (blockDim.x >> 5) ? scratch[threadIdx.x] : -INFINITY;
+  v = lane < int(blockDim.x >> 5) ? scratch[lane] : -INFINITY;
   return warp_max(v);
 }
 
