@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <queue>
 
 #include "common/error.hpp"
@@ -25,6 +26,44 @@ struct Bigram {
     return priority < o.priority || (priority == o.priority && left > o.left);
   }
 };
+
+// Splits text into UTF-8 characters, then repeatedly merges the adjacent pair with the highest
+// priority (ties: the leftmost), as both SentencePiece (score) and BPE (rank) do. priority
+// returns nothing for a pair that may not merge. Returns the final pieces as (start, length).
+template <class Priority>
+std::vector<std::pair<size_t, size_t>> merge_pieces(const std::string &text, Priority &&priority) {
+  std::vector<Symbol> sym;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = std::min(utf8_len(uint8_t(text[i])), text.size() - i);
+    sym.push_back({int(sym.size()) - 1, int(sym.size()) + 1, i, n});
+    i += n;
+  }
+  if (sym.empty()) return {};
+  sym.back().next = -1;
+  std::priority_queue<Bigram> q;
+  auto try_add = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    const Symbol &a = sym[size_t(l)], &b = sym[size_t(r)];
+    if (const std::optional<double> p = priority(text.substr(a.start, a.len), text.substr(b.start, b.len)))
+      q.push({l, r, *p, a.len + b.len});
+  };
+  for (size_t i = 1; i < sym.size(); ++i) try_add(int(i) - 1, int(i));
+  while (!q.empty()) {
+    const Bigram b = q.top();
+    q.pop();
+    Symbol &l = sym[size_t(b.left)], &r = sym[size_t(b.right)];
+    if (l.len == 0 || r.len == 0 || l.len + r.len != b.len || l.next != b.right) continue;  // stale
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[size_t(r.next)].prev = b.left;
+    try_add(l.prev, b.left);
+    try_add(b.left, l.next);
+  }
+  std::vector<std::pair<size_t, size_t>> out;
+  for (int i = 0; i >= 0; i = sym[size_t(i)].next) out.emplace_back(sym[size_t(i)].start, sym[size_t(i)].len);
+  return out;
+}
 
 }  // namespace
 
@@ -163,35 +202,14 @@ void Tokenizer::byte_fallback(const std::string &piece, std::vector<int32_t> &ou
 }
 
 void Tokenizer::encode_spm(const std::string &text, std::vector<int32_t> &out) const {
-  if (text.empty()) return;
-  std::vector<Symbol> sym;
-  for (size_t i = 0; i < text.size();) {
-    const size_t n = std::min(utf8_len(uint8_t(text[i])), text.size() - i);
-    sym.push_back({int(sym.size()) - 1, int(sym.size()) + 1, i, n});
-    i += n;
-  }
-  sym.back().next = -1;
-  std::priority_queue<Bigram> q;
-  auto try_add = [&](int l, int r) {
-    if (l < 0 || r < 0) return;
-    const int32_t id = find(text.substr(sym[size_t(l)].start, sym[size_t(l)].len + sym[size_t(r)].len));
-    if (id >= 0) q.push({l, r, double(scores_[size_t(id)]), sym[size_t(l)].len + sym[size_t(r)].len});
-  };
-  for (size_t i = 1; i < sym.size(); ++i) try_add(int(i) - 1, int(i));
-  while (!q.empty()) {
-    const Bigram b = q.top();
-    q.pop();
-    Symbol &l = sym[size_t(b.left)], &r = sym[size_t(b.right)];
-    if (l.len == 0 || r.len == 0 || l.len + r.len != b.len || l.next != b.right) continue;  // stale
-    l.len += r.len;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[size_t(r.next)].prev = b.left;
-    try_add(l.prev, b.left);
-    try_add(b.left, l.next);
-  }
-  for (int i = 0; i >= 0; i = sym[size_t(i)].next) {
-    const std::string piece = text.substr(sym[size_t(i)].start, sym[size_t(i)].len);
+  // A pair merges when the joined text is a token; the best score goes first.
+  const auto pieces = merge_pieces(text, [&](const std::string &l, const std::string &r) -> std::optional<double> {
+    const int32_t id = find(l + r);
+    if (id < 0) return std::nullopt;
+    return double(scores_[size_t(id)]);
+  });
+  for (const auto &[start, len] : pieces) {
+    const std::string piece = text.substr(start, len);
     const int32_t id = find(piece);
     if (id >= 0) out.push_back(id);
     else byte_fallback(piece, out);
@@ -208,35 +226,14 @@ void Tokenizer::encode_bpe(const std::string &text, std::vector<int32_t> &out) c
         continue;
       }
     }
-    std::vector<Symbol> sym;
-    for (size_t i = 0; i < word.size();) {
-      const size_t n = std::min(utf8_len(uint8_t(word[i])), word.size() - i);
-      sym.push_back({int(sym.size()) - 1, int(sym.size()) + 1, i, n});
-      i += n;
-    }
-    sym.back().next = -1;
-    std::priority_queue<Bigram> q;
-    auto try_add = [&](int l, int r) {
-      if (l < 0 || r < 0) return;
-      const Symbol &a = sym[size_t(l)], &b = sym[size_t(r)];
-      auto it = merge_rank_.find(word.substr(a.start, a.len) + " " + word.substr(b.start, b.len));
-      if (it != merge_rank_.end()) q.push({l, r, -double(it->second), a.len + b.len});
-    };
-    for (size_t i = 1; i < sym.size(); ++i) try_add(int(i) - 1, int(i));
-    while (!q.empty()) {
-      const Bigram b = q.top();
-      q.pop();
-      Symbol &l = sym[size_t(b.left)], &r = sym[size_t(b.right)];
-      if (l.len == 0 || r.len == 0 || l.len + r.len != b.len || l.next != b.right) continue;
-      l.len += r.len;
-      r.len = 0;
-      l.next = r.next;
-      if (r.next >= 0) sym[size_t(r.next)].prev = b.left;
-      try_add(l.prev, b.left);
-      try_add(b.left, l.next);
-    }
-    for (int i = 0; i >= 0; i = sym[size_t(i)].next) {
-      const std::string s = word.substr(sym[size_t(i)].start, sym[size_t(i)].len);
+    // A pair merges when "left right" is a merge rule; the lowest rank goes first.
+    const auto pieces = merge_pieces(word, [&](const std::string &l, const std::string &r) -> std::optional<double> {
+      auto it = merge_rank_.find(l + " " + r);
+      if (it == merge_rank_.end()) return std::nullopt;
+      return -double(it->second);
+    });
+    for (const auto &[start, len] : pieces) {
+      const std::string s = word.substr(start, len);
       if (const int32_t id = find(s); id >= 0) {
         out.push_back(id);
         continue;

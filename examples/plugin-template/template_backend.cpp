@@ -38,12 +38,7 @@ float *f32(const minfer_tensor &t) { return minfer::sdk::buffer_of<HostBuffer>(t
 class TemplateSegment : public minfer::sdk::Segment {
  public:
   explicit TemplateSegment(std::vector<minfer::sdk::OwnedNode> nodes) : nodes_(std::move(nodes)) {
-    for (const auto &on : nodes_) {
-      const minfer_node &n = on.node();
-      for (int i = 0; i < n.n_inputs; ++i)
-        minfer::sdk::check_fits(n, *n.inputs[i], minfer::sdk::n_bytes(*n.inputs[i]));
-      minfer::sdk::check_fits(n, *n.output, minfer::sdk::n_bytes(*n.output));
-    }
+    for (const auto &on : nodes_) minfer::sdk::check_compiled_node(on.node());
   }
   void execute(const minfer_step_args &) override {
     for (const auto &on : nodes_) {

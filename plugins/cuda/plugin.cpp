@@ -28,14 +28,9 @@ class CudaSegment : public sdk::Segment {
       if (!why.empty())
         throw sdk::Error(MINFER_ERR_UNSUPPORTED,
                          "node '" + on.name() + "' (" + minfer_op_name(n.op) + "): " + why);
-      for (int i = 0; i < n.n_inputs; ++i) sdk::check_fits(n, *n.inputs[i], sdk::n_bytes(*n.inputs[i]));
-      sdk::check_fits(n, *n.output, sdk::n_bytes(*n.output));
+      max_tokens_ = std::min(max_tokens_, sdk::check_compiled_node(n));
       run_.push_back(op_table().find(n.op)->run);
       tags_.push_back(dev_.register_node(on.name()));
-      for (int i = 0; i <= n.n_inputs; ++i) {
-        const minfer_tensor &t = i < n.n_inputs ? *n.inputs[i] : *n.output;
-        if (t.token_dim >= 0) max_tokens_ = std::min(max_tokens_, t.shape[t.token_dim]);
-      }
     }
   }
 

@@ -6,6 +6,7 @@
 // nothing is thrown across it and the host survives any plugin failure.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -176,6 +177,23 @@ inline minfer_tensor read_tensor(const minfer_tensor &src) {
   std::memcpy(&t, &src, n);
   t.struct_size = sizeof(minfer_tensor);
   return t;
+}
+
+// The compile-time checks every plugin makes of a node's tensors: each lies inside its
+// buffer. Returns the most tokens the node takes per step (INT64_MAX when none follows it).
+inline int64_t check_compiled_node(const minfer_node &n) {
+  int64_t max_tokens = INT64_MAX;
+  for (int i = 0; i <= n.n_inputs; ++i) {
+    const minfer_tensor &t = i < n.n_inputs ? *n.inputs[i] : *n.output;
+    int64_t bytes = -1;
+    if (const minfer_dtype_traits tr = minfer_dtype_info(t.dtype); tr.name && t.shape[0] % tr.block_values == 0) {
+      bytes = t.shape[0] / tr.block_values * tr.block_bytes;
+      for (int d = 1; d < t.rank; ++d) bytes *= t.shape[d];
+    }
+    check_fits(n, t, bytes);
+    if (t.token_dim >= 0 && t.shape[t.token_dim] < max_tokens) max_tokens = t.shape[t.token_dim];
+  }
+  return max_tokens;
 }
 
 // A node copied out of the host's call so a compiled segment can keep it.
