@@ -35,6 +35,7 @@ CudaDevice::~CudaDevice() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   if (error_flag_) cudaFree(error_flag_);
+  if (scratch_) cudaFree(scratch_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -134,6 +135,19 @@ void CudaDevice::attention(const float *q, const void *kc, const void *vc, int32
 }
 
 void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens) {
+  if (minfer_cuda_mmvq_supported(w_dtype) && k % 32 == 0) {  // integer path: activations to 8 bits once
+    const size_t need = minfer_cuda_q8_act_bytes(k, tokens);
+    if (need > scratch_bytes_) {
+      check_cuda(cudaStreamSynchronize(stream_), "waiting before the activation scratch grows");
+      if (scratch_) cudaFree(scratch_);
+      scratch_ = nullptr;
+      scratch_ = alloc(need);
+      scratch_bytes_ = need;
+    }
+    check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, scratch_, k * tokens));
+    check_launch(minfer_cuda_mmvq(&cfg_, w_dtype, w, scratch_, y, k, m, tokens));
+    return;
+  }
   check_launch(minfer_cuda_matmul(&cfg_, w_dtype, w, x, y, k, m, tokens));
 }
 

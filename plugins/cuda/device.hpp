@@ -81,6 +81,8 @@ class CudaDevice {
   int32_t *error_flag_ = nullptr;  // device int32[2]: (node tag, bad id)
   std::vector<std::string> node_names_;
   int64_t attention_max_positions_ = 0;
+  void *scratch_ = nullptr;  // quantized activations of the current matmul; grows, reused
+  size_t scratch_bytes_ = 0;
 };
 
 }  // namespace minfer::cuda

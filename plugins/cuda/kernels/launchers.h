@@ -73,6 +73,14 @@ int64_t minfer_cuda_attention_max_positions(int device);
 cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x,
                                float *y, int64_t k, int64_t m, int64_t tokens);
 
+/* mmvq.cu: Q4_0/Q8_0 weights with 8-bit activations (dp4a). Quantize x (n values, a multiple
+ * of 32) into q (minfer_cuda_q8_act_bytes), then y = W x for `tokens` tokens. */
+size_t minfer_cuda_q8_act_bytes(int64_t k, int64_t tokens);
+cudaError_t minfer_cuda_quantize_q8_act(minfer_cuda_launch_cfg *cfg, const float *x, void *q, int64_t n);
+int minfer_cuda_mmvq_supported(int32_t dtype);
+cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
+                             int64_t m, int64_t tokens);
+
 #ifdef __cplusplus
 }
 #endif
