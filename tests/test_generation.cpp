@@ -109,7 +109,8 @@ TEST_P(Stories, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
 }
 
 const char *kCpu = "backends: {cpu: {threads: 2}}\n";
-const char *kCuda = "backends: {cuda: {}}\n";
+const char *kCuda = "backends: {cuda: {}}\n";  // decode steps replay a captured CUDA Graph
+const char *kCudaNoGraphs = "backends: {cuda: {cuda_graphs: false}}\n";
 // The first two layers and the embedding on the GPU, the rest on the CPU: copies both ways.
 const char *kMixed = "backends: {cpu: {threads: 2}, cuda: {}}\nplacement:\n  default: cpu\n  rules:\n"
                      "    - {match: 'token_embd', backend: cuda}\n    - {match: 'blk.[01].*', backend: cuda}\n";
@@ -120,6 +121,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kCpu, "cpu"},
                       Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kCuda, "cuda"},
                       Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kCuda, "cuda"},
+                      Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kCudaNoGraphs, "cuda_nographs"},
                       Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kMixed, "mixed"},
                       Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kMixed, "mixed"}),
     [](const auto &info) { return std::string(info.param.label) + "_" + minfer_dtype_name(info.param.kv_type) + "_kv"; });

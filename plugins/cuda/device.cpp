@@ -29,6 +29,8 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   check_cuda(cudaMemset(error_flag_, 0, 2 * sizeof(int32_t)), "clearing the error flag");
   node_names_.push_back("");  // tag 0 means "no error"
   attention_max_positions_ = minfer_cuda_attention_max_positions(device_);
+  step_args_ = static_cast<int64_t *>(alloc(sizeof(int64_t)));
+  check_cuda(cudaMemset(step_args_, 0, sizeof(int64_t)), "clearing the step arguments");
 }
 
 CudaDevice::~CudaDevice() {
@@ -36,6 +38,7 @@ CudaDevice::~CudaDevice() {
   if (stream_) cudaStreamSynchronize(stream_);
   if (error_flag_) cudaFree(error_flag_);
   if (scratch_) cudaFree(scratch_);
+  if (step_args_) cudaFree(step_args_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -76,7 +79,7 @@ void CudaDevice::check_launch(cudaError_t err) {
   if (err == cudaErrorNotSupported)
     throw sdk::Error(MINFER_ERR_UNSUPPORTED, "no CUDA kernel instantiated for this dtype");
   check_cuda(err, "launching kernel " + kernel());
-  if (opts_.debug_sync) check_cuda(cudaStreamSynchronize(stream_), "kernel " + kernel() + " failed");
+  if (opts_.debug_sync && !capturing_) check_cuda(cudaStreamSynchronize(stream_), "kernel " + kernel() + " failed");
 }
 
 void CudaDevice::add_f32(const float *a, const float *b, float *y, int64_t n) {
@@ -124,21 +127,48 @@ void CudaDevice::swiglu_f32(const float *g, const float *u, float *y, int64_t n)
 }
 
 void CudaDevice::kv_write(const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, int64_t tokens,
-                          int64_t kvd, int64_t n_past) {
-  check_launch(minfer_cuda_kv_write(&cfg_, k, v, kc, vc, cache_dtype, tokens, kvd, n_past));
+                          int64_t kvd) {
+  check_launch(minfer_cuda_kv_write(&cfg_, k, v, kc, vc, cache_dtype, tokens, kvd, step_args_));
 }
 
 void CudaDevice::attention(const float *q, const void *kc, const void *vc, int32_t cache_dtype, float *out, int64_t tokens,
-                           const minfer_attention_params &p, int64_t n_past) {
-  check_launch(minfer_cuda_attention(&cfg_, q, kc, vc, cache_dtype, out, tokens, p.n_head, p.n_kv_head, p.head_dim, n_past,
-                                     p.scale));
+                           const minfer_attention_params &p, int64_t n_ctx) {
+  check_launch(minfer_cuda_attention(&cfg_, q, kc, vc, cache_dtype, out, tokens, p.n_head, p.n_kv_head, p.head_dim, step_args_,
+                                     n_ctx, p.scale));
+}
+
+void CudaDevice::set_step(int64_t n_past) {
+  // A pageable source: the copy is staged before this returns, so n_past may go out of scope.
+  check_cuda(cudaMemcpyAsync(step_args_, &n_past, sizeof n_past, cudaMemcpyHostToDevice, stream_), "setting the step's n_past");
+}
+
+void CudaDevice::begin_capture() {
+  check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "starting a CUDA Graph capture");
+  capturing_ = true;
+}
+
+cudaGraphExec_t CudaDevice::end_capture() {
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  check_cuda(cudaStreamEndCapture(stream_, &graph), "ending a CUDA Graph capture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check_cuda(err, "instantiating a CUDA Graph");
+  return exec;
+}
+
+void CudaDevice::launch_graph(cudaGraphExec_t g) {
+  check_cuda(cudaGraphLaunch(g, stream_), "launching the decode step's CUDA Graph");
 }
 
 void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens) {
   if (minfer_cuda_mmvq_supported(w_dtype) && k % 32 == 0) {  // integer path: activations to 8 bits once
     const size_t need = minfer_cuda_q8_act_bytes(k, tokens);
     if (need > scratch_bytes_) {
+      if (capturing_) throw sdk::Error(MINFER_ERR_INTERNAL, "the activation scratch must not grow during a graph capture");
       check_cuda(cudaStreamSynchronize(stream_), "waiting before the activation scratch grows");
+      ++layout_generation_;
       if (scratch_) cudaFree(scratch_);
       scratch_ = nullptr;
       scratch_ = alloc(need);

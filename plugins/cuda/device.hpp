@@ -27,6 +27,7 @@ class DeviceScope {
 struct DeviceOptions {
   bool debug_sync = false;     // synchronize after every launch to pin a failing kernel
   int64_t max_grid_blocks = 0; // 0 = the device's limit; small values exercise grid-stride loops
+  bool cuda_graphs = true;     // replay single-token (decode) steps from a captured CUDA Graph
 };
 
 class CudaDevice {
@@ -59,10 +60,20 @@ class CudaDevice {
   void rms_norm_f32(const float *x, const float *w, float *y, int64_t rows, int64_t d, float eps);
   void rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads, const minfer_rope_params &p);
   void swiglu_f32(const float *g, const float *u, float *y, int64_t n);
-  void kv_write(const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, int64_t tokens, int64_t kvd,
-                int64_t n_past);
+  void kv_write(const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, int64_t tokens, int64_t kvd);
   void attention(const float *q, const void *kc, const void *vc, int32_t cache_dtype, float *out, int64_t tokens,
-                 const minfer_attention_params &p, int64_t n_past);
+                 const minfer_attention_params &p, int64_t n_ctx);
+
+  // The step's n_past in device memory, read by kernels (enqueued before the step's work).
+  void set_step(int64_t n_past);
+  const DeviceOptions &options() const { return opts_; }
+  // Changes whenever a buffer captured graphs point to is reallocated: graphs made before are stale.
+  uint64_t layout_generation() const { return layout_generation_; }
+
+  // Graph capture of the work enqueued between begin and end on the device's stream.
+  void begin_capture();
+  cudaGraphExec_t end_capture();
+  void launch_graph(cudaGraphExec_t g);
   void matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens);
   int64_t attention_max_positions() const { return attention_max_positions_; }
 
@@ -83,6 +94,9 @@ class CudaDevice {
   int64_t attention_max_positions_ = 0;
   void *scratch_ = nullptr;  // quantized activations of the current matmul; grows, reused
   size_t scratch_bytes_ = 0;
+  int64_t *step_args_ = nullptr;  // device: n_past of the current step
+  bool capturing_ = false;
+  uint64_t layout_generation_ = 0;
 };
 
 }  // namespace minfer::cuda

@@ -7,6 +7,7 @@
 
 #include "cuda_buffer.hpp"
 #include "device.hpp"
+#include "kernels/launchers.h"
 #include "minfer/op_table.hpp"
 #include "ops/op_table.hpp"
 
@@ -34,11 +35,45 @@ class CudaSegment : public sdk::Segment {
     }
   }
 
+  ~CudaSegment() override {
+    if (graph_) cudaGraphExecDestroy(graph_);
+  }
+
+  // Single-token steps (decode) replay one captured CUDA Graph: the same kernels on the same
+  // buffers every time, with n_past read from device memory. The first such step runs
+  // directly (so scratch buffers reach their size), the second is captured.
   void execute(const minfer_step_args &args) override {
     if (args.n_tokens < 0 || args.n_tokens > max_tokens_)
       throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "step of " + std::to_string(args.n_tokens) +
                                                         " tokens; this segment was compiled for at most " + std::to_string(max_tokens_));
     DeviceScope scope(dev_.id());
+    dev_.set_step(args.n_past);
+    const bool graphable = dev_.options().cuda_graphs && !dev_.options().debug_sync && args.n_tokens == 1;
+    if (!graphable) return run_nodes(args);
+    if (graph_ && graph_generation_ != dev_.layout_generation()) {  // a buffer moved: recapture
+      cudaGraphExecDestroy(graph_);
+      graph_ = nullptr;
+      decode_runs_ = 0;
+    }
+    if (graph_) return dev_.launch_graph(graph_);
+    if (decode_runs_++ == 0) return run_nodes(args);
+    dev_.begin_capture();
+    try {
+      run_nodes(args);
+    } catch (...) {
+      try {
+        cudaGraphExecDestroy(dev_.end_capture());
+      } catch (...) {
+      }
+      throw;
+    }
+    graph_ = dev_.end_capture();
+    graph_generation_ = dev_.layout_generation();
+    dev_.launch_graph(graph_);
+  }
+
+ private:
+  void run_nodes(const minfer_step_args &args) {
     for (size_t i = 0; i < nodes_.size(); ++i) {
       try {
         run_[i](dev_, nodes_[i].node(), args, tags_[i]);
@@ -49,8 +84,10 @@ class CudaSegment : public sdk::Segment {
     }
   }
 
- private:
   CudaDevice &dev_;
+  cudaGraphExec_t graph_ = nullptr;
+  uint64_t graph_generation_ = 0;
+  int64_t decode_runs_ = 0;
   std::vector<sdk::OwnedNode> nodes_;
   std::vector<void (*)(CudaDevice &, const minfer_node &, const minfer_step_args &, int32_t)> run_;
   std::vector<int32_t> tags_;
@@ -118,6 +155,7 @@ struct CudaPlugin {
     DeviceOptions o;
     o.debug_sync = opts.take_bool("debug_sync", false);
     o.max_grid_blocks = opts.take_int("max_grid_blocks", 0, 0, int64_t(1) << 31);
+    o.cuda_graphs = opts.take_bool("cuda_graphs", true);
     opts.finish();  // reject unknown keys before touching the device
     minfer_device_info info{};
     device_info(device, info);  // a clear error for a bad device id

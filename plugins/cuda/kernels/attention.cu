@@ -17,8 +17,12 @@ __device__ __forceinline__ float ld(const __half *p, int64_t i) { return __half2
 __device__ __forceinline__ void st(float *p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(__half *p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 
+// n_past comes from device memory (the step's arguments) so a captured CUDA Graph replays
+// for every position.
 template <class T>
-__global__ void kv_write_kernel(const float *k, const float *v, T *kc, T *vc, int64_t tokens, int64_t kvd, int64_t n_past) {
+__global__ void kv_write_kernel(const float *k, const float *v, T *kc, T *vc, int64_t tokens, int64_t kvd,
+                                const int64_t *n_past_ptr) {
+  const int64_t n_past = *n_past_ptr;
   MINFER_GRID_STRIDE(i, tokens * kvd) {
     st(kc, n_past * kvd + i, k[i]);
     st(vc, n_past * kvd + i, v[i]);
@@ -27,8 +31,9 @@ __global__ void kv_write_kernel(const float *k, const float *v, T *kc, T *vc, in
 
 template <class T>
 __global__ void attention_kernel(const float *q, const T *kc, const T *vc, float *out, int64_t tokens, int n_head,
-                                 int n_kv, int hd, int64_t n_past, float scale) {
+                                 int n_kv, int hd, const int64_t *n_past_ptr, float scale) {
   extern __shared__ float smem[];
+  const int64_t n_past = *n_past_ptr;
   __shared__ float scratch[32];
   float *qs = smem, *sc = smem + hd;
   const int64_t kvd = int64_t(n_kv) * hd;
@@ -70,7 +75,7 @@ constexpr int kAttnThreads = 128;
 using namespace minfer::cuda;
 
 extern "C" cudaError_t minfer_cuda_kv_write(minfer_cuda_launch_cfg *cfg, const float *k, const float *v, void *kc, void *vc,
-                                            int32_t dtype, int64_t tokens, int64_t kvd, int64_t n_past) {
+                                            int32_t dtype, int64_t tokens, int64_t kvd, const int64_t *n_past) {
   if (dtype == MINFER_DTYPE_F16)
     kv_write_kernel<__half><<<grid_for(cfg, tokens * kvd), kBlock, 0, cfg->stream>>>(
         k, v, static_cast<__half *>(kc), static_cast<__half *>(vc), tokens, kvd, n_past);
@@ -90,8 +95,10 @@ extern "C" int64_t minfer_cuda_attention_max_positions(int device) {
 
 extern "C" cudaError_t minfer_cuda_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc,
                                              int32_t dtype, float *out, int64_t tokens, int32_t n_head, int32_t n_kv,
-                                             int32_t hd, int64_t n_past, float scale) {
-  const size_t smem = size_t(hd + n_past + tokens) * sizeof(float);
+                                             int32_t hd, const int64_t *n_past, int64_t max_positions, float scale) {
+  // Shared memory for every position the cache holds, not just this step's: a graph captured
+  // once must fit every later step.
+  const size_t smem = size_t(hd + max_positions) * sizeof(float);
   const int64_t work = tokens * n_head;
   const unsigned grid = unsigned(work < cfg->max_blocks ? work : cfg->max_blocks);
   if (dtype == MINFER_DTYPE_F16) {

@@ -59,13 +59,16 @@ cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, co
 cudaError_t minfer_cuda_swiglu_f32(minfer_cuda_launch_cfg *cfg, const float *gate, const float *up, float *y,
                                    int64_t n);
 
-/* attention.cu: write this step's K and V rows into the caches (f16 or f32) at n_past.. */
+/* attention.cu: write this step's K and V rows into the caches (f16 or f32) at n_past..
+ * n_past is read from device memory (*n_past), so captured graphs replay for any position. */
 cudaError_t minfer_cuda_kv_write(minfer_cuda_launch_cfg *cfg, const float *k, const float *v, void *k_cache,
-                                 void *v_cache, int32_t cache_dtype, int64_t tokens, int64_t kv_dim, int64_t n_past);
-/* attention.cu: causal GQA over the caches; one block per (token, head). */
+                                 void *v_cache, int32_t cache_dtype, int64_t tokens, int64_t kv_dim, const int64_t *n_past);
+/* attention.cu: causal GQA over the caches; one block per (token, head); max_positions: the
+ * caches' length (sizes shared memory once for every step). */
 cudaError_t minfer_cuda_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *k_cache,
                                   const void *v_cache, int32_t cache_dtype, float *out, int64_t tokens,
-                                  int32_t n_head, int32_t n_kv_head, int32_t head_dim, int64_t n_past, float scale);
+                                  int32_t n_head, int32_t n_kv_head, int32_t head_dim, const int64_t *n_past,
+                                  int64_t max_positions, float scale);
 /* The most positions attention handles (its scores live in shared memory). */
 int64_t minfer_cuda_attention_max_positions(int device);
 

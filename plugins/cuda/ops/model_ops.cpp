@@ -27,6 +27,11 @@ void run_swiglu(CudaDevice &dev, const minfer_node &n, const minfer_step_args &a
 std::string check_attention(const minfer_node &n) {
   const auto &p = sdk::params_of<minfer_attention_params>(n);
   if (p.head_dim > 256) return "head_dim " + std::to_string(p.head_dim) + " is above the CUDA attention kernel's 256";
+  // Scores for every cache position live in shared memory (H100/H200: up to ~56k positions).
+  const int64_t max = minfer_cuda_attention_max_positions(0);
+  if (n.inputs[3]->shape[1] > max)
+    return "a KV cache of " + std::to_string(n.inputs[3]->shape[1]) + " positions exceeds the CUDA attention kernel's " +
+           std::to_string(max) + "; lower 'context'";
   return "";
 }
 
@@ -38,14 +43,10 @@ void run_attention(CudaDevice &dev, const minfer_node &n, const minfer_step_args
     throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "positions " + std::to_string(args.n_past) + ".." +
                                                       std::to_string(args.n_past + tokens - 1) + " do not fit the KV cache of " +
                                                       std::to_string(n_ctx));
-  if (args.n_past + tokens > dev.attention_max_positions())
-    throw sdk::Error(MINFER_ERR_UNSUPPORTED, "attention over " + std::to_string(args.n_past + tokens) +
-                                                 " positions exceeds this kernel's " + std::to_string(dev.attention_max_positions()));
+
   const int32_t cache = n.inputs[3]->dtype;
-  dev.kv_write(dptr<float>(*n.inputs[1]), dptr<float>(*n.inputs[2]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), cache, tokens, kvd,
-               args.n_past);
-  dev.attention(dptr<float>(*n.inputs[0]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), cache, dptr<float>(*n.output), tokens, p,
-                args.n_past);
+  dev.kv_write(dptr<float>(*n.inputs[1]), dptr<float>(*n.inputs[2]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), cache, tokens, kvd);
+  dev.attention(dptr<float>(*n.inputs[0]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), cache, dptr<float>(*n.output), tokens, p, n_ctx);
 }
 
 std::string check_weight(const minfer_node &n) {
