@@ -26,6 +26,10 @@ step ops_demo_mixed "$bin/minfer-app" --config configs/ops-demo-mixed.yaml
 step generate_cuda "$bin/minfer-app" --config configs/cuda.yaml -n 48 --temp 0
 step generate_mixed "$bin/minfer-app" --config configs/mixed.yaml -n 48
 step explain_mixed "$bin/minfer-app" --config configs/mixed.yaml --explain
+export MINFER_TRACE=$out/trace_cuda.json
+step trace_cuda "$bin/minfer-app" --config configs/cuda.yaml -n 6 --temp 0
+unset MINFER_TRACE
+command -v python3 >/dev/null && step trace_schema python3 tests/validate_trace.py docs/trace.schema.json "$out/trace_cuda.json"
 if command -v compute-sanitizer >/dev/null; then
   step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$bin/minfer-op-conformance" --gtest_filter='Backends/Conformance.EveryOpDtypeShape/cuda'
@@ -38,5 +42,6 @@ if [ "${MINFER_GPU_BENCH:-1}" != 0 ]; then
 fi
 cat "$out/gpu.txt"
 grep -h -E '^conformance\[|PASSED|FAILED|ERROR SUMMARY|cuda_f|mixed_f' "$out"/conformance.log "$out"/tests.log "$out"/memcheck.log 2>/dev/null | grep -v "^\[ *OK" | head -40
-tail -n 3 "$out/generate_cuda.log" "$out/generate_mixed.log" "$out/bench_cuda.log" 2>/dev/null
+tail -n 3 "$out/generate_cuda.log" "$out/generate_mixed.log" "$out/bench_cuda.log" "$out/trace_schema.log" 2>/dev/null
+command -v python3 >/dev/null && python3 -c "import json,sys; t=json.load(open(sys.argv[1])); r=t['steps'][1]['nodes']; print('cuda trace clocks:', sorted(set(x['clock'] for x in r)), 'decode step node ms total: %.3f' % sum(x['ms'] for x in r))" "$out/trace_cuda.json"
 printf '%s\n' "${summary[@]}"

@@ -167,7 +167,7 @@ function renderDetail() {
       el('tr', {}, el('td', {}, 'backend'), el('td', {}, n.backend)),
       el('tr', {}, el('td', {}, 'inputs'), el('td', {}, n.inputs.join(', '))),
       el('tr', {}, el('td', {}, 'output'), el('td', {}, `${n.output.dtype} [${n.output.shape.join(', ')}]`)),
-      el('tr', {}, el('td', {}, 'time this step'), el('td', {}, rec ? `${fmt(rec.ms, 3)} ms` : '–'))),
+      el('tr', {}, el('td', {}, 'time this step'), el('td', {}, rec ? `${fmt(rec.ms, 3)} ms (${rec.clock} clock)` : '–'))),
     el('h3', {}, 'Time per step'), sparkline(t, n.id),
     el('h3', {}, 'Output statistics (this step)'), statsTable(rec, other),
     ...(rec && rec.grid ? [el('h3', {}, 'Heatmap (down-sampled: rows = tokens, columns = values)'), heatmap(rec.grid)] : [el('p', { class: 'hint' }, 'No value grid for this step (grids are kept for the first steps only).')]));

@@ -246,13 +246,27 @@ std::unique_ptr<CompiledSegment> BackendHandle::compile(const std::vector<const 
   return std::make_unique<CompiledSegment>(plugin_, s);
 }
 
-void BackendHandle::execute(CompiledSegment &seg, int64_t step, int64_t n_tokens, int64_t n_past) {
+void BackendHandle::execute(CompiledSegment &seg, int64_t step, int64_t n_tokens, int64_t n_past, bool node_times) {
   minfer_step_args args{};
   args.struct_size = sizeof args;
   args.step = step;
   args.n_tokens = n_tokens;
   args.n_past = n_past;
+  args.node_times = node_times ? 1 : 0;
   plugin_->check(plugin_->api().execute(backend_, seg.raw(), &args), "execute");
+}
+
+std::vector<double> BackendHandle::node_times(CompiledSegment &seg, int32_t n_nodes) {
+  const minfer_backend_api &a = plugin_->api();
+  if (a.struct_size < MINFER_SIZE_UP_TO(minfer_backend_api, segment_node_times) || !a.segment_node_times) return {};
+  std::vector<double> ms(static_cast<size_t>(n_nodes));
+  minfer_status *st = a.segment_node_times(backend_, seg.raw(), ms.data(), n_nodes);
+  if (st && a.status_code(st) == MINFER_ERR_UNSUPPORTED) {
+    a.status_free(st);
+    return {};
+  }
+  plugin_->check(st, "segment_node_times");
+  return ms;
 }
 
 void BackendHandle::synchronize() {

@@ -119,7 +119,10 @@ class BackendHandle {
   std::unique_ptr<DeviceBuffer> wrap_host(const void *host, uint64_t bytes);
   SupportAnswer supports(const minfer_node &node);
   std::unique_ptr<CompiledSegment> compile(const std::vector<const minfer_node *> &nodes);
-  void execute(CompiledSegment &seg, int64_t step, int64_t n_tokens, int64_t n_past);
+  void execute(CompiledSegment &seg, int64_t step, int64_t n_tokens, int64_t n_past, bool node_times = false);
+  // The device time of each node of the last execute with node_times (ABI 1.1); empty when
+  // the plugin cannot say.
+  std::vector<double> node_times(CompiledSegment &seg, int32_t n_nodes);
   void synchronize();
 
  private:

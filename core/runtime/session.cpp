@@ -234,15 +234,18 @@ void Session::run(int64_t n_tokens, int64_t n_past) {
         continue;
       }
       const auto t0 = Clock::now();
-      b.execute(*segments_[si], step, n_tokens, n_past);
+      b.execute(*segments_[si], step, n_tokens, n_past, /*node_times=*/true);
       b.synchronize();
-      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      // The backend's own clock when it has one (CUDA events), else the host's around a sync.
+      const std::vector<double> device_ms = b.node_times(*segments_[si], 1);
+      const bool on_device = device_ms.size() == 1;
+      const double ms = on_device ? device_ms[0] : std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       const NodeId id = s.nodes.front();
       const Tensor &out = graph_.tensor(graph_.node(id).output);
       const Location &l = at(graph_.node(id).output, s.backend);
       std::vector<uint8_t> bytes(bytes_for(out, n_tokens));
       l.buffer->read(l.offset, bytes.data(), bytes.size());
-      trace_->node(id, ms, out, bytes);
+      trace_->node(id, ms, on_device, out, bytes);
       continue;
     }
     // Copy through host memory: the source must be finished before it is read.

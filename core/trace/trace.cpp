@@ -88,9 +88,9 @@ void Trace::begin_step(int64_t n_tokens, int64_t n_past) {
   steps_.push_back(std::move(st));
 }
 
-void Trace::node(NodeId id, double ms, const Tensor &t, const std::vector<uint8_t> &out) {
+void Trace::node(NodeId id, double ms, bool device_clock, const Tensor &t, const std::vector<uint8_t> &out) {
   if (!recording_) return;
-  NodeRecord r{id, ms, false, {}};
+  NodeRecord r{id, ms, device_clock, false, {}};
   const bool f32 = t.dtype == MINFER_DTYPE_F32, f16 = t.dtype == MINFER_DTYPE_F16;
   if (f32 || f16) {
     const int64_t n = int64_t(out.size()) / (f32 ? 4 : 2);
@@ -188,7 +188,8 @@ void Trace::write() const {
       << ",\n     \"nodes\": [";
     for (size_t i = 0; i < st.nodes.size(); ++i) {
       const NodeRecord &r = st.nodes[i];
-      f << (i ? ", " : "") << "\n      {\"id\": " << r.id << ", \"ms\": " << json::number(r.ms);
+      f << (i ? ", " : "") << "\n      {\"id\": " << r.id << ", \"ms\": " << json::number(r.ms) << ", \"clock\": "
+        << (r.device_clock ? "\"device\"" : "\"host\"");
       if (r.has_stats) {
         const Stats &s = r.stats;
         f << ", \"stats\": {\"min\": " << json::number(s.min) << ", \"max\": " << json::number(s.max) << ", \"mean\": "

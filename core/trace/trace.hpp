@@ -41,7 +41,9 @@ class Trace {
   bool recording() const { return recording_; }
   // Node `node` ran for `ms`; out holds its output's bytes for this step (f32 or f16 get
   // statistics; other dtypes only the time).
-  void node(NodeId node, double ms, const Tensor &t, const std::vector<uint8_t> &out);
+  // device_clock: ms came from the backend's own clock (CUDA events, the CPU's wall time),
+  // not the host's around a synchronize.
+  void node(NodeId node, double ms, bool device_clock, const Tensor &t, const std::vector<uint8_t> &out);
   void end_step(double total_ms);
   // The sampler's view of the step's logits and its choice (decode steps and the prefill).
   void sample(const float *logits, int64_t n_vocab, int32_t chosen, const std::vector<std::string> &texts);
@@ -59,6 +61,7 @@ class Trace {
   struct NodeRecord {
     NodeId id;
     double ms;
+    bool device_clock;
     bool has_stats;
     Stats stats;
   };

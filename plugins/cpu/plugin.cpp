@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <new>
+#include <chrono>
 #include <climits>
 #include <vector>
 
@@ -64,18 +65,29 @@ class CpuSegment : public sdk::Segment {
                                                         " tokens; this segment was compiled for at most " +
                                                         std::to_string(max_tokens_));
     const RunCtx ctx{args, pool_};
+    const bool timed = sdk::wants_node_times(args);
+    if (timed) times_.assign(nodes_.size(), 0.0);
     for (size_t i = 0; i < nodes_.size(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
       try {
         run_[i](nodes_[i].node(), ctx);
       } catch (const sdk::Error &e) {
         throw sdk::Error(e.code(), "node '" + nodes_[i].name() + "' (" +
                                        minfer_op_name(nodes_[i].node().op) + "): " + e.what());
       }
+      if (timed) times_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
+  }
+
+  // The CPU runs a node to completion before the next: its wall time is its device time.
+  std::vector<double> node_times() override {
+    if (times_.size() != nodes_.size()) throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "no timed execution yet");
+    return times_;
   }
 
  private:
   std::vector<sdk::OwnedNode> nodes_;
+  std::vector<double> times_;
   ThreadPool &pool_;
   std::vector<void (*)(const minfer_node &, const RunCtx &)> run_;
   int64_t max_tokens_ = INT64_MAX;

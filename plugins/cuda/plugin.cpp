@@ -37,6 +37,21 @@ class CudaSegment : public sdk::Segment {
 
   ~CudaSegment() override {
     if (graph_) cudaGraphExecDestroy(graph_);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+
+  // Elapsed device time between the events recorded around each node.
+  std::vector<double> node_times() override {
+    if (!timed_) throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "no timed execution yet");
+    DeviceScope scope(dev_.id());
+    check_cuda(cudaEventSynchronize(events_.back()), "waiting for the timed nodes");
+    std::vector<double> ms(nodes_.size());
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      float t = 0;
+      check_cuda(cudaEventElapsedTime(&t, events_[i], events_[i + 1]), "reading a node's time");
+      ms[i] = t;
+    }
+    return ms;
   }
 
   // Single-token steps (decode) replay one captured CUDA Graph: the same kernels on the same
@@ -48,6 +63,8 @@ class CudaSegment : public sdk::Segment {
                                                         " tokens; this segment was compiled for at most " + std::to_string(max_tokens_));
     DeviceScope scope(dev_.id());
     dev_.set_step(args.n_past);
+    timed_ = sdk::wants_node_times(args);
+    if (timed_) return run_nodes(args);  // events between nodes: no graph
     const bool graphable = dev_.options().cuda_graphs && !dev_.options().debug_sync && args.n_tokens == 1;
     if (!graphable) return run_nodes(args);
     if (graph_ && graph_generation_ != dev_.layout_generation()) {  // a buffer moved: recapture
@@ -74,7 +91,12 @@ class CudaSegment : public sdk::Segment {
 
  private:
   void run_nodes(const minfer_step_args &args) {
+    if (timed_ && events_.empty()) {
+      events_.resize(nodes_.size() + 1);
+      for (auto &e : events_) check_cuda(cudaEventCreate(&e), "creating a timing event");
+    }
     for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (timed_) check_cuda(cudaEventRecord(events_[i], dev_.stream()), "recording a timing event");
       try {
         run_[i](dev_, nodes_[i].node(), args, tags_[i]);
       } catch (const sdk::Error &e) {
@@ -82,9 +104,12 @@ class CudaSegment : public sdk::Segment {
                                        minfer_op_name(nodes_[i].node().op) + "): " + e.what());
       }
     }
+    if (timed_) check_cuda(cudaEventRecord(events_.back(), dev_.stream()), "recording a timing event");
   }
 
   CudaDevice &dev_;
+  std::vector<cudaEvent_t> events_;  // around each node, for node_times
+  bool timed_ = false;
   cudaGraphExec_t graph_ = nullptr;
   uint64_t graph_generation_ = 0;
   int64_t decode_runs_ = 0;

@@ -110,6 +110,9 @@ typedef struct minfer_step_args {
   int64_t step;     /* 0-based index of this execution in the session, for logs and traces */
   int64_t n_tokens; /* tokens in this step: the run-time extent of every tensor's token_dim */
   int64_t n_past;   /* tokens already in the KV cache before this step (their positions) */
+  /* ABI 1.1: nonzero asks the plugin to time each node of this execution on its device, for
+   * segment_node_times. A reader whose struct_size does not reach it treats it as 0. */
+  int32_t node_times;
 } minfer_step_args;
 
 typedef struct minfer_backend_api {
@@ -166,6 +169,10 @@ typedef struct minfer_backend_api {
    * MINFER_ERR_UNSUPPORTED, and the host allocates and copies instead. */
   minfer_status *(*buffer_wrap_host)(minfer_backend *backend, const void *host, uint64_t bytes,
                                      minfer_buffer **out);
+  /* ABI 1.1 (optional: may be NULL). After an execute with node_times set has finished
+   * (synchronize), the time each of the segment's n nodes took on the device, in milliseconds,
+   * into ms[0..n). MINFER_ERR_UNSUPPORTED when the plugin cannot; the host times on its clock. */
+  minfer_status *(*segment_node_times)(minfer_backend *backend, minfer_segment *segment, double *ms, int32_t n);
 } minfer_backend_api;
 
 /* The entry symbol's type. The plugin returns its table (static storage) whatever the host's

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <new>
@@ -255,7 +256,17 @@ class Segment {
  public:
   virtual ~Segment() = default;
   virtual void execute(const minfer_step_args &args) = 0;
+  // Device time of each node in the last execute that asked for it (ABI 1.1); the default
+  // says the plugin cannot.
+  virtual std::vector<double> node_times() {
+    throw Error(MINFER_ERR_UNSUPPORTED, "this backend does not time nodes");
+  }
 };
+
+// Whether the host asked for per-node times in these step arguments (ABI 1.1 field).
+inline bool wants_node_times(const minfer_step_args &a) {
+  return a.struct_size >= MINFER_SIZE_UP_TO(minfer_step_args, node_times) && a.node_times != 0;
+}
 
 // One opened device.
 class Backend {
@@ -453,6 +464,16 @@ struct Api {
         if (!b || !s || !args || args->struct_size < MINFER_SIZE_UP_TO(minfer_step_args, n_past))
           throw Error(MINFER_ERR_INVALID_ARGUMENT, "execute: bad arguments");
         s->impl->execute(*args);
+      });
+    };
+    a.segment_node_times = [](minfer_backend *b, minfer_segment *s, double *ms, int32_t n) {
+      return guard("segment_node_times", [&] {
+        if (!b || !s || (!ms && n)) throw Error(MINFER_ERR_INVALID_ARGUMENT, "segment_node_times: NULL argument");
+        const std::vector<double> t = s->impl->node_times();
+        if (int32_t(t.size()) != n)
+          throw Error(MINFER_ERR_INVALID_ARGUMENT, "segment_node_times: the segment has " + std::to_string(t.size()) +
+                                                       " nodes, not " + std::to_string(n));
+        std::copy(t.begin(), t.end(), ms);
       });
     };
     a.synchronize = [](minfer_backend *b) {
