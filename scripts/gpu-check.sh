@@ -20,7 +20,7 @@ mkdir -p ../shared && [ -e ../shared/testdata ] || ln -s "$PWD/$bundle/testdata"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
 step list_backends "$bin/minfer-app" --list-backends
 step conformance "$bin/minfer-op-conformance" --gtest_filter='Backends/*cuda*:ConformanceCoverage.*'
-step tests "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.*:KvTypes*'
+step tests "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.*:KvTypes*:AllTypes/CudaVsCpu*'
 step ops_demo_cuda "$bin/minfer-app" --config configs/ops-demo-cuda.yaml
 step ops_demo_mixed "$bin/minfer-app" --config configs/ops-demo-mixed.yaml
 step generate_cuda "$bin/minfer-app" --config configs/cuda.yaml -n 48 --temp 0
@@ -41,7 +41,7 @@ if [ "${MINFER_GPU_BENCH:-1}" != 0 ]; then
   step bench_cuda "$bin/minfer-bench" -m /tmp/qwen2-0.5b-q4_0.gguf --config /tmp/cuda-bench.yaml -p 512 -n 128 -r 3
 fi
 cat "$out/gpu.txt"
-grep -h -E '^conformance\[|PASSED|FAILED|ERROR SUMMARY|cuda_f|mixed_f' "$out"/conformance.log "$out"/tests.log "$out"/memcheck.log 2>/dev/null | grep -v "^\[ *OK" | head -40
+grep -h -E '^conformance\[|PASSED|FAILED|ERROR SUMMARY|cuda_f|mixed_f|agreement' "$out"/conformance.log "$out"/tests.log "$out"/memcheck.log 2>/dev/null | grep -v "^\[ *OK" | head -40
 tail -n 3 "$out/generate_cuda.log" "$out/generate_mixed.log" "$out/bench_cuda.log" "$out/trace_schema.log" 2>/dev/null
 command -v python3 >/dev/null && python3 -c "import json,sys; t=json.load(open(sys.argv[1])); r=t['steps'][1]['nodes']; print('cuda trace clocks:', sorted(set(x['clock'] for x in r)), 'decode step node ms total: %.3f' % sum(x['ms'] for x in r))" "$out/trace_cuda.json"
 printf '%s\n' "${summary[@]}"

@@ -78,7 +78,8 @@ std::vector<Case> all_cases() {
   // Gathers: small tables, and Qwen2's 151,936-row vocabulary (the largest realistic row count).
   struct Gather { int32_t dtype; int64_t d, rows, n_ids; };
   std::vector<Gather> gathers = {{MINFER_DTYPE_F32, 3, 5, 9}, {MINFER_DTYPE_F32, 64, 151936, 37},
-                                 {MINFER_DTYPE_F16, 3, 5, 9}, {MINFER_DTYPE_F16, 64, 151936, 37}};
+                                 {MINFER_DTYPE_F16, 3, 5, 9}, {MINFER_DTYPE_F16, 64, 151936, 37},
+                                 {MINFER_DTYPE_BF16, 3, 5, 9}, {MINFER_DTYPE_BF16, 64, 4096, 17}};
   for (int32_t dt : minfer::test::block_dtypes()) {
     const int64_t per = minfer_dtype_info(dt).block_values;
     gathers.push_back({dt, per, 1, 3});
@@ -198,12 +199,14 @@ std::vector<uint8_t> input_data(const minfer::Tensor &t, int32_t op, int input, 
   const bool elementwise = op == MINFER_OP_ADD || op == MINFER_OP_MUL || op == MINFER_OP_SILU || op == MINFER_OP_CONVERT ||
                            op == MINFER_OP_ADD_ROW_BROADCAST || op == MINFER_OP_SWIGLU;
   if (t.dtype == MINFER_DTYPE_F32) return f32_data(t.n_elements(), seed, elementwise && input == 0);
-  if (t.dtype == MINFER_DTYPE_F16) {
+  if (t.dtype == MINFER_DTYPE_F16 || t.dtype == MINFER_DTYPE_BF16) {
     std::vector<uint8_t> f = f32_data(t.n_elements(), seed, false), out(size_t(t.n_elements()) * 2);
     for (int64_t i = 0; i < t.n_elements(); ++i) {
       float x;
       std::memcpy(&x, &f[size_t(i) * 4], 4);
-      const uint16_t h = minfer::quant::f32_to_f16(x);
+      uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      const uint16_t h = t.dtype == MINFER_DTYPE_F16 ? minfer::quant::f32_to_f16(x) : uint16_t(bits >> 16);
       std::memcpy(&out[size_t(i) * 2], &h, 2);
     }
     return out;
@@ -498,6 +501,7 @@ TEST(ConformanceCoverage, EveryOpAndDtypeHasCases) {
   }
   EXPECT_TRUE(have.count({MINFER_OP_GET_ROWS, MINFER_DTYPE_F32}));
   EXPECT_TRUE(have.count({MINFER_OP_GET_ROWS, MINFER_DTYPE_F16}));
+  EXPECT_TRUE(have.count({MINFER_OP_GET_ROWS, MINFER_DTYPE_BF16}));
 }
 
 }  // namespace

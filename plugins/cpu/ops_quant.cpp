@@ -43,7 +43,7 @@ void run_dequantize(const minfer_node &n, const RunCtx &ctx) {
 
 std::string known_block(const minfer_node &n) {
   const int32_t dt = n.inputs[0]->dtype;
-  if (dt == MINFER_DTYPE_F32 || dt == MINFER_DTYPE_F16) return "";
+  if (dt == MINFER_DTYPE_F32 || dt == MINFER_DTYPE_F16 || dt == MINFER_DTYPE_BF16) return "";
   if (sdk::visit_block_dtype(dt, [](auto) {})) return "";
   return std::string("no decoder for ") + minfer_dtype_name(dt);
 }

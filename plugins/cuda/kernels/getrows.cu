@@ -2,6 +2,7 @@
 //
 // Plain tables: one thread per output element. Block tables: one thread per (row, block),
 // fused gather + dequantize: the block's scales are read once and its values land contiguously.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "minfer/decode.hpp"
@@ -17,6 +18,7 @@ __device__ void report_bad_id(int32_t *flag, int32_t tag, int32_t id) {
 
 __device__ float load_plain(const float *p) { return *p; }
 __device__ float load_plain(const __half *p) { return __half2float(*p); }
+__device__ float load_plain(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 
 template <class T>
 __global__ void get_rows_plain_kernel(const T *table, int64_t table_rows, int64_t d,
@@ -69,6 +71,11 @@ extern "C" cudaError_t minfer_cuda_get_rows(minfer_cuda_launch_cfg *cfg, int32_t
   if (dtype == MINFER_DTYPE_F16) {
     get_rows_plain_kernel<__half><<<grid_for(cfg, n_ids * d), kBlock, 0, cfg->stream>>>(
         static_cast<const __half *>(table), table_rows, d, ids, n_ids, y, flag, tag);
+    return launched(cfg, "get_rows_plain_kernel", dtype);
+  }
+  if (dtype == MINFER_DTYPE_BF16) {
+    get_rows_plain_kernel<__nv_bfloat16><<<grid_for(cfg, n_ids * d), kBlock, 0, cfg->stream>>>(
+        static_cast<const __nv_bfloat16 *>(table), table_rows, d, ids, n_ids, y, flag, tag);
     return launched(cfg, "get_rows_plain_kernel", dtype);
   }
   cudaError_t err = cudaErrorNotSupported;

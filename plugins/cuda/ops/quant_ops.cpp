@@ -6,7 +6,7 @@ namespace minfer::cuda {
 namespace {
 
 bool has_kernel(int32_t dtype) {
-  return dtype == MINFER_DTYPE_F32 || dtype == MINFER_DTYPE_F16 ||
+  return dtype == MINFER_DTYPE_F32 || dtype == MINFER_DTYPE_F16 || dtype == MINFER_DTYPE_BF16 ||
          sdk::visit_block_dtype(dtype, [](auto) {});
 }
 

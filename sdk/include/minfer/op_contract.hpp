@@ -75,8 +75,8 @@ inline std::string check_op_contract(const minfer_node &n) {
     case MINFER_OP_GET_ROWS: {
       const minfer_tensor &table = in_(0), &ids = in_(1);
       const bool table_ok = table.dtype == MINFER_DTYPE_F32 || table.dtype == MINFER_DTYPE_F16 ||
-                            minfer_dtype_info(table.dtype).is_quantized;
-      if (!table_ok) return need(table, "f32, f16 or a block type");
+                            table.dtype == MINFER_DTYPE_BF16 || minfer_dtype_info(table.dtype).is_quantized;
+      if (!table_ok) return need(table, "f32, f16, bf16 or a block type");
       if (table.rank != 2) return need(table, "2-D [row length, rows]");
       if (ids.dtype != MINFER_DTYPE_I32 || ids.rank != 1) return need(ids, "1-D i32");
       if (out.dtype != MINFER_DTYPE_F32 || out.rank != 2 || out.shape[0] != table.shape[0] ||

@@ -25,7 +25,7 @@ typedef enum minfer_op {
   MINFER_OP_ADD_ROW_BROADCAST = 4,
   /* out = a converted to out's dtype; f32 -> f16 (round to nearest even) */
   MINFER_OP_CONVERT = 5,
-  /* out[r] = table[ids[r]] as f32; table f32/f16/any block type [n_rows][d], ids i32 [n],
+  /* out[r] = table[ids[r]] as f32; table f32/f16/bf16/any block type [n_rows][d], ids i32 [n],
      out f32 [n][d]; a block-type table is gathered and dequantized in one pass */
   MINFER_OP_GET_ROWS = 6,
   /* out = a dequantized to f16; a any block type, same shape */
