@@ -121,7 +121,11 @@ std::vector<Case> all_cases() {
   for (int32_t dt : minfer::test::block_dtypes()) weight_types.push_back(dt);
   for (int32_t dt : weight_types) {
     const int64_t per = minfer_dtype_info(dt).block_values, k_small = per == 1 ? 8 : per * 2;
-    for (auto [k, m, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{k_small, 7, 1}, {k_small, 7, 5}, {per == 256 ? 1024 : 896, 33, 3}}) {
+    // 37 and 130 tokens: the many-token (prefill) paths, with sizes that need padding.
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {{k_small, 7, 1}, {k_small, 7, 5}, {per == 256 ? 1024 : 896, 33, 3}};
+    if (minfer_dtype_info(dt).is_quantized) shapes.push_back({per == 256 ? 512 : 896, 70, 37});
+    if (dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q6_K) shapes.push_back({1024, 130, 130});
+    for (auto [k, m, n] : shapes) {
       cases.push_back({"matmul " + std::string(minfer_dtype_name(dt)) + " w[" + std::to_string(k) + "," + std::to_string(m) + "] x" + std::to_string(n),
                        [dt, k = k, m = m, n = n] {
                          GraphBuilder g;

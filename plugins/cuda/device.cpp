@@ -37,7 +37,8 @@ CudaDevice::~CudaDevice() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   if (error_flag_) cudaFree(error_flag_);
-  if (scratch_) cudaFree(scratch_);
+  for (void *p : scratch_)
+    if (p) cudaFree(p);
   if (step_args_) cudaFree(step_args_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -162,20 +163,43 @@ void CudaDevice::launch_graph(cudaGraphExec_t g) {
   check_cuda(cudaGraphLaunch(g, stream_), "launching the decode step's CUDA Graph");
 }
 
+void *CudaDevice::scratch(int slot, size_t bytes) {
+  if (bytes > scratch_bytes_[slot]) {
+    if (capturing_) throw sdk::Error(MINFER_ERR_INTERNAL, "a scratch buffer must not grow during a graph capture");
+    check_cuda(cudaStreamSynchronize(stream_), "waiting before a scratch buffer grows");
+    ++layout_generation_;
+    if (scratch_[slot]) cudaFree(scratch_[slot]);
+    scratch_[slot] = nullptr;
+    scratch_[slot] = alloc(bytes);
+    scratch_bytes_[slot] = bytes;
+  }
+  return scratch_[slot];
+}
+
+// Matmul paths: many tokens and block-type weights -> dequantize to f16 + tensor-core GEMM;
+// Q4_0/Q8_0 otherwise -> int8 dp4a (activations to 8 bits); any other type -> the generic
+// kernel. f32/f16/bf16 weights stay off the f16 GEMM: it would round them.
 void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens) {
+  constexpr int64_t kGemmMinTokens = 16;
+  if (tokens >= kGemmMinTokens && minfer_dtype_info(w_dtype).is_quantized && k % 16 == 0) {
+    const int64_t n_pad = (tokens + 63) / 64 * 64, m_pad = (m + 63) / 64 * 64;
+    auto *w16 = static_cast<uint8_t *>(scratch(1, size_t(m_pad * k) * 2));
+    auto *x16 = static_cast<uint8_t *>(scratch(2, size_t(n_pad * k) * 2));
+    auto *c = static_cast<float *>(scratch(3, size_t(n_pad * m_pad) * 4));
+    check_launch(minfer_cuda_dequantize_f16(&cfg_, w_dtype, w, reinterpret_cast<uint16_t *>(w16), m * k));
+    check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, reinterpret_cast<uint16_t *>(x16), tokens * k));
+    if (m_pad > m) check_cuda(cudaMemsetAsync(w16 + size_t(m * k) * 2, 0, size_t((m_pad - m) * k) * 2, stream_), "padding weights");
+    if (n_pad > tokens)
+      check_cuda(cudaMemsetAsync(x16 + size_t(tokens * k) * 2, 0, size_t((n_pad - tokens) * k) * 2, stream_), "padding activations");
+    check_launch(minfer_cuda_gemm_f16(&cfg_, x16, w16, c, n_pad, m_pad, k));
+    check_cuda(cudaMemcpy2DAsync(y, size_t(m) * 4, c, size_t(m_pad) * 4, size_t(m) * 4, size_t(tokens), cudaMemcpyDeviceToDevice, stream_),
+               "copying the GEMM result");
+    return;
+  }
   if (minfer_cuda_mmvq_supported(w_dtype) && k % 32 == 0) {  // integer path: activations to 8 bits once
-    const size_t need = minfer_cuda_q8_act_bytes(k, tokens);
-    if (need > scratch_bytes_) {
-      if (capturing_) throw sdk::Error(MINFER_ERR_INTERNAL, "the activation scratch must not grow during a graph capture");
-      check_cuda(cudaStreamSynchronize(stream_), "waiting before the activation scratch grows");
-      ++layout_generation_;
-      if (scratch_) cudaFree(scratch_);
-      scratch_ = nullptr;
-      scratch_ = alloc(need);
-      scratch_bytes_ = need;
-    }
-    check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, scratch_, k * tokens));
-    check_launch(minfer_cuda_mmvq(&cfg_, w_dtype, w, scratch_, y, k, m, tokens));
+    void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));
+    check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
+    check_launch(minfer_cuda_mmvq(&cfg_, w_dtype, w, q, y, k, m, tokens));
     return;
   }
   check_launch(minfer_cuda_matmul(&cfg_, w_dtype, w, x, y, k, m, tokens));

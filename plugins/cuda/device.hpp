@@ -92,8 +92,11 @@ class CudaDevice {
   int32_t *error_flag_ = nullptr;  // device int32[2]: (node tag, bad id)
   std::vector<std::string> node_names_;
   int64_t attention_max_positions_ = 0;
-  void *scratch_ = nullptr;  // quantized activations of the current matmul; grows, reused
-  size_t scratch_bytes_ = 0;
+  // Scratch memory that grows and is reused: [0] quantized activations, [1] f16 weights,
+  // [2] f16 activations, [3] the padded f32 GEMM result.
+  void *scratch(int slot, size_t bytes);
+  void *scratch_[4] = {nullptr, nullptr, nullptr, nullptr};
+  size_t scratch_bytes_[4] = {0, 0, 0, 0};
   int64_t *step_args_ = nullptr;  // device: n_past of the current step
   bool capturing_ = false;
   uint64_t layout_generation_ = 0;

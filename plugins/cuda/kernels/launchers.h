@@ -84,6 +84,11 @@ int minfer_cuda_mmvq_supported(int32_t dtype);
 cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
                              int64_t m, int64_t tokens);
 
+/* gemm_f16.cu: C[n][m] = X[n][k] W[m][k]^T on tensor cores (f16 in, f32 out); n and m
+ * multiples of 64, k a multiple of 16 (cudaErrorInvalidValue otherwise). */
+cudaError_t minfer_cuda_gemm_f16(minfer_cuda_launch_cfg *cfg, const void *x, const void *w, float *c, int64_t n, int64_t m,
+                                 int64_t k);
+
 #ifdef __cplusplus
 }
 #endif
