@@ -81,7 +81,11 @@ TEST_P(CudaVsCpu, TeacherForcedLogitsAgree) {
     const std::vector<int32_t> feed(tokens.begin(), one_by_one ? tokens.begin() + 32 : tokens.end());
     const Logits a = run(file, "cpu", feed, one_by_one), b = run(file, "cuda", feed, one_by_one);
     ASSERT_EQ(a.v.size(), b.v.size());
-    int64_t agree = 0;
+    // Random-weight models have flat logits: many positions are near-ties that either
+    // backend's rounding may flip. Agreement is required where the CPU's best token leads its
+    // runner-up by more than twice the largest CPU/CUDA difference at that position (a flip
+    // there is a bug, not rounding); the raw agreement is printed too.
+    int64_t agree = 0, clear = 0, agree_clear = 0;
     double worst = 0;
     const int64_t n = int64_t(feed.size());
     for (int64_t t = 0; t < n; ++t) {
@@ -89,12 +93,18 @@ TEST_P(CudaVsCpu, TeacherForcedLogitsAgree) {
       double ss = 0, diff = 0;
       for (int64_t i = 0; i < n_vocab; ++i) ss += double(x[i]) * x[i], diff = std::max(diff, std::fabs(double(x[i]) - y[i]));
       worst = std::max(worst, diff / std::sqrt(ss / double(n_vocab)));  // relative to the logits' RMS
-      agree += std::max_element(x, x + n_vocab) - x == std::max_element(y, y + n_vocab) - y;
+      const int64_t ta = std::max_element(x, x + n_vocab) - x, tb = std::max_element(y, y + n_vocab) - y;
+      float second = -INFINITY;
+      for (int64_t i = 0; i < n_vocab; ++i)
+        if (i != ta) second = std::max(second, x[i]);
+      agree += ta == tb;
+      if (double(x[ta]) - second > 2 * diff) ++clear, agree_clear += ta == tb;
     }
-    const double top1 = double(agree) / double(n);
-    std::printf("%s %s: top-1 agreement %.1f%%, max |cpu - cuda| / rms(logits) = %.3g\n", type.c_str(),
-                one_by_one ? "decode x32" : "prefill x256", 100 * top1, worst);
-    EXPECT_GE(top1, 0.99) << type;
+    const double top1 = double(agree) / double(n), top1_clear = clear ? double(agree_clear) / double(clear) : 1.0;
+    std::printf("%s %s: top-1 agreement %.1f%% (%.1f%% of %lld clear positions), max |cpu - cuda| / rms(logits) = %.3g\n",
+                type.c_str(), one_by_one ? "decode x32" : "prefill x256", 100 * top1, 100 * top1_clear, (long long)clear, worst);
+    EXPECT_GE(top1_clear, 0.99) << type;
+    EXPECT_GE(top1, 0.95) << type;
     // Both backends quantize activations to 8 bits for Q4_0/Q8_0 weights (in different
     // places), so their logits may differ by a few percent of the logits' size; a wrong
     // kernel differs by ~100%.
