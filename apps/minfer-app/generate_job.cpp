@@ -92,7 +92,13 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
     trace = std::make_unique<Trace>(tp);
     trace->set_model(file->get_or<std::string>("general.name", cfg.model), model->hp.arch, cfg.source);
   }
-  Session session(model->graph, cfg, backends, trace.get());
+  ProgressBar load_bar("load");
+  bool uploaded = false;
+  Session session(model->graph, cfg, backends, trace.get(), [&](double f, const std::string &name) {
+    load_bar.update(f, name);
+    uploaded = true;
+  });
+  if (uploaded) load_bar.done(cfg.model + ": weights copied to the backends");
   if (opts.explain) {
     std::fputs(session.explain().c_str(), stdout);
     return 0;

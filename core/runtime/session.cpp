@@ -20,8 +20,9 @@ uint64_t align_up(uint64_t x) { return (x + kArenaAlignment - 1) / kArenaAlignme
 
 }  // namespace
 
-Session::Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends, Trace *trace)
-    : graph_(graph), cfg_(cfg), backends_(backends), trace_(trace) {
+Session::Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends, Trace *trace,
+                 std::function<void(double, const std::string &)> progress)
+    : graph_(graph), cfg_(cfg), backends_(backends), trace_(trace), progress_(std::move(progress)) {
   for (const auto &t : graph_.tensors())
     if (t.is_output && t.role != TensorRole::Intermediate)
       throw Error("tensor '" + t.name + "' is marked as output but no node produces it");
@@ -143,10 +144,19 @@ void Session::plan_memory() {
 }
 
 void Session::upload_weights() {
-  for (const auto &[k, loc] : where_) {
+  auto copied = [&](const Key &k, const Location &loc) {
     const Tensor &t = graph_.tensor(k.first);
-    if (t.role != TensorRole::Weight || loc.buffer != memory_.at(k.second).weights.get()) continue;
-    loc.buffer->write(loc.offset, t.weight.data, t.weight.size);
+    return t.role == TensorRole::Weight && loc.buffer == memory_.at(k.second).weights.get();
+  };
+  uint64_t total = 0, done = 0;
+  for (const auto &[k, loc] : where_)
+    if (copied(k, loc)) total += graph_.tensor(k.first).weight.size;
+  for (const auto &[k, loc] : where_) {
+    if (!copied(k, loc)) continue;
+    const Tensor &t = graph_.tensor(k.first);
+    loc.buffer->write(loc.offset, t.weight.data, t.weight.size);  // straight from the file's mapping
+    done += t.weight.size;
+    if (progress_) progress_(double(done) / double(total), t.name);
   }
 }
 

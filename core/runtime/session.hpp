@@ -2,6 +2,7 @@
 // segments compiled (all at build), then run as often as needed.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,7 +22,9 @@ class Session {
   // `backends` must outlive the session.
   // trace: when given, every node runs as its own segment so each can be timed and its
   // output summarized (slower; for looking inside a run). It must outlive the session.
-  Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends, Trace *trace = nullptr);
+  // progress: told the fraction of weight bytes copied to backends so far, with the tensor.
+  Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends, Trace *trace = nullptr,
+          std::function<void(double, const std::string &)> progress = {});
   ~Session();
 
   // For an input with a token dim, bytes may cover fewer tokens than the maximum: as many as
@@ -68,6 +71,7 @@ class Session {
   int64_t max_tokens_ = 0;   // 0 when no tensor follows the token count
   int64_t last_tokens_ = 0;  // n_tokens of the last run
   Trace *trace_ = nullptr;
+  std::function<void(double, const std::string &)> progress_;
 };
 
 }  // namespace minfer

@@ -179,16 +179,49 @@ void *CudaDevice::scratch(int slot, size_t bytes) {
 // Matmul paths: many tokens and block-type weights -> dequantize to f16 + tensor-core GEMM;
 // Q4_0/Q8_0 otherwise -> int8 dp4a (activations to 8 bits); any other type -> the generic
 // kernel. f32/f16/bf16 weights stay off the f16 GEMM: it would round them.
+void CudaDevice::add_matmul_weights(const std::vector<WeightRef> &weights) {
+  for (const WeightRef &w : weights) {
+    const minfer_dtype_traits t = minfer_dtype_info(w.dtype);
+    matmul_weight_bytes_ += uint64_t(w.rows * w.cols / t.block_values * t.block_bytes);
+    pending_weights_.push_back(w);
+  }
+  if (opts_.mmq || int64_t(matmul_weight_bytes_) < opts_.w16_cache_min_bytes) return;
+  // Warm the cache: an f16 copy of each weight, its rows padded to the GEMM's 64 with zeros.
+  DeviceScope scope(device_);
+  for (const WeightRef &w : pending_weights_) {
+    bool have = false;
+    for (const auto &[key, copy] : w16_cache_) have |= key == w.data;
+    if (have || w.cols % 16) continue;
+    const int64_t rows_pad = (w.rows + 63) / 64 * 64;
+    const size_t bytes = size_t(rows_pad * w.cols) * 2;
+    void *copy = alloc(bytes);
+    w16_cache_.emplace_back(w.data, copy);
+    w16_cache_bytes_ += bytes;
+    check_cuda(cudaMemsetAsync(copy, 0, bytes, stream_), "clearing an f16 weight copy");
+    check_launch(minfer_cuda_dequantize_f16(&cfg_, w.dtype, w.data, static_cast<uint16_t *>(copy), w.rows * w.cols));
+  }
+  pending_weights_.clear();
+  check_cuda(cudaStreamSynchronize(stream_), "warming the f16 weight cache");
+  host_.log(MINFER_LOG_INFO, "f16 weight cache: " + std::to_string(w16_cache_.size()) + " weights, " +
+                                 std::to_string(w16_cache_bytes_ >> 20) + " MiB (matmul weights total " +
+                                 std::to_string(matmul_weight_bytes_ >> 20) + " MiB >= w16_cache_min_bytes)");
+}
+
 void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens) {
   constexpr int64_t kGemmMinTokens = 16;
-  if (tokens >= kGemmMinTokens && minfer_dtype_info(w_dtype).is_quantized && k % 16 == 0) {
+  const bool int8 = minfer_cuda_mmvq_supported(w_dtype) && k % 32 == 0;
+  if (tokens >= kGemmMinTokens && minfer_dtype_info(w_dtype).is_quantized && k % 16 == 0 && !(opts_.mmq && int8)) {
     const int64_t n_pad = (tokens + 63) / 64 * 64, m_pad = (m + 63) / 64 * 64;
-    auto *w16 = static_cast<uint8_t *>(scratch(1, size_t(m_pad * k) * 2));
+    const void *cached = nullptr;
+    for (const auto &[key, copy] : w16_cache_)
+      if (key == w) cached = copy;
+    auto *w16 = static_cast<uint8_t *>(cached ? const_cast<void *>(cached) : scratch(1, size_t(m_pad * k) * 2));
     auto *x16 = static_cast<uint8_t *>(scratch(2, size_t(n_pad * k) * 2));
     auto *c = static_cast<float *>(scratch(3, size_t(n_pad * m_pad) * 4));
-    check_launch(minfer_cuda_dequantize_f16(&cfg_, w_dtype, w, reinterpret_cast<uint16_t *>(w16), m * k));
+    if (!cached) check_launch(minfer_cuda_dequantize_f16(&cfg_, w_dtype, w, reinterpret_cast<uint16_t *>(w16), m * k));
     check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, reinterpret_cast<uint16_t *>(x16), tokens * k));
-    if (m_pad > m) check_cuda(cudaMemsetAsync(w16 + size_t(m * k) * 2, 0, size_t((m_pad - m) * k) * 2, stream_), "padding weights");
+    if (m_pad > m && !cached)
+      check_cuda(cudaMemsetAsync(w16 + size_t(m * k) * 2, 0, size_t((m_pad - m) * k) * 2, stream_), "padding weights");
     if (n_pad > tokens)
       check_cuda(cudaMemsetAsync(x16 + size_t(tokens * k) * 2, 0, size_t((n_pad - tokens) * k) * 2, stream_), "padding activations");
     check_launch(minfer_cuda_gemm_f16(&cfg_, x16, w16, c, n_pad, m_pad, k));

@@ -28,6 +28,12 @@ struct DeviceOptions {
   bool debug_sync = false;     // synchronize after every launch to pin a failing kernel
   int64_t max_grid_blocks = 0; // 0 = the device's limit; small values exercise grid-stride loops
   bool cuda_graphs = true;     // replay single-token (decode) steps from a captured CUDA Graph
+  // Prefill matmuls: true = the int8 path reading packed Q4_0/Q8_0 blocks (dp4a, no f16 copy);
+  // false = weights dequantized to f16 + tensor-core GEMM (today the faster one: default).
+  bool mmq = false;
+  // With mmq off, keep an f16 copy of every matmul weight (warmed at compile) once the
+  // backend's matmul weights total at least this many bytes; below it dequantize per call.
+  int64_t w16_cache_min_bytes = int64_t(2) << 30;
 };
 
 class CudaDevice {
@@ -75,6 +81,16 @@ class CudaDevice {
   cudaGraphExec_t end_capture();
   void launch_graph(cudaGraphExec_t g);
   void matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens);
+  // A block-type matmul weight in device memory: `rows` rows of `cols` values.
+  struct WeightRef {
+    int32_t dtype;
+    const void *data;
+    int64_t rows, cols;
+  };
+  // Counts a compiled segment's block-type matmul weights; once the backend's total reaches
+  // w16_cache_min_bytes (and mmq is off), dequantizes each to a cached f16 copy.
+  void add_matmul_weights(const std::vector<WeightRef> &weights);
+  uint64_t w16_cache_bytes() const { return w16_cache_bytes_; }
   int64_t attention_max_positions() const { return attention_max_positions_; }
 
   // Waits for the stream; reports asynchronous errors and data errors (bad row ids).
@@ -98,6 +114,9 @@ class CudaDevice {
   void *scratch_[4] = {nullptr, nullptr, nullptr, nullptr};
   size_t scratch_bytes_[4] = {0, 0, 0, 0};
   int64_t *step_args_ = nullptr;  // device: n_past of the current step
+  std::vector<std::pair<const void *, void *>> w16_cache_;  // weight -> its f16 copy (rows padded to 64)
+  std::vector<WeightRef> pending_weights_;                  // counted, not cached yet
+  uint64_t matmul_weight_bytes_ = 0, w16_cache_bytes_ = 0;
   bool capturing_ = false;
   uint64_t layout_generation_ = 0;
 };

@@ -23,6 +23,7 @@ const sdk::OpTable<CudaOp> &op_table() {
 class CudaSegment : public sdk::Segment {
  public:
   CudaSegment(CudaDevice &dev, std::vector<sdk::OwnedNode> nodes) : dev_(dev), nodes_(std::move(nodes)) {
+    std::vector<CudaDevice::WeightRef> weights;
     for (const auto &on : nodes_) {
       const minfer_node &n = on.node();
       const std::string why = op_table().why_not(n);
@@ -30,9 +31,12 @@ class CudaSegment : public sdk::Segment {
         throw sdk::Error(MINFER_ERR_UNSUPPORTED,
                          "node '" + on.name() + "' (" + minfer_op_name(n.op) + "): " + why);
       max_tokens_ = std::min(max_tokens_, sdk::check_compiled_node(n));
+      if (n.op == MINFER_OP_MATMUL && minfer_dtype_info(n.inputs[0]->dtype).is_quantized)
+        weights.push_back({n.inputs[0]->dtype, dptr(*n.inputs[0]), n.inputs[0]->shape[1], n.inputs[0]->shape[0]});
       run_.push_back(op_table().find(n.op)->run);
       tags_.push_back(dev_.register_node(on.name()));
     }
+    dev_.add_matmul_weights(weights);
   }
 
   ~CudaSegment() override {
@@ -181,6 +185,8 @@ struct CudaPlugin {
     o.debug_sync = opts.take_bool("debug_sync", false);
     o.max_grid_blocks = opts.take_int("max_grid_blocks", 0, 0, int64_t(1) << 31);
     o.cuda_graphs = opts.take_bool("cuda_graphs", true);
+    o.mmq = opts.take_bool("mmq", false);
+    o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);
     opts.finish();  // reject unknown keys before touching the device
     minfer_device_info info{};
     device_info(device, info);  // a clear error for a bad device id
