@@ -186,13 +186,13 @@ void CudaDevice::add_matmul_weights(const std::vector<WeightRef> &weights) {
     pending_weights_.push_back(w);
   }
   if (opts_.mmq || int64_t(matmul_weight_bytes_) < opts_.w16_cache_min_bytes) return;
-  // Warm the cache: an f16 copy of each weight, its rows padded to the GEMM's 64 with zeros.
+  // Warm the cache: an f16 copy of each weight, its rows padded to the GEMM's 128 with zeros.
   DeviceScope scope(device_);
   for (const WeightRef &w : pending_weights_) {
     bool have = false;
     for (const auto &[key, copy] : w16_cache_) have |= key == w.data;
     if (have || w.cols % 16) continue;
-    const int64_t rows_pad = (w.rows + 63) / 64 * 64;
+    const int64_t rows_pad = (w.rows + 127) / 128 * 128;
     const size_t bytes = size_t(rows_pad * w.cols) * 2;
     void *copy = alloc(bytes);
     w16_cache_.emplace_back(w.data, copy);
@@ -211,7 +211,7 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
   constexpr int64_t kGemmMinTokens = 16;
   const bool int8 = minfer_cuda_mmvq_supported(w_dtype) && k % 32 == 0;
   if (tokens >= kGemmMinTokens && minfer_dtype_info(w_dtype).is_quantized && k % 16 == 0 && !(opts_.mmq && int8)) {
-    const int64_t n_pad = (tokens + 63) / 64 * 64, m_pad = (m + 63) / 64 * 64;
+    const int64_t n_pad = (tokens + 127) / 128 * 128, m_pad = (m + 127) / 128 * 128;  // the tiled GEMM's tiles
     const void *cached = nullptr;
     for (const auto &[key, copy] : w16_cache_)
       if (key == w) cached = copy;

@@ -114,7 +114,7 @@ class CudaDevice {
   void *scratch_[4] = {nullptr, nullptr, nullptr, nullptr};
   size_t scratch_bytes_[4] = {0, 0, 0, 0};
   int64_t *step_args_ = nullptr;  // device: n_past of the current step
-  std::vector<std::pair<const void *, void *>> w16_cache_;  // weight -> its f16 copy (rows padded to 64)
+  std::vector<std::pair<const void *, void *>> w16_cache_;  // weight -> its f16 copy (rows padded to 128)
   std::vector<WeightRef> pending_weights_;                  // counted, not cached yet
   uint64_t matmul_weight_bytes_ = 0, w16_cache_bytes_ = 0;
   bool capturing_ = false;

@@ -85,7 +85,8 @@ cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const v
                              int64_t m, int64_t tokens);
 
 /* gemm_f16.cu: C[n][m] = X[n][k] W[m][k]^T on tensor cores (f16 in, f32 out); n and m
- * multiples of 64, k a multiple of 16 (cudaErrorInvalidValue otherwise). */
+ * multiples of 64, k a multiple of 16 (cudaErrorInvalidValue otherwise); multiples of 128,
+ * 128 and 32 take the faster tiled kernel. */
 cudaError_t minfer_cuda_gemm_f16(minfer_cuda_launch_cfg *cfg, const void *x, const void *w, float *c, int64_t n, int64_t m,
                                  int64_t k);
 
