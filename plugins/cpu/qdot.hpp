@@ -13,7 +13,9 @@ namespace minfer::cpu {
 // 32 activations as int8 with their scale: x ~ d * qs.
 struct ActBlock {
   float d;
-  int32_t sum;  // sum of qs: lets Q4_0 use its nibbles unsigned and correct by 8 * sum once
+  int32_t sum;   // sum of qs
+  float d_sum;   // d * sum: Q4_0 (unsigned nibbles, offset 8) and K-quant mins correct by it
+  float pad_;
   int8_t qs[32];
 };
 
