@@ -35,10 +35,13 @@ T *ptr(const minfer_tensor &t) {
 
 class ThreadPool;
 
-// What a kernel gets besides its node: the step's counts and the threads to use.
+enum class Isa;
+
+// What a kernel gets besides its node: the step's counts, the threads, the instruction set.
 struct RunCtx {
   const minfer_step_args &args;
   ThreadPool &pool;
+  Isa isa;
 };
 
 // One entry of the op table: both supports() and dispatch read it.

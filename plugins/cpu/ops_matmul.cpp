@@ -1,7 +1,7 @@
 // plugins/cpu/ops_matmul.cpp — y[t] = W x[t] for weights of every type.
 //
 // Threads split the weight's output rows, so the weights are read once per call whatever the
-// batch. Q4_0/Q8_0 weights take the integer path (qdot.hpp); other types decode each row to
+// batch. Q4_0/Q5_0/Q8_0/Q4_K weights take the integer path (qdot.hpp); other types decode each row to
 // f32 once and dot it with every token's activations.
 #include <algorithm>
 #include <vector>
@@ -61,7 +61,7 @@ void matmul_quantized(const minfer_node &n, const RunCtx &ctx, QDotFn dot_q) {
 
 void run_matmul(const minfer_node &n, const RunCtx &ctx) {
   const minfer_tensor &w = *n.inputs[0];
-  if (QDotFn q = qdot_for(w.dtype)) return matmul_quantized(n, ctx, q);
+  if (QDotFn q = qdot_for(w.dtype, ctx.isa)) return matmul_quantized(n, ctx, q);
   const float *x = ptr<float>(*n.inputs[1]);
   float *y = ptr<float>(*n.output);
   const int64_t k = w.shape[0], m = w.shape[1], tokens = sdk::run_rows(*n.inputs[1], ctx.args);

@@ -47,7 +47,7 @@ const sdk::OpTable<CpuOp> &op_table() {
 
 class CpuSegment : public sdk::Segment {
  public:
-  CpuSegment(std::vector<sdk::OwnedNode> nodes, ThreadPool &pool) : nodes_(std::move(nodes)), pool_(pool) {
+  CpuSegment(std::vector<sdk::OwnedNode> nodes, ThreadPool &pool, Isa isa) : nodes_(std::move(nodes)), pool_(pool), isa_(isa) {
     for (const auto &on : nodes_) {
       const minfer_node &n = on.node();
       const std::string why = op_table().why_not(n);
@@ -64,7 +64,7 @@ class CpuSegment : public sdk::Segment {
       throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "step of " + std::to_string(args.n_tokens) +
                                                         " tokens; this segment was compiled for at most " +
                                                         std::to_string(max_tokens_));
-    const RunCtx ctx{args, pool_};
+    const RunCtx ctx{args, pool_, isa_};
     const bool timed = sdk::wants_node_times(args);
     if (timed) times_.assign(nodes_.size(), 0.0);
     for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -89,13 +89,14 @@ class CpuSegment : public sdk::Segment {
   std::vector<sdk::OwnedNode> nodes_;
   std::vector<double> times_;
   ThreadPool &pool_;
+  Isa isa_;
   std::vector<void (*)(const minfer_node &, const RunCtx &)> run_;
   int64_t max_tokens_ = INT64_MAX;
 };
 
 class CpuBackend : public sdk::Backend {
  public:
-  explicit CpuBackend(int threads) : pool_(threads) {}
+  CpuBackend(int threads, Isa isa) : pool_(threads), isa_(isa) {}
   std::unique_ptr<sdk::Buffer> alloc(uint64_t bytes) override {
     return std::make_unique<CpuBuffer>(bytes);
   }
@@ -108,11 +109,12 @@ class CpuBackend : public sdk::Backend {
     return why.empty() ? sdk::Support::yes() : sdk::Support::no(why);
   }
   std::unique_ptr<sdk::Segment> compile(std::vector<sdk::OwnedNode> nodes) override {
-    return std::make_unique<CpuSegment>(std::move(nodes), pool_);
+    return std::make_unique<CpuSegment>(std::move(nodes), pool_, isa_);
   }
 
  private:
   ThreadPool pool_;
+  Isa isa_;
 };
 
 }  // namespace
@@ -136,11 +138,23 @@ struct CpuPlugin {
   static std::unique_ptr<sdk::Backend> open(int32_t device, sdk::Options &opts, const sdk::Host &host) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int threads = int(opts.take_int("threads", cores > 0 ? cores : 1, 1, 1024));
+    const std::string isa_opt = opts.take("isa", "auto");
+    Isa isa = best_isa();
+    if (isa_opt != "auto") {
+      bool found = false;
+      for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni})
+        if (isa_opt == isa_name(i)) isa = i, found = true;
+      if (!found)
+        throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "option 'isa' of backend 'cpu' has value '" + isa_opt +
+                                                          "'; expected auto, avx512vnni, avx2 or scalar");
+      if (!isa_available(isa))
+        throw sdk::Error(MINFER_ERR_UNSUPPORTED, "option 'isa': this CPU has no " + isa_opt + " (it has " + isa_name(best_isa()) + ")");
+    }
     opts.finish();
     minfer_device_info info{};
     device_info(device, info);
-    host.log(MINFER_LOG_INFO, "cpu backend: " + std::to_string(threads) + " threads, int8 dot products: " + qdot_isa());
-    return std::make_unique<CpuBackend>(threads);
+    host.log(MINFER_LOG_INFO, "cpu backend: " + std::to_string(threads) + " threads, int8 dot products: " + isa_name(isa));
+    return std::make_unique<CpuBackend>(threads, isa);
   }
 };
 

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstddef>
 
 #include "minfer/blocks.h"
@@ -211,6 +212,162 @@ void q8_0_vnni(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, 
   }
 }
 
+// ---- Q4_K: 8 sub-blocks of 32 with 6-bit (scale, min); value = d*sc*q - dmin*m ----------
+// Per sub-block j with activations a_j: d_aj * (d*sc_j*dot(q_j, a_j) - dmin*m_j*sum(a_j)).
+// The dot of unsigned nibbles goes in the vector accumulator; the min term is a scalar.
+
+inline void q4_k_scales(const minfer_block_q4_k &w, float d, float dmin, float *dsc, float *dm) {
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    sdk::k4_scale_min(w.scales, j, sc, m);
+    dsc[j] = d * float(sc);
+    dm[j] = dmin * float(m);
+  }
+}
+
+void q4_k_scalar(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
+  const auto *w = static_cast<const minfer_block_q4_k *>(w_row);
+  for (int t = 0; t < n_tok; ++t) {
+    float sum = 0;
+    for (int64_t b = 0; b < n / 256; ++b) {
+      float dsc[8], dm[8];
+      q4_k_scales(w[b], sdk::half_to_float(w[b].d), sdk::half_to_float(w[b].dmin), dsc, dm);
+      for (int j = 0; j < 8; ++j) {
+        const ActBlock &a = x[t * stride + b * 8 + j];
+        int32_t dot = 0;
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t byte = w[b].qs[32 * (j / 2) + l];
+          dot += int((j & 1) ? byte >> 4 : byte & 15) * a.qs[l];
+        }
+        sum += a.d * (dsc[j] * float(dot) - dm[j] * float(a.sum));
+      }
+    }
+    out[t] = sum;
+  }
+}
+
+// u8 x s8 -> 8 int32 lanes: maddubs takes the nibbles as the unsigned operand directly.
+__attribute__((target("avx2,fma"))) inline __m256i dot_u8_i8_avx2(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+MINFER_VNNI inline __m256i dot_u8_i8_vnni(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+
+// One kernel body, compiled twice with different targets: DOT is the u8 x s8 dot above.
+#define MINFER_Q4_K_KERNEL(NAME, TARGET, DOT)                                                                    \
+  template <int T>                                                                                            \
+  TARGET void NAME(const minfer_block_q4_k *w, const ActBlock *x, int64_t stride, int64_t nb, float *out) {   \
+    __m256 acc[T];                                                                                            \
+    float corr[T];                                                                                            \
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps(), corr[t] = 0;                                    \
+    const __m256i low4 = _mm256_set1_epi8(0x0f);                                                              \
+    for (int64_t b = 0; b < nb; ++b) {                                                                        \
+      prefetch_ahead(w + b);                                                                                  \
+      float dsc[8], dm[8];                                                                                    \
+      q4_k_scales(w[b], _cvtsh_ss(w[b].d), _cvtsh_ss(w[b].dmin), dsc, dm);                                    \
+      for (int g = 0; g < 4; ++g) {                                                                           \
+        const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w[b].qs + 32 * g));       \
+        const __m256i lo = _mm256_and_si256(bytes, low4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4); \
+        for (int t = 0; t < T; ++t) {                                                                         \
+          const ActBlock &a0 = x[t * stride + b * 8 + 2 * g], &a1 = x[t * stride + b * 8 + 2 * g + 1];        \
+          const __m256i s0 = DOT(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a0.qs)));          \
+          const __m256i s1 = DOT(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a1.qs)));          \
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dsc[2 * g] * a0.d), _mm256_cvtepi32_ps(s0), acc[t]);        \
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dsc[2 * g + 1] * a1.d), _mm256_cvtepi32_ps(s1), acc[t]);    \
+          corr[t] += dm[2 * g] * a0.d_sum + dm[2 * g + 1] * a1.d_sum;                                         \
+        }                                                                                                     \
+      }                                                                                                       \
+    }                                                                                                         \
+    for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]) - corr[t];                                              \
+  }
+
+MINFER_Q4_K_KERNEL(q4_k_avx2_t, __attribute__((target("avx2,fma,f16c"))), dot_u8_i8_avx2)
+MINFER_Q4_K_KERNEL(q4_k_vnni_t, MINFER_VNNI, dot_u8_i8_vnni)
+#undef MINFER_Q4_K_KERNEL
+
+template <bool Vnni>
+void q4_k_simd(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
+  const auto *w = static_cast<const minfer_block_q4_k *>(w_row);
+  const int64_t nb = n / 256;
+  switch (n_tok) {
+    case 1: return Vnni ? q4_k_vnni_t<1>(w, x, stride, nb, out) : q4_k_avx2_t<1>(w, x, stride, nb, out);
+    case 2: return Vnni ? q4_k_vnni_t<2>(w, x, stride, nb, out) : q4_k_avx2_t<2>(w, x, stride, nb, out);
+    case 3: return Vnni ? q4_k_vnni_t<3>(w, x, stride, nb, out) : q4_k_avx2_t<3>(w, x, stride, nb, out);
+    default: return Vnni ? q4_k_vnni_t<4>(w, x, stride, nb, out) : q4_k_avx2_t<4>(w, x, stride, nb, out);
+  }
+}
+
+// ---- Q5_0: value = d * ((nibble | high bit << 4) - 16) ------------------------------------
+// The 5-bit values are used unsigned (0..31); the -16 offset is a scalar per row.
+
+void q5_0_scalar(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
+  const auto *w = static_cast<const minfer_block_q5_0 *>(w_row);
+  for (int t = 0; t < n_tok; ++t) {
+    float sum = 0;
+    for (int64_t b = 0; b < n / 32; ++b) {
+      const ActBlock &a = x[t * stride + b];
+      const uint32_t qh = uint32_t(w[b].qh[0]) | uint32_t(w[b].qh[1]) << 8 | uint32_t(w[b].qh[2]) << 16 | uint32_t(w[b].qh[3]) << 24;
+      int32_t dot = 0;
+      for (int j = 0; j < 32; ++j) {
+        const int nib = j < 16 ? (w[b].qs[j] & 15) : (w[b].qs[j - 16] >> 4);
+        dot += (nib | int((qh >> j) & 1) << 4) * a.qs[j];
+      }
+      sum += sdk::half_to_float(w[b].d) * a.d * (float(dot) - 16.0f * float(a.sum));
+    }
+    out[t] = sum;
+  }
+}
+
+// Byte i of the result is 0x10 when bit i of the 32-bit word at p is set, else 0.
+__attribute__((target("avx2"))) inline __m256i high_bits_0x10(const uint8_t *p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  // Bytes 0-7 look at qh byte 0, 8-15 at byte 1 (first 128-bit lane), 16-23 at 2, 24-31 at 3.
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)),
+                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2,
+                                                              2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i which = _mm256_set1_epi64x(0x8040201008040201);  // byte i tests bit i % 8
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, which), which);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+#define MINFER_Q5_0_KERNEL(NAME, TARGET, DOT)                                                                   \
+  template <int T>                                                                                            \
+  TARGET void NAME(const minfer_block_q5_0 *w, const ActBlock *x, int64_t stride, int64_t nb, float *out) {   \
+    __m256 acc[T];                                                                                            \
+    float corr[T];                                                                                            \
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps(), corr[t] = 0;                                    \
+    for (int64_t b = 0; b < nb; ++b) {                                                                        \
+      prefetch_ahead(w + b);                                                                                  \
+      const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i *>(w[b].qs));                     \
+      const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f)); \
+      const __m256i q = _mm256_or_si256(nib, high_bits_0x10(w[b].qh));                                        \
+      const float dw = _cvtsh_ss(w[b].d);                                                                     \
+      for (int t = 0; t < T; ++t) {                                                                           \
+        const ActBlock &a = x[t * stride + b];                                                                \
+        const __m256i s = DOT(q, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.qs)));               \
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d), _mm256_cvtepi32_ps(s), acc[t]);                    \
+        corr[t] += dw * a.d_sum;                                                                              \
+      }                                                                                                       \
+    }                                                                                                         \
+    for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]) - 16.0f * corr[t];                                      \
+  }
+
+MINFER_Q5_0_KERNEL(q5_0_avx2_t, __attribute__((target("avx2,fma,f16c"))), dot_u8_i8_avx2)
+MINFER_Q5_0_KERNEL(q5_0_vnni_t, MINFER_VNNI, dot_u8_i8_vnni)
+#undef MINFER_Q5_0_KERNEL
+
+template <bool Vnni>
+void q5_0_simd(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
+  const auto *w = static_cast<const minfer_block_q5_0 *>(w_row);
+  const int64_t nb = n / 32;
+  switch (n_tok) {
+    case 1: return Vnni ? q5_0_vnni_t<1>(w, x, stride, nb, out) : q5_0_avx2_t<1>(w, x, stride, nb, out);
+    case 2: return Vnni ? q5_0_vnni_t<2>(w, x, stride, nb, out) : q5_0_avx2_t<2>(w, x, stride, nb, out);
+    case 3: return Vnni ? q5_0_vnni_t<3>(w, x, stride, nb, out) : q5_0_avx2_t<3>(w, x, stride, nb, out);
+    default: return Vnni ? q5_0_vnni_t<4>(w, x, stride, nb, out) : q5_0_avx2_t<4>(w, x, stride, nb, out);
+  }
+}
+
 bool has_vnni() {
   static const bool yes = __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
                           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -239,16 +396,29 @@ void quantize_activations(const float *x, ActBlock *out, int64_t n) {
   }
 }
 
-QDotFn qdot_for(int32_t dtype) {
-  switch (dtype) {
-    case MINFER_DTYPE_Q4_0:
-      return has_vnni() ? q4_0_vnni : has_avx2() ? qdot_avx2<minfer_block_q4_0> : qdot_scalar<minfer_block_q4_0>;
-    case MINFER_DTYPE_Q8_0:
-      return has_vnni() ? q8_0_vnni : has_avx2() ? qdot_avx2<minfer_block_q8_0> : qdot_scalar<minfer_block_q8_0>;
-    default: return nullptr;
+Isa best_isa() { return has_vnni() ? Isa::Avx512Vnni : has_avx2() ? Isa::Avx2 : Isa::Scalar; }
+
+bool isa_available(Isa isa) {
+  return isa == Isa::Scalar || (isa == Isa::Avx2 && has_avx2()) || (isa == Isa::Avx512Vnni && has_vnni());
+}
+
+const char *isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512Vnni: return "avx512vnni";
+    case Isa::Avx2: return "avx2";
+    default: return "scalar";
   }
 }
 
-const char *qdot_isa() { return has_vnni() ? "avx512vnni" : has_avx2() ? "avx2" : "scalar"; }
+QDotFn qdot_for(int32_t dtype, Isa isa) {
+  const bool vnni = isa == Isa::Avx512Vnni, avx2 = isa == Isa::Avx2;
+  switch (dtype) {
+    case MINFER_DTYPE_Q4_0: return vnni ? q4_0_vnni : avx2 ? qdot_avx2<minfer_block_q4_0> : qdot_scalar<minfer_block_q4_0>;
+    case MINFER_DTYPE_Q8_0: return vnni ? q8_0_vnni : avx2 ? qdot_avx2<minfer_block_q8_0> : qdot_scalar<minfer_block_q8_0>;
+    case MINFER_DTYPE_Q4_K: return vnni ? q4_k_simd<true> : avx2 ? q4_k_simd<false> : q4_k_scalar;
+    case MINFER_DTYPE_Q5_0: return vnni ? q5_0_simd<true> : avx2 ? q5_0_simd<false> : q5_0_scalar;
+    default: return nullptr;
+  }
+}
 
 }  // namespace minfer::cpu

@@ -22,13 +22,18 @@ struct ActBlock {
 // Quantizes n values (a multiple of 32) of x into n / 32 blocks.
 void quantize_activations(const float *x, ActBlock *out, int64_t n);
 
-// Dots one weight row of n values (dtype Q4_0 or Q8_0) with the quantized activations of
+// Dots one weight row of n values (dtype Q4_0, Q5_0, Q8_0 or Q4_K) with the quantized activations of
 // n_tok tokens (1..kMaxTokens; token j's blocks start at x + j * x_stride): out[j].
 // Each weight block is decoded once for all the tokens. nullptr for other dtypes.
 inline constexpr int kMaxTokens = 4;
 using QDotFn = void (*)(const void *w_row, const ActBlock *x, int64_t x_stride, int n_tok, int64_t n, float *out);
-QDotFn qdot_for(int32_t weight_dtype);
 
-const char *qdot_isa();  // "avx512vnni", "avx2" or "scalar": what qdot_for chose
+// The instruction sets the kernels come in; the backend picks the best the CPU has, or the
+// one its `isa` option names (to test every path on one machine).
+enum class Isa { Scalar, Avx2, Avx512Vnni };
+Isa best_isa();
+bool isa_available(Isa isa);
+const char *isa_name(Isa isa);
+QDotFn qdot_for(int32_t weight_dtype, Isa isa);
 
 }  // namespace minfer::cpu
