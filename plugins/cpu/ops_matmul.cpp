@@ -1,7 +1,7 @@
 // plugins/cpu/ops_matmul.cpp — y[t] = W x[t] for weights of every type.
 //
 // Threads split the weight's output rows, so the weights are read once per call whatever the
-// batch. Q4_0/Q5_0/Q8_0/Q4_K weights take the integer path (qdot.hpp); other types decode each row to
+// batch. Q4_0/Q5_0/Q8_0/Q4_K/Q6_K weights take the integer path (qdot.hpp); other types decode each row to
 // f32 once and dot it with every token's activations.
 #include <algorithm>
 #include <vector>

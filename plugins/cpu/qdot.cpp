@@ -368,6 +368,89 @@ void q5_0_simd(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, 
   }
 }
 
+// ---- Q6_K: 16 sub-blocks of 16 with int8 scales; q = (4 low | 2 high bits) - 32 -----------
+// Activation block j (32 values) covers sub-blocks 2j and 2j+1: the dot's lanes 0-3 hold
+// values 0-15 and lanes 4-7 values 16-31, so a two-valued scale vector applies both scales.
+
+// The 32 unsigned 6-bit values of activation block j (0..7) of a Q6_K block.
+inline void q6_k_values(const minfer_block_q6_k &w, int j, uint8_t *q) {
+  const int half = j / 4, quarter = j % 4;
+  const uint8_t *ql = w.ql + 64 * half + 32 * (quarter & 1), *qh = w.qh + 32 * half;
+  for (int l = 0; l < 32; ++l) {
+    const int low = quarter < 2 ? (ql[l] & 15) : (ql[l] >> 4);
+    q[l] = uint8_t(low | ((qh[l] >> (2 * quarter)) & 3) << 4);
+  }
+}
+
+void q6_k_scalar(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
+  const auto *w = static_cast<const minfer_block_q6_k *>(w_row);
+  for (int t = 0; t < n_tok; ++t) {
+    float sum = 0;
+    for (int64_t b = 0; b < n / 256; ++b) {
+      const float d = sdk::half_to_float(w[b].d);
+      for (int j = 0; j < 8; ++j) {
+        const ActBlock &a = x[t * stride + b * 8 + j];
+        uint8_t q[32];
+        q6_k_values(w[b], j, q);
+        int32_t dot0 = 0, dot1 = 0;
+        for (int l = 0; l < 16; ++l) dot0 += (int(q[l]) - 32) * a.qs[l], dot1 += (int(q[l + 16]) - 32) * a.qs[l + 16];
+        sum += d * a.d * (float(w[b].scales[2 * j]) * float(dot0) + float(w[b].scales[2 * j + 1]) * float(dot1));
+      }
+    }
+    out[t] = sum;
+  }
+}
+
+// Block j's 32 values as unsigned bytes (0..63), vectorized q6_k_values.
+__attribute__((target("avx2"))) inline __m256i q6_k_vec(const minfer_block_q6_k &w, int j) {
+  const int half = j / 4, quarter = j % 4;
+  const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w.ql + 64 * half + 32 * (quarter & 1)));
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w.qh + 32 * half));
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
+  const __m256i low = quarter < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+  const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), m2);
+  return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));  // high <= 3: the shift stays in its byte
+}
+
+#define MINFER_Q6_K_KERNEL(NAME, TARGET, DOT)                                                                   \
+  template <int T>                                                                                            \
+  TARGET void NAME(const minfer_block_q6_k *w, const ActBlock *x, int64_t stride, int64_t nb, float *out) {   \
+    __m256 acc[T];                                                                                            \
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();                                                 \
+    const __m256i k32 = _mm256_set1_epi8(32);                                                                 \
+    for (int64_t b = 0; b < nb; ++b) {                                                                        \
+      prefetch_ahead(w + b);                                                                                  \
+      const float d = _cvtsh_ss(w[b].d);                                                                      \
+      for (int j = 0; j < 8; ++j) {                                                                           \
+        const __m256i q = q6_k_vec(w[b], j);                                                                  \
+        const __m256 sc = _mm256_set_m128(_mm_set1_ps(d * float(w[b].scales[2 * j + 1])), _mm_set1_ps(d * float(w[b].scales[2 * j]))); \
+        for (int t = 0; t < T; ++t) {                                                                         \
+          const ActBlock &a = x[t * stride + b * 8 + j];                                                      \
+          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.qs));                    \
+          const __m256i s = _mm256_sub_epi32(DOT(q, av), DOT(k32, av)); /* dot(q - 32, a) per lane */        \
+          acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(sc, _mm256_set1_ps(a.d)), _mm256_cvtepi32_ps(s), acc[t]);    \
+        }                                                                                                     \
+      }                                                                                                       \
+    }                                                                                                         \
+    for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);                                                        \
+  }
+
+MINFER_Q6_K_KERNEL(q6_k_avx2_t, __attribute__((target("avx2,fma,f16c"))), dot_u8_i8_avx2)
+MINFER_Q6_K_KERNEL(q6_k_vnni_t, MINFER_VNNI, dot_u8_i8_vnni)
+#undef MINFER_Q6_K_KERNEL
+
+template <bool Vnni>
+void q6_k_simd(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
+  const auto *w = static_cast<const minfer_block_q6_k *>(w_row);
+  const int64_t nb = n / 256;
+  switch (n_tok) {
+    case 1: return Vnni ? q6_k_vnni_t<1>(w, x, stride, nb, out) : q6_k_avx2_t<1>(w, x, stride, nb, out);
+    case 2: return Vnni ? q6_k_vnni_t<2>(w, x, stride, nb, out) : q6_k_avx2_t<2>(w, x, stride, nb, out);
+    case 3: return Vnni ? q6_k_vnni_t<3>(w, x, stride, nb, out) : q6_k_avx2_t<3>(w, x, stride, nb, out);
+    default: return Vnni ? q6_k_vnni_t<4>(w, x, stride, nb, out) : q6_k_avx2_t<4>(w, x, stride, nb, out);
+  }
+}
+
 bool has_vnni() {
   static const bool yes = __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
                           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -417,6 +500,7 @@ QDotFn qdot_for(int32_t dtype, Isa isa) {
     case MINFER_DTYPE_Q8_0: return vnni ? q8_0_vnni : avx2 ? qdot_avx2<minfer_block_q8_0> : qdot_scalar<minfer_block_q8_0>;
     case MINFER_DTYPE_Q4_K: return vnni ? q4_k_simd<true> : avx2 ? q4_k_simd<false> : q4_k_scalar;
     case MINFER_DTYPE_Q5_0: return vnni ? q5_0_simd<true> : avx2 ? q5_0_simd<false> : q5_0_scalar;
+    case MINFER_DTYPE_Q6_K: return vnni ? q6_k_simd<true> : avx2 ? q6_k_simd<false> : q6_k_scalar;
     default: return nullptr;
   }
 }

@@ -22,7 +22,7 @@ struct ActBlock {
 // Quantizes n values (a multiple of 32) of x into n / 32 blocks.
 void quantize_activations(const float *x, ActBlock *out, int64_t n);
 
-// Dots one weight row of n values (dtype Q4_0, Q5_0, Q8_0 or Q4_K) with the quantized activations of
+// Dots one weight row of n values (dtype Q4_0, Q5_0, Q8_0, Q4_K or Q6_K) with the quantized activations of
 // n_tok tokens (1..kMaxTokens; token j's blocks start at x + j * x_stride): out[j].
 // Each weight block is decoded once for all the tokens. nullptr for other dtypes.
 inline constexpr int kMaxTokens = 4;
