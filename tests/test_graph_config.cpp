@@ -1,4 +1,5 @@
-// The graph builder's checks, the memory planner's invariants and the run config's errors.
+// The graph builder's checks, the memory planner's invariants, the run config's errors
+// and the JSON writer's strings.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -6,6 +7,7 @@
 #include <regex>
 
 #include "common/error.hpp"
+#include "common/json.hpp"
 #include "config/run_config.hpp"
 #include "graph/graph.hpp"
 #include "runtime/memory_plan.hpp"
@@ -123,3 +125,17 @@ TEST(RunConfig, BackendKeysSplitIntoCoreAndPluginOptions) {
 }
 
 }  // namespace
+
+// Token pieces are often part of a character ("\xe5\xad" is two thirds of one); the
+// trace and --json must still be valid JSON, so such bytes become U+FFFD.
+TEST(Json, QuoteKeepsValidUtf8AndReplacesBrokenBytes) {
+  using minfer::json::quote;
+  EXPECT_EQ(quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
+  EXPECT_EQ(quote("\xe5\xae\x9e\xe6\x88\x98"), "\"\xe5\xae\x9e\xe6\x88\x98\"");  // 实战
+  EXPECT_EQ(quote("\xf0\x9f\x98\x80"), "\"\xf0\x9f\x98\x80\"");                  // an emoji
+  EXPECT_EQ(quote("\xe5\xad"), "\"\\ufffd\\ufffd\"");                          // cut short
+  EXPECT_EQ(quote("x\x80y"), "\"x\\ufffdy\"");                                // stray continuation
+  EXPECT_EQ(quote("\xc0\xaf"), "\"\\ufffd\\ufffd\"");                          // overlong '/'
+  EXPECT_EQ(quote("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");                 // a surrogate
+  EXPECT_EQ(quote(std::string("\x01", 1)), "\"\\u0001\"");
+}

@@ -3,12 +3,14 @@
 // Writes this step's K and V into the caches (rounded to f16 for an f16 cache), then each
 // (token, head) pair computes softmax(q.K^T * scale) V over positions 0..n_past+t, reading
 // K and V back from the cache so both cache types see exactly what later steps will see.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "cpu_backend.hpp"
 #include "minfer/decode.hpp"
 #include "minfer/op_contract.hpp"
+#include "qdot.hpp"
 #include "thread_pool.hpp"
 
 namespace minfer::cpu {
@@ -16,12 +18,27 @@ namespace {
 
 std::string any(const minfer_node &) { return ""; }
 
-template <class T>
-float load(const T *p, int64_t i);
-template <>
-float load<float>(const float *p, int64_t i) { return p[i]; }
-template <>
-float load<uint16_t>(const uint16_t *p, int64_t i) { return sdk::half_to_float(p[i]); }
+// Dot product with eight independent partial sums, so the compiler can keep them in one
+// vector register (a single running sum is a serial dependency it may not reorder).
+inline float dot(const float *a, const float *b, int64_t n) {
+  float part[8] = {};
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8)
+    for (int l = 0; l < 8; ++l) part[l] += a[d + l] * b[d + l];
+  float s = 0;
+  for (; d < n; ++d) s += a[d] * b[d];
+  for (float x : part) s += x;
+  return s;
+}
+
+// Per-thread scratch, grown on first use and then reused: no allocation per step.
+struct Scratch {
+  std::vector<float> k, v, score, acc;
+};
+Scratch &scratch() {
+  thread_local Scratch s;
+  return s;
+}
 
 template <class T>
 void attend(const minfer_node &n, const RunCtx &ctx) {
@@ -46,24 +63,50 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
       }
     }
   const int64_t group = p.n_head / p.n_kv_head;
-  ctx.pool.run(tokens * p.n_head, [&](int64_t w0, int64_t w1, int) {
-    std::vector<float> score(static_cast<size_t>(n_past + tokens)), acc(static_cast<size_t>(hd));
+  // One work item per (token, KV head): the `group` query heads sharing a KV head use one
+  // f32 copy of its K and V rows (an f16 cache is converted once per item, not per head).
+  ctx.pool.run(tokens * p.n_kv_head, [&](int64_t w0, int64_t w1, int) {
+    Scratch &s = scratch();
+    const size_t rows = size_t(n_past + tokens);
+    s.score.resize(rows);
+    s.acc.resize(size_t(hd));
+    if constexpr (sizeof(T) == 2) {
+      s.k.resize(rows * size_t(hd));
+      s.v.resize(rows * size_t(hd));
+    }
     for (int64_t w = w0; w < w1; ++w) {
-      const int64_t t = w / p.n_head, h = w % p.n_head, kvh = h / group, last = n_past + t;
-      const float *qv = q + (t * p.n_head + h) * hd;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j <= last; ++j) {
-        float s = 0;
-        for (int64_t d = 0; d < hd; ++d) s += qv[d] * load(kc, j * kvd + kvh * hd + d);
-        score[size_t(j)] = s * p.scale;
-        mx = std::max(mx, score[size_t(j)]);
+      // Later tokens attend over more rows; pairing early with late tokens gives each
+      // thread's contiguous range about the same work.
+      const int64_t ti = w / p.n_kv_head, kvh = w % p.n_kv_head;
+      const int64_t t = ti % 2 == 0 ? ti / 2 : tokens - 1 - ti / 2, last = n_past + t;
+      const float *krows, *vrows;
+      int64_t stride;
+      if constexpr (sizeof(T) == 2) {
+        for (int64_t j = 0; j <= last; ++j) {
+          halves_to_floats(kc + j * kvd + kvh * hd, s.k.data() + j * hd, hd, ctx.isa);
+          halves_to_floats(vc + j * kvd + kvh * hd, s.v.data() + j * hd, hd, ctx.isa);
+        }
+        krows = s.k.data(), vrows = s.v.data(), stride = hd;
+      } else {
+        krows = kc + kvh * hd, vrows = vc + kvh * hd, stride = kvd;
       }
-      float sum = 0;
-      for (int64_t j = 0; j <= last; ++j) sum += score[size_t(j)] = std::exp(score[size_t(j)] - mx);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = 0; j <= last; ++j)
-        for (int64_t d = 0; d < hd; ++d) acc[size_t(d)] += score[size_t(j)] * load(vc, j * kvd + kvh * hd + d);
-      for (int64_t d = 0; d < hd; ++d) out[(t * p.n_head + h) * hd + d] = acc[size_t(d)] / sum;
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+        const float *qv = q + (t * p.n_head + h) * hd;
+        float *score = s.score.data(), *acc = s.acc.data(), mx = -INFINITY;
+        for (int64_t j = 0; j <= last; ++j) {
+          score[j] = dot(qv, krows + j * stride, hd) * p.scale;
+          mx = std::max(mx, score[j]);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j <= last; ++j) sum += score[j] = std::exp(score[j] - mx);
+        std::fill(acc, acc + hd, 0.0f);
+        for (int64_t j = 0; j <= last; ++j) {
+          const float wj = score[j], *vr = vrows + j * stride;
+          for (int64_t d = 0; d < hd; ++d) acc[d] += wj * vr[d];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t d = 0; d < hd; ++d) out[(t * p.n_head + h) * hd + d] = acc[d] * inv;
+      }
     }
   });
 }

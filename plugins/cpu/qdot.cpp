@@ -493,6 +493,20 @@ const char *isa_name(Isa isa) {
   }
 }
 
+namespace {
+__attribute__((target("avx2,f16c"))) void halves_to_floats_f16c(const uint16_t *h, float *f, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + i))));
+  for (; i < n; ++i) f[i] = sdk::half_to_float(h[i]);
+}
+}  // namespace
+
+void halves_to_floats(const uint16_t *h, float *f, int64_t n, Isa isa) {
+  if (isa != Isa::Scalar) return halves_to_floats_f16c(h, f, n);
+  for (int64_t i = 0; i < n; ++i) f[i] = sdk::half_to_float(h[i]);
+}
+
 QDotFn qdot_for(int32_t dtype, Isa isa) {
   const bool vnni = isa == Isa::Avx512Vnni, avx2 = isa == Isa::Avx2;
   switch (dtype) {

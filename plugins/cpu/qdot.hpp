@@ -36,4 +36,7 @@ bool isa_available(Isa isa);
 const char *isa_name(Isa isa);
 QDotFn qdot_for(int32_t weight_dtype, Isa isa);
 
+// n f16 values to f32: F16C where the ISA has it (AVX2 implies it here), else plain C.
+void halves_to_floats(const uint16_t *h, float *f, int64_t n, Isa isa);
+
 }  // namespace minfer::cpu
