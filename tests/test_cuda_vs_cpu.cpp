@@ -104,7 +104,9 @@ TEST_P(CudaVsCpu, TeacherForcedLogitsAgree) {
     std::printf("%s %s: top-1 agreement %.1f%% (%.1f%% of %lld clear positions), max |cpu - cuda| / rms(logits) = %.3g\n",
                 type.c_str(), one_by_one ? "decode x32" : "prefill x256", 100 * top1, 100 * top1_clear, (long long)clear, worst);
     EXPECT_GE(top1_clear, 0.99) << type;
-    EXPECT_GE(top1, 0.95) << type;
+    // The raw bar only guards against wholesale disagreement: over 32 decode positions each
+    // near-tie flip costs 3.1%, and which ties flip moves with any change in summation order.
+    EXPECT_GE(top1, 0.90) << type;
     // Both backends quantize activations to 8 bits for Q4_0/Q8_0 weights (in different
     // places), so their logits may differ by a few percent of the logits' size; a wrong
     // kernel differs by ~100%.
