@@ -1,8 +1,9 @@
 // plugins/cpu/ops_matmul.cpp — y[t] = W x[t] for weights of every type.
 //
 // Threads split the weight's output rows, so the weights are read once per call whatever the
-// batch. Q4_0/Q5_0/Q8_0/Q4_K/Q6_K weights take the integer path (qdot.hpp); other types decode each row to
-// f32 once and dot it with every token's activations.
+// batch. Q4_0/Q5_0/Q8_0/Q4_K/Q6_K weights take the integer path (qdot.hpp), four rows at a
+// time where a kernel exists (Q4_0/Q8_0 with VNNI); other types decode each row to f32 once
+// and dot it with every token's activations.
 #include <algorithm>
 #include <vector>
 
@@ -33,6 +34,7 @@ float dot(const float *a, const float *b, int64_t n) {
 
 // Integer path: activations quantized to 8 bits once, then int8 dots per weight block.
 void matmul_quantized(const minfer_node &n, const RunCtx &ctx, QDotFn dot_q) {
+  const QDot4Fn dot4 = qdot4_for(n.inputs[0]->dtype, ctx.isa);  // four rows at once where there is a kernel
   const minfer_tensor &w = *n.inputs[0];
   const float *x = ptr<float>(*n.inputs[1]);
   float *y = ptr<float>(*n.output);
@@ -48,10 +50,17 @@ void matmul_quantized(const minfer_node &n, const RunCtx &ctx, QDotFn dot_q) {
   // Tokens in groups of kMaxTokens: each weight row stays in L1 across its group, and each
   // weight block is decoded once per group.
   ctx.pool.run(m, [&](int64_t o0, int64_t o1, int) {
-    float out[kMaxTokens];
+    float out[kMaxTokens], out4[4 * kMaxTokens];
     for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
       const int nt = int(std::min<int64_t>(kMaxTokens, tokens - t0));
-      for (int64_t o = o0; o < o1; ++o) {
+      int64_t o = o0;
+      if (dot4 && nt > 1)  // decode: four weight streams measured no faster (tg32 41.6 vs 42.6 t/s)
+        for (; o + 4 <= o1; o += 4) {
+          dot4(wb + o * rb, rb, a + t0 * kb, kb, nt, k, out4);
+          for (int j = 0; j < nt; ++j)
+            for (int r = 0; r < 4; ++r) y[(t0 + j) * m + o + r] = out4[j * 4 + r];
+        }
+      for (; o < o1; ++o) {
         dot_q(wb + o * rb, a + t0 * kb, kb, nt, k, out);
         for (int j = 0; j < nt; ++j) y[(t0 + j) * m + o] = out[j];
       }

@@ -36,6 +36,11 @@ bool isa_available(Isa isa);
 const char *isa_name(Isa isa);
 QDotFn qdot_for(int32_t weight_dtype, Isa isa);
 
+// Four consecutive weight rows (row_bytes apart) at once, for dtypes and ISAs that have such
+// a kernel (nullptr otherwise): out[j * 4 + r] is row r dotted with token j.
+using QDot4Fn = void (*)(const uint8_t *w_rows, int64_t row_bytes, const ActBlock *x, int64_t x_stride, int n_tok, int64_t n, float *out);
+QDot4Fn qdot4_for(int32_t weight_dtype, Isa isa);
+
 // n f16 values to f32: F16C where the ISA has it (AVX2 implies it here), else plain C.
 void halves_to_floats(const uint16_t *h, float *f, int64_t n, Isa isa);
 
