@@ -13,6 +13,19 @@
 namespace minfer::cpu {
 namespace {
 
+// Calls f(std::integral_constant<int, T>{}) with T = n_tok, 1..kMaxTokens: the kernels take
+// the token count as a template argument so their per-token accumulators stay in registers.
+template <class F>
+void by_tokens(int n_tok, F &&f) {
+  static_assert(kMaxTokens == 4, "by_tokens lists the counts 1..4");
+  switch (n_tok) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    default: return f(std::integral_constant<int, 4>{});
+  }
+}
+
 // ---- plain C: the definition the SIMD versions must equal -------------------------------
 
 template <class Block>
@@ -113,12 +126,10 @@ __attribute__((target("avx2,fma,f16c"))) void qdot_avx2_t(const Block *w, const 
 template <class Block>
 void qdot_avx2(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
   const auto *w = static_cast<const Block *>(w_row);
-  switch (n_tok) {
-    case 1: return qdot_avx2_t<Block, 1>(w, x, stride, n / 32, out);
-    case 2: return qdot_avx2_t<Block, 2>(w, x, stride, n / 32, out);
-    case 3: return qdot_avx2_t<Block, 3>(w, x, stride, n / 32, out);
-    default: return qdot_avx2_t<Block, 4>(w, x, stride, n / 32, out);
-  }
+  by_tokens(n_tok, [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    qdot_avx2_t<Block, T>(w, x, stride, n / 32, out);
+  });
 }
 
 // ---- AVX-512 VNNI (256-bit vpdpbusd: unsigned x signed bytes into int32 in one step) ------
@@ -195,22 +206,18 @@ MINFER_VNNI void q8_0_vnni_t(const minfer_block_q8_0 *w, const ActBlock *x, int6
 
 void q4_0_vnni(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
   const auto *w = static_cast<const minfer_block_q4_0 *>(w_row);
-  switch (n_tok) {
-    case 1: return q4_0_vnni_t<1>(w, x, stride, n / 32, out);
-    case 2: return q4_0_vnni_t<2>(w, x, stride, n / 32, out);
-    case 3: return q4_0_vnni_t<3>(w, x, stride, n / 32, out);
-    default: return q4_0_vnni_t<4>(w, x, stride, n / 32, out);
-  }
+  by_tokens(n_tok, [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    q4_0_vnni_t<T>(w, x, stride, n / 32, out);
+  });
 }
 
 void q8_0_vnni(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
   const auto *w = static_cast<const minfer_block_q8_0 *>(w_row);
-  switch (n_tok) {
-    case 1: return q8_0_vnni_t<1>(w, x, stride, n / 32, out);
-    case 2: return q8_0_vnni_t<2>(w, x, stride, n / 32, out);
-    case 3: return q8_0_vnni_t<3>(w, x, stride, n / 32, out);
-    default: return q8_0_vnni_t<4>(w, x, stride, n / 32, out);
-  }
+  by_tokens(n_tok, [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    q8_0_vnni_t<T>(w, x, stride, n / 32, out);
+  });
 }
 
 // ---- Four weight rows at once (VNNI, Q4_0 and Q8_0) -----------------------------------
@@ -273,12 +280,10 @@ MINFER_VNNI void rows4_vnni_t(const uint8_t *w_rows, int64_t row_bytes, const Ac
 
 template <bool Q4>
 void rows4_vnni(const uint8_t *w_rows, int64_t row_bytes, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
-  switch (n_tok) {
-    case 1: return rows4_vnni_t<1, Q4>(w_rows, row_bytes, x, stride, n / 32, out);
-    case 2: return rows4_vnni_t<2, Q4>(w_rows, row_bytes, x, stride, n / 32, out);
-    case 3: return rows4_vnni_t<3, Q4>(w_rows, row_bytes, x, stride, n / 32, out);
-    default: return rows4_vnni_t<4, Q4>(w_rows, row_bytes, x, stride, n / 32, out);
-  }
+  by_tokens(n_tok, [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    rows4_vnni_t<T, Q4>(w_rows, row_bytes, x, stride, n / 32, out);
+  });
 }
 
 // ---- Q4_K: 8 sub-blocks of 32 with 6-bit (scale, min); value = d*sc*q - dmin*m ----------
@@ -357,12 +362,10 @@ template <bool Vnni>
 void q4_k_simd(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
   const auto *w = static_cast<const minfer_block_q4_k *>(w_row);
   const int64_t nb = n / 256;
-  switch (n_tok) {
-    case 1: return Vnni ? q4_k_vnni_t<1>(w, x, stride, nb, out) : q4_k_avx2_t<1>(w, x, stride, nb, out);
-    case 2: return Vnni ? q4_k_vnni_t<2>(w, x, stride, nb, out) : q4_k_avx2_t<2>(w, x, stride, nb, out);
-    case 3: return Vnni ? q4_k_vnni_t<3>(w, x, stride, nb, out) : q4_k_avx2_t<3>(w, x, stride, nb, out);
-    default: return Vnni ? q4_k_vnni_t<4>(w, x, stride, nb, out) : q4_k_avx2_t<4>(w, x, stride, nb, out);
-  }
+  by_tokens(n_tok, [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    Vnni ? q4_k_vnni_t<T>(w, x, stride, nb, out) : q4_k_avx2_t<T>(w, x, stride, nb, out);
+  });
 }
 
 // ---- Q5_0: value = d * ((nibble | high bit << 4) - 16) ------------------------------------
@@ -429,12 +432,10 @@ template <bool Vnni>
 void q5_0_simd(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
   const auto *w = static_cast<const minfer_block_q5_0 *>(w_row);
   const int64_t nb = n / 32;
-  switch (n_tok) {
-    case 1: return Vnni ? q5_0_vnni_t<1>(w, x, stride, nb, out) : q5_0_avx2_t<1>(w, x, stride, nb, out);
-    case 2: return Vnni ? q5_0_vnni_t<2>(w, x, stride, nb, out) : q5_0_avx2_t<2>(w, x, stride, nb, out);
-    case 3: return Vnni ? q5_0_vnni_t<3>(w, x, stride, nb, out) : q5_0_avx2_t<3>(w, x, stride, nb, out);
-    default: return Vnni ? q5_0_vnni_t<4>(w, x, stride, nb, out) : q5_0_avx2_t<4>(w, x, stride, nb, out);
-  }
+  by_tokens(n_tok, [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    Vnni ? q5_0_vnni_t<T>(w, x, stride, nb, out) : q5_0_avx2_t<T>(w, x, stride, nb, out);
+  });
 }
 
 // ---- Q6_K: 16 sub-blocks of 16 with int8 scales; q = (4 low | 2 high bits) - 32 -----------
@@ -512,12 +513,10 @@ template <bool Vnni>
 void q6_k_simd(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
   const auto *w = static_cast<const minfer_block_q6_k *>(w_row);
   const int64_t nb = n / 256;
-  switch (n_tok) {
-    case 1: return Vnni ? q6_k_vnni_t<1>(w, x, stride, nb, out) : q6_k_avx2_t<1>(w, x, stride, nb, out);
-    case 2: return Vnni ? q6_k_vnni_t<2>(w, x, stride, nb, out) : q6_k_avx2_t<2>(w, x, stride, nb, out);
-    case 3: return Vnni ? q6_k_vnni_t<3>(w, x, stride, nb, out) : q6_k_avx2_t<3>(w, x, stride, nb, out);
-    default: return Vnni ? q6_k_vnni_t<4>(w, x, stride, nb, out) : q6_k_avx2_t<4>(w, x, stride, nb, out);
-  }
+  by_tokens(n_tok, [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    Vnni ? q6_k_vnni_t<T>(w, x, stride, nb, out) : q6_k_avx2_t<T>(w, x, stride, nb, out);
+  });
 }
 
 bool has_vnni() {
