@@ -1,12 +1,14 @@
 // plugins/cpu/ops_matmul.cpp — y[t] = W x[t] for weights of every type.
 //
 // Threads split the weight's output rows, so the weights are read once per call whatever the
-// batch. Q4_0/Q5_0/Q8_0/Q4_K/Q6_K weights take the integer path (qdot.hpp), four rows at a
-// time where a kernel exists (Q4_0/Q8_0 with VNNI); other types decode each row to f32 once
-// and dot it with every token's activations.
+// batch. With AMX, many tokens times block-quantized weights go to tile products
+// (amx_matmul.hpp). Otherwise Q4_0/Q5_0/Q8_0/Q4_K/Q6_K weights take the integer path
+// (qdot.hpp), four rows at a time where a kernel exists (Q4_0/Q8_0 with VNNI); other types
+// decode each row to f32 once and dot it with every token's activations.
 #include <algorithm>
 #include <vector>
 
+#include "amx_matmul.hpp"
 #include "cpu_backend.hpp"
 #include "decode_row.hpp"
 #include "qdot.hpp"
@@ -70,6 +72,9 @@ void matmul_quantized(const minfer_node &n, const RunCtx &ctx, QDotFn dot_q) {
 
 void run_matmul(const minfer_node &n, const RunCtx &ctx) {
   const minfer_tensor &w = *n.inputs[0];
+  if (ctx.isa == Isa::Amx && minfer_dtype_info(w.dtype).is_quantized && sdk::run_rows(*n.inputs[1], ctx.args) >= kAmxMinTokens)
+    return amx_matmul(w.dtype, ptr(w), sdk::row_bytes(w.dtype, w.shape[0]), w.shape[0], w.shape[1], ptr<float>(*n.inputs[1]),
+                      sdk::run_rows(*n.inputs[1], ctx.args), ptr<float>(*n.output), ctx.pool);
   if (QDotFn q = qdot_for(w.dtype, ctx.isa)) return matmul_quantized(n, ctx, q);
   const float *x = ptr<float>(*n.inputs[1]);
   float *y = ptr<float>(*n.output);

@@ -142,11 +142,11 @@ struct CpuPlugin {
     Isa isa = best_isa();
     if (isa_opt != "auto") {
       bool found = false;
-      for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni})
+      for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::Amx})
         if (isa_opt == isa_name(i)) isa = i, found = true;
       if (!found)
         throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "option 'isa' of backend 'cpu' has value '" + isa_opt +
-                                                          "'; expected auto, avx512vnni, avx2 or scalar");
+                                                          "'; expected auto, amx, avx512vnni, avx2 or scalar");
       if (!isa_available(isa))
         throw sdk::Error(MINFER_ERR_UNSUPPORTED, "option 'isa': this CPU has no " + isa_opt + " (it has " + isa_name(best_isa()) + ")");
     }

@@ -1,5 +1,7 @@
 #include "qdot.hpp"
 
+#include "amx_matmul.hpp"
+
 #include <immintrin.h>
 
 #include <cmath>
@@ -547,14 +549,22 @@ void quantize_activations(const float *x, ActBlock *out, int64_t n) {
   }
 }
 
-Isa best_isa() { return has_vnni() ? Isa::Avx512Vnni : has_avx2() ? Isa::Avx2 : Isa::Scalar; }
+Isa best_isa() {
+  return has_vnni() && amx_available() ? Isa::Amx : has_vnni() ? Isa::Avx512Vnni : has_avx2() ? Isa::Avx2 : Isa::Scalar;
+}
 
 bool isa_available(Isa isa) {
-  return isa == Isa::Scalar || (isa == Isa::Avx2 && has_avx2()) || (isa == Isa::Avx512Vnni && has_vnni());
+  switch (isa) {
+    case Isa::Amx: return has_vnni() && amx_available();
+    case Isa::Avx512Vnni: return has_vnni();
+    case Isa::Avx2: return has_avx2();
+    default: return true;
+  }
 }
 
 const char *isa_name(Isa isa) {
   switch (isa) {
+    case Isa::Amx: return "amx";
     case Isa::Avx512Vnni: return "avx512vnni";
     case Isa::Avx2: return "avx2";
     default: return "scalar";
@@ -571,7 +581,7 @@ __attribute__((target("avx2,f16c"))) void halves_to_floats_f16c(const uint16_t *
 }  // namespace
 
 QDot4Fn qdot4_for(int32_t dtype, Isa isa) {
-  if (isa != Isa::Avx512Vnni) return nullptr;
+  if (isa < Isa::Avx512Vnni) return nullptr;
   if (dtype == MINFER_DTYPE_Q4_0) return rows4_vnni<true>;
   if (dtype == MINFER_DTYPE_Q8_0) return rows4_vnni<false>;
   return nullptr;
@@ -583,7 +593,7 @@ void halves_to_floats(const uint16_t *h, float *f, int64_t n, Isa isa) {
 }
 
 QDotFn qdot_for(int32_t dtype, Isa isa) {
-  const bool vnni = isa == Isa::Avx512Vnni, avx2 = isa == Isa::Avx2;
+  const bool vnni = isa >= Isa::Avx512Vnni, avx2 = isa == Isa::Avx2;
   switch (dtype) {
     case MINFER_DTYPE_Q4_0: return vnni ? q4_0_vnni : avx2 ? qdot_avx2<minfer_block_q4_0> : qdot_scalar<minfer_block_q4_0>;
     case MINFER_DTYPE_Q8_0: return vnni ? q8_0_vnni : avx2 ? qdot_avx2<minfer_block_q8_0> : qdot_scalar<minfer_block_q8_0>;

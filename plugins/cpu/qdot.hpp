@@ -28,9 +28,10 @@ void quantize_activations(const float *x, ActBlock *out, int64_t n);
 inline constexpr int kMaxTokens = 4;
 using QDotFn = void (*)(const void *w_row, const ActBlock *x, int64_t x_stride, int n_tok, int64_t n, float *out);
 
-// The instruction sets the kernels come in; the backend picks the best the CPU has, or the
-// one its `isa` option names (to test every path on one machine).
-enum class Isa { Scalar, Avx2, Avx512Vnni };
+// The instruction sets the kernels come in, each level including the ones before; the backend
+// picks the best the CPU has, or the one its `isa` option names (to test every path on one
+// machine). Amx = the VNNI kernels plus AMX tiles for many-token matmuls (amx_matmul.hpp).
+enum class Isa { Scalar, Avx2, Avx512Vnni, Amx };
 Isa best_isa();
 bool isa_available(Isa isa);
 const char *isa_name(Isa isa);
