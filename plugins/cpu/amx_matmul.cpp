@@ -95,8 +95,11 @@ MINFER_AMX void pack_token_tile(const float *x, int64_t k, int tokens, int32_t *
 }
 
 // Two weight panels x two token tiles: out[pp][tt][n][t] = sum over k of panel pp's row n and
-// token t of tile tt, accumulated in tiles 0-3 over all steps.
-MINFER_AMX void panels_times_tokens(const int32_t *w0, const int32_t *w1, const int32_t *x0, const int32_t *x1, int64_t steps, float *out) {
+// token t of tile tt, accumulated in tiles 0-3 over all steps. Meanwhile asks for the lines
+// [prefetch, prefetch + steps * prefetch_step) into L2: the next panels' weights arrive
+// while the tiles work (the decode of a panel otherwise waits on memory).
+MINFER_AMX void panels_times_tokens(const int32_t *w0, const int32_t *w1, const int32_t *x0, const int32_t *x1, int64_t steps, float *out,
+                                    const char *prefetch, int64_t prefetch_step) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -110,6 +113,7 @@ MINFER_AMX void panels_times_tokens(const int32_t *w0, const int32_t *w1, const 
     _tile_dpbf16ps(1, 4, 7);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
+    for (int64_t b = 0; b < prefetch_step; b += 64) _mm_prefetch(prefetch + s * prefetch_step + b, _MM_HINT_T1);
   }
   _tile_stored(0, out + 0 * kTile * kTile, 64);
   _tile_stored(1, out + 1 * kTile * kTile, 64);
@@ -178,8 +182,13 @@ void amx_matmul(int32_t dtype, const uint8_t *w, int64_t row_bytes, int64_t k, i
         rows[h] = int(std::clamp<int64_t>(m - (2 * p + h) * kTile, 0, kTile));
         pack_weight_panel(dtype, w + (2 * p + h) * kTile * row_bytes, row_bytes, rows[h], k, panel_q.data() + h * tile_words, row_f32.data());
       }
+      // The next pair's weights, spread over this pair's tile products.
+      const char *next = reinterpret_cast<const char *>(w + (2 * p + 2) * kTile * row_bytes);
+      const int64_t next_bytes = p + 1 < p1 ? std::min<int64_t>(2 * kTile, m - (2 * p + 2) * kTile) * row_bytes : 0;
+      const int64_t per_step = (next_bytes / (steps * ((token_tiles + 1) / 2)) + 64) & ~int64_t(63);
       for (int64_t i = 0; i < token_tiles; i += 2) {
-        panels_times_tokens(panel_q.data(), panel_q.data() + tile_words, tq + i * tile_words, tq + (i + 1) * tile_words, steps, out);
+        panels_times_tokens(panel_q.data(), panel_q.data() + tile_words, tq + i * tile_words, tq + (i + 1) * tile_words, steps, out,
+                            next + (i / 2) * steps * per_step, next_bytes ? per_step : 0);
         for (int h = 0; h < 2; ++h)
           for (int tt = 0; tt < 2; ++tt) {
             const int64_t t0 = (i + tt) * kTile, nt = std::clamp<int64_t>(tokens - t0, 0, kTile);

@@ -11,6 +11,7 @@
 #include "minfer/decode.hpp"
 #include "minfer/op_contract.hpp"
 #include "qdot.hpp"
+#include "simd_math.hpp"
 #include "thread_pool.hpp"
 
 namespace minfer::cpu {
@@ -40,6 +41,33 @@ Scratch &scratch() {
   return s;
 }
 
+// One query head over rows 0..rows-1 of its KV head (AVX-512, head_dim a multiple of 16):
+// K and V are read in their cache type, f16 converted in registers.
+template <class T>
+MINFER_AVX512 void head_avx512(const float *qv, const T *krows, const T *vrows, int64_t stride, int64_t rows, int64_t hd, float scale,
+                               float *score, float *out) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < rows; ++j) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t d = 0; d < hd; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qv + d), load16(krows + j * stride + d), acc);
+    score[j] = _mm512_reduce_add_ps(acc) * scale;
+    mx = std::max(mx, score[j]);
+  }
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < rows; j += 16) {
+    const __mmask16 live = rows - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (rows - j)) - 1);
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, score + j), _mm512_set1_ps(mx)));
+    _mm512_mask_storeu_ps(score + j, live, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(live, e));
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  for (int64_t d = 0; d < hd; d += 16) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < rows; ++j) acc = _mm512_fmadd_ps(_mm512_set1_ps(score[j]), load16(vrows + j * stride + d), acc);
+    _mm512_storeu_ps(out + d, _mm512_mul_ps(acc, inv));
+  }
+}
+
 template <class T>
 void attend(const minfer_node &n, const RunCtx &ctx) {
   const auto &p = sdk::params_of<minfer_attention_params>(n);
@@ -63,6 +91,20 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
       }
     }
   const int64_t group = p.n_head / p.n_kv_head;
+  if (ctx.isa >= Isa::Avx512Vnni && hd % 16 == 0) {
+    ctx.pool.run(tokens * p.n_kv_head, [&](int64_t w0, int64_t w1, int) {
+      Scratch &s = scratch();
+      s.score.resize(size_t(n_past + tokens));
+      for (int64_t w = w0; w < w1; ++w) {
+        const int64_t ti = w / p.n_kv_head, kvh = w % p.n_kv_head;  // early and late tokens paired, as below
+        const int64_t t = ti % 2 == 0 ? ti / 2 : tokens - 1 - ti / 2;
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+          head_avx512(q + (t * p.n_head + h) * hd, kc + kvh * hd, vc + kvh * hd, kvd, n_past + t + 1, hd, p.scale, s.score.data(),
+                      out + (t * p.n_head + h) * hd);
+      }
+    });
+    return;
+  }
   // One work item per (token, KV head): the `group` query heads sharing a KV head use one
   // f32 copy of its K and V rows (an f16 cache is converted once per item, not per head).
   ctx.pool.run(tokens * p.n_kv_head, [&](int64_t w0, int64_t w1, int) {
