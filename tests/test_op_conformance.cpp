@@ -123,8 +123,8 @@ std::vector<Case> all_cases() {
     const int64_t per = minfer_dtype_info(dt).block_values, k_small = per == 1 ? 8 : per * 2;
     // 37 and 130 tokens: the many-token (prefill) paths, with sizes that need padding.
     std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {{k_small, 7, 1}, {k_small, 7, 5}, {per == 256 ? 1024 : 896, 33, 3}};
-    // 8 and 37 tokens: the many-token (AMX) path from its threshold, with partial tiles.
-    if (minfer_dtype_info(dt).is_quantized) shapes.push_back({per == 256 ? 512 : 896, 70, 37}), shapes.push_back({512, 40, 8});
+    // 10 and 37 tokens: the CPU's many-token (AMX) path from its threshold, with partial tiles.
+    if (minfer_dtype_info(dt).is_quantized) shapes.push_back({per == 256 ? 512 : 896, 70, 37}), shapes.push_back({512, 40, 10});
     if (dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q6_K) shapes.push_back({1024, 130, 130});
     for (auto [k, m, n] : shapes) {
       cases.push_back({"matmul " + std::string(minfer_dtype_name(dt)) + " w[" + std::to_string(k) + "," + std::to_string(m) + "] x" + std::to_string(n),

@@ -18,8 +18,9 @@ class ThreadPool;
 // once).
 bool amx_available();
 
-// From this many tokens a matmul of block-quantized weights takes the AMX path.
-inline constexpr int64_t kAmxMinTokens = 8;
+// From this many tokens a matmul of block-quantized weights takes the AMX path (Qwen2-0.5B
+// Q4_0, 2 threads: pp8 VNNI 165 vs AMX 142 t/s, pp10 162 vs 174, pp16 195 vs 270).
+inline constexpr int64_t kAmxMinTokens = 10;
 
 // y[t * m + o] = W row o . x[t] for o < m, t < tokens. W: m rows of row_bytes, k values each
 // (a multiple of 32) of a block dtype; x: tokens rows of k f32.

@@ -38,13 +38,16 @@ void run_rope(const minfer_node &n, const RunCtx &ctx) {
   float *y = ptr<float>(*n.output);
   const int64_t width = n.output->shape[0], heads = width / p.head_dim, tokens = sdk::run_rows(*n.output, ctx.args);
   const int half = p.n_dims / 2;
-  std::vector<double> inv_freq(static_cast<size_t>(half));  // double: positions reach 10^5
+  thread_local std::vector<double> inv_freq;  // double: positions reach 10^5; reused, no allocation per step
+  inv_freq.resize(static_cast<size_t>(half));
   for (int i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(double(p.theta_base), -2.0 * i / p.n_dims) * p.freq_scale;
+  const double *freq = inv_freq.data();  // the workers read this thread's table
   ctx.pool.run(tokens, [&](int64_t t0, int64_t t1, int) {
-    std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
+    thread_local std::vector<float> c, s;
+    c.resize(static_cast<size_t>(half)), s.resize(static_cast<size_t>(half));
     for (int64_t t = t0; t < t1; ++t) {
       for (int i = 0; i < half; ++i) {
-        const double theta = double(pos[t]) * inv_freq[size_t(i)];
+        const double theta = double(pos[t]) * freq[i];
         c[size_t(i)] = float(std::cos(theta));
         s[size_t(i)] = float(std::sin(theta));
       }
