@@ -155,7 +155,10 @@ std::vector<Case> all_cases() {
   for (int32_t cache : {MINFER_DTYPE_F32, MINFER_DTYPE_F16})
     for (auto [hd, nh, nkv, n, ctx, past] : std::vector<std::tuple<int, int, int, int64_t, int64_t, int64_t>>{
              {8, 8, 4, 5, 16, 0}, {8, 8, 4, 1, 64, 37}, {64, 14, 2, 7, 32, 3}, {128, 4, 4, 3, 512, 300},
-             {12, 6, 2, 4, 16, 2}}) {  // hd 12: the vector loops' tails
+             {12, 6, 2, 4, 16, 2},  // hd 12: the vector loops' tails
+             // Fused CUDA kernel: several row tiles of a 7-query-head group, a decode split
+             // over a long cache, hd 128 with GQA 7.
+             {64, 14, 2, 100, 256, 20}, {64, 14, 2, 1, 2048, 1500}, {128, 28, 4, 37, 600, 200}}) {
       minfer_attention_params p{};
       p.head_dim = hd, p.n_head = nh, p.n_kv_head = nkv, p.scale = 1.0f / std::sqrt(float(hd));
       cases.push_back({"attention " + std::string(minfer_dtype_name(cache)) + " cache hd" + std::to_string(hd) + " heads " + std::to_string(nh) + "/" +

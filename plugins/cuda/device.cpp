@@ -29,6 +29,7 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   check_cuda(cudaMemset(error_flag_, 0, 2 * sizeof(int32_t)), "clearing the error flag");
   node_names_.push_back("");  // tag 0 means "no error"
   attention_max_positions_ = minfer_cuda_attention_max_positions(device_);
+  check_cuda(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "reading the device's SM count");
   step_args_ = static_cast<int64_t *>(alloc(sizeof(int64_t)));
   check_cuda(cudaMemset(step_args_, 0, sizeof(int64_t)), "clearing the step arguments");
 }
@@ -134,6 +135,12 @@ void CudaDevice::kv_write(const float *k, const float *v, void *kc, void *vc, in
 
 void CudaDevice::attention(const float *q, const void *kc, const void *vc, int32_t cache_dtype, float *out, int64_t tokens,
                            const minfer_attention_params &p, int64_t n_ctx) {
+  if (minfer_cuda_flash_attention_supports(p.head_dim)) {
+    const int64_t bytes = minfer_cuda_flash_attention_partials_bytes(tokens, p.n_head, p.n_kv_head, p.head_dim, n_ctx, sm_count_);
+    auto *partials = bytes > 0 ? static_cast<float *>(scratch(4, size_t(bytes))) : nullptr;
+    return check_launch(minfer_cuda_flash_attention(&cfg_, q, kc, vc, cache_dtype, out, partials, tokens, p.n_head, p.n_kv_head,
+                                                    p.head_dim, step_args_, n_ctx, p.scale, sm_count_));
+  }
   check_launch(minfer_cuda_attention(&cfg_, q, kc, vc, cache_dtype, out, tokens, p.n_head, p.n_kv_head, p.head_dim, step_args_,
                                      n_ctx, p.scale));
 }
@@ -176,22 +183,23 @@ void *CudaDevice::scratch(int slot, size_t bytes) {
   return scratch_[slot];
 }
 
-// Matmul paths: many tokens and block-type weights -> dequantize to f16 + tensor-core GEMM;
-// Q4_0/Q8_0 otherwise -> int8 dp4a (activations to 8 bits); any other type -> the generic
-// kernel. f32/f16/bf16 weights stay off the f16 GEMM: it would round them.
+// Matmul paths: many tokens -> Q4_0/Q8_0 with mmq on: int8 tensor-core GEMM on the blocks;
+// other block types (or mmq off): dequantize to f16 + tensor-core GEMM. Few tokens: Q4_0/Q8_0
+// -> int8 dp4a (activations to 8 bits); any other type -> the generic kernel. f32/f16/bf16
+// weights stay off the f16 GEMM: it would round them.
 void CudaDevice::add_matmul_weights(const std::vector<WeightRef> &weights) {
   for (const WeightRef &w : weights) {
     const minfer_dtype_traits t = minfer_dtype_info(w.dtype);
     matmul_weight_bytes_ += uint64_t(w.rows * w.cols / t.block_values * t.block_bytes);
     pending_weights_.push_back(w);
   }
-  if (opts_.mmq || int64_t(matmul_weight_bytes_) < opts_.w16_cache_min_bytes) return;
+  if (int64_t(matmul_weight_bytes_) < opts_.w16_cache_min_bytes) return;
   // Warm the cache: an f16 copy of each weight, its rows padded to the GEMM's 128 with zeros.
   DeviceScope scope(device_);
   for (const WeightRef &w : pending_weights_) {
     bool have = false;
     for (const auto &[key, copy] : w16_cache_) have |= key == w.data;
-    if (have || w.cols % 16) continue;
+    if (have || w.cols % 16 || (opts_.mmq && minfer_cuda_mmq_supported(w.dtype))) continue;  // MMQ reads the blocks
     const int64_t rows_pad = (w.rows + 127) / 128 * 128;
     const size_t bytes = size_t(rows_pad * w.cols) * 2;
     void *copy = alloc(bytes);
@@ -209,8 +217,13 @@ void CudaDevice::add_matmul_weights(const std::vector<WeightRef> &weights) {
 
 void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens) {
   constexpr int64_t kGemmMinTokens = 16;
-  const bool int8 = minfer_cuda_mmvq_supported(w_dtype) && k % 32 == 0;
-  if (tokens >= kGemmMinTokens && minfer_dtype_info(w_dtype).is_quantized && k % 16 == 0 && !(opts_.mmq && int8)) {
+  if (tokens >= kGemmMinTokens && opts_.mmq && minfer_cuda_mmq_supported(w_dtype) && k % 32 == 0) {
+    void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));
+    check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
+    check_launch(minfer_cuda_mmq(&cfg_, w_dtype, w, q, y, k, m, tokens));
+    return;
+  }
+  if (tokens >= kGemmMinTokens && minfer_dtype_info(w_dtype).is_quantized && k % 16 == 0) {
     const int64_t n_pad = (tokens + 127) / 128 * 128, m_pad = (m + 127) / 128 * 128;  // the tiled GEMM's tiles
     const void *cached = nullptr;
     for (const auto &[key, copy] : w16_cache_)

@@ -28,11 +28,12 @@ struct DeviceOptions {
   bool debug_sync = false;     // synchronize after every launch to pin a failing kernel
   int64_t max_grid_blocks = 0; // 0 = the device's limit; small values exercise grid-stride loops
   bool cuda_graphs = true;     // replay single-token (decode) steps from a captured CUDA Graph
-  // Prefill matmuls: true = the int8 path reading packed Q4_0/Q8_0 blocks (dp4a, no f16 copy);
-  // false = weights dequantized to f16 + tensor-core GEMM (today the faster one: default).
-  bool mmq = false;
-  // With mmq off, keep an f16 copy of every matmul weight (warmed at compile) once the
-  // backend's matmul weights total at least this many bytes; below it dequantize per call.
+  // Prefill matmuls of Q4_0/Q8_0 weights: true = int8 tensor-core GEMM reading the packed
+  // blocks (mmq.cu, no f16 copy); false = weights dequantized to f16 + f16 tensor-core GEMM
+  // (the path every other block type takes).
+  bool mmq = true;
+  // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
+  // the backend's matmul weights total at least this many bytes; below it dequantize per call.
   int64_t w16_cache_min_bytes = int64_t(2) << 30;
 };
 
@@ -88,7 +89,7 @@ class CudaDevice {
     int64_t rows, cols;
   };
   // Counts a compiled segment's block-type matmul weights; once the backend's total reaches
-  // w16_cache_min_bytes (and mmq is off), dequantizes each to a cached f16 copy.
+  // w16_cache_min_bytes, dequantizes each that takes the f16 GEMM to a cached f16 copy.
   void add_matmul_weights(const std::vector<WeightRef> &weights);
   uint64_t w16_cache_bytes() const { return w16_cache_bytes_; }
   int64_t attention_max_positions() const { return attention_max_positions_; }
@@ -109,10 +110,11 @@ class CudaDevice {
   std::vector<std::string> node_names_;
   int64_t attention_max_positions_ = 0;
   // Scratch memory that grows and is reused: [0] quantized activations, [1] f16 weights,
-  // [2] f16 activations, [3] the padded f32 GEMM result.
+  // [2] f16 activations, [3] the padded f32 GEMM result, [4] split attention's partial rows.
   void *scratch(int slot, size_t bytes);
-  void *scratch_[4] = {nullptr, nullptr, nullptr, nullptr};
-  size_t scratch_bytes_[4] = {0, 0, 0, 0};
+  void *scratch_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  size_t scratch_bytes_[5] = {0, 0, 0, 0, 0};
+  int32_t sm_count_ = 0;
   int64_t *step_args_ = nullptr;  // device: n_past of the current step
   std::vector<std::pair<const void *, void *>> w16_cache_;  // weight -> its f16 copy (rows padded to 128)
   std::vector<WeightRef> pending_weights_;                  // counted, not cached yet

@@ -72,6 +72,24 @@ cudaError_t minfer_cuda_attention(minfer_cuda_launch_cfg *cfg, const float *q, c
 /* The most positions attention handles (its scores live in shared memory). */
 int64_t minfer_cuda_attention_max_positions(int device);
 
+/* flash_attention.cu: the same attention, fused (online softmax, key tiles in shared memory,
+ * no length limit) for the head dims it is built for; split over the keys when the rows
+ * alone would not fill sm_count SMs, the chunks merged by a second kernel through
+ * `partials` (minfer_cuda_flash_attention_partials_bytes; 0 = no split, may be NULL). */
+int minfer_cuda_flash_attention_supports(int32_t head_dim);
+int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int32_t n_head, int32_t n_kv_head, int32_t head_dim,
+                                                   int64_t max_positions, int32_t sm_count);
+cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *k_cache, const void *v_cache,
+                                        int32_t cache_dtype, float *out, float *partials, int64_t tokens, int32_t n_head,
+                                        int32_t n_kv_head, int32_t head_dim, const int64_t *n_past, int64_t max_positions,
+                                        float scale, int32_t sm_count);
+
+/* mmq.cu: y = W x for many tokens on int8 tensor cores, W's Q4_0/Q8_0 blocks read in place,
+ * x quantized by minfer_cuda_quantize_q8_act; k a multiple of 32. */
+int minfer_cuda_mmq_supported(int32_t dtype);
+cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
+                            int64_t m, int64_t tokens);
+
 /* matmul.cu: y[t][o] = sum_i W[o][i] x[t][i] for W of any weight dtype; one warp per row. */
 cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x,
                                float *y, int64_t k, int64_t m, int64_t tokens);

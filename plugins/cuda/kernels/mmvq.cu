@@ -10,13 +10,9 @@
 #include "grid.cuh"
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
+#include "q8_act.cuh"
 #include "reduce.cuh"
 
-struct minfer_cuda_q8_act {  // one block of 32 quantized activations
-  float d;                   // scale
-  float s;                   // d * sum(q)
-  int32_t qs[8];             // 32 int8, as words for dp4a
-};
 
 namespace minfer::cuda {
 namespace {

@@ -27,7 +27,8 @@ void run_swiglu(CudaDevice &dev, const minfer_node &n, const minfer_step_args &a
 std::string check_attention(const minfer_node &n) {
   const auto &p = sdk::params_of<minfer_attention_params>(n);
   if (p.head_dim > 256) return "head_dim " + std::to_string(p.head_dim) + " is above the CUDA attention kernel's 256";
-  // Scores for every cache position live in shared memory (H100/H200: up to ~56k positions).
+  if (minfer_cuda_flash_attention_supports(p.head_dim)) return "";  // fused kernel: any length
+  // Other head dims: scores for every cache position live in shared memory (H100/H200: up to ~56k positions).
   const int64_t max = minfer_cuda_attention_max_positions(0);
   if (n.inputs[3]->shape[1] > max)
     return "a KV cache of " + std::to_string(n.inputs[3]->shape[1]) + " positions exceeds the CUDA attention kernel's " +

@@ -1,0 +1,195 @@
+// plugins/cuda/kernels/mmq.cu — prefill matmul on int8 tensor cores, reading the weights' blocks.
+//
+// y[t][o] = sum over 32-value blocks b of dw[o][b] * dx[t][b] * (q_w[o][b] . q_x[t][b]): the
+// weights stay in their GGUF blocks (Q4_0, Q8_0: no f16 copy) and the activations are
+// quantized to 8 bits per 32 values (mmvq.cu's minfer_cuda_q8_act). A 128-thread block makes
+// a 64 x 64 tile of y (weight rows x tokens); each warp 32 x 32 from mma.m16n8k32 s8 products.
+// One product covers exactly one block on each side, so its int32 result is scaled by the
+// two blocks' scales into f32 accumulators right away, in registers.
+//
+// Per stage, 4 blocks of k (128 values) of the 64 weight rows are unpacked to signed bytes
+// (Q4_0's nibbles minus 8) and the 64 tokens' quantized values copied, both into shared memory
+// rows padded to 144 bytes so the fragment loads of the 8 row groups fall in distinct banks.
+// The next stage is read from global memory into registers while this one is multiplied.
+#include <cuda_fp16.h>
+
+#include "grid.cuh"
+#include "minfer/blocks.h"
+#include "minfer/dtype.h"
+#include "q8_act.cuh"
+
+
+namespace minfer::cuda {
+namespace {
+
+constexpr int kTileRows = 64, kTileTokens = 64, kStageBlocks = 4, kThreads = 128;
+constexpr int kRowBytes = kStageBlocks * 32 + 16;  // padded smem row
+constexpr int kItems = kTileRows * kStageBlocks / kThreads;  // (row, block) pairs per thread per stage: 2
+
+// One weight block as 8 words of signed bytes (values 0..31 in order) and its scale.
+__device__ __forceinline__ void unpack(const minfer_block_q4_0 &b, uint32_t (&q)[8], float &d) {
+  const uint16_t *h = reinterpret_cast<const uint16_t *>(b.qs);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = uint32_t(h[2 * i]) | uint32_t(h[2 * i + 1]) << 16;
+    q[i] = __vsub4(w & 0x0f0f0f0fu, 0x08080808u);             // values 4i..4i+3: low nibbles
+    q[i + 4] = __vsub4((w >> 4) & 0x0f0f0f0fu, 0x08080808u);  // values 16+4i..: high nibbles
+  }
+  d = __half2float(__ushort_as_half(b.d));
+}
+__device__ __forceinline__ void unpack(const minfer_block_q8_0 &b, uint32_t (&q)[8], float &d) {
+  const uint16_t *h = reinterpret_cast<const uint16_t *>(b.qs);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = uint32_t(h[2 * i]) | uint32_t(h[2 * i + 1]) << 16;
+  d = __half2float(__ushort_as_half(b.d));
+}
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  c[0] = c[1] = c[2] = c[3] = 0;
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// What one thread carries from global memory to shared memory for one stage.
+struct StageRegs {
+  uint32_t wq[kItems][8];
+  float wd[kItems];
+  uint2 xq[kItems][4];
+  float xd[kItems];
+};
+
+template <class Block>
+__global__ void __launch_bounds__(kThreads) mmq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *y, int64_t k, int64_t m,
+                                                       int64_t tokens, int64_t row_tiles, int64_t token_tiles) {
+  __shared__ __align__(16) uint8_t wq_s[kTileRows * kRowBytes];
+  __shared__ __align__(16) uint8_t xq_s[kTileTokens * kRowBytes];
+  __shared__ float wd_s[kStageBlocks][kTileRows], xd_s[kStageBlocks][kTileTokens];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
+  const int wm = warp / 2, wn = warp % 2;  // this warp's 32 x 32 of the tile
+  const int64_t kb = k / 32, stages = (kb + kStageBlocks - 1) / kStageBlocks;
+  for (int64_t tile = blockIdx.x; tile < row_tiles * token_tiles; tile += gridDim.x) {
+    const int64_t row0 = (tile % row_tiles) * kTileRows, tok0 = (tile / row_tiles) * kTileTokens;
+    float acc[2][4][4] = {};
+    StageRegs r;
+    // Thread i carries (row or token) i / 4... as item it: index p = threadIdx.x + it * 128,
+    // row = p / 4, block = p % 4: consecutive threads read consecutive blocks of a row.
+    const auto load = [&](int64_t stage) {
+#pragma unroll
+      for (int it = 0; it < kItems; ++it) {
+        const int p = threadIdx.x + it * kThreads, rr = p / kStageBlocks, bb = p % kStageBlocks;
+        const int64_t blk = stage * kStageBlocks + bb, row = row0 + rr, tok = tok0 + rr;
+        if (row < m && blk < kb) {
+          unpack(w[row * kb + blk], r.wq[it], r.wd[it]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) r.wq[it][i] = 0;
+          r.wd[it] = 0;
+        }
+        if (tok < tokens && blk < kb) {
+          const minfer_cuda_q8_act &a = x[tok * kb + blk];
+          const uint2 *q = reinterpret_cast<const uint2 *>(a.qs);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) r.xq[it][i] = q[i];
+          r.xd[it] = a.d;
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) r.xq[it][i] = make_uint2(0, 0);
+          r.xd[it] = 0;
+        }
+      }
+    };
+    const auto store = [&]() {
+#pragma unroll
+      for (int it = 0; it < kItems; ++it) {
+        const int p = threadIdx.x + it * kThreads, rr = p / kStageBlocks, bb = p % kStageBlocks;
+        uint4 *wdst = reinterpret_cast<uint4 *>(wq_s + rr * kRowBytes + bb * 32);
+        wdst[0] = make_uint4(r.wq[it][0], r.wq[it][1], r.wq[it][2], r.wq[it][3]);
+        wdst[1] = make_uint4(r.wq[it][4], r.wq[it][5], r.wq[it][6], r.wq[it][7]);
+        uint2 *xdst = reinterpret_cast<uint2 *>(xq_s + rr * kRowBytes + bb * 32);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xdst[i] = r.xq[it][i];
+        wd_s[bb][rr] = r.wd[it];
+        xd_s[bb][rr] = r.xd[it];
+      }
+    };
+    load(0);
+    for (int64_t s = 0; s < stages; ++s) {
+      __syncthreads();  // the previous stage's fragments are read
+      store();
+      __syncthreads();
+      if (s + 1 < stages) load(s + 1);  // in flight while this stage multiplies
+#pragma unroll
+      for (int bb = 0; bb < kStageBlocks; ++bb) {
+        uint32_t a[2][4], b[4][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const uint8_t *base = wq_s + (wm * 32 + i * 16 + g) * kRowBytes + bb * 32 + tg * 4;
+          a[i][0] = *reinterpret_cast<const uint32_t *>(base);
+          a[i][1] = *reinterpret_cast<const uint32_t *>(base + 8 * kRowBytes);
+          a[i][2] = *reinterpret_cast<const uint32_t *>(base + 16);
+          a[i][3] = *reinterpret_cast<const uint32_t *>(base + 8 * kRowBytes + 16);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint8_t *base = xq_s + (wn * 32 + j * 8 + g) * kRowBytes + bb * 32 + tg * 4;
+          b[j][0] = *reinterpret_cast<const uint32_t *>(base);
+          b[j][1] = *reinterpret_cast<const uint32_t *>(base + 16);
+        }
+        float dw[2][2], dx[4][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) dw[i][0] = wd_s[bb][wm * 32 + i * 16 + g], dw[i][1] = wd_s[bb][wm * 32 + i * 16 + g + 8];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) dx[j][0] = xd_s[bb][wn * 32 + j * 8 + tg * 2], dx[j][1] = xd_s[bb][wn * 32 + j * 8 + tg * 2 + 1];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            int c[4];
+            mma_s8(c, a[i], b[j]);
+            acc[i][j][0] = fmaf(float(c[0]) * dx[j][0], dw[i][0], acc[i][j][0]);
+            acc[i][j][1] = fmaf(float(c[1]) * dx[j][1], dw[i][0], acc[i][j][1]);
+            acc[i][j][2] = fmaf(float(c[2]) * dx[j][0], dw[i][1], acc[i][j][2]);
+            acc[i][j][3] = fmaf(float(c[3]) * dx[j][1], dw[i][1], acc[i][j][3]);
+          }
+      }
+    }
+    // c0, c1: weight row g, tokens 2tg, 2tg+1; c2, c3: row g + 8.
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t row = row0 + wm * 32 + i * 16 + g + (e >= 2 ? 8 : 0), tok = tok0 + wn * 32 + j * 8 + tg * 2 + (e & 1);
+          if (row < m && tok < tokens) y[tok * m + row] = acc[i][j][e];
+        }
+    __syncthreads();  // shared memory is rewritten by the next tile
+  }
+}
+
+template <class Block>
+cudaError_t launch(minfer_cuda_launch_cfg *cfg, const void *w, const void *xq, float *y, int64_t k, int64_t m, int64_t tokens,
+                   const char *name, int32_t dtype) {
+  const int64_t row_tiles = (m + kTileRows - 1) / kTileRows, token_tiles = (tokens + kTileTokens - 1) / kTileTokens;
+  const int64_t tiles = row_tiles * token_tiles;
+  mmq_kernel<Block><<<unsigned(tiles < cfg->max_blocks ? tiles : cfg->max_blocks), kThreads, 0, cfg->stream>>>(
+      static_cast<const Block *>(w), static_cast<const minfer_cuda_q8_act *>(xq), y, k, m, tokens, row_tiles, token_tiles);
+  return launched(cfg, name, dtype);
+}
+
+}  // namespace
+}  // namespace minfer::cuda
+
+using namespace minfer::cuda;
+
+extern "C" int minfer_cuda_mmq_supported(int32_t dtype) { return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q8_0; }
+
+extern "C" cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
+                                       int64_t m, int64_t tokens) {
+  if (k % 32) return cudaErrorInvalidValue;
+  if (dtype == MINFER_DTYPE_Q4_0) return launch<minfer_block_q4_0>(cfg, w, xq, y, k, m, tokens, "mmq_kernel<q4_0>", dtype);
+  if (dtype == MINFER_DTYPE_Q8_0) return launch<minfer_block_q8_0>(cfg, w, xq, y, k, m, tokens, "mmq_kernel<q8_0>", dtype);
+  return cudaErrorNotSupported;
+}
