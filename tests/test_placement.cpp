@@ -126,3 +126,28 @@ TEST(Placement, DemoOnCpuMatchesReference) {
 }
 
 }  // namespace
+
+// A node output read only inside its segment is marked for fusion; one read by another
+// segment, or by the host, is not.
+TEST(Placement, SegmentLocalOutputsAreThoseOnlyTheSegmentReads) {
+  minfer::GraphBuilder g;
+  const auto w = g.input("w", MINFER_DTYPE_Q4_0, {64, 16}), x = g.input("x", MINFER_DTYPE_F32, {64, 3});
+  const auto bias = g.input("bias", MINFER_DTYPE_F32, {16});
+  const auto prod = g.matmul("prod", w, x);                 // node 0: read by node 1 only
+  const auto biased = g.add_row_broadcast("biased", prod, bias);  // node 1: read by nodes 2 and 3
+  const auto twice = g.add("twice", biased, biased);       // node 2: a graph output
+  const auto more = g.add("more", biased, twice);          // node 3
+  g.mark_output(twice);
+  g.mark_output(more);
+  const minfer::Graph graph = g.finish();
+  const auto ids = [&](std::initializer_list<const char *> names) {
+    std::set<minfer::TensorId> s;
+    for (const char *n : names) s.insert(graph.find_tensor(n));
+    return s;
+  };
+  EXPECT_EQ(minfer::segment_local_outputs(graph, {0, 1, 2, 3}), ids({"prod", "biased"}));
+  // Node 3 on another backend: "biased" leaves the segment {0, 1, 2}.
+  EXPECT_EQ(minfer::segment_local_outputs(graph, {0, 1, 2}), ids({"prod"}));
+  EXPECT_EQ(minfer::segment_local_outputs(graph, {1, 2, 3}), ids({"biased"}));
+  EXPECT_TRUE(minfer::segment_local_outputs(graph, {0}).empty());
+}

@@ -96,4 +96,21 @@ Placement place(const Graph &g, const RunConfig &cfg, BackendSet &backends) {
   return p;
 }
 
+std::set<TensorId> segment_local_outputs(const Graph &g, const std::vector<NodeId> &segment) {
+  const std::set<NodeId> in_segment(segment.begin(), segment.end());
+  std::map<TensorId, bool> read_inside;  // tensor -> every reader so far is in the segment
+  for (NodeId id = 0; id < NodeId(g.nodes().size()); ++id)
+    for (TensorId t : g.node(id).inputs) {
+      auto [it, fresh] = read_inside.emplace(t, true);
+      it->second = it->second && in_segment.count(id) > 0;
+    }
+  std::set<TensorId> local;
+  for (NodeId id : segment) {
+    const TensorId out = g.node(id).output;
+    const auto it = read_inside.find(out);
+    if (it != read_inside.end() && it->second && !g.tensor(out).is_output) local.insert(out);
+  }
+  return local;
+}
+
 }  // namespace minfer

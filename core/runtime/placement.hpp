@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,5 +41,10 @@ struct Placement {
 
 // Throws minfer::Error for a node its backend does not support.
 Placement place(const Graph &g, const RunConfig &cfg, BackendSet &backends);
+
+// The outputs of a segment's nodes that only nodes of that same segment read — not another
+// segment, a copy or the host (graph outputs). They are passed to the backend marked
+// MINFER_TENSOR_SEGMENT_LOCAL, so it may fuse their producers into their readers.
+std::set<TensorId> segment_local_outputs(const Graph &g, const std::vector<NodeId> &segment);
 
 }  // namespace minfer

@@ -187,11 +187,13 @@ const Session::Location &Session::at(TensorId t, const std::string &backend) con
 
 void Session::compile_segments() {
   segments_.resize(placement_.steps.size());
+
   for (size_t si = 0; si < placement_.steps.size(); ++si) {
     const Step &s = placement_.steps[si];
     if (s.kind != Step::Kind::Segment) continue;
     std::vector<std::unique_ptr<AbiNode>> abi;
     std::vector<const minfer_node *> nodes;
+    const std::set<TensorId> local = segment_local_outputs(graph_, s.nodes);
     for (NodeId id : s.nodes) {
       const Node &n = graph_.node(id);
       abi.push_back(std::make_unique<AbiNode>(graph_, n));
@@ -203,6 +205,7 @@ void Session::compile_segments() {
       const Location &o = at(n.output, s.backend);
       abi.back()->output().buffer = o.buffer->raw();
       abi.back()->output().offset = o.offset;
+      if (local.count(n.output)) abi.back()->output().flags |= MINFER_TENSOR_SEGMENT_LOCAL;
       nodes.push_back(&abi.back()->node());
     }
     segments_[si] = backends_.at(s.backend)->compile(nodes);

@@ -215,12 +215,21 @@ void CudaDevice::add_matmul_weights(const std::vector<WeightRef> &weights) {
                                  std::to_string(matmul_weight_bytes_ >> 20) + " MiB >= w16_cache_min_bytes)");
 }
 
-void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens) {
+void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens,
+                        const float *add, bool add_broadcast, float *unfused) {
   constexpr int64_t kGemmMinTokens = 16;
   if (tokens >= kGemmMinTokens && opts_.mmq && minfer_cuda_mmq_supported(w_dtype) && k % 32 == 0) {
     void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));
     check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
-    check_launch(minfer_cuda_mmq(&cfg_, w_dtype, w, q, y, k, m, tokens));
+    check_launch(minfer_cuda_mmq(&cfg_, w_dtype, w, q, y, k, m, tokens, add, add_broadcast ? 1 : 0));
+    return;
+  }
+  if (tokens == 1 && minfer_cuda_gemv_quantizing_supported(w_dtype, k))  // decode: one launch, the add in it
+    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, w, x, y, k, m, add, sm_count_));
+  if (add) {  // a path without an epilogue: the product, then the add
+    matmul(w_dtype, w, x, unfused, k, m, tokens);
+    if (add_broadcast) add_row_broadcast_f32(unfused, add, y, tokens, m);
+    else add_f32(unfused, add, y, tokens * m);
     return;
   }
   if (tokens >= kGemmMinTokens && minfer_dtype_info(w_dtype).is_quantized && k % 16 == 0) {

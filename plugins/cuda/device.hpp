@@ -81,7 +81,10 @@ class CudaDevice {
   void begin_capture();
   cudaGraphExec_t end_capture();
   void launch_graph(cudaGraphExec_t g);
-  void matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens);
+  // y = W x (+ add: m values per token, or m values for every token when add_broadcast). The
+  // fast paths add in their epilogue; the others write W x to `unfused` and then add.
+  void matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens,
+              const float *add = nullptr, bool add_broadcast = false, float *unfused = nullptr);
   // A block-type matmul weight in device memory: `rows` rows of `cols` values.
   struct WeightRef {
     int32_t dtype;

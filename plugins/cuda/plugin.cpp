@@ -37,6 +37,7 @@ class CudaSegment : public sdk::Segment {
       tags_.push_back(dev_.register_node(on.name()));
     }
     dev_.add_matmul_weights(weights);
+    plan_fusions();
   }
 
   ~CudaSegment() override {
@@ -101,8 +102,10 @@ class CudaSegment : public sdk::Segment {
     }
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (timed_) check_cuda(cudaEventRecord(events_[i], dev_.stream()), "recording a timing event");
+      if (fused_away_[i]) continue;  // its matmul wrote its output
       try {
-        run_[i](dev_, nodes_[i].node(), args, tags_[i]);
+        if (fuse_add_[i]) run_matmul_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
+        else run_[i](dev_, nodes_[i].node(), args, tags_[i]);
       } catch (const sdk::Error &e) {
         throw sdk::Error(e.code(), "node '" + nodes_[i].name() + "' (" +
                                        minfer_op_name(nodes_[i].node().op) + "): " + e.what());
@@ -111,7 +114,42 @@ class CudaSegment : public sdk::Segment {
     if (timed_) check_cuda(cudaEventRecord(events_.back(), dev_.stream()), "recording a timing event");
   }
 
+  static bool same(const minfer_tensor &a, const minfer_tensor &b) { return a.buffer == b.buffer && a.offset == b.offset; }
+  static uint64_t bytes_of(const minfer_tensor &t) {
+    const minfer_dtype_traits tr = minfer_dtype_info(t.dtype);
+    uint64_t b = uint64_t(t.shape[0] / tr.block_values) * tr.block_bytes;
+    for (int d = 1; d < t.rank; ++d) b *= uint64_t(t.shape[d]);
+    return b;
+  }
+  static bool overlap(const minfer_tensor &a, const minfer_tensor &b) {
+    return a.buffer == b.buffer && a.offset < b.offset + bytes_of(b) && b.offset < a.offset + bytes_of(a);
+  }
+
+  // A MATMUL whose output only the next node reads, an ADD_ROW_BROADCAST (bias) or ADD
+  // (residual), runs as one kernel with that add in its epilogue: decode then launches one
+  // kernel, not two, for each bias and residual. Conditions: the host marked the output
+  // segment-local, no later node of the segment reads it, and the add's output does not
+  // overlap the matmul's inputs (the fused kernel writes it while they are still read).
+  void plan_fusions() {
+    fuse_add_.assign(nodes_.size(), false);
+    fused_away_.assign(nodes_.size(), false);
+    for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
+      const minfer_node &mm = nodes_[i].node(), &add = nodes_[i + 1].node();
+      if (mm.op != MINFER_OP_MATMUL || !(mm.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || fused_away_[i]) continue;
+      const bool bias = add.op == MINFER_OP_ADD_ROW_BROADCAST && same(*add.inputs[0], *mm.output);
+      const bool residual = add.op == MINFER_OP_ADD && (same(*add.inputs[0], *mm.output) != same(*add.inputs[1], *mm.output));
+      if (!bias && !residual) continue;
+      bool read_later = false;
+      for (size_t j = i + 2; j < nodes_.size(); ++j)
+        for (int k = 0; k < nodes_[j].node().n_inputs; ++k) read_later |= overlap(*nodes_[j].node().inputs[k], *mm.output);
+      if (read_later || overlap(*add.output, *mm.inputs[0]) || overlap(*add.output, *mm.inputs[1])) continue;
+      fuse_add_[i] = true;
+      fused_away_[i + 1] = true;
+    }
+  }
+
   CudaDevice &dev_;
+  std::vector<bool> fuse_add_, fused_away_;  // per node: runs matmul+add / is done by the matmul before it
   std::vector<cudaEvent_t> events_;  // around each node, for node_times
   bool timed_ = false;
   cudaGraphExec_t graph_ = nullptr;

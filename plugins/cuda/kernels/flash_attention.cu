@@ -14,6 +14,7 @@
 
 #include "grid.cuh"
 #include "minfer/dtype.h"
+#include "reduce.cuh"
 
 namespace minfer::cuda {
 namespace {
@@ -30,15 +31,6 @@ constexpr size_t smem_bytes() { return size_t(kRows * HD + kKeys * k_stride<HD>(
 
 __device__ __forceinline__ float2 load2(const float *p) { return *reinterpret_cast<const float2 *>(p); }
 __device__ __forceinline__ float2 load2(const __half *p) { return __half22float2(*reinterpret_cast<const __half2 *>(p)); }
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *q, const T *kc, const T *vc, float *out, float *partials,

@@ -84,11 +84,19 @@ cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float
                                         int32_t n_kv_head, int32_t head_dim, const int64_t *n_past, int64_t max_positions,
                                         float scale, int32_t sm_count);
 
+/* mmvq.cu: one token, x in f32: the kernel quantizes x itself (no quantize launch before it);
+ * for Q4_0/Q8_0 and k a multiple of 32 whose quantized blocks fit in 48 KiB of shared memory.
+ * add: NULL, or m values added to y (a bias, or a residual). */
+int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k);
+cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const float *x, float *y,
+                                        int64_t k, int64_t m, const float *add, int32_t sm_count);
+
 /* mmq.cu: y = W x for many tokens on int8 tensor cores, W's Q4_0/Q8_0 blocks read in place,
- * x quantized by minfer_cuda_quantize_q8_act; k a multiple of 32. */
+ * x quantized by minfer_cuda_quantize_q8_act; k a multiple of 32. add: NULL, or added to y —
+ * m values for every token when add_broadcast (a bias), else m values per token. */
 int minfer_cuda_mmq_supported(int32_t dtype);
 cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
-                            int64_t m, int64_t tokens);
+                            int64_t m, int64_t tokens, const float *add, int32_t add_broadcast);
 
 /* matmul.cu: y[t][o] = sum_i W[o][i] x[t][i] for W of any weight dtype; one warp per row. */
 cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x,

@@ -62,7 +62,8 @@ struct StageRegs {
 
 template <class Block>
 __global__ void __launch_bounds__(kThreads) mmq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *y, int64_t k, int64_t m,
-                                                       int64_t tokens, int64_t row_tiles, int64_t token_tiles) {
+                                                       int64_t tokens, int64_t row_tiles, int64_t token_tiles, const float *add,
+                                                       int add_broadcast) {
   __shared__ __align__(16) uint8_t wq_s[kTileRows * kRowBytes];
   __shared__ __align__(16) uint8_t xq_s[kTileTokens * kRowBytes];
   __shared__ float wd_s[kStageBlocks][kTileRows], xd_s[kStageBlocks][kTileTokens];
@@ -163,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(const Block *w, const min
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int64_t row = row0 + wm * 32 + i * 16 + g + (e >= 2 ? 8 : 0), tok = tok0 + wn * 32 + j * 8 + tg * 2 + (e & 1);
-          if (row < m && tok < tokens) y[tok * m + row] = acc[i][j][e];
+          if (row < m && tok < tokens) y[tok * m + row] = acc[i][j][e] + (add ? add[add_broadcast ? row : tok * m + row] : 0.0f);
         }
     __syncthreads();  // shared memory is rewritten by the next tile
   }
@@ -171,11 +172,12 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(const Block *w, const min
 
 template <class Block>
 cudaError_t launch(minfer_cuda_launch_cfg *cfg, const void *w, const void *xq, float *y, int64_t k, int64_t m, int64_t tokens,
-                   const char *name, int32_t dtype) {
+                   const float *add, int add_broadcast, const char *name, int32_t dtype) {
   const int64_t row_tiles = (m + kTileRows - 1) / kTileRows, token_tiles = (tokens + kTileTokens - 1) / kTileTokens;
   const int64_t tiles = row_tiles * token_tiles;
   mmq_kernel<Block><<<unsigned(tiles < cfg->max_blocks ? tiles : cfg->max_blocks), kThreads, 0, cfg->stream>>>(
-      static_cast<const Block *>(w), static_cast<const minfer_cuda_q8_act *>(xq), y, k, m, tokens, row_tiles, token_tiles);
+      static_cast<const Block *>(w), static_cast<const minfer_cuda_q8_act *>(xq), y, k, m, tokens, row_tiles, token_tiles, add,
+      add_broadcast);
   return launched(cfg, name, dtype);
 }
 
@@ -187,9 +189,9 @@ using namespace minfer::cuda;
 extern "C" int minfer_cuda_mmq_supported(int32_t dtype) { return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q8_0; }
 
 extern "C" cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
-                                       int64_t m, int64_t tokens) {
+                                       int64_t m, int64_t tokens, const float *add, int32_t add_broadcast) {
   if (k % 32) return cudaErrorInvalidValue;
-  if (dtype == MINFER_DTYPE_Q4_0) return launch<minfer_block_q4_0>(cfg, w, xq, y, k, m, tokens, "mmq_kernel<q4_0>", dtype);
-  if (dtype == MINFER_DTYPE_Q8_0) return launch<minfer_block_q8_0>(cfg, w, xq, y, k, m, tokens, "mmq_kernel<q8_0>", dtype);
+  if (dtype == MINFER_DTYPE_Q4_0) return launch<minfer_block_q4_0>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, "mmq_kernel<q4_0>", dtype);
+  if (dtype == MINFER_DTYPE_Q8_0) return launch<minfer_block_q8_0>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, "mmq_kernel<q8_0>", dtype);
   return cudaErrorNotSupported;
 }

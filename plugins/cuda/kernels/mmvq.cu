@@ -100,10 +100,103 @@ __global__ void mmvq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *
   }
 }
 
+// One token (decode) without a quantize kernel before it: each block quantizes x into
+// shared memory itself, then its warps take rows as mmvq_kernel does. Quantizing: four lanes
+// per 32 values (eight each, two shuffles for the max and the sum), so a warp does eight
+// blocks at a time and a long row (ffn_down's 4864) costs a few steps. Rows: each lane loads
+// up to kUnroll of its blocks before using any, so enough bytes are in flight to keep memory
+// busy when a row has many blocks. The grid is capped near the GPU's resident blocks: a block
+// meets many rows of a long weight (the lm_head) and quantizes x once for them.
+// `add` (optional): y[o] = W[o].x + add[o] (a bias, or the residual of a one-token step).
+constexpr int kUnroll = 4;
+
+__device__ __forceinline__ void quantize_to_shared(const float *x, int64_t nb, minfer_cuda_q8_act *xs) {
+  const int sub = threadIdx.x & 3;  // 4 lanes per block of 32 values
+  // Whole warps go round together (the shuffles need every lane); lanes past the end carry zeros.
+  for (int64_t b0 = 0; b0 < nb; b0 += blockDim.x >> 2) {
+    const int64_t b = b0 + (threadIdx.x >> 2);
+    const bool live = b < nb;
+    float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
+    if (live) {
+      v0 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[0];
+      v1 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[1];
+    }
+    float amax = fmaxf(fmaxf(fmaxf(fabsf(v0.x), fabsf(v0.y)), fmaxf(fabsf(v0.z), fabsf(v0.w))),
+                       fmaxf(fmaxf(fabsf(v1.x), fabsf(v1.y)), fmaxf(fabsf(v1.z), fabsf(v1.w))));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    const float vals[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    int q[8], sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sum += q[i] = __float2int_rn(vals[i] * id);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (!live) continue;
+    xs[b].qs[2 * sub] = (q[0] & 0xff) | (q[1] & 0xff) << 8 | (q[2] & 0xff) << 16 | int(uint32_t(q[3]) << 24);
+    xs[b].qs[2 * sub + 1] = (q[4] & 0xff) | (q[5] & 0xff) << 8 | (q[6] & 0xff) << 16 | int(uint32_t(q[7]) << 24);
+    if (sub == 0) xs[b].d = d, xs[b].s = d * float(sum);
+  }
+}
+
+template <class Block>
+__global__ void gemv_quantizing_kernel(const Block *w, const float *x, float *y, int64_t k, int64_t m, const float *add) {
+  extern __shared__ minfer_cuda_q8_act xs[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t nb = k / 32;
+  quantize_to_shared(x, nb, xs);
+  __syncthreads();
+  for (int64_t o = int64_t(blockIdx.x) * kWarps + warp; o < m; o += int64_t(gridDim.x) * kWarps) {
+    const Block *row = w + o * nb;
+    float acc = 0;
+    for (int64_t b0 = lane; b0 < nb; b0 += 32 * kUnroll) {
+      int wq[kUnroll][8];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t b = b0 + 32 * u;
+        if (b < nb) {
+          const uint8_t *qs = reinterpret_cast<const uint8_t *>(row[b].qs);
+#pragma unroll
+          for (int i = 0; i < kWords<Block>; ++i) wq[u][i] = load_word(qs + 4 * i);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t b = b0 + 32 * u;
+        if (b < nb) acc += block_dot(row[b], xs[b], wq[u]);
+      }
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) y[o] = add ? acc + add[o] : acc;
+  }
+}
+
 }  // namespace
 }  // namespace minfer::cuda
 
 using namespace minfer::cuda;
+
+extern "C" int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k) {
+  return (dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q8_0) && k % 32 == 0 &&
+         size_t(k / 32) * sizeof(minfer_cuda_q8_act) <= 48 * 1024;
+}
+
+extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const float *x, float *y,
+                                                   int64_t k, int64_t m, const float *add, int32_t sm_count) {
+  const int64_t want = (m + kWarps - 1) / kWarps, most = int64_t(sm_count > 0 ? sm_count : 132) * 8;  // 8 blocks of 256 fill an SM
+  int64_t blocks = want < most ? want : most;
+  if (blocks > cfg->max_blocks) blocks = cfg->max_blocks;
+  const size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
+  if (dtype == MINFER_DTYPE_Q4_0)
+    gemv_quantizing_kernel<minfer_block_q4_0><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(
+        static_cast<const minfer_block_q4_0 *>(w), x, y, k, m, add);
+  else if (dtype == MINFER_DTYPE_Q8_0)
+    gemv_quantizing_kernel<minfer_block_q8_0><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(
+        static_cast<const minfer_block_q8_0 *>(w), x, y, k, m, add);
+  else
+    return cudaErrorNotSupported;
+  return launched(cfg, "gemv_quantizing_kernel", dtype);
+}
 
 extern "C" size_t minfer_cuda_q8_act_bytes(int64_t k, int64_t tokens) {
   return size_t(k / 32) * size_t(tokens) * sizeof(minfer_cuda_q8_act);

@@ -63,6 +63,18 @@ void run_matmul(CudaDevice &dev, const minfer_node &n, const minfer_step_args &a
              sdk::run_rows(*n.inputs[1], args));
 }
 
+}  // namespace
+
+void run_matmul_add(CudaDevice &dev, const minfer_node &mm, const minfer_node &add, const minfer_step_args &args) {
+  const minfer_tensor &w = *mm.inputs[0];
+  const bool first = add.inputs[0]->buffer == mm.output->buffer && add.inputs[0]->offset == mm.output->offset;
+  const minfer_tensor &addend = *add.inputs[first ? 1 : 0];
+  dev.matmul(w.dtype, dptr(w), dptr<float>(*mm.inputs[1]), dptr<float>(*add.output), w.shape[0], w.shape[1],
+             sdk::run_rows(*mm.inputs[1], args), dptr<float>(addend), add.op == MINFER_OP_ADD_ROW_BROADCAST, dptr<float>(*mm.output));
+}
+
+namespace {
+
 const CudaOp kOps[] = {
     {MINFER_OP_RMS_NORM, any, run_rms_norm},
     {MINFER_OP_ROPE, any, run_rope},

@@ -22,6 +22,11 @@ struct CudaOp {
   void (*run)(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t node_tag);
 };
 
+// A matmul fused with the add that follows it (plugin.cpp finds the pairs at compile): the
+// add's other input (a bias or a residual) goes into the matmul's epilogue and the add's
+// output is written directly; the matmul's own output, read by nothing else, is scratch.
+void run_matmul_add(CudaDevice &dev, const minfer_node &matmul, const minfer_node &add, const minfer_step_args &args);
+
 // The op families, one file each.
 std::span<const CudaOp> elementwise_ops();
 std::span<const CudaOp> quant_ops();

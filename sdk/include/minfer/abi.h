@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 #define MINFER_ABI_MAJOR 1 /* changes only when something is removed, reordered or retyped */
-#define MINFER_ABI_MINOR 1 /* grows when a field or an entry is appended */
+#define MINFER_ABI_MINOR 2 /* grows when a field or an entry is appended */
 
 /* The one symbol a plugin exports. */
 #define MINFER_ENTRY_SYMBOL "minfer_backend_entry"
@@ -78,7 +78,12 @@ typedef struct minfer_device_info {
  * stride_bytes[0] is 0 (single values are not addressable) and rows hold whole blocks.
  * token_dim: -1 for a tensor of fixed shape; else the dim whose extent at run time is the
  * step's n_tokens (shape[token_dim] is the compiled maximum). A reader whose struct_size
- * does not reach token_dim treats it as -1. */
+ * does not reach token_dim treats it as -1.
+ * flags (ABI 1.2; 0 where struct_size does not reach it): MINFER_TENSOR_* bits. */
+/* The node output is read only by later nodes of the segment being compiled — not by another
+ * segment, a copy or the host — so a plugin that fuses its producer into those nodes may
+ * leave it unwritten. Without the bit a plugin must write every output. */
+#define MINFER_TENSOR_SEGMENT_LOCAL 1u
 typedef struct minfer_tensor {
   size_t struct_size;
   int32_t dtype; /* minfer_dtype == GGUF type id */
@@ -89,6 +94,7 @@ typedef struct minfer_tensor {
   uint64_t offset;       /* byte offset of element 0 in buffer */
   const char *name;      /* lifetime: the call */
   int32_t token_dim;     /* -1, or the dim that follows the step's token count */
+  uint32_t flags;        /* ABI 1.2: MINFER_TENSOR_* */
 } minfer_tensor;
 
 /* One graph node. Everything it points to lives for the duration of the call only:
