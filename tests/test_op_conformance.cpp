@@ -158,7 +158,9 @@ std::vector<Case> all_cases() {
              {12, 6, 2, 4, 16, 2},  // hd 12: the vector loops' tails
              // Fused CUDA kernel: several row tiles of a 7-query-head group, a decode split
              // over a long cache, hd 128 with GQA 7.
-             {64, 14, 2, 100, 256, 20}, {64, 14, 2, 1, 2048, 1500}, {128, 28, 4, 37, 600, 200}}) {
+             {64, 14, 2, 100, 256, 20}, {64, 14, 2, 1, 2048, 1500}, {128, 28, 4, 37, 600, 200},
+             // One-token decode kernel: one chunk, and chunks merged by the last block.
+             {128, 28, 4, 1, 600, 300}, {128, 28, 4, 1, 4096, 3000}, {64, 16, 2, 1, 1024, 0}}) {
       minfer_attention_params p{};
       p.head_dim = hd, p.n_head = nh, p.n_kv_head = nkv, p.scale = 1.0f / std::sqrt(float(hd));
       cases.push_back({"attention " + std::string(minfer_dtype_name(cache)) + " cache hd" + std::to_string(hd) + " heads " + std::to_string(nh) + "/" +

@@ -30,6 +30,9 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   node_names_.push_back("");  // tag 0 means "no error"
   attention_max_positions_ = minfer_cuda_attention_max_positions(device_);
   check_cuda(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "reading the device's SM count");
+  const size_t counter_bytes = size_t(minfer_cuda_flash_attention_counters()) * sizeof(int);
+  attention_counters_ = static_cast<int *>(alloc(counter_bytes));
+  check_cuda(cudaMemset(attention_counters_, 0, counter_bytes), "clearing the attention counters");
   step_args_ = static_cast<int64_t *>(alloc(sizeof(int64_t)));
   check_cuda(cudaMemset(step_args_, 0, sizeof(int64_t)), "clearing the step arguments");
 }
@@ -41,6 +44,7 @@ CudaDevice::~CudaDevice() {
   for (void *p : scratch_)
     if (p) cudaFree(p);
   if (step_args_) cudaFree(step_args_);
+  if (attention_counters_) cudaFree(attention_counters_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -138,7 +142,7 @@ void CudaDevice::attention(const float *q, const void *kc, const void *vc, int32
   if (minfer_cuda_flash_attention_supports(p.head_dim)) {
     const int64_t bytes = minfer_cuda_flash_attention_partials_bytes(tokens, p.n_head, p.n_kv_head, p.head_dim, n_ctx, sm_count_);
     auto *partials = bytes > 0 ? static_cast<float *>(scratch(4, size_t(bytes))) : nullptr;
-    return check_launch(minfer_cuda_flash_attention(&cfg_, q, kc, vc, cache_dtype, out, partials, tokens, p.n_head, p.n_kv_head,
+    return check_launch(minfer_cuda_flash_attention(&cfg_, q, kc, vc, cache_dtype, out, partials, attention_counters_, tokens, p.n_head, p.n_kv_head,
                                                     p.head_dim, step_args_, n_ctx, p.scale, sm_count_));
   }
   check_launch(minfer_cuda_attention(&cfg_, q, kc, vc, cache_dtype, out, tokens, p.n_head, p.n_kv_head, p.head_dim, step_args_,
@@ -225,7 +229,7 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
     return;
   }
   if (tokens == 1 && minfer_cuda_gemv_quantizing_supported(w_dtype, k))  // decode: one launch, the add in it
-    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, w, x, y, k, m, add, sm_count_));
+    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, w, nullptr, x, y, k, m, add, sm_count_));
   if (add) {  // a path without an epilogue: the product, then the add
     matmul(w_dtype, w, x, unfused, k, m, tokens);
     if (add_broadcast) add_row_broadcast_f32(unfused, add, y, tokens, m);
@@ -258,6 +262,15 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
     return;
   }
   check_launch(minfer_cuda_matmul(&cfg_, w_dtype, w, x, y, k, m, tokens));
+}
+
+void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
+                               int64_t tokens, float *gate_out, float *up_out) {
+  if (tokens == 1 && minfer_cuda_gemv_quantizing_supported(w_dtype, k))
+    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, gate, up, x, y, k, m, nullptr, sm_count_));
+  matmul(w_dtype, gate, x, gate_out, k, m, tokens);
+  matmul(w_dtype, up, x, up_out, k, m, tokens);
+  swiglu_f32(gate_out, up_out, y, tokens * m);
 }
 
 void CudaDevice::synchronize() {

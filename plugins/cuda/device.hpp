@@ -85,6 +85,10 @@ class CudaDevice {
   // fast paths add in their epilogue; the others write W x to `unfused` and then add.
   void matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens,
               const float *add = nullptr, bool add_broadcast = false, float *unfused = nullptr);
+  // y = silu(gate x) * (up x): one launch for a decode token, else the two products (into
+  // gate_out, up_out) and the SwiGLU.
+  void matmul_swiglu(int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
+                     int64_t tokens, float *gate_out, float *up_out);
   // A block-type matmul weight in device memory: `rows` rows of `cols` values.
   struct WeightRef {
     int32_t dtype;
@@ -118,6 +122,7 @@ class CudaDevice {
   void *scratch_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   size_t scratch_bytes_[5] = {0, 0, 0, 0, 0};
   int32_t sm_count_ = 0;
+  int *attention_counters_ = nullptr;  // per KV head: blocks of a split decode step done (flash_attention.cu)
   int64_t *step_args_ = nullptr;  // device: n_past of the current step
   std::vector<std::pair<const void *, void *>> w16_cache_;  // weight -> its f16 copy (rows padded to 128)
   std::vector<WeightRef> pending_weights_;                  // counted, not cached yet

@@ -1,5 +1,6 @@
 // plugins/cuda/plugin.cpp — the CUDA backend's entry: devices, options, supports, compile,
 // execute. Dispatch: op handler (ops/) -> CudaDevice method -> C launcher -> kernel.
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <memory>
@@ -105,6 +106,7 @@ class CudaSegment : public sdk::Segment {
       if (fused_away_[i]) continue;  // its matmul wrote its output
       try {
         if (fuse_add_[i]) run_matmul_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
+        else if (fuse_swiglu_[i]) run_matmul_swiglu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args);
         else run_[i](dev_, nodes_[i].node(), args, tags_[i]);
       } catch (const sdk::Error &e) {
         throw sdk::Error(e.code(), "node '" + nodes_[i].name() + "' (" +
@@ -130,26 +132,56 @@ class CudaSegment : public sdk::Segment {
   // kernel, not two, for each bias and residual. Conditions: the host marked the output
   // segment-local, no later node of the segment reads it, and the add's output does not
   // overlap the matmul's inputs (the fused kernel writes it while they are still read).
+  // Whether a node after node i reads t before another node's output takes its memory (the
+  // host reuses memory once a tensor's last reader has run, and every tensor has one writer).
+  bool read_after(size_t i, const minfer_tensor &t) const {
+    for (size_t j = i + 1; j < nodes_.size(); ++j) {
+      for (int k = 0; k < nodes_[j].node().n_inputs; ++k)
+        if (overlap(*nodes_[j].node().inputs[k], t)) return true;
+      if (overlap(*nodes_[j].node().output, t)) return false;
+    }
+    return false;
+  }
+
+  // Also gate MATMUL, up MATMUL, SWIGLU of the two (same x, dtype and shape; outputs read by
+  // nothing else): one step, a single kernel for a decode token.
   void plan_fusions() {
     fuse_add_.assign(nodes_.size(), false);
+    fuse_swiglu_.assign(nodes_.size(), false);
     fused_away_.assign(nodes_.size(), false);
+    for (size_t i = 0; i + 2 < nodes_.size(); ++i) {
+      const minfer_node &g = nodes_[i].node(), &u = nodes_[i + 1].node(), &sw = nodes_[i + 2].node();
+      if (g.op != MINFER_OP_MATMUL || u.op != MINFER_OP_MATMUL || sw.op != MINFER_OP_SWIGLU) continue;
+      const minfer_tensor &wg = *g.inputs[0], &wu = *u.inputs[0];
+      if (!same(*g.inputs[1], *u.inputs[1]) || wg.dtype != wu.dtype || wg.shape[0] != wu.shape[0] || wg.shape[1] != wu.shape[1]) continue;
+      if (!same(*sw.inputs[0], *g.output) || !same(*sw.inputs[1], *u.output)) continue;
+      if (!(g.output->flags & u.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || read_after(i + 2, *g.output) || read_after(i + 2, *u.output))
+        continue;
+      if (overlap(*sw.output, *g.inputs[1]) || overlap(*sw.output, wg) || overlap(*sw.output, wu)) continue;
+      fuse_swiglu_[i] = true;
+      fused_away_[i + 1] = fused_away_[i + 2] = true;
+      i += 2;
+    }
     for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
       const minfer_node &mm = nodes_[i].node(), &add = nodes_[i + 1].node();
-      if (mm.op != MINFER_OP_MATMUL || !(mm.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || fused_away_[i]) continue;
+      if (mm.op != MINFER_OP_MATMUL || !(mm.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || fused_away_[i] || fuse_swiglu_[i]) continue;
       const bool bias = add.op == MINFER_OP_ADD_ROW_BROADCAST && same(*add.inputs[0], *mm.output);
       const bool residual = add.op == MINFER_OP_ADD && (same(*add.inputs[0], *mm.output) != same(*add.inputs[1], *mm.output));
       if (!bias && !residual) continue;
-      bool read_later = false;
-      for (size_t j = i + 2; j < nodes_.size(); ++j)
-        for (int k = 0; k < nodes_[j].node().n_inputs; ++k) read_later |= overlap(*nodes_[j].node().inputs[k], *mm.output);
-      if (read_later || overlap(*add.output, *mm.inputs[0]) || overlap(*add.output, *mm.inputs[1])) continue;
+      if (read_after(i + 1, *mm.output) || overlap(*add.output, *mm.inputs[0]) || overlap(*add.output, *mm.inputs[1])) continue;
       fuse_add_[i] = true;
       fused_away_[i + 1] = true;
     }
+    const auto count = [](const std::vector<bool> &v) { return std::count(v.begin(), v.end(), true); };
+    if (count(fused_away_) > 0)
+      dev_.host().log(MINFER_LOG_INFO, "cuda segment of " + std::to_string(nodes_.size()) + " nodes: " + std::to_string(count(fuse_add_)) +
+                                           " matmuls with their bias/residual add, " + std::to_string(count(fuse_swiglu_)) +
+                                           " gate/up/swiglu triples fused");
   }
 
   CudaDevice &dev_;
-  std::vector<bool> fuse_add_, fused_away_;  // per node: runs matmul+add / is done by the matmul before it
+  // Per node: runs matmul+add / gate+up+swiglu, or was done by such a step before it.
+  std::vector<bool> fuse_add_, fuse_swiglu_, fused_away_;
   std::vector<cudaEvent_t> events_;  // around each node, for node_times
   bool timed_ = false;
   cudaGraphExec_t graph_ = nullptr;

@@ -31,6 +31,8 @@ constexpr size_t smem_bytes() { return size_t(kRows * HD + kKeys * k_stride<HD>(
 
 __device__ __forceinline__ float2 load2(const float *p) { return *reinterpret_cast<const float2 *>(p); }
 __device__ __forceinline__ float2 load2(const __half *p) { return __half22float2(*reinterpret_cast<const __half2 *>(p)); }
+__device__ __forceinline__ float ldf(const float *p) { return *p; }
+__device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
 
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *q, const T *kc, const T *vc, float *out, float *partials,
@@ -161,14 +163,143 @@ __global__ void flash_merge_kernel(const float *partials, float *out, int64_t to
   }
 }
 
+// Decode (one token): the group of query heads sharing a KV head (<= 8) are the rows, and the
+// block's 8 warps take interleaved 32-key tiles of its chunk — the rows are few, the keys
+// many. K rows are read straight from global memory (lane j reads key j's row), V rows by
+// all lanes at once; the warps' running (max, sum, output) are merged in shared memory.
+// Split over chunks, the partials go to global memory and the last block of a KV head to
+// finish (an atomic counter per head, reset by it) merges them: one launch per step.
+constexpr int kDecodeWarps = 8, kDecodeRows = 8, kDecodeThreads = kDecodeWarps * 32;
+constexpr int64_t kDecodeChunk = kDecodeWarps * 32 * 4;  // keys per block: four tiles per warp
+
+template <class T, int HD>
+__global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const float *q, const T *kc, const T *vc, float *out, float *partials,
+                                                                      int *counters, int n_head, int n_kv, const int64_t *n_past_ptr,
+                                                                      float scale, int splits, int64_t chunk) {
+  constexpr int D = HD / 32;
+  __shared__ float qs[kDecodeRows][HD];
+  __shared__ float wm[kDecodeWarps][kDecodeRows], wl[kDecodeWarps][kDecodeRows];
+  __shared__ float wacc[kDecodeWarps][kDecodeRows][HD];
+  __shared__ int last_block;
+  const int64_t n_past = *n_past_ptr, kvd = int64_t(n_kv) * HD;
+  const int group = n_head / n_kv, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int64_t item = blockIdx.x; item < int64_t(n_kv) * splits; item += gridDim.x) {
+    const int z = int(item % splits), kvh = int(item / splits);
+    __syncthreads();  // the previous item's shared state is consumed
+    for (int i = threadIdx.x; i < kDecodeRows * HD; i += kDecodeThreads) {
+      const int r = i / HD, d = i % HD;
+      qs[r][d] = r < group ? q[(int64_t(kvh) * group + r) * HD + d] * scale : 0.0f;
+    }
+    __syncthreads();
+    const int64_t begin = int64_t(z) * chunk, end = begin + chunk < n_past + 1 ? begin + chunk : n_past + 1;
+    float m[kDecodeRows], l[kDecodeRows], acc[kDecodeRows][D];
+    for (int r = 0; r < kDecodeRows; ++r) {
+      m[r] = -INFINITY, l[r] = 0;
+      for (int i = 0; i < D; ++i) acc[r][i] = 0;
+    }
+    for (int64_t k0 = begin + warp * 32; k0 < end; k0 += kDecodeWarps * 32) {
+      const int64_t pos = k0 + lane;
+      float s[kDecodeRows];
+      for (int r = 0; r < kDecodeRows; ++r) s[r] = 0;
+      if (pos < end) {
+        const T *kr = kc + pos * kvd + int64_t(kvh) * HD;
+#pragma unroll 8
+        for (int d = 0; d < HD; d += 2) {
+          const float2 kk = load2(kr + d);
+          for (int r = 0; r < kDecodeRows; ++r) s[r] += qs[r][d] * kk.x + qs[r][d + 1] * kk.y;
+        }
+      }
+      for (int r = 0; r < kDecodeRows; ++r) {
+        if (pos >= end) s[r] = -INFINITY;
+        const float m_new = fmaxf(m[r], warp_max(s[r]));
+        const float p = m_new == -INFINITY ? 0.0f : expf(s[r] - m_new);
+        const float corr = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
+        l[r] = l[r] * corr + warp_sum(p);
+        m[r] = m_new;
+        for (int i = 0; i < D; ++i) acc[r][i] *= corr;
+        s[r] = p;
+      }
+      const int keys = end - k0 < 32 ? int(end - k0) : 32;
+      for (int j = 0; j < keys; ++j) {
+        float v[D];
+        for (int i = 0; i < D; ++i) v[i] = ldf(vc + (k0 + j) * kvd + int64_t(kvh) * HD + lane + 32 * i);
+        for (int r = 0; r < kDecodeRows; ++r) {
+          const float pj = __shfl_sync(0xffffffffu, s[r], j);
+          for (int i = 0; i < D; ++i) acc[r][i] += pj * v[i];
+        }
+      }
+    }
+    for (int r = 0; r < kDecodeRows; ++r) {
+      if (lane == 0) wm[warp][r] = m[r], wl[warp][r] = l[r];
+      for (int i = 0; i < D; ++i) wacc[warp][r][lane + 32 * i] = acc[r][i];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * HD; i += kDecodeThreads) {
+      const int r = i / HD, d = i % HD;
+      float mx = -INFINITY;
+      for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, wm[w][r]);
+      float num = 0, den = 0;
+      for (int w = 0; w < kDecodeWarps; ++w)
+        if (wl[w][r] > 0) {
+          const float e = expf(wm[w][r] - mx);
+          num += e * wacc[w][r][d], den += e * wl[w][r];
+        }
+      if (splits == 1) {
+        out[(int64_t(kvh) * group + r) * HD + d] = den > 0 ? num / den : 0.0f;
+      } else {
+        float *p = partials + ((int64_t(z) * n_kv + kvh) * group + r) * (HD + 2);
+        p[d] = num;
+        if (d == 0) p[HD] = mx, p[HD + 1] = den;
+      }
+    }
+    if (splits == 1) continue;
+    __threadfence();  // this block's partials are visible before it counts itself done
+    __syncthreads();
+    if (threadIdx.x == 0) last_block = atomicAdd(&counters[kvh], 1) == splits - 1;
+    __syncthreads();
+    if (!last_block) continue;
+    __threadfence();
+    for (int i = threadIdx.x; i < group * HD; i += kDecodeThreads) {
+      const int r = i / HD, d = i % HD;
+      // __ldcg: other SMs wrote these; skip this SM's L1, which may hold an earlier step's.
+      float mx = -INFINITY;
+      for (int zz = 0; zz < splits; ++zz) mx = fmaxf(mx, __ldcg(partials + ((int64_t(zz) * n_kv + kvh) * group + r) * (HD + 2) + HD));
+      float num = 0, den = 0;
+      for (int zz = 0; zz < splits; ++zz) {
+        const float *p = partials + ((int64_t(zz) * n_kv + kvh) * group + r) * (HD + 2);
+        const float lz = __ldcg(p + HD + 1);
+        if (lz > 0) {
+          const float e = expf(__ldcg(p + HD) - mx);
+          num += e * __ldcg(p + d), den += e * lz;
+        }
+      }
+      out[(int64_t(kvh) * group + r) * HD + d] = den > 0 ? num / den : 0.0f;
+    }
+    if (threadIdx.x == 0) counters[kvh] = 0;  // ready for the next step (and graph replay)
+  }
+}
+
 struct Plan {
   int64_t row_tiles, chunk;
   int splits;
+  bool decode;  // flash_decode_kernel: one token, <= 8 query heads per KV head
 };
+
+constexpr int kMaxDecodeKvHeads = 1024;  // the counters the device keeps (minfer_cuda_flash_counters)
 
 // Splits so that about two blocks per SM are busy, each chunk at least kMinChunk keys.
 Plan plan_for(int64_t tokens, int n_head, int n_kv, int64_t max_positions, int sm_count) {
   Plan p{};
+  if (tokens == 1 && n_head / n_kv <= kDecodeRows && n_kv <= kMaxDecodeKvHeads) {
+    // Chunks of kDecodeChunk keys at least, up to about two blocks per SM.
+    const int64_t most = (2 * int64_t(sm_count > 0 ? sm_count : 132) + n_kv - 1) / n_kv;
+    int64_t splits = (max_positions + kDecodeChunk - 1) / kDecodeChunk;
+    if (splits > most) splits = most;
+    if (splits < 1) splits = 1;
+    p.decode = true, p.row_tiles = 1, p.splits = int(splits);
+    p.chunk = ((max_positions + splits - 1) / splits + 31) / 32 * 32;
+    return p;
+  }
   p.row_tiles = (tokens * (n_head / n_kv) + kRows - 1) / kRows;
   const int64_t base = int64_t(n_kv) * p.row_tiles, want = 2 * int64_t(sm_count > 0 ? sm_count : 132);
   int64_t splits = base >= want ? 1 : (want + base - 1) / base;
@@ -178,6 +309,16 @@ Plan plan_for(int64_t tokens, int n_head, int n_kv, int64_t max_positions, int s
   p.splits = int(splits);
   p.chunk = ((max_positions + splits - 1) / splits + kKeys - 1) / kKeys * kKeys;
   return p;
+}
+
+template <class T, int HD>
+cudaError_t launch_decode(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc, float *out, float *partials,
+                          int *counters, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p) {
+  const int64_t items = int64_t(n_kv) * p.splits;
+  const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
+  flash_decode_kernel<T, HD><<<grid, kDecodeThreads, 0, cfg->stream>>>(q, static_cast<const T *>(kc), static_cast<const T *>(vc), out,
+                                                                       partials, counters, n_head, n_kv, n_past, scale, p.splits, p.chunk);
+  return cudaGetLastError();
 }
 
 template <class T, int HD>
@@ -203,6 +344,8 @@ using namespace minfer::cuda;
 
 extern "C" int minfer_cuda_flash_attention_supports(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
+extern "C" int32_t minfer_cuda_flash_attention_counters() { return kMaxDecodeKvHeads; }
+
 extern "C" int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int32_t n_head, int32_t n_kv, int32_t head_dim,
                                                               int64_t max_positions, int32_t sm_count) {
   const Plan p = plan_for(tokens, n_head, n_kv, max_positions, sm_count);
@@ -210,11 +353,20 @@ extern "C" int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, in
 }
 
 extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc,
-                                                   int32_t dtype, float *out, float *partials, int64_t tokens, int32_t n_head,
-                                                   int32_t n_kv, int32_t hd, const int64_t *n_past, int64_t max_positions, float scale,
-                                                   int32_t sm_count) {
+                                                   int32_t dtype, float *out, float *partials, int *counters, int64_t tokens,
+                                                   int32_t n_head, int32_t n_kv, int32_t hd, const int64_t *n_past,
+                                                   int64_t max_positions, float scale, int32_t sm_count) {
   const Plan p = plan_for(tokens, n_head, n_kv, max_positions, sm_count);
   cudaError_t e = cudaErrorNotSupported;
+  if (p.decode) {
+    if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_decode<__half, 64>(cfg, q, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
+    if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_decode<__half, 128>(cfg, q, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
+    if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch_decode<float, 64>(cfg, q, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
+    if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch_decode<float, 128>(cfg, q, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
+    cfg->kernel_name = "flash_decode_kernel";
+    cfg->kernel_dtype = dtype;
+    return e;
+  }
   if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch<__half, 64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, p);
   if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch<__half, 128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, p);
   if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch<float, 64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, p);

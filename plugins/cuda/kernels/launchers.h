@@ -74,22 +74,26 @@ int64_t minfer_cuda_attention_max_positions(int device);
 
 /* flash_attention.cu: the same attention, fused (online softmax, key tiles in shared memory,
  * no length limit) for the head dims it is built for; split over the keys when the rows
- * alone would not fill sm_count SMs, the chunks merged by a second kernel through
- * `partials` (minfer_cuda_flash_attention_partials_bytes; 0 = no split, may be NULL). */
+ * alone would not fill sm_count SMs, the chunks merged through `partials`
+ * (minfer_cuda_flash_attention_partials_bytes; 0 = no split, may be NULL) by a second kernel,
+ * or for one token by the last block of each KV head, which `counters` (that many ints,
+ * zeroed once; the kernel leaves them zero) tells. */
 int minfer_cuda_flash_attention_supports(int32_t head_dim);
+int32_t minfer_cuda_flash_attention_counters(void);
 int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int32_t n_head, int32_t n_kv_head, int32_t head_dim,
                                                    int64_t max_positions, int32_t sm_count);
 cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *k_cache, const void *v_cache,
-                                        int32_t cache_dtype, float *out, float *partials, int64_t tokens, int32_t n_head,
+                                        int32_t cache_dtype, float *out, float *partials, int *counters, int64_t tokens, int32_t n_head,
                                         int32_t n_kv_head, int32_t head_dim, const int64_t *n_past, int64_t max_positions,
                                         float scale, int32_t sm_count);
 
 /* mmvq.cu: one token, x in f32: the kernel quantizes x itself (no quantize launch before it);
  * for Q4_0/Q8_0 and k a multiple of 32 whose quantized blocks fit in 48 KiB of shared memory.
- * add: NULL, or m values added to y (a bias, or a residual). */
+ * add: NULL, or m values added to y (a bias, or a residual). up: NULL, or a second weight of
+ * w's shape and dtype: y = silu(w x) * (up x), an FFN's gate, up and SwiGLU in one launch. */
 int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k);
-cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const float *x, float *y,
-                                        int64_t k, int64_t m, const float *add, int32_t sm_count);
+cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *up, const float *x,
+                                        float *y, int64_t k, int64_t m, const float *add, int32_t sm_count);
 
 /* mmq.cu: y = W x for many tokens on int8 tensor cores, W's Q4_0/Q8_0 blocks read in place,
  * x quantized by minfer_cuda_quantize_q8_act; k a multiple of 32. add: NULL, or added to y —

@@ -139,35 +139,43 @@ __device__ __forceinline__ void quantize_to_shared(const float *x, int64_t nb, m
   }
 }
 
+// W[o] . xs for one row, up to kUnroll blocks per lane in flight.
 template <class Block>
-__global__ void gemv_quantizing_kernel(const Block *w, const float *x, float *y, int64_t k, int64_t m, const float *add) {
+__device__ __forceinline__ float row_dot(const Block *row, const minfer_cuda_q8_act *xs, int64_t nb, int lane) {
+  float acc = 0;
+  for (int64_t b0 = lane; b0 < nb; b0 += 32 * kUnroll) {
+    int wq[kUnroll][8];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t b = b0 + 32 * u;
+      if (b < nb) {
+        const uint8_t *qs = reinterpret_cast<const uint8_t *>(row[b].qs);
+#pragma unroll
+        for (int i = 0; i < kWords<Block>; ++i) wq[u][i] = load_word(qs + 4 * i);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t b = b0 + 32 * u;
+      if (b < nb) acc += block_dot(row[b], xs[b], wq[u]);
+    }
+  }
+  return warp_sum(acc);
+}
+
+// up == nullptr: y[o] = W[o].x (+ add[o]). Otherwise W is the gate: y[o] = silu(W[o].x) * up[o].x,
+// the FFN's two products and its SwiGLU in one launch.
+template <class Block>
+__global__ void gemv_quantizing_kernel(const Block *w, const Block *up, const float *x, float *y, int64_t k, int64_t m, const float *add) {
   extern __shared__ minfer_cuda_q8_act xs[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t nb = k / 32;
   quantize_to_shared(x, nb, xs);
   __syncthreads();
   for (int64_t o = int64_t(blockIdx.x) * kWarps + warp; o < m; o += int64_t(gridDim.x) * kWarps) {
-    const Block *row = w + o * nb;
-    float acc = 0;
-    for (int64_t b0 = lane; b0 < nb; b0 += 32 * kUnroll) {
-      int wq[kUnroll][8];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t b = b0 + 32 * u;
-        if (b < nb) {
-          const uint8_t *qs = reinterpret_cast<const uint8_t *>(row[b].qs);
-#pragma unroll
-          for (int i = 0; i < kWords<Block>; ++i) wq[u][i] = load_word(qs + 4 * i);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t b = b0 + 32 * u;
-        if (b < nb) acc += block_dot(row[b], xs[b], wq[u]);
-      }
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) y[o] = add ? acc + add[o] : acc;
+    float v = row_dot(w + o * nb, xs, nb, lane);
+    if (up) v = v / (1.0f + expf(-v)) * row_dot(up + o * nb, xs, nb, lane);
+    if (lane == 0) y[o] = add ? v + add[o] : v;
   }
 }
 
@@ -181,21 +189,21 @@ extern "C" int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k) {
          size_t(k / 32) * sizeof(minfer_cuda_q8_act) <= 48 * 1024;
 }
 
-extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const float *x, float *y,
-                                                   int64_t k, int64_t m, const float *add, int32_t sm_count) {
+extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *up,
+                                                   const float *x, float *y, int64_t k, int64_t m, const float *add, int32_t sm_count) {
   const int64_t want = (m + kWarps - 1) / kWarps, most = int64_t(sm_count > 0 ? sm_count : 132) * 8;  // 8 blocks of 256 fill an SM
   int64_t blocks = want < most ? want : most;
   if (blocks > cfg->max_blocks) blocks = cfg->max_blocks;
   const size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
   if (dtype == MINFER_DTYPE_Q4_0)
     gemv_quantizing_kernel<minfer_block_q4_0><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(
-        static_cast<const minfer_block_q4_0 *>(w), x, y, k, m, add);
+        static_cast<const minfer_block_q4_0 *>(w), static_cast<const minfer_block_q4_0 *>(up), x, y, k, m, add);
   else if (dtype == MINFER_DTYPE_Q8_0)
     gemv_quantizing_kernel<minfer_block_q8_0><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(
-        static_cast<const minfer_block_q8_0 *>(w), x, y, k, m, add);
+        static_cast<const minfer_block_q8_0 *>(w), static_cast<const minfer_block_q8_0 *>(up), x, y, k, m, add);
   else
     return cudaErrorNotSupported;
-  return launched(cfg, "gemv_quantizing_kernel", dtype);
+  return launched(cfg, up ? "gemv_quantizing_kernel (gate, up, swiglu)" : "gemv_quantizing_kernel", dtype);
 }
 
 extern "C" size_t minfer_cuda_q8_act_bytes(int64_t k, int64_t tokens) {

@@ -65,6 +65,13 @@ void run_matmul(CudaDevice &dev, const minfer_node &n, const minfer_step_args &a
 
 }  // namespace
 
+void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &swiglu,
+                       const minfer_step_args &args) {
+  const minfer_tensor &wg = *gate.inputs[0], &wu = *up.inputs[0];
+  dev.matmul_swiglu(wg.dtype, dptr(wg), dptr(wu), dptr<float>(*gate.inputs[1]), dptr<float>(*swiglu.output), wg.shape[0], wg.shape[1],
+                    sdk::run_rows(*gate.inputs[1], args), dptr<float>(*gate.output), dptr<float>(*up.output));
+}
+
 void run_matmul_add(CudaDevice &dev, const minfer_node &mm, const minfer_node &add, const minfer_step_args &args) {
   const minfer_tensor &w = *mm.inputs[0];
   const bool first = add.inputs[0]->buffer == mm.output->buffer && add.inputs[0]->offset == mm.output->offset;

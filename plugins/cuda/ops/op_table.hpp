@@ -27,6 +27,11 @@ struct CudaOp {
 // output is written directly; the matmul's own output, read by nothing else, is scratch.
 void run_matmul_add(CudaDevice &dev, const minfer_node &matmul, const minfer_node &add, const minfer_step_args &args);
 
+// The FFN's gate and up matmuls (same input, weight dtype and shape) and the SwiGLU of their
+// outputs, which nothing else reads, as one step.
+void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &swiglu,
+                       const minfer_step_args &args);
+
 // The op families, one file each.
 std::span<const CudaOp> elementwise_ops();
 std::span<const CudaOp> quant_ops();
