@@ -91,10 +91,11 @@ void Session::plan_memory() {
         const TensorRole role = graph_.tensor(in).role;
         if (role == TensorRole::Weight) weights.insert({in, s.backend});
         else if (role == TensorRole::State) states.insert({in, s.backend});
-        // A matmul's activations live through the next node too: a backend that runs the
-        // matmul together with that node (its bias or residual add, or the SwiGLU after the
-        // FFN's two matmuls) writes the next node's output while still reading them.
-        else use({in, s.backend}, n.op == MINFER_OP_MATMUL ? pos + 1 : pos);
+        // A matmul's or RoPE's inputs live through the next node too: a backend that runs the
+        // node together with the next (a matmul with its bias or residual add, the FFN's two
+        // matmuls with their SwiGLU, the query and key RoPEs) writes that node's output while
+        // still reading them.
+        else use({in, s.backend}, n.op == MINFER_OP_MATMUL || n.op == MINFER_OP_ROPE ? pos + 1 : pos);
       }
       use({n.output, s.backend}, pos);
       if (graph_.tensor(n.output).is_output) life[{n.output, s.backend}].last = end;

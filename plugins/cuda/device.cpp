@@ -124,26 +124,25 @@ void CudaDevice::rms_norm_f32(const float *x, const float *w, float *y, int64_t 
 }
 
 void CudaDevice::rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads,
-                          const minfer_rope_params &p) {
-  check_launch(minfer_cuda_rope_f32(&cfg_, x, pos, y, tokens, heads, p.head_dim, p.n_dims, p.mode, p.theta_base, p.freq_scale));
+                          const minfer_rope_params &p, const float *x2, float *y2, int64_t heads2) {
+  check_launch(minfer_cuda_rope_f32(&cfg_, x, pos, y, tokens, heads, p.head_dim, p.n_dims, p.mode, p.theta_base, p.freq_scale, x2, y2,
+                                    heads2));
 }
 
 void CudaDevice::swiglu_f32(const float *g, const float *u, float *y, int64_t n) {
   check_launch(minfer_cuda_swiglu_f32(&cfg_, g, u, y, n));
 }
 
-void CudaDevice::kv_write(const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, int64_t tokens,
-                          int64_t kvd) {
-  check_launch(minfer_cuda_kv_write(&cfg_, k, v, kc, vc, cache_dtype, tokens, kvd, step_args_));
-}
-
-void CudaDevice::attention(const float *q, const void *kc, const void *vc, int32_t cache_dtype, float *out, int64_t tokens,
-                           const minfer_attention_params &p, int64_t n_ctx) {
+void CudaDevice::attention(const float *q, const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, float *out,
+                           int64_t tokens, const minfer_attention_params &p, int64_t n_ctx) {
+  const int64_t kvd = int64_t(p.n_kv_head) * p.head_dim;
+  if (!minfer_cuda_flash_attention_writes_kv(tokens, p.n_head, p.n_kv_head, p.head_dim))
+    check_launch(minfer_cuda_kv_write(&cfg_, k, v, kc, vc, cache_dtype, tokens, kvd, step_args_));
   if (minfer_cuda_flash_attention_supports(p.head_dim)) {
     const int64_t bytes = minfer_cuda_flash_attention_partials_bytes(tokens, p.n_head, p.n_kv_head, p.head_dim, n_ctx, sm_count_);
     auto *partials = bytes > 0 ? static_cast<float *>(scratch(4, size_t(bytes))) : nullptr;
-    return check_launch(minfer_cuda_flash_attention(&cfg_, q, kc, vc, cache_dtype, out, partials, attention_counters_, tokens, p.n_head, p.n_kv_head,
-                                                    p.head_dim, step_args_, n_ctx, p.scale, sm_count_));
+    return check_launch(minfer_cuda_flash_attention(&cfg_, q, k, v, kc, vc, cache_dtype, out, partials, attention_counters_, tokens,
+                                                    p.n_head, p.n_kv_head, p.head_dim, step_args_, n_ctx, p.scale, sm_count_));
   }
   check_launch(minfer_cuda_attention(&cfg_, q, kc, vc, cache_dtype, out, tokens, p.n_head, p.n_kv_head, p.head_dim, step_args_,
                                      n_ctx, p.scale));

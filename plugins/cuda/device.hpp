@@ -65,11 +65,13 @@ class CudaDevice {
                 const int32_t *ids, int64_t n_ids, float *y, int32_t node_tag);
   void dequantize_f16(int32_t dtype, const void *x, uint16_t *y, int64_t n);
   void rms_norm_f32(const float *x, const float *w, float *y, int64_t rows, int64_t d, float eps);
-  void rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads, const minfer_rope_params &p);
+  // x2/y2/heads2: optionally a second tensor at the same positions, in the same launch.
+  void rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads, const minfer_rope_params &p,
+                const float *x2 = nullptr, float *y2 = nullptr, int64_t heads2 = 0);
   void swiglu_f32(const float *g, const float *u, float *y, int64_t n);
-  void kv_write(const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, int64_t tokens, int64_t kvd);
-  void attention(const float *q, const void *kc, const void *vc, int32_t cache_dtype, float *out, int64_t tokens,
-                 const minfer_attention_params &p, int64_t n_ctx);
+  // Writes this step's K and V rows into the caches, then attends (the one-token kernel does both).
+  void attention(const float *q, const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, float *out,
+                 int64_t tokens, const minfer_attention_params &p, int64_t n_ctx);
 
   // The step's n_past in device memory, read by kernels (enqueued before the step's work).
   void set_step(int64_t n_past);

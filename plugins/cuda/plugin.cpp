@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -107,6 +108,7 @@ class CudaSegment : public sdk::Segment {
       try {
         if (fuse_add_[i]) run_matmul_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else if (fuse_swiglu_[i]) run_matmul_swiglu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args);
+        else if (fuse_rope_[i]) run_rope_pair(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else run_[i](dev_, nodes_[i].node(), args, tags_[i]);
       } catch (const sdk::Error &e) {
         throw sdk::Error(e.code(), "node '" + nodes_[i].name() + "' (" +
@@ -148,10 +150,22 @@ class CudaSegment : public sdk::Segment {
   void plan_fusions() {
     fuse_add_.assign(nodes_.size(), false);
     fuse_swiglu_.assign(nodes_.size(), false);
+    fuse_rope_.assign(nodes_.size(), false);
     fused_away_.assign(nodes_.size(), false);
+    // Two ROPEs in a row at the same positions and parameters, the second not reading the
+    // first's output nor writing over its input: one launch (both outputs are written).
+    for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
+      const minfer_node &a = nodes_[i].node(), &b = nodes_[i + 1].node();
+      if (a.op != MINFER_OP_ROPE || b.op != MINFER_OP_ROPE || !same(*a.inputs[1], *b.inputs[1])) continue;
+      if (a.params->struct_size != b.params->struct_size || std::memcmp(a.params, b.params, a.params->struct_size) != 0) continue;
+      if (overlap(*b.inputs[0], *a.output) || overlap(*b.output, *a.inputs[0]) || overlap(*b.output, *a.output)) continue;
+      fuse_rope_[i] = true;
+      fused_away_[i + 1] = true;
+      ++i;
+    }
     for (size_t i = 0; i + 2 < nodes_.size(); ++i) {
       const minfer_node &g = nodes_[i].node(), &u = nodes_[i + 1].node(), &sw = nodes_[i + 2].node();
-      if (g.op != MINFER_OP_MATMUL || u.op != MINFER_OP_MATMUL || sw.op != MINFER_OP_SWIGLU) continue;
+      if (g.op != MINFER_OP_MATMUL || u.op != MINFER_OP_MATMUL || sw.op != MINFER_OP_SWIGLU || fused_away_[i]) continue;
       const minfer_tensor &wg = *g.inputs[0], &wu = *u.inputs[0];
       if (!same(*g.inputs[1], *u.inputs[1]) || wg.dtype != wu.dtype || wg.shape[0] != wu.shape[0] || wg.shape[1] != wu.shape[1]) continue;
       if (!same(*sw.inputs[0], *g.output) || !same(*sw.inputs[1], *u.output)) continue;
@@ -176,12 +190,12 @@ class CudaSegment : public sdk::Segment {
     if (count(fused_away_) > 0)
       dev_.host().log(MINFER_LOG_INFO, "cuda segment of " + std::to_string(nodes_.size()) + " nodes: " + std::to_string(count(fuse_add_)) +
                                            " matmuls with their bias/residual add, " + std::to_string(count(fuse_swiglu_)) +
-                                           " gate/up/swiglu triples fused");
+                                           " gate/up/swiglu triples, " + std::to_string(count(fuse_rope_)) + " rope pairs fused");
   }
 
   CudaDevice &dev_;
   // Per node: runs matmul+add / gate+up+swiglu, or was done by such a step before it.
-  std::vector<bool> fuse_add_, fuse_swiglu_, fused_away_;
+  std::vector<bool> fuse_add_, fuse_swiglu_, fuse_rope_, fused_away_;
   std::vector<cudaEvent_t> events_;  // around each node, for node_times
   bool timed_ = false;
   cudaGraphExec_t graph_ = nullptr;

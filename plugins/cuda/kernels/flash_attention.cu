@@ -33,6 +33,11 @@ __device__ __forceinline__ float2 load2(const float *p) { return *reinterpret_ca
 __device__ __forceinline__ float2 load2(const __half *p) { return __half22float2(*reinterpret_cast<const __half2 *>(p)); }
 __device__ __forceinline__ float ldf(const float *p) { return *p; }
 __device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
+// A value as the cache of type T keeps it (f16 rounds).
+__device__ __forceinline__ float as_cached(float v, const float *) { return v; }
+__device__ __forceinline__ float as_cached(float v, const __half *) { return __half2float(__float2half_rn(v)); }
+__device__ __forceinline__ void st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st(__half *p, float v) { *p = __float2half_rn(v); }
 
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *q, const T *kc, const T *vc, float *out, float *partials,
@@ -168,16 +173,19 @@ __global__ void flash_merge_kernel(const float *partials, float *out, int64_t to
 // many. K rows are read straight from global memory (lane j reads key j's row), V rows by
 // all lanes at once; the warps' running (max, sum, output) are merged in shared memory.
 // Split over chunks, the partials go to global memory and the last block of a KV head to
-// finish (an atomic counter per head, reset by it) merges them: one launch per step.
+// finish (an atomic counter per head, reset by it) merges them: one launch per step. The
+// step's own key (position n_past) is read from k_new/v_new, rounded as the cache keeps it,
+// and the block whose chunk holds it writes it into the caches: no separate KV write.
 constexpr int kDecodeWarps = 8, kDecodeRows = 8, kDecodeThreads = kDecodeWarps * 32;
 constexpr int64_t kDecodeChunk = kDecodeWarps * 32 * 4;  // keys per block: four tiles per warp
 
 template <class T, int HD>
-__global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const float *q, const T *kc, const T *vc, float *out, float *partials,
-                                                                      int *counters, int n_head, int n_kv, const int64_t *n_past_ptr,
-                                                                      float scale, int splits, int64_t chunk) {
+__global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const float *q, const float *k_new, const float *v_new, T *kc, T *vc,
+                                                                      float *out, float *partials, int *counters, int n_head, int n_kv,
+                                                                      const int64_t *n_past_ptr, float scale, int splits, int64_t chunk) {
   constexpr int D = HD / 32;
   __shared__ float qs[kDecodeRows][HD];
+  __shared__ float k_step[HD], v_step[HD];  // the new key and value, as the cache keeps them
   __shared__ float wm[kDecodeWarps][kDecodeRows], wl[kDecodeWarps][kDecodeRows];
   __shared__ float wacc[kDecodeWarps][kDecodeRows][HD];
   __shared__ int last_block;
@@ -190,8 +198,17 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
       const int r = i / HD, d = i % HD;
       qs[r][d] = r < group ? q[(int64_t(kvh) * group + r) * HD + d] * scale : 0.0f;
     }
+    for (int d = threadIdx.x; d < HD; d += kDecodeThreads) {
+      k_step[d] = as_cached(k_new[int64_t(kvh) * HD + d], kc);
+      v_step[d] = as_cached(v_new[int64_t(kvh) * HD + d], vc);
+    }
     __syncthreads();
     const int64_t begin = int64_t(z) * chunk, end = begin + chunk < n_past + 1 ? begin + chunk : n_past + 1;
+    if (begin <= n_past && n_past < end)  // this chunk holds the new key: store it for later steps
+      for (int i = threadIdx.x; i < HD; i += kDecodeThreads) {
+        st(kc + n_past * kvd + int64_t(kvh) * HD + i, k_new[int64_t(kvh) * HD + i]);
+        st(vc + n_past * kvd + int64_t(kvh) * HD + i, v_new[int64_t(kvh) * HD + i]);
+      }
     float m[kDecodeRows], l[kDecodeRows], acc[kDecodeRows][D];
     for (int r = 0; r < kDecodeRows; ++r) {
       m[r] = -INFINITY, l[r] = 0;
@@ -201,13 +218,16 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
       const int64_t pos = k0 + lane;
       float s[kDecodeRows];
       for (int r = 0; r < kDecodeRows; ++r) s[r] = 0;
-      if (pos < end) {
+      if (pos < end && pos != n_past) {
         const T *kr = kc + pos * kvd + int64_t(kvh) * HD;
 #pragma unroll 8
         for (int d = 0; d < HD; d += 2) {
           const float2 kk = load2(kr + d);
           for (int r = 0; r < kDecodeRows; ++r) s[r] += qs[r][d] * kk.x + qs[r][d + 1] * kk.y;
         }
+      } else if (pos == n_past) {
+        for (int d = 0; d < HD; ++d)
+          for (int r = 0; r < kDecodeRows; ++r) s[r] += qs[r][d] * k_step[d];
       }
       for (int r = 0; r < kDecodeRows; ++r) {
         if (pos >= end) s[r] = -INFINITY;
@@ -222,7 +242,8 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
       const int keys = end - k0 < 32 ? int(end - k0) : 32;
       for (int j = 0; j < keys; ++j) {
         float v[D];
-        for (int i = 0; i < D; ++i) v[i] = ldf(vc + (k0 + j) * kvd + int64_t(kvh) * HD + lane + 32 * i);
+        for (int i = 0; i < D; ++i)
+          v[i] = k0 + j == n_past ? v_step[lane + 32 * i] : ldf(vc + (k0 + j) * kvd + int64_t(kvh) * HD + lane + 32 * i);
         for (int r = 0; r < kDecodeRows; ++r) {
           const float pj = __shfl_sync(0xffffffffu, s[r], j);
           for (int i = 0; i < D; ++i) acc[r][i] += pj * v[i];
@@ -312,11 +333,11 @@ Plan plan_for(int64_t tokens, int n_head, int n_kv, int64_t max_positions, int s
 }
 
 template <class T, int HD>
-cudaError_t launch_decode(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc, float *out, float *partials,
-                          int *counters, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p) {
+cudaError_t launch_decode(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new, void *kc, void *vc, float *out,
+                          float *partials, int *counters, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p) {
   const int64_t items = int64_t(n_kv) * p.splits;
   const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
-  flash_decode_kernel<T, HD><<<grid, kDecodeThreads, 0, cfg->stream>>>(q, static_cast<const T *>(kc), static_cast<const T *>(vc), out,
+  flash_decode_kernel<T, HD><<<grid, kDecodeThreads, 0, cfg->stream>>>(q, k_new, v_new, static_cast<T *>(kc), static_cast<T *>(vc), out,
                                                                        partials, counters, n_head, n_kv, n_past, scale, p.splits, p.chunk);
   return cudaGetLastError();
 }
@@ -352,17 +373,21 @@ extern "C" int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, in
   return p.splits == 1 ? 0 : int64_t(p.splits) * tokens * n_head * (head_dim + 2) * int64_t(sizeof(float));
 }
 
-extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc,
-                                                   int32_t dtype, float *out, float *partials, int *counters, int64_t tokens,
+extern "C" int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int32_t n_head, int32_t n_kv, int32_t head_dim) {
+  return minfer_cuda_flash_attention_supports(head_dim) && plan_for(tokens, n_head, n_kv, 1, 1).decode;
+}
+
+extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new,
+                                                   void *kc, void *vc, int32_t dtype, float *out, float *partials, int *counters, int64_t tokens,
                                                    int32_t n_head, int32_t n_kv, int32_t hd, const int64_t *n_past,
                                                    int64_t max_positions, float scale, int32_t sm_count) {
   const Plan p = plan_for(tokens, n_head, n_kv, max_positions, sm_count);
   cudaError_t e = cudaErrorNotSupported;
   if (p.decode) {
-    if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_decode<__half, 64>(cfg, q, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
-    if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_decode<__half, 128>(cfg, q, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
-    if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch_decode<float, 64>(cfg, q, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
-    if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch_decode<float, 128>(cfg, q, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
+    if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_decode<__half, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
+    if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_decode<__half, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
+    if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch_decode<float, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
+    if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch_decode<float, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
     cfg->kernel_name = "flash_decode_kernel";
     cfg->kernel_dtype = dtype;
     return e;

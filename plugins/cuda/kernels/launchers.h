@@ -50,10 +50,13 @@ cudaError_t minfer_cuda_dequantize_f16(minfer_cuda_launch_cfg *cfg, int32_t dtyp
 cudaError_t minfer_cuda_rms_norm_f32(minfer_cuda_launch_cfg *cfg, const float *x, const float *w, float *y,
                                      int64_t rows, int64_t d, float eps);
 
-/* rope.cu: rotary embedding of tokens x heads x head_dim; mode 0 = pairs (2i, 2i+1), 2 = NeoX. */
+/* rope.cu: rotary embedding of tokens x heads x head_dim; mode 0 = pairs (2i, 2i+1), 2 = NeoX.
+ * x2 (NULL for none): a second tensor of heads2 heads at the same positions, rotated by the
+ * same launch into y2 (a step's queries and keys). */
 cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, const int32_t *pos, float *y,
                                  int64_t tokens, int64_t heads, int32_t head_dim, int32_t n_dims, int32_t mode,
-                                 float theta_base, float freq_scale);
+                                 float theta_base, float freq_scale,
+                                 const float *x2, float *y2, int64_t heads2);
 
 /* elementwise.cu: y = silu(gate) * up */
 cudaError_t minfer_cuda_swiglu_f32(minfer_cuda_launch_cfg *cfg, const float *gate, const float *up, float *y,
@@ -80,10 +83,13 @@ int64_t minfer_cuda_attention_max_positions(int device);
  * zeroed once; the kernel leaves them zero) tells. */
 int minfer_cuda_flash_attention_supports(int32_t head_dim);
 int32_t minfer_cuda_flash_attention_counters(void);
+/* 1 when this call writes the step's K and V rows (k_new, v_new) into the caches itself (the
+ * one-token kernel); otherwise minfer_cuda_kv_write must run first. */
+int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int32_t n_head, int32_t n_kv_head, int32_t head_dim);
 int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int32_t n_head, int32_t n_kv_head, int32_t head_dim,
                                                    int64_t max_positions, int32_t sm_count);
-cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *k_cache, const void *v_cache,
-                                        int32_t cache_dtype, float *out, float *partials, int *counters, int64_t tokens, int32_t n_head,
+cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new,
+                                        void *k_cache, void *v_cache, int32_t cache_dtype, float *out, float *partials, int *counters, int64_t tokens, int32_t n_head,
                                         int32_t n_kv_head, int32_t head_dim, const int64_t *n_past, int64_t max_positions,
                                         float scale, int32_t sm_count);
 

@@ -6,8 +6,13 @@ namespace {
 
 // Pair i of a head at position p turns by p * theta_base^(-2i/n_dims) * freq_scale; the angle is
 // formed in double because positions reach 10^5 and a float frequency would drift by radians.
-__global__ void rope_f32_kernel(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads,
-                                int32_t hd, int32_t n_dims, int32_t mode, float theta_base, float freq_scale) {
+// blockIdx.y picks the tensor: one launch rotates a step's queries and keys together.
+__global__ void rope_f32_kernel(const float *x0, float *y0, int64_t heads0, const float *x1, float *y1, int64_t heads1,
+                                const int32_t *pos, int64_t tokens, int32_t hd, int32_t n_dims, int32_t mode, float theta_base,
+                                float freq_scale) {
+  const float *x = blockIdx.y ? x1 : x0;
+  float *y = blockIdx.y ? y1 : y0;
+  const int64_t heads = blockIdx.y ? heads1 : heads0;
   const int32_t half = n_dims / 2;
   const int64_t pairs = tokens * heads * half;
   MINFER_GRID_STRIDE(w, pairs) {
@@ -37,9 +42,10 @@ using namespace minfer::cuda;
 
 extern "C" cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, const int32_t *pos, float *y,
                                             int64_t tokens, int64_t heads, int32_t hd, int32_t n_dims, int32_t mode,
-                                            float theta_base, float freq_scale) {
-  const int64_t work = tokens * heads * (n_dims / 2 > hd - n_dims ? n_dims / 2 : hd - n_dims);
-  rope_f32_kernel<<<grid_for(cfg, work), kBlock, 0, cfg->stream>>>(x, pos, y, tokens, heads, hd, n_dims, mode,
-                                                                   theta_base, freq_scale);
+                                            float theta_base, float freq_scale, const float *x2, float *y2, int64_t heads2) {
+  const int64_t most_heads = x2 && heads2 > heads ? heads2 : heads;
+  const int64_t work = tokens * most_heads * (n_dims / 2 > hd - n_dims ? n_dims / 2 : hd - n_dims);
+  const dim3 grid(grid_for(cfg, work), x2 ? 2 : 1);
+  rope_f32_kernel<<<grid, kBlock, 0, cfg->stream>>>(x, y, heads, x2, y2, heads2, pos, tokens, hd, n_dims, mode, theta_base, freq_scale);
   return launched(cfg, "rope_f32_kernel");
 }

@@ -39,15 +39,13 @@ std::string check_attention(const minfer_node &n) {
 void run_attention(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
   const auto &p = sdk::params_of<minfer_attention_params>(n);
   const int64_t tokens = sdk::run_rows(*n.inputs[0], args), n_ctx = n.inputs[3]->shape[1];
-  const int64_t kvd = int64_t(p.n_kv_head) * p.head_dim;
   if (args.n_past < 0 || args.n_past + tokens > n_ctx)
     throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "positions " + std::to_string(args.n_past) + ".." +
                                                       std::to_string(args.n_past + tokens - 1) + " do not fit the KV cache of " +
                                                       std::to_string(n_ctx));
 
-  const int32_t cache = n.inputs[3]->dtype;
-  dev.kv_write(dptr<float>(*n.inputs[1]), dptr<float>(*n.inputs[2]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), cache, tokens, kvd);
-  dev.attention(dptr<float>(*n.inputs[0]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), cache, dptr<float>(*n.output), tokens, p, n_ctx);
+  dev.attention(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.inputs[2]), dptr(*n.inputs[3]), dptr(*n.inputs[4]),
+                n.inputs[3]->dtype, dptr<float>(*n.output), tokens, p, n_ctx);
 }
 
 std::string check_weight(const minfer_node &n) {
@@ -64,6 +62,12 @@ void run_matmul(CudaDevice &dev, const minfer_node &n, const minfer_step_args &a
 }
 
 }  // namespace
+
+void run_rope_pair(CudaDevice &dev, const minfer_node &a, const minfer_node &b, const minfer_step_args &args) {
+  const auto &p = sdk::params_of<minfer_rope_params>(a);
+  dev.rope_f32(dptr<float>(*a.inputs[0]), dptr<int32_t>(*a.inputs[1]), dptr<float>(*a.output), sdk::run_rows(*a.output, args),
+               a.output->shape[0] / p.head_dim, p, dptr<float>(*b.inputs[0]), dptr<float>(*b.output), b.output->shape[0] / p.head_dim);
+}
 
 void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &swiglu,
                        const minfer_step_args &args) {

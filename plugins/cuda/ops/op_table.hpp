@@ -32,6 +32,10 @@ void run_matmul_add(CudaDevice &dev, const minfer_node &matmul, const minfer_nod
 void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &swiglu,
                        const minfer_step_args &args);
 
+// Two ROPE nodes at the same positions with the same parameters (a step's queries and keys),
+// independent of each other, in one launch.
+void run_rope_pair(CudaDevice &dev, const minfer_node &a, const minfer_node &b, const minfer_step_args &args);
+
 // The op families, one file each.
 std::span<const CudaOp> elementwise_ops();
 std::span<const CudaOp> quant_ops();
