@@ -19,8 +19,8 @@ run() {  # run LABEL MODEL OPTIONS
 }
 : > "$out/bench.md"
 run q05_q4_0 "$models/qwen2-0.5b-q4_0.gguf" ""
-run q05_q4_0_mmq "$models/qwen2-0.5b-q4_0.gguf" "mmq: true"
-run q05_q4_0_w16cache "$models/qwen2-0.5b-q4_0.gguf" "w16_cache_min_bytes: 0"
+run q05_q4_0_f16gemm "$models/qwen2-0.5b-q4_0.gguf" "mmq: false"
+run q05_q4_0_nographs "$models/qwen2-0.5b-q4_0.gguf" "cuda_graphs: false"
 run q05_q8_0 "$models/qwen2-0.5b-q8_0.gguf" ""
 run q05_q4_k_m "$models/qwen2-0.5b-q4_k_m.gguf" ""
 run q7b_q4_0 "$models/qwen2-7b-q4_0.gguf" ""

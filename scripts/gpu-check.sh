@@ -31,8 +31,16 @@ step trace_cuda "$bin/minfer-app" --config configs/cuda.yaml -n 6 --temp 0
 unset MINFER_TRACE
 command -v python3 >/dev/null && step trace_schema python3 tests/validate_trace.py docs/trace.schema.json "$out/trace_cuda.json"
 if command -v compute-sanitizer >/dev/null; then
-  step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+  # The reduced suite: every kernel family's conformance cases, then a whole synthetic Qwen2
+  # (Q4_0: MMQ prefill, fused decode steps, both attention kernels) generating a few tokens.
+  MINFER_CONFORMANCE_OPS=matmul,attention,rms_norm,rope,swiglu,get_rows,dequantize step memcheck \
+    compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$bin/minfer-op-conformance" --gtest_filter='Backends/Conformance.EveryOpDtypeShape/cuda'
+  "$bin/minfer-gguf" synth --arch qwen2 --preset tiny --type q4_0 --seed 3 -o /tmp/minfer-tiny-q4_0.gguf > /dev/null 2>&1
+  printf 'backends: {cuda: {}}\nprompt: "one two three four five six seven eight nine ten"\ncontext: 256\ngeneration: {n_predict: 8}\n' \
+    > /tmp/minfer-tiny.yaml
+  step memcheck_model compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$bin/minfer-app" --config /tmp/minfer-tiny.yaml -m /tmp/minfer-tiny-q4_0.gguf
 fi
 if [ "${MINFER_GPU_BENCH:-1}" != 0 ]; then
   step synth "$bin/minfer-gguf" synth --arch qwen2 --preset 0.5b --type q4_0 --seed 1 \
@@ -41,7 +49,7 @@ if [ "${MINFER_GPU_BENCH:-1}" != 0 ]; then
   step bench_cuda "$bin/minfer-bench" -m /tmp/qwen2-0.5b-q4_0.gguf --config /tmp/cuda-bench.yaml -p 512 -n 128 -r 3
 fi
 cat "$out/gpu.txt"
-grep -h -E '^conformance\[|PASSED|FAILED|ERROR SUMMARY|cuda_f|mixed_f|agreement' "$out"/conformance.log "$out"/tests.log "$out"/memcheck.log 2>/dev/null | grep -v "^\[ *OK" | head -40
+grep -h -E '^conformance\[|PASSED|FAILED|ERROR SUMMARY|cuda_f|mixed_f|agreement' "$out"/conformance.log "$out"/tests.log "$out"/memcheck.log "$out"/memcheck_model.log 2>/dev/null | grep -v "^\[ *OK" | head -40
 tail -n 3 "$out/generate_cuda.log" "$out/generate_mixed.log" "$out/bench_cuda.log" "$out/trace_schema.log" 2>/dev/null
 command -v python3 >/dev/null && python3 -c "import json,sys; t=json.load(open(sys.argv[1])); r=t['steps'][1]['nodes']; print('cuda trace clocks:', sorted(set(x['clock'] for x in r)), 'decode step node ms total: %.3f' % sum(x['ms'] for x in r))" "$out/trace_cuda.json"
 printf '%s\n' "${summary[@]}"
