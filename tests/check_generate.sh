@@ -28,4 +28,21 @@ echo "$msg" | grep -q "not a GGUF file" || fail "non-GGUF message: $msg"
 # The README's run config: a synthesized model, made on first run, then reused.
 out=$("$app" --config configs/demo.yaml -n 8 --json) || fail "demo.yaml: $out"
 echo "$out" | grep -q '"tokens": 8' || fail "demo.yaml generated no tokens: $out"
+# Peak memory of a CPU run: within 1.2 x the model file plus the KV cache (issue 4), for a
+# Qwen2-0.5B Q4_0 and a prompt longer than one 512-token batch.
+vocab=""
+[ -f ../shared/testdata/vocab/ggml-vocab-qwen2.gguf ] && vocab="--vocab ../shared/testdata/vocab/ggml-vocab-qwen2.gguf"
+model=$work/qwen2-0.5b-q4_0.gguf
+[ -f "$model" ] || "$(dirname "$app")/minfer-gguf" synth --arch qwen2 --preset 0.5b --type q4_0 --seed 1 $vocab -o "$model" > /dev/null ||
+  fail "synthesizing the 0.5B model"
+long=$(seq 0 164 | sed 's/^/word/' | tr '\n' ' ')
+printf 'backends: {cpu: {}}\ncontext: 2048\nkv_type: f16\ngeneration: {n_predict: 4}\n' > "$work/rss.yaml"
+out=$("$app" --config "$work/rss.yaml" -m "$model" -p "$long" --json) || fail "0.5B run: $out"
+peak=$(echo "$out" | sed 's/.*"peak_rss_mb": \([0-9.e+]*\).*/\1/')
+prompt=$(echo "$out" | sed 's/.*"prompt_tokens": \([0-9]*\).*/\1/')
+bytes=$(wc -c < "$model")
+# KV cache: 2048 positions x 24 layers x (K + V) x 128 values x 2 bytes
+bound=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", (1.2 * b + 2048 * 24 * 2 * 128 * 2) / 1e6 }')
+echo "peak RSS ${peak} MB for a ${prompt}-token prompt; bound ${bound} MB"
+awk -v p="$peak" -v b="$bound" 'BEGIN { exit !(p > 0 && p <= b) }' || fail "peak RSS ${peak} MB exceeds ${bound} MB"
 echo "minfer-app generate OK"

@@ -138,7 +138,7 @@ TEST(GgufMalformed, CorpusYieldsExpectedErrors) {
   const auto valid = minfer::test::build(minfer::test::valid_spec()).bytes;
   const auto f = minfer::gguf::File::parse(valid.data(), valid.size(), "valid");
   EXPECT_EQ(f->tensors().size(), 2u);
-  EXPECT_EQ(f->find("test.nested")->arr().items.size(), 2u);
+  EXPECT_EQ(f->find("test.nested")->arr().size(), 2u);
 }
 
 // Every metadata type, nested arrays and tensors survive write -> read -> write byte-identically.
@@ -182,7 +182,7 @@ TEST(GgufWrite, RoundTripIsIdentical) {
   EXPECT_EQ(f->get<float>("t.f32"), 3.25f);
   EXPECT_EQ(f->get<double>("t.f64"), 2.718281828459045);
   EXPECT_EQ(f->get<std::string>("t.str"), "héllo\nworld");
-  EXPECT_EQ(f->find("t.arr")->arr().items[0].arr().items[1].to_string(), "\"b\"");
+  EXPECT_EQ(f->find("t.arr")->arr().items()[0].arr().items()[1].to_string(), "\"b\"");
   ASSERT_EQ(f->tensors().size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(f->tensors()[i].data - f->tensors()[0].data, int64_t(f->tensors()[i].offset));

@@ -1,3 +1,5 @@
+#include <sys/resource.h>
+
 #include "generate_job.hpp"
 
 #include <chrono>
@@ -182,10 +184,13 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
     std::fprintf(stderr, "trace written to %s (nodes ran one at a time: each timing includes a sync)\n", trace->path().c_str());
   }
   if (opts.json) {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);  // ru_maxrss: the process's peak resident set, in KiB
     std::printf("{\"prompt_tokens\": %zu, \"tokens\": %lld, \"text\": %s, \"stop\": %s, \"load_s\": %s, \"prefill_tok_s\": %s, "
-                "\"decode_tok_s\": %s}\n",
+                "\"decode_tok_s\": %s, \"peak_rss_mb\": %s}\n",
                 prompt.size(), (long long)generated, json::quote(out).c_str(), json::quote(stop_reason).c_str(),
-                json::number(load_s).c_str(), json::number(prefill_tps).c_str(), json::number(decode_tps).c_str());
+                json::number(load_s).c_str(), json::number(prefill_tps).c_str(), json::number(decode_tps).c_str(),
+                json::number(double(usage.ru_maxrss) * 1024 / 1e6).c_str());
   } else {
     std::printf("%s\n", tail.c_str());
     std::fprintf(stderr, "load %.2f s | prompt %zu tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s | stop: %s\n", load_s,

@@ -30,7 +30,7 @@ const char *kUsage =
     "  --temp T             temperature (0 = greedy)\n"
     "  --seed N             sampling seed\n"
     "  --threads N          CPU threads (the cpu backend's 'threads' option)\n"
-    "  --json               print one JSON object (prompt_tokens, tokens, text, timings)\n"
+    "  --json               print one JSON object (prompt_tokens, tokens, text, timings, peak_rss_mb)\n"
     "  --explain            print the placement report (node -> backend, copies, memory) and exit\n"
     "  --list-backends      list every plugin found: name, version, ABI, devices\n"
     "  --plugin-dir DIR     look for plugins here first (overrides the config's plugin_dir)\n"

@@ -35,7 +35,7 @@ std::string json_value(const gguf::Value &v) {
     case ValueType::ARRAY:
       // Arrays (token lists, merges) are summarized: the full lists are megabytes.
       return std::string("{\"type\": \"array\", \"elem\": ") + json::quote(gguf::value_type_name(v.arr().elem)) +
-             ", \"count\": " + std::to_string(v.arr().items.size()) + "}";
+             ", \"count\": " + std::to_string(v.arr().size()) + "}";
     default: return v.to_string();
   }
 }
@@ -67,9 +67,9 @@ int cmd_info(const std::vector<std::string> &args) {
     for (Totals *y : {&x, &all}) y->tensors++, y->params += t.n_elements(), y->bytes += t.n_bytes;
   }
   const gguf::Value *tokens = f->find("tokenizer.ggml.tokens");
-  const size_t n_tokens = tokens && tokens->type == gguf::ValueType::ARRAY ? tokens->arr().items.size() : 0;
+  const size_t n_tokens = tokens && tokens->type == gguf::ValueType::ARRAY ? tokens->arr().size() : 0;
   const gguf::Value *merges = f->find("tokenizer.ggml.merges");
-  const size_t n_merges = merges && merges->type == gguf::ValueType::ARRAY ? merges->arr().items.size() : 0;
+  const size_t n_merges = merges && merges->type == gguf::ValueType::ARRAY ? merges->arr().size() : 0;
 
   if (as_json) {
     std::printf("{\n  \"file\": %s,\n  \"version\": %u,\n  \"size_bytes\": %" PRIu64 ",\n  \"alignment\": %u,\n",

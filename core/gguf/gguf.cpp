@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <limits>
 
 #include "minfer/dtype.h"
@@ -49,7 +50,11 @@ constexpr int kMaxArrayDepth = 8;  // nested arrays deeper than this are refused
 
 class Cursor {
  public:
-  Cursor(const uint8_t *base, uint64_t size, const std::string &name) : base_(base), size_(size), name_(name) {}
+  Cursor(const uint8_t *base, uint64_t size, const std::string &name, std::shared_ptr<const void> keep = nullptr)
+      : base_(base), size_(size), name_(name), keep_(std::move(keep)) {}
+  // Set when the bytes are a file mapping kept alive by this: arrays may stay undecoded.
+  const std::shared_ptr<const void> &keep() const { return keep_; }
+  const uint8_t *here() const { return base_ + pos_; }
 
   [[noreturn]] void fail(uint64_t at, const std::string &what) const {
     throw Error(name_ + ": at byte " + std::to_string(at) + ": " + what);
@@ -84,7 +89,18 @@ class Cursor {
   const uint8_t *base_;
   uint64_t size_, pos_ = 0;
   std::string name_;
+  std::shared_ptr<const void> keep_;
 };
+
+uint64_t min_value_bytes(ValueType t);
+
+// Bytes of one value of a fixed-size type; 0 for strings and arrays.
+uint64_t fixed_bytes(ValueType t) {
+  switch (t) {
+    case ValueType::STRING: case ValueType::ARRAY: return 0;
+    default: return min_value_bytes(t);
+  }
+}
 
 // The fewest bytes one value of type t can occupy: bounds array counts before reserving.
 uint64_t min_value_bytes(ValueType t) {
@@ -131,11 +147,34 @@ Value read_value(Cursor &c, ValueType t, int depth, const std::string &key) {
       if (n > c.left() / min_value_bytes(elem))
         c.fail(at + 4, "array of key '" + key + "' claims " + std::to_string(n) + " " + value_type_name(elem) +
                            " values, more than the " + std::to_string(c.left()) + " bytes left can hold");
-      auto a = std::make_shared<Array>();
-      a->elem = elem;
-      a->items.reserve(size_t(n));
-      for (uint64_t i = 0; i < n; ++i) a->items.push_back(read_value(c, elem, depth + 1, key));
-      v.v = std::move(a);
+      if (c.keep() && elem != ValueType::ARRAY) {  // validate and skip now, decode on demand
+        const uint64_t begin = c.pos();
+        if (const uint64_t size = fixed_bytes(elem)) {
+          const uint64_t at_values = c.pos();
+          for (uint64_t i = 0; i < n; ++i) {
+            if (elem == ValueType::BOOL) {
+              (void)read_value(c, elem, depth + 1, key);  // 0 or 1, else an error naming the byte
+            } else {
+              c.seek(at_values + (i + 1) * size);
+            }
+          }
+        } else {
+          for (uint64_t i = 0; i < n; ++i) {
+            const uint64_t s_at = c.pos();
+            const uint64_t len = c.read<uint64_t>("a string length");
+            if (len > c.left())
+              c.fail(s_at, std::string("a string length claims ") + std::to_string(len) + " bytes but only " +
+                               std::to_string(c.left()) + " remain in the file");
+            c.seek(c.pos() + len);
+          }
+        }
+        v.v = std::make_shared<Array>(elem, n, c.here() - (c.pos() - begin), c.pos() - begin, c.keep());
+        break;
+      }
+      std::vector<Value> items;
+      items.reserve(size_t(n));
+      for (uint64_t i = 0; i < n; ++i) items.push_back(read_value(c, elem, depth + 1, key));
+      v.v = std::make_shared<Array>(elem, std::move(items));
       break;
     }
   }
@@ -144,11 +183,30 @@ Value read_value(Cursor &c, ValueType t, int depth, const std::string &key) {
 
 }  // namespace
 
+// ---- arrays -----------------------------------------------------------------------------
+
+Array::Array(ValueType e, std::vector<Value> items) : elem(e), items_(std::move(items)), count_(items_.size()) {}
+
+Array::Array(ValueType e, uint64_t count, const uint8_t *raw, uint64_t raw_bytes, std::shared_ptr<const void> keep)
+    : elem(e), count_(count), raw_(raw), raw_bytes_(raw_bytes), keep_(std::move(keep)) {}
+
+const std::vector<Value> &Array::items() const {
+  if (!raw_) return items_;
+  static std::mutex decoding;
+  std::lock_guard<std::mutex> lock(decoding);
+  if (items_.size() != count_) {  // validated at parse time: decoding cannot fail
+    Cursor c(raw_, raw_bytes_, "array");
+    items_.reserve(size_t(count_));
+    for (uint64_t i = 0; i < count_; ++i) items_.push_back(read_value(c, elem, 1, ""));
+  }
+  return items_;
+}
+
 // ---- the file ---------------------------------------------------------------------------
 
 std::shared_ptr<File> File::open(const std::string &path) {
   auto f = std::shared_ptr<File>(new File());
-  f->map_ = std::make_unique<Mapping>(path);
+  f->map_ = std::make_shared<Mapping>(path);
   f->base_ = f->map_->data();
   f->size_ = f->map_->size();
   f->path_ = path;
@@ -166,7 +224,7 @@ std::shared_ptr<File> File::parse(const uint8_t *data, uint64_t size, const std:
 }
 
 void File::parse_all() {
-  Cursor c(base_, size_, path_);
+  Cursor c(base_, size_, path_, map_);  // from a mapping: arrays stay in its bytes until asked for
   const uint32_t magic = c.read<uint32_t>("the magic 'GGUF'");
   if (magic != kMagic) c.fail(0, "not a GGUF file (the first 4 bytes are not 'GGUF')");
   version_ = c.read<uint32_t>("the version");
@@ -341,9 +399,39 @@ std::vector<std::string> File::get_strings(const std::string &key) const {
   if (!v) fail_key(key, "is missing");
   if (v->type != ValueType::ARRAY || v->arr().elem != ValueType::STRING)
     fail_key(key, std::string("is ") + value_type_name(v->type) + ", expected an array of strings");
+  const Array &a = v->arr();
   std::vector<std::string> out;
-  out.reserve(v->arr().items.size());
-  for (const auto &x : v->arr().items) out.push_back(std::get<std::string>(x.v));
+  out.reserve(size_t(a.size()));
+  if (a.raw()) {  // straight from the file's bytes (validated at parse time)
+    Cursor c(a.raw(), a.raw_bytes(), path_);
+    for (uint64_t i = 0; i < a.size(); ++i) out.push_back(c.read_string("a string length"));
+    return out;
+  }
+  for (const auto &x : a.items()) out.push_back(std::get<std::string>(x.v));
+  return out;
+}
+
+std::vector<double> File::get_numbers(const std::string &key) const {
+  const Value *v = find(key);
+  if (!v) fail_key(key, "is missing");
+  if (v->type != ValueType::ARRAY || !fixed_bytes(v->arr().elem) || v->arr().elem == ValueType::BOOL)
+    fail_key(key, std::string("is ") + (v->type == ValueType::ARRAY ? std::string("an array of ") + value_type_name(v->arr().elem)
+                                                                    : std::string(value_type_name(v->type))) +
+                      ", expected an array of numbers");
+  const Array &a = v->arr();
+  std::vector<double> out;
+  out.reserve(size_t(a.size()));
+  const auto number = [](const Value &x) {
+    if (std::holds_alternative<double>(x.v)) return std::get<double>(x.v);
+    if (std::holds_alternative<int64_t>(x.v)) return double(std::get<int64_t>(x.v));
+    return double(std::get<uint64_t>(x.v));
+  };
+  if (a.raw()) {
+    Cursor c(a.raw(), a.raw_bytes(), path_);
+    for (uint64_t i = 0; i < a.size(); ++i) out.push_back(number(read_value(c, a.elem, 1, key)));
+    return out;
+  }
+  for (const auto &x : a.items()) out.push_back(number(x));
   return out;
 }
 

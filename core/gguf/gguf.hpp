@@ -76,8 +76,10 @@ class File {
   }
   // Any integer type, range-checked into int64.
   int64_t get_int(const std::string &key) const;
-  // An array of strings / of numbers.
+  // An array of strings / of numbers (any integer or float type), read from the file's bytes
+  // without building a Value per item.
   std::vector<std::string> get_strings(const std::string &key) const;
+  std::vector<double> get_numbers(const std::string &key) const;
 
   std::string architecture() const { return get<std::string>("general.architecture"); }
 
@@ -86,7 +88,7 @@ class File {
   void parse_all();
   [[noreturn]] void fail_key(const std::string &key, const std::string &what) const;
 
-  std::unique_ptr<Mapping> map_;
+  std::shared_ptr<Mapping> map_;  // shared: arrays not yet decoded point into it
   const uint8_t *base_ = nullptr;
   uint64_t size_ = 0;
   std::string path_;

@@ -18,7 +18,9 @@ Value Value::strings(const std::vector<std::string> &items) {
   return array(ValueType::STRING, std::move(v));
 }
 
-bool Value::is_integer() const {
+bool Value::is_integer() const { return is_integer_type(type); }
+
+bool is_integer_type(ValueType type) {
   switch (type) {
     case ValueType::U8: case ValueType::I8: case ValueType::U16: case ValueType::I16:
     case ValueType::U32: case ValueType::I32: case ValueType::U64: case ValueType::I64:
@@ -45,11 +47,12 @@ std::string Value::to_string(size_t max_items) const {
     }
     case ValueType::ARRAY: {
       const Array &a = arr();
-      std::string out = std::string("[") + value_type_name(a.elem) + " x " + std::to_string(a.items.size()) + "]";
-      if (a.items.empty()) return out;
+      std::string out = std::string("[") + value_type_name(a.elem) + " x " + std::to_string(a.size()) + "]";
+      if (a.size() == 0) return out;
       out += " ";
-      for (size_t i = 0; i < a.items.size() && i < max_items; ++i) out += (i ? ", " : "") + a.items[i].to_string(3);
-      return out + (a.items.size() > max_items ? ", ..." : "");
+      const std::vector<Value> &items = a.items();
+      for (size_t i = 0; i < items.size() && i < max_items; ++i) out += (i ? ", " : "") + items[i].to_string(3);
+      return out + (items.size() > max_items ? ", ..." : "");
     }
     default:
       if (std::holds_alternative<int64_t>(v)) return std::to_string(std::get<int64_t>(v));

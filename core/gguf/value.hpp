@@ -17,12 +17,36 @@ enum class ValueType : uint32_t {
 inline constexpr uint32_t kValueTypeCount = 13;
 
 const char *value_type_name(ValueType t);  // "uint32", "array", ...
+bool is_integer_type(ValueType t);
 
 struct Value;
 
-struct Array {
+// An array's items. One read from a mapped file keeps its strings and numbers as the file's
+// bytes until someone asks for items(): a vocabulary's ~150k tokens, types and merges as
+// Values would cost ~20 MB for the whole run, while the tokenizer reads them once
+// (File::get_strings / get_numbers read the bytes directly).
+class Array {
+ public:
+  Array(ValueType elem, std::vector<Value> items);
+  // Still in a file: `count` values of type `elem` (not ARRAY) in raw..raw+raw_bytes, already
+  // validated; `keep` holds the mapping alive.
+  Array(ValueType elem, uint64_t count, const uint8_t *raw, uint64_t raw_bytes, std::shared_ptr<const void> keep);
+  Array(const Array &) = delete;
+  Array &operator=(const Array &) = delete;
+
   ValueType elem = ValueType::U8;
-  std::vector<Value> items;
+  uint64_t size() const { return count_; }
+  const std::vector<Value> &items() const;  // decodes a file's array on first use (thread-safe)
+  // The file's bytes, or nullptr for an array built in memory (use items()).
+  const uint8_t *raw() const { return raw_; }
+  uint64_t raw_bytes() const { return raw_bytes_; }
+
+ private:
+  mutable std::vector<Value> items_;
+  uint64_t count_ = 0;
+  const uint8_t *raw_ = nullptr;
+  uint64_t raw_bytes_ = 0;
+  std::shared_ptr<const void> keep_;
 };
 
 // One metadata value. Integers keep their signedness; the declared GGUF type is kept too,
@@ -38,7 +62,7 @@ struct Value {
   static Value boolean(bool x) { return {ValueType::BOOL, x}; }
   static Value str(std::string s) { return {ValueType::STRING, std::move(s)}; }
   static Value array(ValueType elem, std::vector<Value> items) {
-    return {ValueType::ARRAY, std::make_shared<Array>(Array{elem, std::move(items)})};
+    return {ValueType::ARRAY, std::make_shared<Array>(elem, std::move(items))};
   }
   static Value strings(const std::vector<std::string> &items);
 

@@ -83,10 +83,10 @@ void Writer::put_value(const Value &v) {
     case ValueType::ARRAY: {
       const Array &a = v.arr();
       const uint32_t et = uint32_t(a.elem);
-      const uint64_t n = a.items.size();
+      const uint64_t n = a.size();
       put(&et, 4);
       put(&n, 8);
-      for (const auto &x : a.items) {
+      for (const auto &x : a.items()) {
         if (x.type != a.elem) throw Error("GGUF writer: array element of type " + std::string(value_type_name(x.type)) +
                                           " in an array of " + value_type_name(a.elem));
         put_value(x);

@@ -142,9 +142,9 @@ void add_vocab(gguf::Writer &w, const Options &o, const Preset &p) {
     if (key.rfind("tokenizer.", 0) != 0) continue;
     Value copy = value;
     // Per-token arrays are padded to the model's vocabulary (as real Qwen2 files are).
-    if (copy.type == ValueType::ARRAY && int64_t(copy.arr().items.size()) == n_tokens &&
+    if (copy.type == ValueType::ARRAY && int64_t(copy.arr().size()) == n_tokens &&
         (key == "tokenizer.ggml.tokens" || key == "tokenizer.ggml.token_type" || key == "tokenizer.ggml.scores")) {
-      auto items = copy.arr().items;
+      auto items = copy.arr().items();
       const ValueType elem = copy.arr().elem;
       for (int64_t i = n_tokens; i < p.n_vocab; ++i) {
         if (elem == ValueType::STRING) items.push_back(Value::str("[PAD" + std::to_string(i) + "]"));

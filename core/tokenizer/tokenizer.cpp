@@ -78,18 +78,23 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File &f) {
   if (n == 0) throw Error(f.path() + ": tokenizer.ggml.tokens is empty");
   t->types_.assign(n, Normal);
   if (const gguf::Value *tt = f.find("tokenizer.ggml.token_type")) {
-    if (tt->type != gguf::ValueType::ARRAY || tt->arr().items.size() != n)
+    if (tt->type != gguf::ValueType::ARRAY || tt->arr().size() != n || !gguf::is_integer_type(tt->arr().elem))
       throw Error(f.path() + ": tokenizer.ggml.token_type must be an array of " + std::to_string(n) + " integers");
-    for (size_t i = 0; i < n; ++i) t->types_[i] = int32_t(std::get<int64_t>(tt->arr().items[i].v));
+    const std::vector<double> types = f.get_numbers("tokenizer.ggml.token_type");
+    for (size_t i = 0; i < n; ++i) t->types_[i] = int32_t(types[i]);
   }
   t->scores_.assign(n, 0.0f);
   if (const gguf::Value *sc = f.find("tokenizer.ggml.scores")) {
-    if (sc->type != gguf::ValueType::ARRAY || sc->arr().items.size() != n)
+    if (sc->type != gguf::ValueType::ARRAY || sc->arr().size() != n ||
+        (sc->arr().elem != gguf::ValueType::F32 && sc->arr().elem != gguf::ValueType::F64))
       throw Error(f.path() + ": tokenizer.ggml.scores must be an array of " + std::to_string(n) + " floats");
-    for (size_t i = 0; i < n; ++i) t->scores_[i] = float(std::get<double>(sc->arr().items[i].v));
+    const std::vector<double> scores = f.get_numbers("tokenizer.ggml.scores");
+    for (size_t i = 0; i < n; ++i) t->scores_[i] = float(scores[i]);
   }
-  t->ids_.reserve(n);
-  for (size_t i = 0; i < n; ++i) t->ids_.emplace(t->tokens_[i], int32_t(i));
+  t->ids_by_text_.resize(n);
+  for (size_t i = 0; i < n; ++i) t->ids_by_text_[i] = int32_t(i);
+  std::stable_sort(t->ids_by_text_.begin(), t->ids_by_text_.end(),
+                   [&](int32_t a, int32_t b) { return t->tokens_[size_t(a)] < t->tokens_[size_t(b)]; });
 
   auto opt_id = [&](const char *key) -> int32_t {
     if (!f.find(key)) return -1;
@@ -120,7 +125,15 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File &f) {
     else throw Error(f.path() + ": tokenizer.ggml.pre '" + pre + "' is not supported (supported: default, gpt-2, llama-bpe, qwen2)");
     const std::vector<std::string> merges = f.get_strings("tokenizer.ggml.merges");
     t->merge_rank_.reserve(merges.size());
-    for (size_t r = 0; r < merges.size(); ++r) t->merge_rank_.emplace(merges[r], int32_t(r));
+    for (size_t r = 0; r < merges.size(); ++r) {
+      // "left right": both sides are tokens in any vocabulary a merge can produce a token of;
+      // a rule whose side is not a token could never apply to token pieces.
+      const size_t sp = merges[r].find(' ', 1);
+      if (sp == std::string::npos) throw Error(f.path() + ": merge rule " + std::to_string(r) + " '" + merges[r] + "' has no space");
+      const int32_t l = t->find(merges[r].substr(0, sp)), rt = t->find(merges[r].substr(sp + 1));
+      if (l >= 0 && rt >= 0) t->merge_rank_.emplace_back(uint64_t(uint32_t(l)) << 32 | uint32_t(rt), int32_t(r));
+    }
+    std::sort(t->merge_rank_.begin(), t->merge_rank_.end());
     // GPT-2's byte <-> printable code point map.
     int extra = 0;
     for (int b = 0; b < 256; ++b) {
@@ -133,8 +146,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File &f) {
 }
 
 int32_t Tokenizer::find(const std::string &text) const {
-  auto it = ids_.find(text);
-  return it == ids_.end() ? -1 : it->second;
+  const auto it = std::lower_bound(ids_by_text_.begin(), ids_by_text_.end(), text,
+                                   [&](int32_t id, const std::string &s) { return tokens_[size_t(id)] < s; });
+  return it != ids_by_text_.end() && tokens_[size_t(*it)] == text ? *it : -1;
 }
 
 bool Tokenizer::is_end_of_generation(int32_t id) const {
@@ -228,8 +242,11 @@ void Tokenizer::encode_bpe(const std::string &text, std::vector<int32_t> &out) c
     }
     // A pair merges when "left right" is a merge rule; the lowest rank goes first.
     const auto pieces = merge_pieces(word, [&](const std::string &l, const std::string &r) -> std::optional<double> {
-      auto it = merge_rank_.find(l + " " + r);
-      if (it == merge_rank_.end()) return std::nullopt;
+      const int32_t li = find(l), ri = li >= 0 ? find(r) : -1;
+      if (ri < 0) return std::nullopt;
+      const uint64_t key = uint64_t(uint32_t(li)) << 32 | uint32_t(ri);
+      const auto it = std::lower_bound(merge_rank_.begin(), merge_rank_.end(), std::make_pair(key, INT32_MIN));
+      if (it == merge_rank_.end() || it->first != key) return std::nullopt;
       return -double(it->second);
     });
     for (const auto &[start, len] : pieces) {
