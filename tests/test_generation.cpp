@@ -2,6 +2,8 @@
 // prompt's tokens, 64 greedy tokens, and the logits after the prompt, for both KV types.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include <cmath>
 #include <fstream>
 
@@ -59,6 +61,9 @@ bool usable(const minfer::RunConfig &cfg, std::string &why) {
   }
   return true;
 }
+
+// gtest prints a test's parameter in listings: the label and KV type, not the struct's bytes.
+void PrintTo(const Case &c, std::ostream *os) { *os << c.label << ", " << minfer_dtype_name(c.kv_type) << " KV"; }
 
 class Stories : public ::testing::TestWithParam<Case> {};
 
