@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "decode_row.hpp"
@@ -41,6 +42,74 @@ alignas(64) constexpr TileConfig kTileConfig = tile_config();
 // 32 f32 to bf16 (round to nearest even) as 16 words of pairs: word r = (v[2r], v[2r+1]).
 MINFER_AMX inline __m512i to_bf16_pairs(__m512 lo, __m512 hi) { return __m512i(_mm512_cvtne2ps_pbh(hi, lo)); }
 
+// Rows of the types Q4_K_M files are made of (Q4_K, Q6_K, and Q5_0 where a row is not a
+// multiple of 256), decoded to f32 with AVX-512: the SDK's per-value decoders cost more than
+// the tile products.
+MINFER_AMX void decode_q5_0_row(const minfer_block_q5_0 *b, int64_t nb, float *out) {
+  const __m128i nib = _mm_set1_epi8(0x0f), sixteen = _mm_set1_epi8(16);
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b[i].qs));
+    uint32_t qh;
+    std::memcpy(&qh, b[i].qh, 4);
+    // Values j and j + 16 share byte j's nibbles; bit j of qh is value j's fifth bit. Offset 16.
+    __m128i lo = _mm_and_si128(packed, nib), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nib);
+    lo = _mm_sub_epi8(_mm_mask_add_epi8(lo, __mmask16(qh & 0xffff), lo, sixteen), sixteen);
+    hi = _mm_sub_epi8(_mm_mask_add_epi8(hi, __mmask16(qh >> 16), hi, sixteen), sixteen);
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(b[i].d));
+    _mm512_storeu_ps(out + 32 * i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), d));
+    _mm512_storeu_ps(out + 32 * i + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), d));
+  }
+}
+
+MINFER_AMX void decode_q6_k_row(const minfer_block_q6_k *b, int64_t nb, float *out) {
+  const __m256i nib = _mm256_set1_epi8(0x0f), two_bits = _mm256_set1_epi8(0x30), offset = _mm256_set1_epi8(32);
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = _cvtsh_ss(b[i].d);
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t *ql = b[i].ql + 64 * half, *qh = b[i].qh + 32 * half;
+      const int8_t *sc = b[i].scales + 8 * half;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
+      // Four runs of 32 values: low/high nibbles of ql[0..31] and ql[32..63], each with two
+      // bits of qh[0..31] on top (bits 0-1, 2-3, 4-5, 6-7), minus 32.
+      const __m256i q[4] = {
+          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l0, nib), _mm256_and_si256(_mm256_slli_epi16(h, 4), two_bits)), offset),
+          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l1, nib), _mm256_and_si256(_mm256_slli_epi16(h, 2), two_bits)), offset),
+          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), nib), _mm256_and_si256(h, two_bits)), offset),
+          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), nib), _mm256_and_si256(_mm256_srli_epi16(h, 2), two_bits)),
+                          offset)};
+      float *y = out + 256 * i + 128 * half;
+      for (int g = 0; g < 4; ++g) {  // values 0-15 of a run take scale 2g, 16-31 scale 2g + 1
+        const __m512 s0 = _mm512_set1_ps(d * float(sc[2 * g])), s1 = _mm512_set1_ps(d * float(sc[2 * g + 1]));
+        _mm512_storeu_ps(y + 32 * g, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q[g]))), s0));
+        _mm512_storeu_ps(y + 32 * g + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q[g], 1))), s1));
+      }
+    }
+  }
+}
+
+// Q4_K (real Q4_K_M files' main type where rows are multiples of 256).
+MINFER_AMX void decode_q4_k_row(const minfer_block_q4_k *b, int64_t nb, float *out) {
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = _cvtsh_ss(b[i].d), dmin = _cvtsh_ss(b[i].dmin);
+    for (int g = 0; g < 4; ++g) {  // 64 values: 32 low nibbles (sub-block 2g), 32 high (2g + 1)
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b[i].qs + 32 * g));
+      const __m256i halves[2] = {_mm256_and_si256(q, nib), _mm256_and_si256(_mm256_srli_epi16(q, 4), nib)};
+      for (int h = 0; h < 2; ++h) {
+        int sc, m;
+        sdk::k4_scale_min(b[i].scales, 2 * g + h, sc, m);
+        const __m512 scale = _mm512_set1_ps(d * float(sc)), min = _mm512_set1_ps(dmin * float(m));
+        float *y = out + 256 * i + 64 * g + 32 * h;
+        _mm512_storeu_ps(y, _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(halves[h]))), scale, min));
+        _mm512_storeu_ps(y + 16,
+                         _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(halves[h], 1))), scale, min));
+      }
+    }
+  }
+}
+
 // Up to 16 weight rows decoded to bf16, k-step-major: step s of row r at q[(s * 16 + r) * 16]
 // (words), so each step's 16 x 32 tile is 1 KiB contiguous. Rows past the end are zero.
 MINFER_AMX void pack_weight_panel(int32_t dtype, const uint8_t *w, int64_t row_bytes, int rows, int64_t k, int32_t *q, float *row_f32) {
@@ -75,7 +144,11 @@ MINFER_AMX void pack_weight_panel(int32_t dtype, const uint8_t *w, int64_t row_b
       }
       continue;
     }
-    decode_row_f32(dtype, row, row_f32, k);  // every other block type: through f32
+    // Every other block type: through f32.
+    if (dtype == MINFER_DTYPE_Q5_0) decode_q5_0_row(reinterpret_cast<const minfer_block_q5_0 *>(row), k / 32, row_f32);
+    else if (dtype == MINFER_DTYPE_Q6_K) decode_q6_k_row(reinterpret_cast<const minfer_block_q6_k *>(row), k / 256, row_f32);
+    else if (dtype == MINFER_DTYPE_Q4_K) decode_q4_k_row(reinterpret_cast<const minfer_block_q4_k *>(row), k / 256, row_f32);
+    else decode_row_f32(dtype, row, row_f32, k);
     for (int64_t s = 0; s < steps; ++s)
       _mm512_storeu_si512(dst + s * kTileWords, to_bf16_pairs(_mm512_loadu_ps(row_f32 + s * kStep), _mm512_loadu_ps(row_f32 + s * kStep + 16)));
   }
