@@ -21,17 +21,13 @@ static void *pass(void *arg) {
   __m512i acc = _mm512_setzero_si512();
   for (int r = 0; r < 30; r++)
     for (size_t i = 0; i < part; i += 256)
-      acc = _mm512_add_epi32(acc, _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(b + i), _mm512_load_si512(b + i + 64)),
-                                                   _mm512_add_epi32(_mm512_load_si512(b + i + 128), _mm512_load_si512(b + i + 192))));
+      for (int k = 0; k < 256; k += 64) acc = _mm512_add_epi32(acc, _mm512_load_si512(b + i + k));
   return (void *)(long)_mm512_reduce_add_epi32(acc);
 #else
   __m256i acc = _mm256_setzero_si256();
   for (int r = 0; r < 30; r++)
     for (size_t i = 0; i < part; i += 128)
-      acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_add_epi32(_mm256_load_si256((const __m256i *)(b + i)),
-                                                                    _mm256_load_si256((const __m256i *)(b + i + 32))),
-                                                   _mm256_add_epi32(_mm256_load_si256((const __m256i *)(b + i + 64)),
-                                                                    _mm256_load_si256((const __m256i *)(b + i + 96)))));
+      for (int k = 0; k < 128; k += 32) acc = _mm256_add_epi32(acc, _mm256_load_si256((const __m256i *)(b + i + k)));
   return (void *)(long)_mm256_extract_epi32(acc, 0);
 #endif
 }
@@ -49,5 +45,7 @@ int main(int argc, char **argv) {
   return 0;
 }
 C
-cc -O2 -march=native "$dir/bw.c" -o "$dir/bw" -lpthread
+isa=-mavx2
+grep -q avx512f /proc/cpuinfo && isa=-mavx512f
+cc -O2 "$isa" "$dir/bw.c" -o "$dir/bw" -lpthread
 "$dir/bw" "$mb"
