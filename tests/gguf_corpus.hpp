@@ -118,6 +118,11 @@ inline std::vector<Malformed> malformed_corpus() {
   { FileSpec x = s; Bytes v; v.put<uint32_t>(13).put<uint32_t>(0); x.kv.push_back({"k.bad_type", v.b}); add("unknown_value_type", x, "unknown value type 13"); }
   { FileSpec x = s; Bytes v; v.put<uint32_t>(9).put<uint32_t>(77).put<uint64_t>(1); x.kv.push_back({"k.bad_elem", v.b}); add("unknown_array_elem", x, "unknown element type 77"); }
   { FileSpec x = s; Bytes v; v.put<uint32_t>(7).put<uint8_t>(2); x.kv.push_back({"k.bool", v.b}); add("bad_bool", x, "expected 0 or 1"); }
+  // Arrays read in place (File::open) are validated as they are skipped.
+  { FileSpec x = s; Bytes v; v.put<uint32_t>(9).put<uint32_t>(7).put<uint64_t>(3).put<uint8_t>(1).put<uint8_t>(0).put<uint8_t>(5);
+    x.kv.push_back({"k.bools", v.b}); add("bad_bool_in_array", x, "expected 0 or 1"); }
+  { FileSpec x = s; Bytes v; v.put<uint32_t>(9).put<uint32_t>(8).put<uint64_t>(2).put<uint64_t>(1).put<uint8_t>('a').put<uint64_t>(uint64_t(1) << 40);
+    x.kv.push_back({"k.strings", v.b}); add("huge_string_in_array", x, "claims 1099511627776 bytes"); }
   { FileSpec x = s; x.kv.push_back(x.kv[0]); add("duplicate_key", x, "appears twice"); }
   { FileSpec x = s; Bytes v; v.put<uint32_t>(9);  // an array of arrays of ... (10 deep)
     for (int i = 0; i < 10; ++i) v.put<uint32_t>(9).put<uint64_t>(1);

@@ -202,6 +202,45 @@ TEST(GgufWrite, RoundTripIsIdentical) {
   EXPECT_EQ(sa, sb);
 }
 
+// A mapped file's arrays stay in its bytes until asked for: what they read as must equal the
+// same bytes decoded eagerly (File::parse), through items(), get_strings and get_numbers.
+TEST(GgufRead, ArraysReadInPlaceEqualDecodedOnes) {
+  using minfer::gguf::Value;
+  using minfer::gguf::ValueType;
+  const fs::path a = temp_dir() / "arrays.gguf";
+  {
+    minfer::gguf::Writer w(32);
+    w.set("t.strings", Value::strings({"", "a", "héllo", std::string(300, 'x')}));
+    w.set("t.i32", Value::array(ValueType::I32, {Value::i32(-5), Value::i32(7), Value::i32(2000000000)}));
+    w.set("t.f32", Value::array(ValueType::F32, {Value::f32(0.5f), Value::f32(-1e-3f)}));
+    w.set("t.u8", Value::array(ValueType::U8, {Value{ValueType::U8, uint64_t(255)}}));
+    w.set("t.bools", Value::array(ValueType::BOOL, {Value::boolean(true), Value::boolean(false)}));
+    w.set("t.empty", Value::array(ValueType::I32, {}));
+    w.begin(a.string());
+    w.finish();
+  }
+  std::ifstream in(a, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const auto lazy = minfer::gguf::File::open(a.string());
+  const auto eager = minfer::gguf::File::parse(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(), "arrays");
+  EXPECT_NE(lazy->find("t.strings")->arr().raw(), nullptr);  // in place until asked for
+  EXPECT_EQ(eager->find("t.strings")->arr().raw(), nullptr);
+  EXPECT_EQ(lazy->get_strings("t.strings"), (std::vector<std::string>{"", "a", "héllo", std::string(300, 'x')}));
+  EXPECT_EQ(lazy->get_strings("t.strings"), eager->get_strings("t.strings"));
+  EXPECT_EQ(lazy->get_numbers("t.i32"), (std::vector<double>{-5, 7, 2000000000}));
+  EXPECT_EQ(lazy->get_numbers("t.f32"), eager->get_numbers("t.f32"));
+  EXPECT_EQ(lazy->get_numbers("t.u8"), std::vector<double>{255});
+  EXPECT_TRUE(lazy->get_numbers("t.empty").empty());
+  EXPECT_THROW(lazy->get_numbers("t.strings"), minfer::Error);
+  EXPECT_THROW(lazy->get_strings("t.i32"), minfer::Error);
+  for (const auto &[key, v] : eager->metadata()) {
+    const Value *l = lazy->find(key);
+    ASSERT_NE(l, nullptr) << key;
+    EXPECT_EQ(l->to_string(100), v.to_string(100)) << key;
+    if (v.type == ValueType::ARRAY) EXPECT_EQ(l->arr().items().size(), v.arr().size()) << key;
+  }
+}
+
 TEST(GgufWrite, IncompleteDataIsAnErrorAndLeavesNoFile) {
   const fs::path p = temp_dir() / "incomplete.gguf";
   {

@@ -207,6 +207,7 @@ const std::vector<Value> &Array::items() const {
 std::shared_ptr<File> File::open(const std::string &path) {
   auto f = std::shared_ptr<File>(new File());
   f->map_ = std::make_shared<Mapping>(path);
+  f->keep_ = f->map_;
   f->base_ = f->map_->data();
   f->size_ = f->map_->size();
   f->path_ = path;
@@ -214,8 +215,9 @@ std::shared_ptr<File> File::open(const std::string &path) {
   return f;
 }
 
-std::shared_ptr<File> File::parse(const uint8_t *data, uint64_t size, const std::string &name) {
+std::shared_ptr<File> File::parse(const uint8_t *data, uint64_t size, const std::string &name, std::shared_ptr<const void> keep) {
   auto f = std::shared_ptr<File>(new File());
+  f->keep_ = std::move(keep);
   f->base_ = data;
   f->size_ = size;
   f->path_ = name;
@@ -224,7 +226,7 @@ std::shared_ptr<File> File::parse(const uint8_t *data, uint64_t size, const std:
 }
 
 void File::parse_all() {
-  Cursor c(base_, size_, path_, map_);  // from a mapping: arrays stay in its bytes until asked for
+  Cursor c(base_, size_, path_, keep_);  // bytes kept alive: arrays stay in them until asked for
   const uint32_t magic = c.read<uint32_t>("the magic 'GGUF'");
   if (magic != kMagic) c.fail(0, "not a GGUF file (the first 4 bytes are not 'GGUF')");
   version_ = c.read<uint32_t>("the version");

@@ -54,7 +54,10 @@ class File {
   // Maps and validates path; throws minfer::Error.
   static std::shared_ptr<File> open(const std::string &path);
   // Validates bytes already in memory (for tests and the fuzzer); `name` appears in errors.
-  static std::shared_ptr<File> parse(const uint8_t *data, uint64_t size, const std::string &name);
+  // With `keep` (holding the bytes alive) arrays stay in the bytes until asked for, as with
+  // open(); without, they are decoded now.
+  static std::shared_ptr<File> parse(const uint8_t *data, uint64_t size, const std::string &name,
+                                     std::shared_ptr<const void> keep = nullptr);
 
   const std::string &path() const { return path_; }
   uint32_t version() const { return version_; }
@@ -88,7 +91,8 @@ class File {
   void parse_all();
   [[noreturn]] void fail_key(const std::string &key, const std::string &what) const;
 
-  std::shared_ptr<Mapping> map_;  // shared: arrays not yet decoded point into it
+  std::shared_ptr<Mapping> map_;
+  std::shared_ptr<const void> keep_;  // what keeps the bytes alive (the mapping): arrays not yet decoded point into it
   const uint8_t *base_ = nullptr;
   uint64_t size_ = 0;
   std::string path_;
