@@ -38,6 +38,14 @@ Mapping::Mapping(const std::string &path) {
   ::close(fd);
 }
 
+void Mapping::release(const uint8_t *p, uint64_t n) const {
+  const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  if (!data_ || p < data_ || p + n > data_ + size_) return;
+  const uint64_t begin = (uint64_t(p - data_) + page - 1) / page * page, end = uint64_t(p + n - data_) / page * page;
+  // A shared read-only file mapping: the data stays in the page cache.
+  if (end > begin) madvise(const_cast<uint8_t *>(data_) + begin, end - begin, MADV_DONTNEED);
+}
+
 Mapping::~Mapping() {
   if (data_) munmap(const_cast<uint8_t *>(data_), size_);
 }

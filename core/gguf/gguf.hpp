@@ -43,6 +43,9 @@ class Mapping {
   Mapping &operator=(const Mapping &) = delete;
   const uint8_t *data() const { return data_; }
   uint64_t size() const { return size_; }
+  // Drops this process's pages of [p, p + n) (whole pages inside it; a no-op outside the
+  // mapping): they stop counting as its memory, and come back from the page cache if read.
+  void release(const uint8_t *p, uint64_t n) const;
 
  private:
   const uint8_t *data_ = nullptr;
@@ -85,6 +88,12 @@ class File {
   std::vector<double> get_numbers(const std::string &key) const;
 
   std::string architecture() const { return get<std::string>("general.architecture"); }
+
+  // For bytes of this file a backend has copied (a tensor's data): Mapping::release, when the
+  // file is mapped; nothing for a file parsed from memory.
+  void release_pages(const uint8_t *p, uint64_t n) const {
+    if (map_) map_->release(p, n);
+  }
 
  private:
   File() = default;

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ struct HostBytes {
   const uint8_t *data = nullptr;
   uint64_t size = 0;
   std::shared_ptr<const void> owner;
+  // When set (bytes of a mapped file): once every backend holds its own copy, the session
+  // calls it so the host's pages stop counting as this process's memory.
+  std::function<void(const uint8_t *, uint64_t)> release;
 };
 
 struct Tensor {

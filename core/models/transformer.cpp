@@ -29,7 +29,9 @@ class Builder {
       };
       throw Error(f_.path() + ": tensor '" + name + "' has shape " + str(have) + ", expected " + str(shape) + " (" + why + ")");
     }
-    return gb_.weight(name, t->dtype, shape, HostBytes{t->data, t->n_bytes, owner_});
+    const gguf::File *file = &f_;  // kept alive by owner_
+    return gb_.weight(name, t->dtype, shape,
+                      HostBytes{t->data, t->n_bytes, owner_, [file](const uint8_t *p, uint64_t n) { file->release_pages(p, n); }});
   }
 
  private:

@@ -155,10 +155,16 @@ void Session::upload_weights() {
   uint64_t total = 0, done = 0;
   for (const auto &[k, loc] : where_)
     if (copied(k, loc)) total += graph_.tensor(k.first).weight.size;
+  // Weights some backend reads in place keep their host pages; the others' are released once
+  // copied (a model's file pages would otherwise stay in this process's memory beside the copy).
+  std::set<TensorId> in_place;
+  for (const auto &[k, loc] : where_)
+    if (graph_.tensor(k.first).role == TensorRole::Weight && !copied(k, loc)) in_place.insert(k.first);
   for (const auto &[k, loc] : where_) {
     if (!copied(k, loc)) continue;
     const Tensor &t = graph_.tensor(k.first);
     loc.buffer->write(loc.offset, t.weight.data, t.weight.size);  // straight from the file's mapping
+    if (t.weight.release && !in_place.count(k.first)) t.weight.release(t.weight.data, t.weight.size);
     done += t.weight.size;
     if (progress_) progress_(double(done) / double(total), t.name);
   }
