@@ -4,7 +4,8 @@
 // AMX-BF16 tile products (16x32 by 32x16 per instruction, f32 accumulators that live in the
 // tiles for the whole row). Decoding to bf16 rather than multiplying int8 blocks keeps the
 // per-block scales out of the inner loop: with int8 tiles each 32-value block's product has
-// to be scaled by AVX-512 code, which ran at a sixth of the tiles' speed. Decode (one token)
+// to be scaled by AVX-512 code, which bound that version (Qwen2-0.5B Q4_0 pp128: 473 t/s with
+// int8 tiles, 646 with bf16, side by side). Decode (one token)
 // keeps the VNNI kernels: a tile product would waste 15 of its 16 rows there.
 #pragma once
 
