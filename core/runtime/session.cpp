@@ -163,8 +163,15 @@ void Session::upload_weights() {
   for (const auto &[k, loc] : where_) {
     if (!copied(k, loc)) continue;
     const Tensor &t = graph_.tensor(k.first);
-    loc.buffer->write(loc.offset, t.weight.data, t.weight.size);  // straight from the file's mapping
-    if (t.weight.release && !in_place.count(k.first)) t.weight.release(t.weight.data, t.weight.size);
+    // Straight from the file's mapping, in chunks whose pages are dropped as soon as they are
+    // copied: at most one chunk is resident twice, whatever the tensor's size.
+    constexpr uint64_t kChunk = uint64_t(16) << 20;
+    const bool release = t.weight.release && !in_place.count(k.first);
+    for (uint64_t off = 0; off < t.weight.size; off += kChunk) {
+      const uint64_t n = std::min(kChunk, t.weight.size - off);
+      loc.buffer->write(loc.offset + off, t.weight.data + off, n);
+      if (release) t.weight.release(t.weight.data + off, n);
+    }
     done += t.weight.size;
     if (progress_) progress_(double(done) / double(total), t.name);
   }
