@@ -45,4 +45,7 @@ bytes=$(wc -c < "$model")
 bound=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", (1.2 * b + 2048 * 24 * 2 * 128 * 2) / 1e6 }')
 echo "peak RSS ${peak} MB for a ${prompt}-token prompt; bound ${bound} MB"
 awk -v p="$peak" -v b="$bound" 'BEGIN { exit !(p > 0 && p <= b) }' || fail "peak RSS ${peak} MB exceeds ${bound} MB"
+printf 'backends: {cpu: {weights: shared}}\nprompt: hi\n' > "$work/badweights.yaml"
+msg=$("$app" --config "$work/badweights.yaml" -m "$work/qwen2-0.5b-q4_0.gguf" 2>&1) && fail "a bad weights option must fail"
+echo "$msg" | grep -q "option 'weights' of backend 'cpu' has value 'shared'; expected copy or mapped" || fail "weights option message: $msg"
 echo "minfer-app generate OK"

@@ -113,7 +113,8 @@ TEST_P(Stories, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
   }
 }
 
-const char *kCpu = "backends: {cpu: {threads: 2}}\n";
+const char *kCpu = "backends: {cpu: {threads: 2}}\n";  // weights copied (the default)
+const char *kCpuMapped = "backends: {cpu: {threads: 2, weights: mapped}}\n";
 const char *kCuda = "backends: {cuda: {}}\n";  // decode steps replay a captured CUDA Graph
 const char *kCudaNoGraphs = "backends: {cuda: {cuda_graphs: false}}\n";
 // The first two layers and the embedding on the GPU, the rest on the CPU: copies both ways.
@@ -124,6 +125,7 @@ INSTANTIATE_TEST_SUITE_P(
     KvTypes, Stories,
     ::testing::Values(Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kCpu, "cpu"},
                       Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kCpu, "cpu"},
+                      Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kCpuMapped, "cpu_mapped"},
                       Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kCuda, "cuda"},
                       Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kCuda, "cuda"},
                       Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kCudaNoGraphs, "cuda_nographs"},
