@@ -186,9 +186,9 @@ void *CudaDevice::scratch(int slot, size_t bytes) {
   return scratch_[slot];
 }
 
-// Matmul paths: many tokens -> Q4_0/Q8_0 with mmq on: int8 tensor-core GEMM on the blocks;
-// other block types (or mmq off): dequantize to f16 + tensor-core GEMM. Few tokens: Q4_0/Q8_0
-// -> int8 dp4a (activations to 8 bits); any other type -> the generic kernel. f32/f16/bf16
+// Matmul paths: many tokens -> the int8 block types (qblock.cuh) with mmq on: int8 tensor-core
+// GEMM on the blocks; other block types (or mmq off): dequantize to f16 + tensor-core GEMM.
+// Few tokens: the int8 block types -> dp4a (activations to 8 bits); others -> the generic kernel. f32/f16/bf16
 // weights stay off the f16 GEMM: it would round them.
 void CudaDevice::add_matmul_weights(const std::vector<WeightRef> &weights) {
   for (const WeightRef &w : weights) {

@@ -28,9 +28,9 @@ struct DeviceOptions {
   bool debug_sync = false;     // synchronize after every launch to pin a failing kernel
   int64_t max_grid_blocks = 0; // 0 = the device's limit; small values exercise grid-stride loops
   bool cuda_graphs = true;     // replay single-token (decode) steps from a captured CUDA Graph
-  // Prefill matmuls of Q4_0/Q8_0 weights: true = int8 tensor-core GEMM reading the packed
-  // blocks (mmq.cu, no f16 copy); false = weights dequantized to f16 + f16 tensor-core GEMM
-  // (the path every other block type takes).
+  // Prefill matmuls of block-quantized weights (the types of kernels/qblock.cuh): true = int8
+  // tensor-core GEMM reading the packed blocks (mmq.cu, no f16 copy); false = weights
+  // dequantized to f16 + f16 tensor-core GEMM (the path Q2_K and Q3_K always take).
   bool mmq = true;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.

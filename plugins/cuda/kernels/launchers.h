@@ -94,15 +94,16 @@ cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float
                                         float scale, int32_t sm_count);
 
 /* mmvq.cu: one token, x in f32: the kernel quantizes x itself (no quantize launch before it);
- * for Q4_0/Q8_0 and k a multiple of 32 whose quantized blocks fit in 48 KiB of shared memory.
+ * for the int8 block types (qblock.cuh: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) and k
+ * whose quantized activation blocks fit in 48 KiB of shared memory.
  * add: NULL, or m values added to y (a bias, or a residual). up: NULL, or a second weight of
  * w's shape and dtype: y = silu(w x) * (up x), an FFN's gate, up and SwiGLU in one launch. */
 int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k);
 cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *up, const float *x,
                                         float *y, int64_t k, int64_t m, const float *add, int32_t sm_count);
 
-/* mmq.cu: y = W x for many tokens on int8 tensor cores, W's Q4_0/Q8_0 blocks read in place,
- * x quantized by minfer_cuda_quantize_q8_act; k a multiple of 32. add: NULL, or added to y —
+/* mmq.cu: y = W x for many tokens on int8 tensor cores, W's blocks read in place (the int8
+ * block types), x quantized by minfer_cuda_quantize_q8_act. add: NULL, or added to y —
  * m values for every token when add_broadcast (a bias), else m values per token. */
 int minfer_cuda_mmq_supported(int32_t dtype);
 cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
@@ -112,7 +113,7 @@ cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const vo
 cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x,
                                float *y, int64_t k, int64_t m, int64_t tokens);
 
-/* mmvq.cu: Q4_0/Q8_0 weights with 8-bit activations (dp4a). Quantize x (n values, a multiple
+/* mmvq.cu: the int8 block types with 8-bit activations (dp4a). Quantize x (n values, a multiple
  * of 32) into q (minfer_cuda_q8_act_bytes), then y = W x for `tokens` tokens. */
 size_t minfer_cuda_q8_act_bytes(int64_t k, int64_t tokens);
 cudaError_t minfer_cuda_quantize_q8_act(minfer_cuda_launch_cfg *cfg, const float *x, void *q, int64_t n);

@@ -1,14 +1,15 @@
 // plugins/cuda/kernels/mmq.cu — prefill matmul on int8 tensor cores, reading the weights' blocks.
 //
-// y[t][o] = sum over 32-value blocks b of dw[o][b] * dx[t][b] * (q_w[o][b] . q_x[t][b]): the
-// weights stay in their GGUF blocks (Q4_0, Q8_0: no f16 copy) and the activations are
-// quantized to 8 bits per 32 values (mmvq.cu's minfer_cuda_q8_act). A 128-thread block makes
-// a 64 x 64 tile of y (weight rows x tokens); each warp 32 x 32 from mma.m16n8k32 s8 products.
-// One product covers exactly one block on each side, so its int32 result is scaled by the
-// two blocks' scales into f32 accumulators right away, in registers.
+// y[t][o] = sum over 32-value sub-blocks b of dw[o][b] * dx[t][b] * (q_w[o][b] . q_x[t][b])
+// (+ m_w[o][b] * sum x[t][b] for types with a minimum): the weights stay in their GGUF blocks
+// (every type of qblock.cuh: no f16 copy) and the activations are quantized to 8 bits per 32
+// values (mmvq.cu's minfer_cuda_q8_act). A 128-thread block makes a 64 x 64 tile of y (weight
+// rows x tokens); each warp 32 x 32 from mma.m16n8k32 s8 products. One product covers exactly
+// one sub-block on each side, so its int32 result is scaled by the two sides' scales into f32
+// accumulators right away, in registers (Q6_K, scaled per 16 values, takes two products).
 //
-// Per stage, 4 blocks of k (128 values) of the 64 weight rows are unpacked to signed bytes
-// (Q4_0's nibbles minus 8) and the 64 tokens' quantized values copied, both into shared memory
+// Per stage, 4 sub-blocks of k (128 values) of the 64 weight rows are unpacked to bytes
+// (qblock.cuh) and the 64 tokens' quantized values copied, both into shared memory
 // rows padded to 144 bytes so the fragment loads of the 8 row groups fall in distinct banks.
 // The next stage is read from global memory into registers while this one is multiplied.
 #include <cuda_fp16.h>
@@ -17,6 +18,7 @@
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
 #include "q8_act.cuh"
+#include "qblock.cuh"
 
 
 namespace minfer::cuda {
@@ -25,24 +27,6 @@ namespace {
 constexpr int kTileRows = 64, kTileTokens = 64, kStageBlocks = 4, kThreads = 128;
 constexpr int kRowBytes = kStageBlocks * 32 + 16;  // padded smem row
 constexpr int kItems = kTileRows * kStageBlocks / kThreads;  // (row, block) pairs per thread per stage: 2
-
-// One weight block as 8 words of signed bytes (values 0..31 in order) and its scale.
-__device__ __forceinline__ void unpack(const minfer_block_q4_0 &b, uint32_t (&q)[8], float &d) {
-  const uint16_t *h = reinterpret_cast<const uint16_t *>(b.qs);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t w = uint32_t(h[2 * i]) | uint32_t(h[2 * i + 1]) << 16;
-    q[i] = __vsub4(w & 0x0f0f0f0fu, 0x08080808u);             // values 4i..4i+3: low nibbles
-    q[i + 4] = __vsub4((w >> 4) & 0x0f0f0f0fu, 0x08080808u);  // values 16+4i..: high nibbles
-  }
-  d = __half2float(__ushort_as_half(b.d));
-}
-__device__ __forceinline__ void unpack(const minfer_block_q8_0 &b, uint32_t (&q)[8], float &d) {
-  const uint16_t *h = reinterpret_cast<const uint16_t *>(b.qs);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) q[i] = uint32_t(h[2 * i]) | uint32_t(h[2 * i + 1]) << 16;
-  d = __half2float(__ushort_as_half(b.d));
-}
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   c[0] = c[1] = c[2] = c[3] = 0;
@@ -54,10 +38,9 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], cons
 
 // What one thread carries from global memory to shared memory for one stage.
 struct StageRegs {
-  uint32_t wq[kItems][8];
-  float wd[kItems];
+  SubBlock w[kItems];
   uint2 xq[kItems][4];
-  float xd[kItems];
+  float xd[kItems], xs[kItems];
 };
 
 template <class Block>
@@ -66,10 +49,13 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(const Block *w, const min
                                                        int add_broadcast) {
   __shared__ __align__(16) uint8_t wq_s[kTileRows * kRowBytes];
   __shared__ __align__(16) uint8_t xq_s[kTileTokens * kRowBytes];
+  using QB = QBlock<Block>;
   __shared__ float wd_s[kStageBlocks][kTileRows], xd_s[kStageBlocks][kTileTokens];
+  __shared__ float wd2_s[QB::kTwoScales ? kStageBlocks : 1][kTileRows];                        // Q6_K: values 16..31
+  __shared__ float wm_s[QB::kOffset ? kStageBlocks : 1][kTileRows], xs_s[QB::kOffset ? kStageBlocks : 1][kTileTokens];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
   const int wm = warp / 2, wn = warp % 2;  // this warp's 32 x 32 of the tile
-  const int64_t kb = k / 32, stages = (kb + kStageBlocks - 1) / kStageBlocks;
+  const int64_t kb = k / 32, stages = (kb + kStageBlocks - 1) / kStageBlocks, nb = kb / QB::kSubs;
   for (int64_t tile = blockIdx.x; tile < row_tiles * token_tiles; tile += gridDim.x) {
     const int64_t row0 = (tile % row_tiles) * kTileRows, tok0 = (tile / row_tiles) * kTileTokens;
     float acc[2][4][4] = {};
@@ -82,11 +68,11 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(const Block *w, const min
         const int p = threadIdx.x + it * kThreads, rr = p / kStageBlocks, bb = p % kStageBlocks;
         const int64_t blk = stage * kStageBlocks + bb, row = row0 + rr, tok = tok0 + rr;
         if (row < m && blk < kb) {
-          unpack(w[row * kb + blk], r.wq[it], r.wd[it]);
+          unpack_sub(w + row * nb, blk, r.w[it]);
         } else {
 #pragma unroll
-          for (int i = 0; i < 8; ++i) r.wq[it][i] = 0;
-          r.wd[it] = 0;
+          for (int i = 0; i < 8; ++i) r.w[it].q[i] = 0;
+          r.w[it].d[0] = r.w[it].d[1] = r.w[it].m = 0;
         }
         if (tok < tokens && blk < kb) {
           const minfer_cuda_q8_act &a = x[tok * kb + blk];
@@ -94,10 +80,11 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(const Block *w, const min
 #pragma unroll
           for (int i = 0; i < 4; ++i) r.xq[it][i] = q[i];
           r.xd[it] = a.d;
+          r.xs[it] = a.s;
         } else {
 #pragma unroll
           for (int i = 0; i < 4; ++i) r.xq[it][i] = make_uint2(0, 0);
-          r.xd[it] = 0;
+          r.xd[it] = r.xs[it] = 0;
         }
       }
     };
@@ -106,13 +93,16 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(const Block *w, const min
       for (int it = 0; it < kItems; ++it) {
         const int p = threadIdx.x + it * kThreads, rr = p / kStageBlocks, bb = p % kStageBlocks;
         uint4 *wdst = reinterpret_cast<uint4 *>(wq_s + rr * kRowBytes + bb * 32);
-        wdst[0] = make_uint4(r.wq[it][0], r.wq[it][1], r.wq[it][2], r.wq[it][3]);
-        wdst[1] = make_uint4(r.wq[it][4], r.wq[it][5], r.wq[it][6], r.wq[it][7]);
+        const uint32_t *q = r.w[it].q;
+        wdst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+        wdst[1] = make_uint4(q[4], q[5], q[6], q[7]);
         uint2 *xdst = reinterpret_cast<uint2 *>(xq_s + rr * kRowBytes + bb * 32);
 #pragma unroll
         for (int i = 0; i < 4; ++i) xdst[i] = r.xq[it][i];
-        wd_s[bb][rr] = r.wd[it];
+        wd_s[bb][rr] = r.w[it].d[0];
         xd_s[bb][rr] = r.xd[it];
+        if (QB::kTwoScales) wd2_s[bb][rr] = r.w[it].d[1];
+        if (QB::kOffset) wm_s[bb][rr] = r.w[it].m, xs_s[bb][rr] = r.xs[it];
       }
     };
     load(0);
@@ -148,11 +138,31 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(const Block *w, const min
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             int c[4];
+            if (QB::kTwoScales) {  // the two 16-value halves have their own scales: a product each
+              const uint32_t lo[4] = {a[i][0], a[i][1], 0u, 0u}, hi[4] = {0u, 0u, a[i][2], a[i][3]};
+              int c2[4];
+              mma_s8(c, lo, b[j]);
+              mma_s8(c2, hi, b[j]);
+              const float dh0 = wd2_s[bb][wm * 32 + i * 16 + g], dh1 = wd2_s[bb][wm * 32 + i * 16 + g + 8];
+              acc[i][j][0] = fmaf(float(c[0]) * dw[i][0] + float(c2[0]) * dh0, dx[j][0], acc[i][j][0]);
+              acc[i][j][1] = fmaf(float(c[1]) * dw[i][0] + float(c2[1]) * dh0, dx[j][1], acc[i][j][1]);
+              acc[i][j][2] = fmaf(float(c[2]) * dw[i][1] + float(c2[2]) * dh1, dx[j][0], acc[i][j][2]);
+              acc[i][j][3] = fmaf(float(c[3]) * dw[i][1] + float(c2[3]) * dh1, dx[j][1], acc[i][j][3]);
+              continue;
+            }
             mma_s8(c, a[i], b[j]);
             acc[i][j][0] = fmaf(float(c[0]) * dx[j][0], dw[i][0], acc[i][j][0]);
             acc[i][j][1] = fmaf(float(c[1]) * dx[j][1], dw[i][0], acc[i][j][1]);
             acc[i][j][2] = fmaf(float(c[2]) * dx[j][0], dw[i][1], acc[i][j][2]);
             acc[i][j][3] = fmaf(float(c[3]) * dx[j][1], dw[i][1], acc[i][j][3]);
+            if (QB::kOffset) {  // + m_w * sum(x): a rank-one term per block
+              const float m0 = wm_s[bb][wm * 32 + i * 16 + g], m1 = wm_s[bb][wm * 32 + i * 16 + g + 8];
+              const float s0 = xs_s[bb][wn * 32 + j * 8 + tg * 2], s1 = xs_s[bb][wn * 32 + j * 8 + tg * 2 + 1];
+              acc[i][j][0] = fmaf(m0, s0, acc[i][j][0]);
+              acc[i][j][1] = fmaf(m0, s1, acc[i][j][1]);
+              acc[i][j][2] = fmaf(m1, s0, acc[i][j][2]);
+              acc[i][j][3] = fmaf(m1, s1, acc[i][j][3]);
+            }
           }
       }
     }
@@ -186,12 +196,16 @@ cudaError_t launch(minfer_cuda_launch_cfg *cfg, const void *w, const void *xq, f
 
 using namespace minfer::cuda;
 
-extern "C" int minfer_cuda_mmq_supported(int32_t dtype) { return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q8_0; }
+extern "C" int minfer_cuda_mmq_supported(int32_t dtype) {
+  return visit_int8_block(dtype, [](auto) {});
+}
 
 extern "C" cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
                                        int64_t m, int64_t tokens, const float *add, int32_t add_broadcast) {
-  if (k % 32) return cudaErrorInvalidValue;
-  if (dtype == MINFER_DTYPE_Q4_0) return launch<minfer_block_q4_0>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, "mmq_kernel<q4_0>", dtype);
-  if (dtype == MINFER_DTYPE_Q8_0) return launch<minfer_block_q8_0>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, "mmq_kernel<q8_0>", dtype);
-  return cudaErrorNotSupported;
+  if (k % minfer_dtype_info(dtype).block_values) return cudaErrorInvalidValue;
+  cudaError_t err = cudaErrorNotSupported;
+  visit_int8_block(dtype, [&](auto tag) {
+    err = launch<decltype(tag)>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, "mmq_kernel", dtype);
+  });
+  return err;
 }

@@ -1,9 +1,9 @@
-// plugins/cuda/kernels/mmvq.cu — matmul with 8-bit activations: y[t] = W x[t] for Q4_0/Q8_0
-// weights, in integer dot products (dp4a).
+// plugins/cuda/kernels/mmvq.cu — matmul with 8-bit activations: y[t] = W x[t] for the block
+// types of qblock.cuh (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K), in dp4a dot products.
 //
 // The activations are quantized once per call to 32-value blocks (int8 + scale, and the
-// scaled sum Q4_0's -8 offset needs). One warp per output row: each lane takes whole weight
-// blocks, loads their bytes as 32-bit words and dots four bytes per dp4a; a tile of up to
+// scaled sum the types with a minimum need). One warp per output row: each lane takes whole
+// 32-value sub-blocks (qblock.cuh) and dots four bytes per dp4a; a tile of up to
 // kTokens tokens reuses each loaded weight block, so prefill reads the weights once per tile.
 #include <cuda_fp16.h>
 
@@ -11,6 +11,7 @@
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
 #include "q8_act.cuh"
+#include "qblock.cuh"
 #include "reduce.cuh"
 
 
@@ -37,43 +38,23 @@ __global__ void quantize_q8_act_kernel(const float *x, minfer_cuda_q8_act *q, in
   }
 }
 
-// Weight words: byte-aligned blocks (18 or 34 bytes), so read 16-bit halves and join them.
-__device__ __forceinline__ int load_word(const uint8_t *p) {
-  const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
-  return int(uint32_t(h[0]) | uint32_t(h[1]) << 16);
-}
-
+// One weight sub-block (32 values) times one activation block.
 template <class Block>
-__device__ __forceinline__ float block_dot(const Block &w, const minfer_cuda_q8_act &a, const int (&wq)[8]);
-
-// Q4_0: low nibbles are values 0..15, high nibbles 16..31; value = d * (q - 8).
-template <>
-__device__ __forceinline__ float block_dot(const minfer_block_q4_0 &w, const minfer_cuda_q8_act &a, const int (&wq)[8]) {
-  int sum = 0;
+__device__ __forceinline__ float sub_dot(const SubBlock &w, const minfer_cuda_q8_act &a) {
+  int lo = 0, hi = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    sum = __dp4a(wq[i] & 0x0f0f0f0f, a.qs[i], sum);
-    sum = __dp4a((wq[i] >> 4) & 0x0f0f0f0f, a.qs[i + 4], sum);
-  }
-  return __half2float(__ushort_as_half(w.d)) * (a.d * float(sum) - 8.0f * a.s);
-}
-
-template <>
-__device__ __forceinline__ float block_dot(const minfer_block_q8_0 &w, const minfer_cuda_q8_act &a, const int (&wq)[8]) {
-  int sum = 0;
+  for (int i = 0; i < 4; ++i) lo = __dp4a(int(w.q[i]), a.qs[i], lo);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) sum = __dp4a(wq[i], a.qs[i], sum);
-  return __half2float(__ushort_as_half(w.d)) * a.d * float(sum);
+  for (int i = 4; i < 8; ++i) hi = __dp4a(int(w.q[i]), a.qs[i], hi);
+  float v = (QBlock<Block>::kTwoScales ? w.d[0] * float(lo) + w.d[1] * float(hi) : w.d[0] * float(lo + hi)) * a.d;
+  if (QBlock<Block>::kOffset) v = fmaf(w.m, a.s, v);
+  return v;
 }
-
-template <class Block> constexpr int kWords = 0;
-template <> constexpr int kWords<minfer_block_q4_0> = 4;
-template <> constexpr int kWords<minfer_block_q8_0> = 8;
 
 template <class Block>
 __global__ void mmvq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *y, int64_t k, int64_t m, int64_t tokens) {
   const int lane = threadIdx.x & 31;
-  const int64_t nb = k / 32;
+  const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs);  // sub-blocks, blocks per row
   for (int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); o < m; o += int64_t(gridDim.x) * kWarps) {
     const Block *row = w + o * nb;
     for (int64_t t0 = 0; t0 < tokens; t0 += kTokens) {
@@ -81,14 +62,12 @@ __global__ void mmvq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *
       float acc[kTokens];
 #pragma unroll
       for (int j = 0; j < kTokens; ++j) acc[j] = 0;
-      for (int64_t b = lane; b < nb; b += 32) {
-        int wq[8];
-        const uint8_t *qs = reinterpret_cast<const uint8_t *>(row[b].qs);
-#pragma unroll
-        for (int i = 0; i < kWords<Block>; ++i) wq[i] = load_word(qs + 4 * i);
+      for (int64_t sb = lane; sb < ns; sb += 32) {
+        SubBlock s;
+        unpack_sub(row, sb, s);
 #pragma unroll
         for (int j = 0; j < kTokens; ++j)
-          if (j < nt) acc[j] += block_dot(row[b], x[(t0 + j) * nb + b], wq);
+          if (j < nt) acc[j] += sub_dot<Block>(s, x[(t0 + j) * ns + sb]);
       }
 #pragma unroll
       for (int j = 0; j < kTokens; ++j) {
@@ -139,26 +118,18 @@ __device__ __forceinline__ void quantize_to_shared(const float *x, int64_t nb, m
   }
 }
 
-// W[o] . xs for one row, up to kUnroll blocks per lane in flight.
+// W[o] . xs for one row, up to kUnroll sub-blocks per lane in flight.
 template <class Block>
-__device__ __forceinline__ float row_dot(const Block *row, const minfer_cuda_q8_act *xs, int64_t nb, int lane) {
+__device__ __forceinline__ float row_dot(const Block *row, const minfer_cuda_q8_act *xs, int64_t ns, int lane) {
   float acc = 0;
-  for (int64_t b0 = lane; b0 < nb; b0 += 32 * kUnroll) {
-    int wq[kUnroll][8];
+  for (int64_t s0 = lane; s0 < ns; s0 += 32 * kUnroll) {
+    SubBlock s[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t b = b0 + 32 * u;
-      if (b < nb) {
-        const uint8_t *qs = reinterpret_cast<const uint8_t *>(row[b].qs);
+    for (int u = 0; u < kUnroll; ++u)
+      if (s0 + 32 * u < ns) unpack_sub(row, s0 + 32 * u, s[u]);
 #pragma unroll
-        for (int i = 0; i < kWords<Block>; ++i) wq[u][i] = load_word(qs + 4 * i);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t b = b0 + 32 * u;
-      if (b < nb) acc += block_dot(row[b], xs[b], wq[u]);
-    }
+    for (int u = 0; u < kUnroll; ++u)
+      if (s0 + 32 * u < ns) acc += sub_dot<Block>(s[u], xs[s0 + 32 * u]);
   }
   return warp_sum(acc);
 }
@@ -169,12 +140,12 @@ template <class Block>
 __global__ void gemv_quantizing_kernel(const Block *w, const Block *up, const float *x, float *y, int64_t k, int64_t m, const float *add) {
   extern __shared__ minfer_cuda_q8_act xs[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t nb = k / 32;
-  quantize_to_shared(x, nb, xs);
+  const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs);
+  quantize_to_shared(x, ns, xs);
   __syncthreads();
   for (int64_t o = int64_t(blockIdx.x) * kWarps + warp; o < m; o += int64_t(gridDim.x) * kWarps) {
-    float v = row_dot(w + o * nb, xs, nb, lane);
-    if (up) v = v / (1.0f + expf(-v)) * row_dot(up + o * nb, xs, nb, lane);
+    float v = row_dot(w + o * nb, xs, ns, lane);
+    if (up) v = v / (1.0f + expf(-v)) * row_dot(up + o * nb, xs, ns, lane);
     if (lane == 0) y[o] = add ? v + add[o] : v;
   }
 }
@@ -184,8 +155,14 @@ __global__ void gemv_quantizing_kernel(const Block *w, const Block *up, const fl
 
 using namespace minfer::cuda;
 
+namespace {
+bool int8_block_type(int32_t dtype) {
+  return visit_int8_block(dtype, [](auto) {});
+}
+}  // namespace
+
 extern "C" int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k) {
-  return (dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q8_0) && k % 32 == 0 &&
+  return int8_block_type(dtype) && k % minfer_dtype_info(dtype).block_values == 0 &&
          size_t(k / 32) * sizeof(minfer_cuda_q8_act) <= 48 * 1024;
 }
 
@@ -195,14 +172,12 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
   int64_t blocks = want < most ? want : most;
   if (blocks > cfg->max_blocks) blocks = cfg->max_blocks;
   const size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
-  if (dtype == MINFER_DTYPE_Q4_0)
-    gemv_quantizing_kernel<minfer_block_q4_0><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(
-        static_cast<const minfer_block_q4_0 *>(w), static_cast<const minfer_block_q4_0 *>(up), x, y, k, m, add);
-  else if (dtype == MINFER_DTYPE_Q8_0)
-    gemv_quantizing_kernel<minfer_block_q8_0><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(
-        static_cast<const minfer_block_q8_0 *>(w), static_cast<const minfer_block_q8_0 *>(up), x, y, k, m, add);
-  else
-    return cudaErrorNotSupported;
+  const bool known = visit_int8_block(dtype, [&](auto tag) {
+    using Block = decltype(tag);
+    gemv_quantizing_kernel<Block><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(
+        static_cast<const Block *>(w), static_cast<const Block *>(up), x, y, k, m, add);
+  });
+  if (!known) return cudaErrorNotSupported;
   return launched(cfg, up ? "gemv_quantizing_kernel (gate, up, swiglu)" : "gemv_quantizing_kernel", dtype);
 }
 
@@ -216,20 +191,17 @@ extern "C" cudaError_t minfer_cuda_quantize_q8_act(minfer_cuda_launch_cfg *cfg, 
   return launched(cfg, "quantize_q8_act_kernel");
 }
 
-extern "C" int minfer_cuda_mmvq_supported(int32_t dtype) {
-  return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q8_0;
-}
+extern "C" int minfer_cuda_mmvq_supported(int32_t dtype) { return int8_block_type(dtype); }
 
 extern "C" cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y,
                                         int64_t k, int64_t m, int64_t tokens) {
   const int64_t blocks = (m + kWarps - 1) / kWarps;
   const unsigned grid = unsigned(blocks < cfg->max_blocks ? blocks : cfg->max_blocks);
   const auto *xa = static_cast<const minfer_cuda_q8_act *>(xq);
-  if (dtype == MINFER_DTYPE_Q4_0)
-    mmvq_kernel<minfer_block_q4_0><<<grid, kWarps * 32, 0, cfg->stream>>>(static_cast<const minfer_block_q4_0 *>(w), xa, y, k, m, tokens);
-  else if (dtype == MINFER_DTYPE_Q8_0)
-    mmvq_kernel<minfer_block_q8_0><<<grid, kWarps * 32, 0, cfg->stream>>>(static_cast<const minfer_block_q8_0 *>(w), xa, y, k, m, tokens);
-  else
-    return cudaErrorNotSupported;
+  const bool known = visit_int8_block(dtype, [&](auto tag) {
+    using Block = decltype(tag);
+    mmvq_kernel<Block><<<grid, kWarps * 32, 0, cfg->stream>>>(static_cast<const Block *>(w), xa, y, k, m, tokens);
+  });
+  if (!known) return cudaErrorNotSupported;
   return launched(cfg, "mmvq_kernel", dtype);
 }

@@ -1,0 +1,193 @@
+// plugins/cuda/kernels/qblock.cuh — weight blocks as the integer matmuls read them: 32 values
+// at a time ("sub-blocks", the size of one quantized-activation block), as 8 words of int8.
+//
+// Every supported type reduces to   value[i] = d[i / 16] * q[i] + m   for i in 0..31:
+// one scale for the 32 values (two for Q6_K, whose scales cover 16 values each) and an
+// offset m for the types that store a minimum (Q4_1, Q5_1, Q4_K, Q5_K). A dot product with
+// activations a = da * qa then costs dp4a over the words, the scales, and m * sum(a), the
+// activations' sum that minfer_cuda_q8_act keeps. The GEMV (mmvq.cu) and the tensor-core GEMM
+// (mmq.cu) share these, so a block layout is spelled out once for the device's integer paths.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "minfer/blocks.h"
+#include "minfer/decode.hpp"
+
+namespace minfer::cuda {
+
+struct SubBlock {
+  uint32_t q[8];  // values 4w..4w+3 in word w, as signed bytes
+  float d[2];     // scale of values 0..15 and of 16..31 (equal unless kTwoScales)
+  float m;        // offset (0 unless kOffset)
+};
+
+__device__ __forceinline__ float f16_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+// 4 bytes at a 2-byte aligned address (the 18-, 22- and 34-byte blocks and Q6_K's 210).
+__device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
+  const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
+  return uint32_t(h[0]) | uint32_t(h[1]) << 16;
+}
+__device__ __forceinline__ uint32_t load_u32(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
+
+// Bits 0..3 of b to bit 4 of bytes 0..3 (a 5-bit type's high bits).
+__device__ __forceinline__ uint32_t high_bits4(uint32_t b) { return ((b & 0xfu) * 0x00204081u & 0x01010101u) << 4; }
+
+template <class Block> struct QBlock;
+
+template <> struct QBlock<minfer_block_q4_0> {
+  static constexpr int kSubs = 1;
+  static constexpr bool kTwoScales = false, kOffset = false;
+  __device__ static void unpack(const minfer_block_q4_0 &b, int, SubBlock &s) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = load_u32_a2(b.qs + 4 * i);
+      s.q[i] = __vsub4(w & 0x0f0f0f0fu, 0x08080808u);             // values 4i..: low nibbles
+      s.q[i + 4] = __vsub4((w >> 4) & 0x0f0f0f0fu, 0x08080808u);  // values 16 + 4i..: high nibbles
+    }
+    s.d[0] = s.d[1] = f16_bits(b.d);
+    s.m = 0;
+  }
+};
+
+template <> struct QBlock<minfer_block_q4_1> {
+  static constexpr int kSubs = 1;
+  static constexpr bool kTwoScales = false, kOffset = true;
+  __device__ static void unpack(const minfer_block_q4_1 &b, int, SubBlock &s) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = load_u32(b.qs + 4 * i);
+      s.q[i] = w & 0x0f0f0f0fu;
+      s.q[i + 4] = (w >> 4) & 0x0f0f0f0fu;
+    }
+    s.d[0] = s.d[1] = f16_bits(b.d);
+    s.m = f16_bits(b.m);
+  }
+};
+
+template <> struct QBlock<minfer_block_q5_0> {
+  static constexpr int kSubs = 1;
+  static constexpr bool kTwoScales = false, kOffset = false;
+  __device__ static void unpack(const minfer_block_q5_0 &b, int, SubBlock &s) {
+    const uint32_t qh = load_u32_a2(b.qh);  // bit i: the high bit of value i
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = load_u32_a2(b.qs + 4 * i);
+      s.q[i] = __vsub4((w & 0x0f0f0f0fu) | high_bits4(qh >> (4 * i)), 0x10101010u);
+      s.q[i + 4] = __vsub4(((w >> 4) & 0x0f0f0f0fu) | high_bits4(qh >> (16 + 4 * i)), 0x10101010u);
+    }
+    s.d[0] = s.d[1] = f16_bits(b.d);
+    s.m = 0;
+  }
+};
+
+template <> struct QBlock<minfer_block_q5_1> {
+  static constexpr int kSubs = 1;
+  static constexpr bool kTwoScales = false, kOffset = true;
+  __device__ static void unpack(const minfer_block_q5_1 &b, int, SubBlock &s) {
+    const uint32_t qh = load_u32(b.qh);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = load_u32(b.qs + 4 * i);
+      s.q[i] = (w & 0x0f0f0f0fu) | high_bits4(qh >> (4 * i));
+      s.q[i + 4] = ((w >> 4) & 0x0f0f0f0fu) | high_bits4(qh >> (16 + 4 * i));
+    }
+    s.d[0] = s.d[1] = f16_bits(b.d);
+    s.m = f16_bits(b.m);
+  }
+};
+
+template <> struct QBlock<minfer_block_q8_0> {
+  static constexpr int kSubs = 1;
+  static constexpr bool kTwoScales = false, kOffset = false;
+  __device__ static void unpack(const minfer_block_q8_0 &b, int, SubBlock &s) {
+    const uint8_t *qs = reinterpret_cast<const uint8_t *>(b.qs);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s.q[i] = load_u32_a2(qs + 4 * i);
+    s.d[0] = s.d[1] = f16_bits(b.d);
+    s.m = 0;
+  }
+};
+
+// Q4_K: sub-blocks 2g and 2g+1 are the low and high nibbles of the same 32 bytes.
+template <> struct QBlock<minfer_block_q4_k> {
+  static constexpr int kSubs = 8;
+  static constexpr bool kTwoScales = false, kOffset = true;
+  __device__ static void unpack(const minfer_block_q4_k &b, int j, SubBlock &s) {
+    const uint8_t *qs = b.qs + 32 * (j >> 1);
+    const int shift = 4 * (j & 1);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s.q[i] = (load_u32(qs + 4 * i) >> shift) & 0x0f0f0f0fu;
+    int sc, m;
+    minfer::sdk::k4_scale_min(b.scales, j, sc, m);
+    s.d[0] = s.d[1] = f16_bits(b.d) * float(sc);
+    s.m = -f16_bits(b.dmin) * float(m);
+  }
+};
+
+// Q5_K: as Q4_K, with bit j of each of the 32 qh bytes as the values' fifth bit.
+template <> struct QBlock<minfer_block_q5_k> {
+  static constexpr int kSubs = 8;
+  static constexpr bool kTwoScales = false, kOffset = true;
+  __device__ static void unpack(const minfer_block_q5_k &b, int j, SubBlock &s) {
+    const uint8_t *qs = b.qs + 32 * (j >> 1);
+    const int shift = 4 * (j & 1);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      s.q[i] = ((load_u32(qs + 4 * i) >> shift) & 0x0f0f0f0fu) | ((load_u32(b.qh + 4 * i) >> j) & 0x01010101u) << 4;
+    int sc, m;
+    minfer::sdk::k4_scale_min(b.scales, j, sc, m);
+    s.d[0] = s.d[1] = f16_bits(b.d) * float(sc);
+    s.m = -f16_bits(b.dmin) * float(m);
+  }
+};
+
+// Q6_K: 128-value halves; in half h, sub-block g takes ql bytes 32 * (g & 1).. (low or high
+// nibbles for g < 2 or not) and bits 2g, 2g+1 of the half's 32 qh bytes; scales per 16 values.
+template <> struct QBlock<minfer_block_q6_k> {
+  static constexpr int kSubs = 8;
+  static constexpr bool kTwoScales = true, kOffset = false;
+  __device__ static void unpack(const minfer_block_q6_k &b, int j, SubBlock &s) {
+    const int h = j >> 2, g = j & 3;
+    const uint8_t *ql = b.ql + 64 * h + 32 * (g & 1), *qh = b.qh + 32 * h;
+    const int shift_l = 4 * (g >> 1), shift_h = 2 * g;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t lo = (load_u32_a2(ql + 4 * i) >> shift_l) & 0x0f0f0f0fu;
+      const uint32_t hi = (load_u32_a2(qh + 4 * i) >> shift_h) & 0x03030303u;
+      s.q[i] = __vsub4(lo | hi << 4, 0x20202020u);
+    }
+    const float d = f16_bits(b.d);
+    s.d[0] = d * float(b.scales[8 * h + 2 * g]);
+    s.d[1] = d * float(b.scales[8 * h + 2 * g + 1]);
+    s.m = 0;
+  }
+};
+
+// The sub-block `sb` (counting 32-value sub-blocks along a row that starts at `row`).
+template <class Block>
+__device__ __forceinline__ void unpack_sub(const Block *row, int64_t sb, SubBlock &s) {
+  constexpr int n = QBlock<Block>::kSubs;
+  QBlock<Block>::unpack(row[sb / n], int(sb % n), s);
+}
+
+// Calls f(Block{}) for the types above; returns false for any other dtype.
+template <class F>
+bool visit_int8_block(int32_t dtype, F &&f) {
+  switch (dtype) {
+    case MINFER_DTYPE_Q4_0: f(minfer_block_q4_0{}); return true;
+    case MINFER_DTYPE_Q4_1: f(minfer_block_q4_1{}); return true;
+    case MINFER_DTYPE_Q5_0: f(minfer_block_q5_0{}); return true;
+    case MINFER_DTYPE_Q5_1: f(minfer_block_q5_1{}); return true;
+    case MINFER_DTYPE_Q8_0: f(minfer_block_q8_0{}); return true;
+    case MINFER_DTYPE_Q4_K: f(minfer_block_q4_k{}); return true;
+    case MINFER_DTYPE_Q5_K: f(minfer_block_q5_k{}); return true;
+    case MINFER_DTYPE_Q6_K: f(minfer_block_q6_k{}); return true;
+    default: return false;
+  }
+}
+
+}  // namespace minfer::cuda
