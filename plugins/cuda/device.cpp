@@ -228,7 +228,7 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
     return;
   }
   if (tokens == 1 && minfer_cuda_gemv_quantizing_supported(w_dtype, k))  // decode: one launch, the add in it
-    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, w, nullptr, x, y, k, m, add, sm_count_));
+    return matmul_group(w_dtype, x, k, tokens, {{w, y, m, add, add_broadcast, unfused}});
   if (add) {  // a path without an epilogue: the product, then the add
     matmul(w_dtype, w, x, unfused, k, m, tokens);
     if (add_broadcast) add_row_broadcast_f32(unfused, add, y, tokens, m);
@@ -263,10 +263,21 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
   check_launch(minfer_cuda_matmul(&cfg_, w_dtype, w, x, y, k, m, tokens));
 }
 
+void CudaDevice::matmul_group(int32_t w_dtype, const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts) {
+  if (tokens == 1 && parts.size() <= size_t(kMinferCudaGemvMaxParts) && minfer_cuda_gemv_quantizing_supported(w_dtype, k)) {
+    minfer_cuda_gemv_part gp[kMinferCudaGemvMaxParts];
+    for (size_t i = 0; i < parts.size(); ++i) gp[i] = {parts[i].w, parts[i].y, parts[i].add, parts[i].m};
+    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, gp, int32_t(parts.size()), nullptr, x, k, sm_count_));
+  }
+  for (const MatmulPart &p : parts) matmul(w_dtype, p.w, x, p.y, k, p.m, tokens, p.add, p.add_broadcast, p.unfused);
+}
+
 void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
                                int64_t tokens, float *gate_out, float *up_out) {
-  if (tokens == 1 && minfer_cuda_gemv_quantizing_supported(w_dtype, k))
-    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, gate, up, x, y, k, m, nullptr, sm_count_));
+  if (tokens == 1 && minfer_cuda_gemv_quantizing_supported(w_dtype, k)) {
+    const minfer_cuda_gemv_part part{gate, y, nullptr, m};
+    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, &part, 1, up, x, k, sm_count_));
+  }
   matmul(w_dtype, gate, x, gate_out, k, m, tokens);
   matmul(w_dtype, up, x, up_out, k, m, tokens);
   swiglu_f32(gate_out, up_out, y, tokens * m);

@@ -87,6 +87,18 @@ class CudaDevice {
   // fast paths add in their epilogue; the others write W x to `unfused` and then add.
   void matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens,
               const float *add = nullptr, bool add_broadcast = false, float *unfused = nullptr);
+  // Products of one x (a layer's Q, K and V): y = W x (+ add), W's `m` rows of k values.
+  struct MatmulPart {
+    const void *w;
+    float *y;
+    int64_t m;
+    const float *add;
+    bool add_broadcast;
+    float *unfused;
+  };
+  // Up to kMinferCudaGemvMaxParts weights of one dtype and k: one launch for a decode token,
+  // else each as matmul() runs it.
+  void matmul_group(int32_t w_dtype, const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts);
   // y = silu(gate x) * (up x): one launch for a decode token, else the two products (into
   // gate_out, up_out) and the SwiGLU.
   void matmul_swiglu(int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,

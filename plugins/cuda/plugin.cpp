@@ -106,7 +106,8 @@ class CudaSegment : public sdk::Segment {
       if (timed_) check_cuda(cudaEventRecord(events_[i], dev_.stream()), "recording a timing event");
       if (fused_away_[i]) continue;  // its matmul wrote its output
       try {
-        if (fuse_add_[i]) run_matmul_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
+        if (!group_[i].empty()) run_matmul_group(dev_, group_[i], args);
+        else if (fuse_add_[i]) run_matmul_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else if (fuse_swiglu_[i]) run_matmul_swiglu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args);
         else if (fuse_rope_[i]) run_rope_pair(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else run_[i](dev_, nodes_[i].node(), args, tags_[i]);
@@ -186,16 +187,81 @@ class CudaSegment : public sdk::Segment {
       fuse_add_[i] = true;
       fused_away_[i + 1] = true;
     }
+    plan_matmul_groups();
     const auto count = [](const std::vector<bool> &v) { return std::count(v.begin(), v.end(), true); };
+    const auto groups = std::count_if(group_.begin(), group_.end(), [](const auto &g) { return !g.empty(); });
     if (count(fused_away_) > 0)
       dev_.host().log(MINFER_LOG_INFO, "cuda segment of " + std::to_string(nodes_.size()) + " nodes: " + std::to_string(count(fuse_add_)) +
                                            " matmuls with their bias/residual add, " + std::to_string(count(fuse_swiglu_)) +
-                                           " gate/up/swiglu triples, " + std::to_string(count(fuse_rope_)) + " rope pairs fused");
+                                           " gate/up/swiglu triples, " + std::to_string(count(fuse_rope_)) + " rope pairs fused; " +
+                                           std::to_string(groups) + " groups of matmuls sharing their input");
+  }
+
+  // Consecutive matmul steps (a MATMUL, or one fused with its add) of the same input, weight
+  // dtype and k — a layer's Q, K and V — run as one group (one launch for a decode token),
+  // at most kMinferCudaGemvMaxParts. All of a group's outputs are written at its first node,
+  // so no step may read another's output or write over another's inputs.
+  void plan_matmul_groups() {
+    group_.assign(nodes_.size(), {});
+    const auto is_step = [&](size_t i) {
+      return i < nodes_.size() && nodes_[i].node().op == MINFER_OP_MATMUL && !fused_away_[i] && !fuse_swiglu_[i];
+    };
+    const auto step_at = [&](size_t i) { return MatmulStep{&nodes_[i].node(), fuse_add_[i] ? &nodes_[i + 1].node() : nullptr}; };
+    const auto inputs = [](const MatmulStep &st) {
+      std::vector<const minfer_tensor *> v(st.matmul->inputs, st.matmul->inputs + st.matmul->n_inputs);
+      if (st.add) v.insert(v.end(), st.add->inputs, st.add->inputs + st.add->n_inputs);
+      return v;
+    };
+    const auto outputs = [](const MatmulStep &st) {
+      std::vector<const minfer_tensor *> v{st.matmul->output};
+      if (st.add) v.push_back(st.add->output);
+      return v;
+    };
+    const auto independent = [&](const std::vector<MatmulStep> &group, const MatmulStep &next) {
+      for (const MatmulStep &st : group) {
+        // (A fused add reading its own matmul's output is inside one step, not between two.)
+        for (const minfer_tensor *o : outputs(st))
+          for (const minfer_tensor *in : inputs(next))
+            if (in != next.matmul->output && overlap(*o, *in)) return false;
+        for (const minfer_tensor *o : outputs(next))
+          for (const minfer_tensor *in : inputs(st))
+            if (in != st.matmul->output && overlap(*o, *in)) return false;
+      }
+      return true;
+    };
+    for (size_t i = 0; i < nodes_.size();) {
+      if (!is_step(i)) {
+        ++i;
+        continue;
+      }
+      const minfer_node &a = nodes_[i].node();
+      std::vector<MatmulStep> group{step_at(i)};
+      std::vector<size_t> starts{i};
+      size_t next = i + (fuse_add_[i] ? 2 : 1);
+      while (group.size() < size_t(kMinferCudaGemvMaxParts) && is_step(next)) {
+        const minfer_node &b = nodes_[next].node();
+        if (!same(*a.inputs[1], *b.inputs[1]) || a.inputs[0]->dtype != b.inputs[0]->dtype || a.inputs[0]->shape[0] != b.inputs[0]->shape[0] ||
+            !independent(group, step_at(next)))
+          break;
+        group.push_back(step_at(next));
+        starts.push_back(next);
+        next += fuse_add_[next] ? 2 : 1;
+      }
+      if (group.size() > 1) {
+        group_[i] = group;
+        for (size_t j = 1; j < starts.size(); ++j) {
+          fused_away_[starts[j]] = true;
+          if (fuse_add_[starts[j]]) fused_away_[starts[j] + 1] = true;
+        }
+      }
+      i = next;
+    }
   }
 
   CudaDevice &dev_;
   // Per node: runs matmul+add / gate+up+swiglu, or was done by such a step before it.
   std::vector<bool> fuse_add_, fuse_swiglu_, fuse_rope_, fused_away_;
+  std::vector<std::vector<MatmulStep>> group_;  // at a group's first node: its steps
   std::vector<cudaEvent_t> events_;  // around each node, for node_times
   bool timed_ = false;
   cudaGraphExec_t graph_ = nullptr;

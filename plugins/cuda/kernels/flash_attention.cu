@@ -30,12 +30,8 @@ template <int HD>
 constexpr size_t smem_bytes() { return size_t(kRows * HD + kKeys * k_stride<HD>() + kKeys * HD) * sizeof(float); }
 
 __device__ __forceinline__ float2 load2(const float *p) { return *reinterpret_cast<const float2 *>(p); }
-__device__ __forceinline__ float2 load2(const __half *p) { return __half22float2(*reinterpret_cast<const __half2 *>(p)); }
 __device__ __forceinline__ float ldf(const float *p) { return *p; }
 __device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
-// A value as the cache of type T keeps it (f16 rounds).
-__device__ __forceinline__ float as_cached(float v, const float *) { return v; }
-__device__ __forceinline__ float as_cached(float v, const __half *) { return __half2float(__float2half_rn(v)); }
 __device__ __forceinline__ void st(float *p, float v) { *p = v; }
 __device__ __forceinline__ void st(__half *p, float v) { *p = __float2half_rn(v); }
 
@@ -142,6 +138,159 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *
   }
 }
 
+// Prefill with an f16 cache, on tensor cores (mma.m16n8k16, f16 in, f32 accumulate): the same tiling of rows (token, query head)
+// per KV head and online softmax as above, with 16 rows per warp, 64 per block, and 64-key
+// tiles. A warp keeps its rows' Q as A fragments; S = Q K^T lands in accumulators whose
+// layout is P's A-fragment layout, so P·V reuses them without shared memory. K is staged
+// row-major, V transposed, both with rows padded by 8 halves so the fragment loads of the
+// 8 row groups fall in distinct banks. Q enters as two f16 parts (high, and the rest), so
+// the scores are as exact as in f32 — large scores would otherwise carry f16's 5e-4
+// relative error into the weights; P is rounded to f16 (the caches already are).
+constexpr int kTcWarps = 4, kTcRows = 16 * kTcWarps, kTcKeys = 64, kTcThreads = kTcWarps * 32;
+
+template <int HD>
+constexpr size_t tc_smem_bytes() { return size_t(kTcKeys * (HD + 8) + HD * (kTcKeys + 8)) * sizeof(__half); }
+
+__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const float *q, const __half *kc, const __half *vc, float *out,
+                                                                        float *partials, int64_t tokens, int n_head, int n_kv,
+                                                                        const int64_t *n_past_ptr, float scale, int64_t row_tiles,
+                                                                        int splits, int64_t chunk) {
+  constexpr int KP = HD + 8, VP = kTcKeys + 8, NB = HD / 8;  // padded rows; n-blocks of the output
+  extern __shared__ uint4 tc_smem[];
+  __half *ks = reinterpret_cast<__half *>(tc_smem), *vt = ks + kTcKeys * KP;
+  const int64_t n_past = *n_past_ptr;
+  const int group = n_head / n_kv, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
+  const int64_t rows = tokens * group, kvd = int64_t(n_kv) * HD;
+  const int64_t items = int64_t(n_kv) * row_tiles * splits;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int z = int(item % splits);
+    const int64_t tile = (item / splits) % row_tiles;
+    const int kvh = int(item / (int64_t(splits) * row_tiles));
+    const int64_t r0 = tile * kTcRows, wr = r0 + warp * 16;  // this warp's rows: wr + g, wr + g + 8
+    int64_t limit[2];
+    uint32_t qa[HD / 16][4], qb[HD / 16][4];  // Q = qa + qb: f16 high part and the f16 rest
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = wr + g + 8 * h;
+      limit[h] = row < rows ? n_past + row / group : -1;
+      const float *qr = row < rows ? q + ((row / group) * n_head + int64_t(kvh) * group + row % group) * HD : nullptr;
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float2 v = make_float2(0, 0);
+          if (qr) v = *reinterpret_cast<const float2 *>(qr + kk * 16 + 2 * tg + 8 * c);
+          const __half2 hi = __floats2half2_rn(v.x * scale, v.y * scale);
+          const float2 back = __half22float2(hi);
+          qa[kk][h + 2 * c] = *reinterpret_cast<const uint32_t *>(&hi);
+          qb[kk][h + 2 * c] = pack_half2(v.x * scale - back.x, v.y * scale - back.y);
+        }
+    }
+    const int64_t last_row = (r0 + kTcRows < rows ? r0 + kTcRows : rows) - 1;
+    const int64_t begin = int64_t(z) * chunk, end_all = n_past + last_row / group + 1;
+    const int64_t end = begin + chunk < end_all ? begin + chunk : end_all;
+    float o[NB][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};  // l: this thread's part of the row sums
+    for (int64_t k0 = begin; k0 < end; k0 += kTcKeys) {
+      __syncthreads();  // the previous tile is consumed
+      for (int i = threadIdx.x; i < kTcKeys * HD / 8; i += kTcThreads) {
+        const int j = i / (HD / 8), piece = i % (HD / 8);
+        const int64_t pos = k0 + j;
+        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+        if (pos < end) {
+          kv = *reinterpret_cast<const uint4 *>(kc + pos * kvd + int64_t(kvh) * HD + piece * 8);
+          vv = *reinterpret_cast<const uint4 *>(vc + pos * kvd + int64_t(kvh) * HD + piece * 8);
+        }
+        *reinterpret_cast<uint4 *>(ks + j * KP + piece * 8) = kv;
+        const __half *vh = reinterpret_cast<const __half *>(&vv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) vt[(piece * 8 + e) * VP + j] = vh[e];
+      }
+      __syncthreads();
+      float sc[kTcKeys / 8][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk)
+#pragma unroll
+        for (int n = 0; n < kTcKeys / 8; ++n) {
+          const __half *kr = ks + (8 * n + g) * KP + kk * 16 + 2 * tg;
+          const uint32_t b0 = *reinterpret_cast<const uint32_t *>(kr), b1 = *reinterpret_cast<const uint32_t *>(kr + 8);
+          mma_f16(sc[n], qa[kk], b0, b1);
+          mma_f16(sc[n], qb[kk], b0, b1);
+        }
+      float corr[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = m[h];
+#pragma unroll
+        for (int n = 0; n < kTcKeys / 8; ++n)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int64_t key = k0 + 8 * n + 2 * tg + c;
+            if (key > limit[h] || key >= end) sc[n][2 * h + c] = -INFINITY;
+            mx = fmaxf(mx, sc[n][2 * h + c]);
+          }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // A row with no visible key yet keeps m = -inf: its weights are 0, not exp(nan).
+        corr[h] = mx == -INFINITY ? 1.0f : expf(m[h] - mx);
+        float sum = 0;
+#pragma unroll
+        for (int n = 0; n < kTcKeys / 8; ++n)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float p = mx == -INFINITY ? 0.0f : expf(sc[n][2 * h + c] - mx);
+            sc[n][2 * h + c] = p;
+            sum += p;
+          }
+        l[h] = l[h] * corr[h] + sum;
+        m[h] = mx;
+      }
+#pragma unroll
+      for (int n = 0; n < NB; ++n) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+#pragma unroll
+      for (int kk = 0; kk < kTcKeys / 16; ++kk) {
+        const uint32_t pa[4] = {pack_half2(sc[2 * kk][0], sc[2 * kk][1]), pack_half2(sc[2 * kk][2], sc[2 * kk][3]),
+                                pack_half2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_half2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+        for (int n = 0; n < NB; ++n) {
+          const __half *vr = vt + (8 * n + g) * VP + kk * 16 + 2 * tg;
+          mma_f16(o[n], pa, *reinterpret_cast<const uint32_t *>(vr), *reinterpret_cast<const uint32_t *>(vr + 8));
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+      const int64_t row = wr + g + 8 * h;
+      if (row >= rows) continue;
+      if (splits == 1) {
+        float *dst = out + ((row / group) * n_head + int64_t(kvh) * group + row % group) * HD;
+        const float inv = l[h] > 0 ? 1.0f / l[h] : 0.0f;
+#pragma unroll
+        for (int n = 0; n < NB; ++n) *reinterpret_cast<float2 *>(dst + 8 * n + 2 * tg) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+      } else {
+        float *p = partials + ((int64_t(z) * n_kv + kvh) * rows + row) * (HD + 2);
+#pragma unroll
+        for (int n = 0; n < NB; ++n) p[8 * n + 2 * tg] = o[n][2 * h], p[8 * n + 2 * tg + 1] = o[n][2 * h + 1];
+        if (tg == 0) p[HD] = m[h], p[HD + 1] = l[h];
+      }
+    }
+  }
+}
+
 // out = sum_z e^(m_z - M) acc_z / sum_z e^(m_z - M) l_z, M = max_z m_z; one block per row.
 __global__ void flash_merge_kernel(const float *partials, float *out, int64_t tokens, int n_head, int n_kv, int hd, int splits) {
   const int group = n_head / n_kv;
@@ -169,28 +318,57 @@ __global__ void flash_merge_kernel(const float *partials, float *out, int64_t to
 }
 
 // Decode (one token): the group of query heads sharing a KV head (<= 8) are the rows, and the
-// block's 8 warps take interleaved 32-key tiles of its chunk — the rows are few, the keys
-// many. K rows are read straight from global memory (lane j reads key j's row), V rows by
-// all lanes at once; the warps' running (max, sum, output) are merged in shared memory.
+// block's 8 warps take one 32-key tile each of its chunk (256 keys) — the rows are few, the
+// keys many, so a step spreads over many blocks. Every load of a tile is issued before its
+// first use: lane j's key row straight into registers, and the tile's V rows copied into the
+// warp's shared memory asynchronously (cp.async) while the scores are formed; one memory
+// latency per tile instead of one per key. For P·V lane j owns dims D*j..D*j+D-1. The warps'
+// running (max, sum, output) are merged in shared memory.
 // Split over chunks, the partials go to global memory and the last block of a KV head to
 // finish (an atomic counter per head, reset by it) merges them: one launch per step. The
-// step's own key (position n_past) is read from k_new/v_new, rounded as the cache keeps it,
-// and the block whose chunk holds it writes it into the caches: no separate KV write.
+// block whose chunk holds the step's own key (position n_past) first writes it from
+// k_new/v_new into the caches and then reads it back like any other: no separate KV write.
 constexpr int kDecodeWarps = 8, kDecodeRows = 8, kDecodeThreads = kDecodeWarps * 32;
-constexpr int64_t kDecodeChunk = kDecodeWarps * 32 * 4;  // keys per block: four tiles per warp
+constexpr int64_t kDecodeChunk = 4 * kDecodeWarps * 32;  // keys per block at least: up to four tiles per warp
+
+template <class T, int HD>
+constexpr size_t decode_smem_bytes() { return size_t(kDecodeWarps) * 32 * HD * sizeof(T); }  // the warps' V tiles
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+// The 16-byte piece of a cached row as floats: 8 of f16, 4 of f32.
+__device__ __forceinline__ void unpack16(const uint4 &u, const __half *, float (&v)[8]) {
+  const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    v[2 * i] = f.x, v[2 * i + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void unpack16(const uint4 &u, const float *, float (&v)[8]) {
+  v[0] = __uint_as_float(u.x), v[1] = __uint_as_float(u.y), v[2] = __uint_as_float(u.z), v[3] = __uint_as_float(u.w);
+}
 
 template <class T, int HD>
 __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const float *q, const float *k_new, const float *v_new, T *kc, T *vc,
                                                                       float *out, float *partials, int *counters, int n_head, int n_kv,
                                                                       const int64_t *n_past_ptr, float scale, int splits, int64_t chunk) {
-  constexpr int D = HD / 32;
-  __shared__ float qs[kDecodeRows][HD];
-  __shared__ float k_step[HD], v_step[HD];  // the new key and value, as the cache keeps them
+  constexpr int D = HD / 32, kPieces = HD * int(sizeof(T)) / 16;  // 16-byte pieces of a row
+  __shared__ __align__(16) float qs[kDecodeRows][HD];
   __shared__ float wm[kDecodeWarps][kDecodeRows], wl[kDecodeWarps][kDecodeRows];
   __shared__ float wacc[kDecodeWarps][kDecodeRows][HD];
   __shared__ int last_block;
+  extern __shared__ uint4 vtiles[];
   const int64_t n_past = *n_past_ptr, kvd = int64_t(n_kv) * HD;
   const int group = n_head / n_kv, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  T *vt = reinterpret_cast<T *>(vtiles) + warp * 32 * HD;
   for (int64_t item = blockIdx.x; item < int64_t(n_kv) * splits; item += gridDim.x) {
     const int z = int(item % splits), kvh = int(item / splits);
     __syncthreads();  // the previous item's shared state is consumed
@@ -198,37 +376,55 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
       const int r = i / HD, d = i % HD;
       qs[r][d] = r < group ? q[(int64_t(kvh) * group + r) * HD + d] * scale : 0.0f;
     }
-    for (int d = threadIdx.x; d < HD; d += kDecodeThreads) {
-      k_step[d] = as_cached(k_new[int64_t(kvh) * HD + d], kc);
-      v_step[d] = as_cached(v_new[int64_t(kvh) * HD + d], vc);
-    }
-    __syncthreads();
     const int64_t begin = int64_t(z) * chunk, end = begin + chunk < n_past + 1 ? begin + chunk : n_past + 1;
-    if (begin <= n_past && n_past < end)  // this chunk holds the new key: store it for later steps
+    if (begin <= n_past && n_past < end)  // this chunk holds the new key: into the caches, read back below
       for (int i = threadIdx.x; i < HD; i += kDecodeThreads) {
         st(kc + n_past * kvd + int64_t(kvh) * HD + i, k_new[int64_t(kvh) * HD + i]);
         st(vc + n_past * kvd + int64_t(kvh) * HD + i, v_new[int64_t(kvh) * HD + i]);
       }
+    __syncthreads();  // q in shared memory; the new row visible to the block's loads
     float m[kDecodeRows], l[kDecodeRows], acc[kDecodeRows][D];
+#pragma unroll
     for (int r = 0; r < kDecodeRows; ++r) {
       m[r] = -INFINITY, l[r] = 0;
+#pragma unroll
       for (int i = 0; i < D; ++i) acc[r][i] = 0;
     }
     for (int64_t k0 = begin + warp * 32; k0 < end; k0 += kDecodeWarps * 32) {
+      const int keys = end - k0 < 32 ? int(end - k0) : 32;
+      // V rows of the tile on their way into shared memory.
+      for (int c = lane; c < keys * kPieces; c += 32) {
+        const int j = c / kPieces, piece = c % kPieces;
+        cp_async16(reinterpret_cast<uint4 *>(vt + j * HD) + piece, reinterpret_cast<const uint4 *>(vc + (k0 + j) * kvd + int64_t(kvh) * HD) + piece);
+      }
       const int64_t pos = k0 + lane;
       float s[kDecodeRows];
+#pragma unroll
       for (int r = 0; r < kDecodeRows; ++r) s[r] = 0;
-      if (pos < end && pos != n_past) {
-        const T *kr = kc + pos * kvd + int64_t(kvh) * HD;
-#pragma unroll 8
-        for (int d = 0; d < HD; d += 2) {
-          const float2 kk = load2(kr + d);
-          for (int r = 0; r < kDecodeRows; ++r) s[r] += qs[r][d] * kk.x + qs[r][d + 1] * kk.y;
+      if (pos < end) {
+        // The key row as raw 16-byte pieces, up to 16 in flight at once (all of an f16 row).
+        constexpr int kPass = kPieces < 16 ? kPieces : 16, kPer = 16 / int(sizeof(T));
+        const uint4 *kr = reinterpret_cast<const uint4 *>(kc + pos * kvd + int64_t(kvh) * HD);
+#pragma unroll
+        for (int p0 = 0; p0 < kPieces; p0 += kPass) {
+          uint4 raw[kPass];
+#pragma unroll
+          for (int c = 0; c < kPass; ++c) raw[c] = kr[p0 + c];
+#pragma unroll
+          for (int c = 0; c < kPass; ++c) {
+            float kv[8];
+            unpack16(raw[c], kc, kv);
+#pragma unroll
+            for (int e = 0; e < kPer; e += 4)
+#pragma unroll
+              for (int r = 0; r < kDecodeRows; ++r) {
+                const float4 qq = *reinterpret_cast<const float4 *>(&qs[r][(p0 + c) * kPer + e]);
+                s[r] += qq.x * kv[e] + qq.y * kv[e + 1] + qq.z * kv[e + 2] + qq.w * kv[e + 3];
+              }
+          }
         }
-      } else if (pos == n_past) {
-        for (int d = 0; d < HD; ++d)
-          for (int r = 0; r < kDecodeRows; ++r) s[r] += qs[r][d] * k_step[d];
       }
+#pragma unroll
       for (int r = 0; r < kDecodeRows; ++r) {
         if (pos >= end) s[r] = -INFINITY;
         const float m_new = fmaxf(m[r], warp_max(s[r]));
@@ -236,23 +432,31 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
         const float corr = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
         l[r] = l[r] * corr + warp_sum(p);
         m[r] = m_new;
+#pragma unroll
         for (int i = 0; i < D; ++i) acc[r][i] *= corr;
         s[r] = p;
       }
-      const int keys = end - k0 < 32 ? int(end - k0) : 32;
+      cp_async_wait_all();
+      __syncwarp();
+#pragma unroll 4
       for (int j = 0; j < keys; ++j) {
         float v[D];
-        for (int i = 0; i < D; ++i)
-          v[i] = k0 + j == n_past ? v_step[lane + 32 * i] : ldf(vc + (k0 + j) * kvd + int64_t(kvh) * HD + lane + 32 * i);
+#pragma unroll
+        for (int i = 0; i < D; ++i) v[i] = ldf(vt + j * HD + lane * D + i);
+#pragma unroll
         for (int r = 0; r < kDecodeRows; ++r) {
           const float pj = __shfl_sync(0xffffffffu, s[r], j);
+#pragma unroll
           for (int i = 0; i < D; ++i) acc[r][i] += pj * v[i];
         }
       }
+      __syncwarp();  // the tile is read before the next one lands
     }
+#pragma unroll
     for (int r = 0; r < kDecodeRows; ++r) {
       if (lane == 0) wm[warp][r] = m[r], wl[warp][r] = l[r];
-      for (int i = 0; i < D; ++i) wacc[warp][r][lane + 32 * i] = acc[r][i];
+#pragma unroll
+      for (int i = 0; i < D; ++i) wacc[warp][r][lane * D + i] = acc[r][i];
     }
     __syncthreads();
     for (int i = threadIdx.x; i < group * HD; i += kDecodeThreads) {
@@ -283,15 +487,14 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
     for (int i = threadIdx.x; i < group * HD; i += kDecodeThreads) {
       const int r = i / HD, d = i % HD;
       // __ldcg: other SMs wrote these; skip this SM's L1, which may hold an earlier step's.
-      float mx = -INFINITY;
-      for (int zz = 0; zz < splits; ++zz) mx = fmaxf(mx, __ldcg(partials + ((int64_t(zz) * n_kv + kvh) * group + r) * (HD + 2) + HD));
-      float num = 0, den = 0;
+      // One pass with a running max: every split's loads can be in flight together.
+      float mx = -INFINITY, num = 0, den = 0;
       for (int zz = 0; zz < splits; ++zz) {
         const float *p = partials + ((int64_t(zz) * n_kv + kvh) * group + r) * (HD + 2);
-        const float lz = __ldcg(p + HD + 1);
+        const float mz = __ldcg(p + HD), lz = __ldcg(p + HD + 1), az = __ldcg(p + d);
         if (lz > 0) {
-          const float e = expf(__ldcg(p + HD) - mx);
-          num += e * __ldcg(p + d), den += e * lz;
+          const float m_new = fmaxf(mx, mz), a = expf(mx - m_new), b = expf(mz - m_new);
+          num = num * a + az * b, den = den * a + lz * b, mx = m_new;
         }
       }
       out[(int64_t(kvh) * group + r) * HD + d] = den > 0 ? num / den : 0.0f;
@@ -309,7 +512,8 @@ struct Plan {
 constexpr int kMaxDecodeKvHeads = 1024;  // the counters the device keeps (minfer_cuda_flash_counters)
 
 // Splits so that about two blocks per SM are busy, each chunk at least kMinChunk keys.
-Plan plan_for(int64_t tokens, int n_head, int n_kv, int64_t max_positions, int sm_count) {
+// tile_rows: the prefill kernel's rows per block (kRows, or kTcRows for the tensor-core one).
+Plan plan_for(int64_t tokens, int n_head, int n_kv, int64_t max_positions, int sm_count, int tile_rows = kRows) {
   Plan p{};
   if (tokens == 1 && n_head / n_kv <= kDecodeRows && n_kv <= kMaxDecodeKvHeads) {
     // Chunks of kDecodeChunk keys at least, up to about two blocks per SM.
@@ -321,8 +525,12 @@ Plan plan_for(int64_t tokens, int n_head, int n_kv, int64_t max_positions, int s
     p.chunk = ((max_positions + splits - 1) / splits + 31) / 32 * 32;
     return p;
   }
-  p.row_tiles = (tokens * (n_head / n_kv) + kRows - 1) / kRows;
-  const int64_t base = int64_t(n_kv) * p.row_tiles, want = 2 * int64_t(sm_count > 0 ? sm_count : 132);
+  p.row_tiles = (tokens * (n_head / n_kv) + tile_rows - 1) / tile_rows;
+  // Split when the blocks would not fill the GPU: about two per SM for the scalar kernel; the
+  // tensor-core one splits only below half an SM each, as its merge pass costs about what a
+  // lone block's longer walk does (0.5B pp512: 27 us + 15 us merge with three splits).
+  const int64_t sms = sm_count > 0 ? sm_count : 132, base = int64_t(n_kv) * p.row_tiles;
+  const int64_t want = tile_rows == kTcRows ? sms / 2 : 2 * sms;
   int64_t splits = base >= want ? 1 : (want + base - 1) / base;
   const int64_t most = (max_positions + kMinChunk - 1) / kMinChunk;
   if (splits > most) splits = most;
@@ -337,8 +545,28 @@ cudaError_t launch_decode(minfer_cuda_launch_cfg *cfg, const float *q, const flo
                           float *partials, int *counters, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p) {
   const int64_t items = int64_t(n_kv) * p.splits;
   const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
-  flash_decode_kernel<T, HD><<<grid, kDecodeThreads, 0, cfg->stream>>>(q, k_new, v_new, static_cast<T *>(kc), static_cast<T *>(vc), out,
+  // Static and dynamic shared memory together pass the 48 KiB a kernel gets without asking.
+  constexpr size_t smem = decode_smem_bytes<T, HD>();
+  const cudaError_t e = cudaFuncSetAttribute(flash_decode_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e != cudaSuccess) return e;
+  flash_decode_kernel<T, HD><<<grid, kDecodeThreads, smem, cfg->stream>>>(q, k_new, v_new, static_cast<T *>(kc), static_cast<T *>(vc), out,
                                                                        partials, counters, n_head, n_kv, n_past, scale, p.splits, p.chunk);
+  return cudaGetLastError();
+}
+
+template <int HD>
+cudaError_t launch_tc(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc, float *out, float *partials,
+                      int64_t tokens, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p) {
+  constexpr size_t smem = tc_smem_bytes<HD>();
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(flash_attention_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+  }
+  const int64_t items = int64_t(n_kv) * p.row_tiles * p.splits;
+  const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
+  flash_attention_tc_kernel<HD><<<grid, kTcThreads, smem, cfg->stream>>>(q, static_cast<const __half *>(kc), static_cast<const __half *>(vc),
+                                                                         out, partials, tokens, n_head, n_kv, n_past, scale, p.row_tiles,
+                                                                         p.splits, p.chunk);
   return cudaGetLastError();
 }
 
@@ -369,8 +597,12 @@ extern "C" int32_t minfer_cuda_flash_attention_counters() { return kMaxDecodeKvH
 
 extern "C" int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int32_t n_head, int32_t n_kv, int32_t head_dim,
                                                               int64_t max_positions, int32_t sm_count) {
-  const Plan p = plan_for(tokens, n_head, n_kv, max_positions, sm_count);
-  return p.splits == 1 ? 0 : int64_t(p.splits) * tokens * n_head * (head_dim + 2) * int64_t(sizeof(float));
+  int64_t splits = 1;  // the larger of the two prefill kernels' plans
+  for (int tile_rows : {kRows, kTcRows}) {
+    const Plan p = plan_for(tokens, n_head, n_kv, max_positions, sm_count, tile_rows);
+    splits = p.splits > splits ? p.splits : splits;
+  }
+  return splits == 1 ? 0 : splits * tokens * n_head * (head_dim + 2) * int64_t(sizeof(float));
 }
 
 extern "C" int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int32_t n_head, int32_t n_kv, int32_t head_dim) {
@@ -392,15 +624,17 @@ extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, 
     cfg->kernel_dtype = dtype;
     return e;
   }
-  if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch<__half, 64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, p);
-  if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch<__half, 128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, p);
-  if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch<float, 64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, p);
-  if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch<float, 128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, p);
-  cfg->kernel_name = "flash_attention_kernel";
+  // f16 caches on tensor cores; f32 caches keep f32 arithmetic throughout.
+  const Plan pt = plan_for(tokens, n_head, n_kv, max_positions, sm_count, dtype == MINFER_DTYPE_F16 ? kTcRows : kRows);
+  if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_tc<64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, pt);
+  if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_tc<128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, pt);
+  if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch<float, 64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, pt);
+  if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch<float, 128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, pt);
+  cfg->kernel_name = dtype == MINFER_DTYPE_F16 ? "flash_attention_tc_kernel" : "flash_attention_kernel";
   cfg->kernel_dtype = dtype;
-  if (e != cudaSuccess || p.splits == 1) return e;
+  if (e != cudaSuccess || pt.splits == 1) return e;
   const int64_t rows = tokens * n_head;
   flash_merge_kernel<<<unsigned(rows < cfg->max_blocks ? rows : cfg->max_blocks), 64, 0, cfg->stream>>>(partials, out, tokens, n_head,
-                                                                                                       n_kv, hd, p.splits);
+                                                                                                       n_kv, hd, pt.splits);
   return launched(cfg, "flash_merge_kernel", dtype);
 }

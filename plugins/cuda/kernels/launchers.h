@@ -95,12 +95,21 @@ cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float
 
 /* mmvq.cu: one token, x in f32: the kernel quantizes x itself (no quantize launch before it);
  * for the int8 block types (qblock.cuh: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) and k
- * whose quantized activation blocks fit in 48 KiB of shared memory.
- * add: NULL, or m values added to y (a bias, or a residual). up: NULL, or a second weight of
- * w's shape and dtype: y = silu(w x) * (up x), an FFN's gate, up and SwiGLU in one launch. */
+ * whose quantized activation blocks fit in 48 KiB of shared memory. Up to
+ * kMinferCudaGemvMaxParts products of the same x, dtype and k in one launch (a layer's Q, K
+ * and V): part i: y = w x (+ add: NULL, or m values, a bias or a residual). up: NULL, or a
+ * second weight of the one part's shape and dtype: y = silu(w x) * (up x), an FFN's gate, up
+ * and SwiGLU in one launch. */
+enum { kMinferCudaGemvMaxParts = 3 };
+typedef struct {
+  const void *w;
+  float *y;
+  const float *add;
+  int64_t m;
+} minfer_cuda_gemv_part;
 int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k);
-cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *up, const float *x,
-                                        float *y, int64_t k, int64_t m, const float *add, int32_t sm_count);
+cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
+                                        const void *up, const float *x, int64_t k, int32_t sm_count);
 
 /* mmq.cu: y = W x for many tokens on int8 tensor cores, W's blocks read in place (the int8
  * block types), x quantized by minfer_cuda_quantize_q8_act. add: NULL, or added to y —

@@ -76,12 +76,34 @@ void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_no
                     sdk::run_rows(*gate.inputs[1], args), dptr<float>(*gate.output), dptr<float>(*up.output));
 }
 
-void run_matmul_add(CudaDevice &dev, const minfer_node &mm, const minfer_node &add, const minfer_step_args &args) {
-  const minfer_tensor &w = *mm.inputs[0];
+namespace {
+
+// One matmul step as the device takes it: with its add fused, y is the add's output and the
+// matmul's own output is the unfused path's scratch.
+CudaDevice::MatmulPart part_of(const MatmulStep &st) {
+  const minfer_tensor &w = *st.matmul->inputs[0];
+  if (!st.add) return {dptr(w), dptr<float>(*st.matmul->output), w.shape[1], nullptr, false, nullptr};
+  const minfer_node &mm = *st.matmul, &add = *st.add;
   const bool first = add.inputs[0]->buffer == mm.output->buffer && add.inputs[0]->offset == mm.output->offset;
-  const minfer_tensor &addend = *add.inputs[first ? 1 : 0];
-  dev.matmul(w.dtype, dptr(w), dptr<float>(*mm.inputs[1]), dptr<float>(*add.output), w.shape[0], w.shape[1],
-             sdk::run_rows(*mm.inputs[1], args), dptr<float>(addend), add.op == MINFER_OP_ADD_ROW_BROADCAST, dptr<float>(*mm.output));
+  return {dptr(w), dptr<float>(*add.output), w.shape[1], dptr<float>(*add.inputs[first ? 1 : 0]), add.op == MINFER_OP_ADD_ROW_BROADCAST,
+          dptr<float>(*mm.output)};
+}
+
+}  // namespace
+
+void run_matmul_add(CudaDevice &dev, const minfer_node &mm, const minfer_node &add, const minfer_step_args &args) {
+  const CudaDevice::MatmulPart p = part_of({&mm, &add});
+  const minfer_tensor &w = *mm.inputs[0];
+  dev.matmul(w.dtype, p.w, dptr<float>(*mm.inputs[1]), p.y, w.shape[0], p.m, sdk::run_rows(*mm.inputs[1], args), p.add, p.add_broadcast,
+             p.unfused);
+}
+
+void run_matmul_group(CudaDevice &dev, std::span<const MatmulStep> steps, const minfer_step_args &args) {
+  std::vector<CudaDevice::MatmulPart> parts;
+  for (const MatmulStep &st : steps) parts.push_back(part_of(st));
+  const minfer_node &first = *steps[0].matmul;
+  dev.matmul_group(first.inputs[0]->dtype, dptr<float>(*first.inputs[1]), first.inputs[0]->shape[0], sdk::run_rows(*first.inputs[1], args),
+                   parts);
 }
 
 namespace {

@@ -27,6 +27,14 @@ struct CudaOp {
 // output is written directly; the matmul's own output, read by nothing else, is scratch.
 void run_matmul_add(CudaDevice &dev, const minfer_node &matmul, const minfer_node &add, const minfer_step_args &args);
 
+// Matmuls of the same input, weight dtype and k (a layer's Q, K and V), each alone or with
+// its add as in run_matmul_add, independent of each other: one launch for a decode token.
+struct MatmulStep {
+  const minfer_node *matmul;
+  const minfer_node *add;  // nullptr: the matmul alone
+};
+void run_matmul_group(CudaDevice &dev, std::span<const MatmulStep> steps, const minfer_step_args &args);
+
 // The FFN's gate and up matmuls (same input, weight dtype and shape) and the SwiGLU of their
 // outputs, which nothing else reads, as one step.
 void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &swiglu,
