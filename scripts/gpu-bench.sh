@@ -18,10 +18,14 @@ run() {  # run LABEL MODEL OPTIONS
   "$bin/minfer-bench" -m "$2" --config "$(cfg "$3" "$1")" -p 512 -n 128 -r 3 2>&1 | tail -n 2 >> "$out/bench.md"
 }
 : > "$out/bench.md"
+# A first, unrecorded run: on a freshly started machine the first minutes run slower (clocks,
+# first-touch), which made the first row of a table read up to 10% low.
+"$bin/minfer-bench" -m "$models/qwen2-0.5b-q4_0.gguf" --config "$(cfg "" warmup)" -p 512 -n 128 -r 3 > /dev/null 2>&1
 run q05_q4_0 "$models/qwen2-0.5b-q4_0.gguf" ""
 run q05_q4_0_f16gemm "$models/qwen2-0.5b-q4_0.gguf" "mmq: false"
 run q05_q4_0_nographs "$models/qwen2-0.5b-q4_0.gguf" "cuda_graphs: false"
 run q05_q8_0 "$models/qwen2-0.5b-q8_0.gguf" ""
 run q05_q4_k_m "$models/qwen2-0.5b-q4_k_m.gguf" ""
 run q7b_q4_0 "$models/qwen2-7b-q4_0.gguf" ""
+run q05_q4_0_again "$models/qwen2-0.5b-q4_0.gguf" ""  # the first row again: the run-to-run spread
 cat "$out/bench.md"

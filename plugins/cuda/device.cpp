@@ -133,16 +133,25 @@ void CudaDevice::swiglu_f32(const float *g, const float *u, float *y, int64_t n)
   check_launch(minfer_cuda_swiglu_f32(&cfg_, g, u, y, n));
 }
 
+bool CudaDevice::attention_rotates(int64_t tokens, const minfer_attention_params &p) const {
+  return minfer_cuda_flash_attention_writes_kv(tokens, p.n_head, p.n_kv_head, p.head_dim) != 0;
+}
+
 void CudaDevice::attention(const float *q, const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, float *out,
-                           int64_t tokens, const minfer_attention_params &p, int64_t n_ctx) {
+                           int64_t tokens, const minfer_attention_params &p, int64_t n_ctx, const int32_t *rope_pos,
+                           const minfer_rope_params *rope) {
+  if (rope && !attention_rotates(tokens, p))
+    throw sdk::Error(MINFER_ERR_INTERNAL, "attention with its RoPE fused for a step the one-token kernel does not run");
   const int64_t kvd = int64_t(p.n_kv_head) * p.head_dim;
   if (!minfer_cuda_flash_attention_writes_kv(tokens, p.n_head, p.n_kv_head, p.head_dim))
     check_launch(minfer_cuda_kv_write(&cfg_, k, v, kc, vc, cache_dtype, tokens, kvd, step_args_));
   if (minfer_cuda_flash_attention_supports(p.head_dim)) {
     const int64_t bytes = minfer_cuda_flash_attention_partials_bytes(tokens, p.n_head, p.n_kv_head, p.head_dim, n_ctx, sm_count_);
     auto *partials = bytes > 0 ? static_cast<float *>(scratch(4, size_t(bytes))) : nullptr;
+    const minfer_cuda_rope r = rope ? minfer_cuda_rope{rope->n_dims, rope->mode, rope->theta_base, rope->freq_scale} : minfer_cuda_rope{};
     return check_launch(minfer_cuda_flash_attention(&cfg_, q, k, v, kc, vc, cache_dtype, out, partials, attention_counters_, tokens,
-                                                    p.n_head, p.n_kv_head, p.head_dim, step_args_, n_ctx, p.scale, sm_count_));
+                                                    p.n_head, p.n_kv_head, p.head_dim, step_args_, n_ctx, p.scale, sm_count_, rope_pos,
+                                                    rope ? &r : nullptr));
   }
   check_launch(minfer_cuda_attention(&cfg_, q, kc, vc, cache_dtype, out, tokens, p.n_head, p.n_kv_head, p.head_dim, step_args_,
                                      n_ctx, p.scale));

@@ -70,8 +70,12 @@ class CudaDevice {
                 const float *x2 = nullptr, float *y2 = nullptr, int64_t heads2 = 0);
   void swiglu_f32(const float *g, const float *u, float *y, int64_t n);
   // Writes this step's K and V rows into the caches, then attends (the one-token kernel does both).
+  // rope (only where attention_rotates): q and k arrive unrotated and are rotated at rope_pos.
   void attention(const float *q, const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, float *out,
-                 int64_t tokens, const minfer_attention_params &p, int64_t n_ctx);
+                 int64_t tokens, const minfer_attention_params &p, int64_t n_ctx, const int32_t *rope_pos = nullptr,
+                 const minfer_rope_params *rope = nullptr);
+  // Whether attention() can apply the RoPE of q and k itself for a step of `tokens`.
+  bool attention_rotates(int64_t tokens, const minfer_attention_params &p) const;
 
   // The step's n_past in device memory, read by kernels (enqueued before the step's work).
   void set_step(int64_t n_past);

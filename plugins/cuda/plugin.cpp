@@ -109,6 +109,7 @@ class CudaSegment : public sdk::Segment {
         if (!group_[i].empty()) run_matmul_group(dev_, group_[i], args);
         else if (fuse_add_[i]) run_matmul_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else if (fuse_swiglu_[i]) run_matmul_swiglu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args);
+        else if (fuse_rope_attention_[i]) run_rope_attention(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args);
         else if (fuse_rope_[i]) run_rope_pair(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else run_[i](dev_, nodes_[i].node(), args, tags_[i]);
       } catch (const sdk::Error &e) {
@@ -152,6 +153,7 @@ class CudaSegment : public sdk::Segment {
     fuse_add_.assign(nodes_.size(), false);
     fuse_swiglu_.assign(nodes_.size(), false);
     fuse_rope_.assign(nodes_.size(), false);
+    fuse_rope_attention_.assign(nodes_.size(), false);
     fused_away_.assign(nodes_.size(), false);
     // Two ROPEs in a row at the same positions and parameters, the second not reading the
     // first's output nor writing over its input: one launch (both outputs are written).
@@ -163,6 +165,23 @@ class CudaSegment : public sdk::Segment {
       fuse_rope_[i] = true;
       fused_away_[i + 1] = true;
       ++i;
+    }
+    // Such a pair and the ATTENTION after it reading both outputs (as q and k, either order),
+    // which nothing later reads and whose output does not overlap the pair's inputs (the
+    // fused kernel writes it while other blocks may still read them).
+    for (size_t i = 0; i + 2 < nodes_.size(); ++i) {
+      if (!fuse_rope_[i]) continue;
+      const minfer_node &a = nodes_[i].node(), &b = nodes_[i + 1].node(), &at = nodes_[i + 2].node();
+      if (at.op != MINFER_OP_ATTENTION) continue;
+      const bool qk = same(*at.inputs[0], *a.output) && same(*at.inputs[1], *b.output);
+      const bool kq = same(*at.inputs[0], *b.output) && same(*at.inputs[1], *a.output);
+      if (!qk && !kq) continue;
+      if (sdk::params_of<minfer_rope_params>(a).head_dim != sdk::params_of<minfer_attention_params>(at).head_dim) continue;
+      if (!(a.output->flags & b.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || read_after(i + 2, *a.output) || read_after(i + 2, *b.output))
+        continue;
+      if (overlap(*at.output, *a.inputs[0]) || overlap(*at.output, *b.inputs[0])) continue;
+      fuse_rope_attention_[i] = true;
+      fused_away_[i + 2] = true;
     }
     for (size_t i = 0; i + 2 < nodes_.size(); ++i) {
       const minfer_node &g = nodes_[i].node(), &u = nodes_[i + 1].node(), &sw = nodes_[i + 2].node();
@@ -193,7 +212,8 @@ class CudaSegment : public sdk::Segment {
     if (count(fused_away_) > 0)
       dev_.host().log(MINFER_LOG_INFO, "cuda segment of " + std::to_string(nodes_.size()) + " nodes: " + std::to_string(count(fuse_add_)) +
                                            " matmuls with their bias/residual add, " + std::to_string(count(fuse_swiglu_)) +
-                                           " gate/up/swiglu triples, " + std::to_string(count(fuse_rope_)) + " rope pairs fused; " +
+                                           " gate/up/swiglu triples, " + std::to_string(count(fuse_rope_)) + " rope pairs (" +
+                                           std::to_string(count(fuse_rope_attention_)) + " with their attention) fused; " +
                                            std::to_string(groups) + " groups of matmuls sharing their input");
   }
 
@@ -222,10 +242,10 @@ class CudaSegment : public sdk::Segment {
         // (A fused add reading its own matmul's output is inside one step, not between two.)
         for (const minfer_tensor *o : outputs(st))
           for (const minfer_tensor *in : inputs(next))
-            if (in != next.matmul->output && overlap(*o, *in)) return false;
+            if (!same(*in, *next.matmul->output) && overlap(*o, *in)) return false;
         for (const minfer_tensor *o : outputs(next))
           for (const minfer_tensor *in : inputs(st))
-            if (in != st.matmul->output && overlap(*o, *in)) return false;
+            if (!same(*in, *st.matmul->output) && overlap(*o, *in)) return false;
       }
       return true;
     };
@@ -260,7 +280,7 @@ class CudaSegment : public sdk::Segment {
 
   CudaDevice &dev_;
   // Per node: runs matmul+add / gate+up+swiglu, or was done by such a step before it.
-  std::vector<bool> fuse_add_, fuse_swiglu_, fuse_rope_, fused_away_;
+  std::vector<bool> fuse_add_, fuse_swiglu_, fuse_rope_, fuse_rope_attention_, fused_away_;
   std::vector<std::vector<MatmulStep>> group_;  // at a group's first node: its steps
   std::vector<cudaEvent_t> events_;  // around each node, for node_times
   bool timed_ = false;

@@ -15,6 +15,7 @@
 #include "grid.cuh"
 #include "minfer/dtype.h"
 #include "reduce.cuh"
+#include "rope.cuh"
 
 namespace minfer::cuda {
 namespace {
@@ -359,7 +360,8 @@ __device__ __forceinline__ void unpack16(const uint4 &u, const float *, float (&
 template <class T, int HD>
 __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const float *q, const float *k_new, const float *v_new, T *kc, T *vc,
                                                                       float *out, float *partials, int *counters, int n_head, int n_kv,
-                                                                      const int64_t *n_past_ptr, float scale, int splits, int64_t chunk) {
+                                                                      const int64_t *n_past_ptr, float scale, int splits, int64_t chunk,
+                                                                      const int32_t *rope_pos, minfer_cuda_rope rope) {
   constexpr int D = HD / 32, kPieces = HD * int(sizeof(T)) / 16;  // 16-byte pieces of a row
   __shared__ __align__(16) float qs[kDecodeRows][HD];
   __shared__ float wm[kDecodeWarps][kDecodeRows], wl[kDecodeWarps][kDecodeRows];
@@ -372,14 +374,17 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
   for (int64_t item = blockIdx.x; item < int64_t(n_kv) * splits; item += gridDim.x) {
     const int z = int(item % splits), kvh = int(item / splits);
     __syncthreads();  // the previous item's shared state is consumed
+    // rope.n_dims > 0: q and the new key arrive unrotated; rotate them here (no RoPE launch).
+    const int32_t pos = rope.n_dims > 0 ? rope_pos[0] : 0;
     for (int i = threadIdx.x; i < kDecodeRows * HD; i += kDecodeThreads) {
       const int r = i / HD, d = i % HD;
-      qs[r][d] = r < group ? q[(int64_t(kvh) * group + r) * HD + d] * scale : 0.0f;
+      const float *qh = q + (int64_t(kvh) * group + r) * HD;
+      qs[r][d] = r < group ? (rope.n_dims > 0 ? rope_value(qh, d, pos, rope) : qh[d]) * scale : 0.0f;
     }
     const int64_t begin = int64_t(z) * chunk, end = begin + chunk < n_past + 1 ? begin + chunk : n_past + 1;
     if (begin <= n_past && n_past < end)  // this chunk holds the new key: into the caches, read back below
       for (int i = threadIdx.x; i < HD; i += kDecodeThreads) {
-        st(kc + n_past * kvd + int64_t(kvh) * HD + i, k_new[int64_t(kvh) * HD + i]);
+        st(kc + n_past * kvd + int64_t(kvh) * HD + i, rope.n_dims > 0 ? rope_value(k_new + int64_t(kvh) * HD, i, pos, rope) : k_new[int64_t(kvh) * HD + i]);
         st(vc + n_past * kvd + int64_t(kvh) * HD + i, v_new[int64_t(kvh) * HD + i]);
       }
     __syncthreads();  // q in shared memory; the new row visible to the block's loads
@@ -542,7 +547,8 @@ Plan plan_for(int64_t tokens, int n_head, int n_kv, int64_t max_positions, int s
 
 template <class T, int HD>
 cudaError_t launch_decode(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new, void *kc, void *vc, float *out,
-                          float *partials, int *counters, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p) {
+                          float *partials, int *counters, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p,
+                          const int32_t *rope_pos, const minfer_cuda_rope &rope) {
   const int64_t items = int64_t(n_kv) * p.splits;
   const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
   // Static and dynamic shared memory together pass the 48 KiB a kernel gets without asking.
@@ -550,7 +556,8 @@ cudaError_t launch_decode(minfer_cuda_launch_cfg *cfg, const float *q, const flo
   const cudaError_t e = cudaFuncSetAttribute(flash_decode_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   flash_decode_kernel<T, HD><<<grid, kDecodeThreads, smem, cfg->stream>>>(q, k_new, v_new, static_cast<T *>(kc), static_cast<T *>(vc), out,
-                                                                       partials, counters, n_head, n_kv, n_past, scale, p.splits, p.chunk);
+                                                                       partials, counters, n_head, n_kv, n_past, scale, p.splits, p.chunk,
+                                                                       rope_pos, rope);
   return cudaGetLastError();
 }
 
@@ -612,14 +619,17 @@ extern "C" int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int32_t n_h
 extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new,
                                                    void *kc, void *vc, int32_t dtype, float *out, float *partials, int *counters, int64_t tokens,
                                                    int32_t n_head, int32_t n_kv, int32_t hd, const int64_t *n_past,
-                                                   int64_t max_positions, float scale, int32_t sm_count) {
+                                                   int64_t max_positions, float scale, int32_t sm_count, const int32_t *rope_pos,
+                                                   const minfer_cuda_rope *rope) {
   const Plan p = plan_for(tokens, n_head, n_kv, max_positions, sm_count);
   cudaError_t e = cudaErrorNotSupported;
+  if (rope && !p.decode) return cudaErrorInvalidValue;  // only the one-token kernel rotates
   if (p.decode) {
-    if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_decode<__half, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
-    if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_decode<__half, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
-    if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch_decode<float, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
-    if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch_decode<float, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p);
+    const minfer_cuda_rope r = rope ? *rope : minfer_cuda_rope{0, 0, 0, 0};
+    if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_decode<__half, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, r);
+    if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_decode<__half, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, r);
+    if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch_decode<float, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, r);
+    if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch_decode<float, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, r);
     cfg->kernel_name = "flash_decode_kernel";
     cfg->kernel_dtype = dtype;
     return e;

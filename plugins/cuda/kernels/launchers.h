@@ -50,6 +50,12 @@ cudaError_t minfer_cuda_dequantize_f16(minfer_cuda_launch_cfg *cfg, int32_t dtyp
 cudaError_t minfer_cuda_rms_norm_f32(minfer_cuda_launch_cfg *cfg, const float *x, const float *w, float *y,
                                      int64_t rows, int64_t d, float eps);
 
+/* A rotary embedding's parameters (mode 0 = pairs (2i, 2i+1), 2 = NeoX (i, i + n_dims/2)). */
+typedef struct {
+  int32_t n_dims, mode;
+  float theta_base, freq_scale;
+} minfer_cuda_rope;
+
 /* rope.cu: rotary embedding of tokens x heads x head_dim; mode 0 = pairs (2i, 2i+1), 2 = NeoX.
  * x2 (NULL for none): a second tensor of heads2 heads at the same positions, rotated by the
  * same launch into y2 (a step's queries and keys). */
@@ -84,14 +90,16 @@ int64_t minfer_cuda_attention_max_positions(int device);
 int minfer_cuda_flash_attention_supports(int32_t head_dim);
 int32_t minfer_cuda_flash_attention_counters(void);
 /* 1 when this call writes the step's K and V rows (k_new, v_new) into the caches itself (the
- * one-token kernel); otherwise minfer_cuda_kv_write must run first. */
+ * one-token kernel); otherwise minfer_cuda_kv_write must run first. The same calls take
+ * `rope` (else NULL): q and k_new arrive unrotated and the kernel rotates them at position
+ * rope_pos[0], so a decode step needs no RoPE launch. */
 int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int32_t n_head, int32_t n_kv_head, int32_t head_dim);
 int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int32_t n_head, int32_t n_kv_head, int32_t head_dim,
                                                    int64_t max_positions, int32_t sm_count);
 cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new,
                                         void *k_cache, void *v_cache, int32_t cache_dtype, float *out, float *partials, int *counters, int64_t tokens, int32_t n_head,
                                         int32_t n_kv_head, int32_t head_dim, const int64_t *n_past, int64_t max_positions,
-                                        float scale, int32_t sm_count);
+                                        float scale, int32_t sm_count, const int32_t *rope_pos, const minfer_cuda_rope *rope);
 
 /* mmvq.cu: one token, x in f32: the kernel quantizes x itself (no quantize launch before it);
  * for the int8 block types (qblock.cuh: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) and k

@@ -36,16 +36,21 @@ std::string check_attention(const minfer_node &n) {
   return "";
 }
 
-void run_attention(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+// q and k: the attention's own inputs, or (RoPE fused) the RoPEs' unrotated inputs.
+void attend(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, const float *q, const float *k,
+            const int32_t *rope_pos = nullptr, const minfer_rope_params *rope = nullptr) {
   const auto &p = sdk::params_of<minfer_attention_params>(n);
   const int64_t tokens = sdk::run_rows(*n.inputs[0], args), n_ctx = n.inputs[3]->shape[1];
   if (args.n_past < 0 || args.n_past + tokens > n_ctx)
     throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "positions " + std::to_string(args.n_past) + ".." +
                                                       std::to_string(args.n_past + tokens - 1) + " do not fit the KV cache of " +
                                                       std::to_string(n_ctx));
+  dev.attention(q, k, dptr<float>(*n.inputs[2]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), n.inputs[3]->dtype, dptr<float>(*n.output), tokens, p,
+                n_ctx, rope_pos, rope);
+}
 
-  dev.attention(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.inputs[2]), dptr(*n.inputs[3]), dptr(*n.inputs[4]),
-                n.inputs[3]->dtype, dptr<float>(*n.output), tokens, p, n_ctx);
+void run_attention(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  attend(dev, n, args, dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]));
 }
 
 std::string check_weight(const minfer_node &n) {
@@ -67,6 +72,19 @@ void run_rope_pair(CudaDevice &dev, const minfer_node &a, const minfer_node &b, 
   const auto &p = sdk::params_of<minfer_rope_params>(a);
   dev.rope_f32(dptr<float>(*a.inputs[0]), dptr<int32_t>(*a.inputs[1]), dptr<float>(*a.output), sdk::run_rows(*a.output, args),
                a.output->shape[0] / p.head_dim, p, dptr<float>(*b.inputs[0]), dptr<float>(*b.output), b.output->shape[0] / p.head_dim);
+}
+
+void run_rope_attention(CudaDevice &dev, const minfer_node &rope_a, const minfer_node &rope_b, const minfer_node &attn,
+                        const minfer_step_args &args) {
+  const auto &ap = sdk::params_of<minfer_attention_params>(attn);
+  if (!dev.attention_rotates(sdk::run_rows(*attn.inputs[0], args), ap)) {
+    run_rope_pair(dev, rope_a, rope_b, args);
+    return run_attention(dev, attn, args, 0);
+  }
+  const bool a_is_q = attn.inputs[0]->buffer == rope_a.output->buffer && attn.inputs[0]->offset == rope_a.output->offset;
+  const minfer_node &rq = a_is_q ? rope_a : rope_b, &rk = a_is_q ? rope_b : rope_a;
+  attend(dev, attn, args, dptr<float>(*rq.inputs[0]), dptr<float>(*rk.inputs[0]), dptr<int32_t>(*rq.inputs[1]),
+         &sdk::params_of<minfer_rope_params>(rq));
 }
 
 void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &swiglu,

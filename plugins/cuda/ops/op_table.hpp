@@ -44,6 +44,12 @@ void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_no
 // independent of each other, in one launch.
 void run_rope_pair(CudaDevice &dev, const minfer_node &a, const minfer_node &b, const minfer_step_args &args);
 
+// Such a pair (a step's queries and keys) and the ATTENTION that reads both outputs, which
+// nothing else reads: a one-token step attends with the rotation inside its kernel (no RoPE
+// launch); other steps run the pair, then the attention.
+void run_rope_attention(CudaDevice &dev, const minfer_node &rope_a, const minfer_node &rope_b, const minfer_node &attn,
+                        const minfer_step_args &args);
+
 // The op families, one file each.
 std::span<const CudaOp> elementwise_ops();
 std::span<const CudaOp> quant_ops();

@@ -1,0 +1,35 @@
+// plugins/cuda/kernels/rope.cuh — the rotary embedding's arithmetic, shared by the RoPE kernel
+// (rope.cu) and the one-token attention kernel that rotates its query and key itself.
+#pragma once
+
+#include <cstdint>
+
+#include "launchers.h"
+
+namespace minfer::cuda {
+
+// Pair i of a head at position p turns by p * theta_base^(-2i/n_dims) * freq_scale; the angle
+// is formed in double because positions reach 10^5 and a float frequency would drift by radians.
+__device__ __forceinline__ void rope_cos_sin(int32_t pos, int32_t i, const minfer_cuda_rope &r, float &c, float &s) {
+  const double theta = double(pos) * exp(-2.0 * double(i) / double(r.n_dims) * log(double(r.theta_base))) * double(r.freq_scale);
+  c = float(cos(theta)), s = float(sin(theta));
+}
+
+// The rotated pair (a, b) of pair i: mode 2 (NeoX) pairs dims i and i + n_dims/2, else 2i, 2i+1.
+__device__ __forceinline__ void rope_pair_dims(int32_t i, const minfer_cuda_rope &r, int32_t &a, int32_t &b) {
+  a = r.mode == 2 ? i : 2 * i;
+  b = r.mode == 2 ? i + r.n_dims / 2 : 2 * i + 1;
+}
+
+// Dim d of a rotated head whose unrotated values are x[0..head_dim); dims past n_dims pass.
+__device__ __forceinline__ float rope_value(const float *x, int32_t d, int32_t pos, const minfer_cuda_rope &r) {
+  if (d >= r.n_dims) return x[d];
+  const int32_t half = r.n_dims / 2, i = r.mode == 2 ? d % half : d / 2;
+  int32_t a, b;
+  rope_pair_dims(i, r, a, b);
+  float c, s;
+  rope_cos_sin(pos, i, r, c, s);
+  return d == a ? x[a] * c - x[b] * s : x[a] * s + x[b] * c;
+}
+
+}  // namespace minfer::cuda
