@@ -154,22 +154,88 @@ struct GemvParts {
   int n;
 };
 
+// Part p's entry of an array of the kernel parameter, by selects: indexing it with a run-time
+// p would copy the whole parameter struct to local memory.
+template <class T>
+__device__ __forceinline__ T pick(const T (&a)[kMinferCudaGemvMaxParts], int p) {
+  static_assert(kMinferCudaGemvMaxParts == 3, "pick() spells out three parts");
+  return p == 0 ? a[0] : p == 1 ? a[1] : a[2];
+}
+
+// Row o of the launch: part p's row r.
+template <class Block>
+__device__ __forceinline__ const Block *part_row(const GemvParts &parts, int64_t o, int64_t nb, int &p, int64_t &r) {
+  p = o < parts.end[0] ? 0 : o < parts.end[1] ? 1 : 2;
+  r = o - (p == 0 ? 0 : p == 1 ? parts.end[0] : parts.end[1]);
+  return static_cast<const Block *>(pick(parts.w, p)) + r * nb;
+}
+
+// y_p[r] = v (+ add_p[r]).
+__device__ __forceinline__ void store_row(const GemvParts &parts, int p, int64_t r, float v) {
+  const float *add = pick(parts.add, p);
+  pick(parts.y, p)[r] = add ? v + add[r] : v;
+}
+
+// Rows of at most 32 sub-blocks (k <= 1024: a 0.5B model's projections): one load round per
+// row would leave most of memory's latency exposed, so a warp takes kShortRows rows at once
+// (half as many gate/up pairs), a lane holding its one sub-block of each.
+constexpr int kShortRows = kUnroll;
+
+template <class Block, bool kGated>
+__device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Block *up, const float *x, int64_t ns, int64_t nb,
+                                                minfer_cuda_q8_act *xs) {
+  constexpr int R = kGated ? kShortRows / 2 : kShortRows;
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = parts.end[parts.n - 1], stride = int64_t(gridDim.x) * kWarps;
+  const int64_t t0 = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  SubBlock s[kShortRows];
+  int pr[R];
+  int64_t rr[R];
+  const auto load = [&](int64_t t) {
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+      pr[u] = 0, rr[u] = 0;
+      if (t * R + u >= rows) continue;
+      const Block *row = part_row<Block>(parts, t * R + u, nb, pr[u], rr[u]);
+      if (lane < ns) {
+        unpack_sub(row, lane, s[u]);
+        if (kGated) unpack_sub(up + rr[u] * nb, lane, s[R + u]);
+      }
+    }
+  };
+  if (t0 * R < rows) load(t0);
+  quantize_to_shared(x, ns, xs);
+  __syncthreads();
+  for (int64_t t = t0; t * R < rows; t += stride) {
+    if (t != t0) load(t);
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+      const bool live = t * R + u < rows;
+      float a = 0, b = 0;
+      if (live && lane < ns) {
+        a = sub_dot<Block>(s[u], xs[lane]);
+        if (kGated) b = sub_dot<Block>(s[R + u], xs[lane]);
+      }
+      float v = warp_sum(a);
+      if (kGated) v = v / (1.0f + expf(-v)) * warp_sum(b);
+      if (live && lane == 0) store_row(parts, pr[u], rr[u], v);
+    }
+  }
+}
+
 // kGated false: y_i[r] = W_i[r].x (+ add_i[r]) for every part i (a layer's Q, K and V in one
 // launch). kGated (one part): W is the gate and `up` a second weight: y[r] = silu(W[r].x) *
 // up[r].x, the FFN's two products and its SwiGLU in one launch. A warp's first row starts
 // loading before x is quantized, so the weights' memory latency overlaps the quantizing (the
 // gate's part only when gated: both would not fit in registers).
 template <class Block, bool kGated>
-__global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(GemvParts parts, const Block *up, const float *x, int64_t k) {
+__global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const __grid_constant__ GemvParts parts, const Block *up, const float *x,
+                                                                                                         int64_t k) {
   extern __shared__ minfer_cuda_q8_act xs[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs), rows = parts.end[parts.n - 1];
-  const auto row_of = [&](int64_t o, int &p, int64_t &r) {
-    p = 0;
-    while (o >= parts.end[p]) ++p;
-    r = o - (p ? parts.end[p - 1] : 0);
-    return static_cast<const Block *>(parts.w[p]) + r * nb;
-  };
+  if (ns <= 32) return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
+  const auto row_of = [&](int64_t o, int &p, int64_t &r) { return part_row<Block>(parts, o, nb, p, r); };
   const int64_t o0 = int64_t(blockIdx.x) * kWarps + warp;
   int p;
   int64_t r;
@@ -185,7 +251,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(GemvPar
       load_subs(up + r * nb, lane, ns, first);
       v = v / (1.0f + expf(-v)) * row_dot(up + r * nb, xs, ns, lane, first);
     }
-    if (lane == 0) parts.y[p][r] = parts.add[p] ? v + parts.add[p][r] : v;
+    if (lane == 0) store_row(parts, p, r, v);
   }
 }
 
@@ -217,7 +283,8 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
   gp.n = n_parts;
   // One wave of two blocks per SM (measured against eight, and against no early first-row
   // loads at 71 registers: tg128 0.5B Q4_0 757 vs 732 vs 699 t/s, 7B 237 vs 219 vs 212).
-  const int64_t want = (m + kWarps - 1) / kWarps, most = int64_t(sm_count > 0 ? sm_count : 132) * 2;
+  const int64_t per_warp = k / 32 <= 32 ? (up ? kShortRows / 2 : kShortRows) : 1;  // rows a warp takes at once
+  const int64_t want = (m + kWarps * per_warp - 1) / (kWarps * per_warp), most = int64_t(sm_count > 0 ? sm_count : 132) * 2;
   int64_t blocks = want < most ? want : most;
   if (blocks > cfg->max_blocks) blocks = cfg->max_blocks;
   const size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);

@@ -9,10 +9,13 @@
 namespace minfer::cuda {
 
 // Pair i of a head at position p turns by p * theta_base^(-2i/n_dims) * freq_scale; the angle
-// is formed in double because positions reach 10^5 and a float frequency would drift by radians.
+// is formed in double because positions reach 10^5 and a float frequency would drift by
+// radians. Reduced to [-pi, pi] in double, its sine and cosine are float-exact (a double
+// sin and cos cost microseconds of latency in the one-token attention kernel).
 __device__ __forceinline__ void rope_cos_sin(int32_t pos, int32_t i, const minfer_cuda_rope &r, float &c, float &s) {
+  constexpr double kTwoPi = 6.283185307179586;
   const double theta = double(pos) * exp(-2.0 * double(i) / double(r.n_dims) * log(double(r.theta_base))) * double(r.freq_scale);
-  c = float(cos(theta)), s = float(sin(theta));
+  sincosf(float(theta - kTwoPi * rint(theta / kTwoPi)), &s, &c);
 }
 
 // The rotated pair (a, b) of pair i: mode 2 (NeoX) pairs dims i and i + n_dims/2, else 2i, 2i+1.
