@@ -248,8 +248,9 @@ double tolerance(int32_t op, int32_t in_dtype, float want, double rms) {
     case MINFER_OP_RMS_NORM: return 1e-5 * a + 1e-6 * rms;
     case MINFER_OP_ROPE: return 1e-5 * a + 1e-5 * rms;
     // Block-type weights: backends may quantize activations to 8 bits for integer dot products
-    // (as llama.cpp does), an error of about 1% of the output's size; a misread layout is ~100%.
-    case MINFER_OP_MATMUL: return minfer_dtype_info(in_dtype).is_quantized ? 3e-2 * rms : 1e-5 * a + 2e-5 * rms;
+    // (as llama.cpp does), an error of about 1% of the output's size and up to 3.4% at single
+    // outputs of these random blocks (K-quant scales spread widely); a misread layout is ~100%.
+    case MINFER_OP_MATMUL: return minfer_dtype_info(in_dtype).is_quantized ? 5e-2 * rms : 1e-5 * a + 2e-5 * rms;
     // An f16 cache: backends may also round Q and the softmax weights to f16 for tensor-core
     // products (llama.cpp's CUDA flash attention does), ~1e-3 of the output's size; an f32
     // cache keeps f32 arithmetic.
