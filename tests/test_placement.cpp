@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "demo_job.hpp"
 #include "common/error.hpp"
@@ -12,6 +13,9 @@
 #include "reference/ops.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/session.hpp"
+#include "models/model.hpp"
+#include "runtime/plugin.hpp"
+#include "synth/synth.hpp"
 
 namespace {
 
@@ -150,4 +154,69 @@ TEST(Placement, SegmentLocalOutputsAreThoseOnlyTheSegmentReads) {
   EXPECT_EQ(minfer::segment_local_outputs(graph, {0, 1, 2}), ids({"prod"}));
   EXPECT_EQ(minfer::segment_local_outputs(graph, {1, 2, 3}), ids({"biased"}));
   EXPECT_TRUE(minfer::segment_local_outputs(graph, {0}).empty());
+}
+
+namespace {
+
+// The --explain report of a synthetic Qwen2 (tiny, Q4_0; its tied output is Q6_K) on `backends`.
+std::string explain_tiny_qwen2(const std::string &backends) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / "minfer-explain-tiny-q4_0.gguf";
+  minfer::synth::Options o;
+  o.arch = "qwen2", o.preset = "tiny", o.type = "q4_0", o.seed = 5, o.out = path.string();
+  minfer::synth::synthesize(o);
+  auto file = minfer::gguf::File::open(path.string());
+  minfer::models::BuildOptions bo;
+  bo.n_ctx = 256;
+  bo.max_batch = 64;
+  const auto model = minfer::models::load_model(file, bo);
+  const minfer::RunConfig cfg = minfer::parse_run_config(backends, "test.yaml");
+  minfer::BackendSet set = minfer::open_backends(cfg);
+  minfer::Session session(model->graph, cfg, set);
+  return session.explain();
+}
+
+// The two lines ("1: ..." and "64: ...") the kernels section gives node `name`; "" when absent.
+std::string kernel_lines(const std::string &explain, const std::string &name) {
+  const size_t section = explain.find("kernels (per node");
+  if (section == std::string::npos) return "";
+  const size_t at = explain.find("\n  " + name + " ", section);
+  if (at == std::string::npos) return "";
+  const size_t second = explain.find('\n', explain.find('\n', at + 1) + 1);
+  return explain.substr(at + 1, second == std::string::npos ? std::string::npos : second - at - 1);
+}
+
+}  // namespace
+
+// --explain says which kernel each matmul takes, for a decode token and for a prompt.
+TEST(Explain, CpuNamesEachMatmulsKernel) {
+  const std::string e = explain_tiny_qwen2("backends: {cpu: {isa: scalar}}\n");
+  EXPECT_NE(e.find("kernels (per node, for a step of 1 token and of 64):"), std::string::npos) << e;
+  const std::string q = kernel_lines(e, "blk.0.attn_q");
+  EXPECT_NE(q.find("1: scalar int8 dot products on the q4_0 blocks"), std::string::npos) << e;
+  EXPECT_NE(q.find("64: scalar int8 dot products on the q4_0 blocks"), std::string::npos) << e;
+  EXPECT_NE(e.find("on the q6_k blocks"), std::string::npos) << "the tied output matmul\n" << e;
+  EXPECT_EQ(kernel_lines(e, "blk.0.attn_norm"), "") << "ops without a choice of kernel stay out of the list\n" << e;
+}
+
+TEST(Explain, CudaNamesPathsAndFusions) {
+  std::shared_ptr<minfer::Plugin> cuda;
+  try {
+    cuda = minfer::find_plugin("cuda", "", minfer::plugin_search_dirs(""));
+  } catch (const minfer::Error &e) {
+    GTEST_SKIP() << "the CUDA plugin is not built: " << e.what();
+  }
+  std::string why;
+  if (cuda->device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  const std::string e = explain_tiny_qwen2("backends: {cuda: {}}\n");
+  const std::string q = kernel_lines(e, "blk.0.attn_q");
+  EXPECT_NE(q.find("1: gemv_quantizing_kernel: dp4a on the q4_0 blocks"), std::string::npos) << e;
+  EXPECT_NE(q.find("one launch with blk.0.attn_k and blk.0.attn_v"), std::string::npos) << e;
+  EXPECT_NE(q.find("64: mmq_kernel: int8 tensor cores"), std::string::npos) << e;
+  EXPECT_NE(kernel_lines(e, "blk.0.attn_k").find("1: inside the kernel of blk.0.attn_q"), std::string::npos) << e;
+  EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and SwiGLU in one launch"), std::string::npos)
+      << e;
+  const std::string at = kernel_lines(e, "blk.0.attn");
+  EXPECT_NE(at.find("1: flash_decode_kernel (writes the KV row, rotates q and k)"), std::string::npos) << e;
+  EXPECT_NE(at.find("64: kv_write_kernel + flash_attention_tc_kernel"), std::string::npos) << e;
+  EXPECT_NE(kernel_lines(e, "blk.0.attn_q_rope").find("1: inside the kernel of blk.0.attn"), std::string::npos) << e;
 }

@@ -269,6 +269,19 @@ std::vector<double> BackendHandle::node_times(CompiledSegment &seg, int32_t n_no
   return ms;
 }
 
+std::string BackendHandle::explain(const CompiledSegment &seg, int32_t node, int64_t n_tokens) const {
+  const minfer_backend_api &a = plugin_->api();
+  if (a.struct_size < MINFER_SIZE_UP_TO(minfer_backend_api, segment_explain) || !a.segment_explain) return "";
+  char text[512] = {};
+  minfer_status *st = a.segment_explain(backend_, seg.raw(), node, n_tokens, text, sizeof text);
+  if (st && a.status_code(st) == MINFER_ERR_UNSUPPORTED) {
+    a.status_free(st);
+    return "";
+  }
+  plugin_->check(st, "segment_explain");
+  return text;
+}
+
 void BackendHandle::synchronize() {
   plugin_->check(plugin_->api().synchronize(backend_), "synchronize");
 }

@@ -123,6 +123,9 @@ class BackendHandle {
   // The device time of each node of the last execute with node_times (ABI 1.1); empty when
   // the plugin cannot say.
   std::vector<double> node_times(CompiledSegment &seg, int32_t n_nodes);
+  // How the backend runs the segment's node `node` in a step of n_tokens tokens (ABI 1.3);
+  // "" when it does not say (or predates 1.3).
+  std::string explain(const CompiledSegment &seg, int32_t node, int64_t n_tokens) const;
   void synchronize();
 
  private:

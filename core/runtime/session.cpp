@@ -300,6 +300,28 @@ std::vector<uint8_t> Session::output(const std::string &name) const {
   return bytes;
 }
 
+// What each backend says about how it runs its nodes (ABI 1.3), for a one-token step and for
+// a prompt-sized one; nodes its backend says nothing about are left out.
+std::string Session::explain_kernels() const {
+  const int64_t big = max_tokens_ > 0 ? std::min<int64_t>(max_tokens_, 512) : 512;
+  std::string lines;
+  char line[1400];
+  for (size_t si = 0; si < placement_.steps.size(); ++si) {
+    const Step &s = placement_.steps[si];
+    if (s.kind != Step::Kind::Segment || !segments_[si]) continue;
+    const BackendHandle &b = *backends_.at(s.backend);
+    for (size_t j = 0; j < s.nodes.size(); ++j) {
+      const std::string one = b.explain(*segments_[si], int32_t(j), 1), many = b.explain(*segments_[si], int32_t(j), big);
+      if (one.empty() && many.empty()) continue;
+      std::snprintf(line, sizeof line, "  %-28s %-8s 1: %s\n  %-28s %-8s %lld: %s\n", graph_.node(s.nodes[j]).name.c_str(), s.backend.c_str(),
+                    one.c_str(), "", "", static_cast<long long>(big), many.c_str());
+      lines += line;
+    }
+  }
+  if (lines.empty()) return "";
+  return "kernels (per node, for a step of 1 token and of " + std::to_string(big) + "):\n" + lines;
+}
+
 std::string Session::explain() const {
   std::string out = "placement (" + cfg_.source + ", default backend '" + cfg_.default_backend + "')\n";
   char line[512];
@@ -329,6 +351,7 @@ std::string Session::explain() const {
     copy_lines += "\n";
   }
   out += "copies inserted: " + std::to_string(copies) + "\n" + copy_lines;
+  out += explain_kernels();
   int segments = 0;
   for (const auto &s : placement_.steps) segments += s.kind == Step::Kind::Segment;
   out += "segments: " + std::to_string(segments) + "\n";

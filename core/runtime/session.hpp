@@ -39,6 +39,7 @@ class Session {
 
   const Placement &placement() const { return placement_; }
   std::string explain() const;  // the placement report of --explain
+  std::string explain_kernels() const;  // its part that the backends write (ABI 1.3)
 
  private:
   struct Location {

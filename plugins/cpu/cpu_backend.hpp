@@ -57,6 +57,8 @@ std::span<const CpuOp> elementwise_ops();
 std::span<const CpuOp> quant_ops();
 std::span<const CpuOp> norm_rope_ops();
 std::span<const CpuOp> matmul_ops();
+// How run_matmul runs node n for a step of `tokens` (--explain, ABI 1.3).
+std::string explain_matmul(const minfer_node &n, Isa isa, int64_t tokens);
 std::span<const CpuOp> attention_ops();
 
 }  // namespace minfer::cpu

@@ -70,9 +70,14 @@ void matmul_quantized(const minfer_node &n, const RunCtx &ctx, QDotFn dot_q) {
   });
 }
 
+// Block weights on AMX tiles from kAmxMinTokens tokens on (the measured crossover).
+bool takes_amx(int32_t w_dtype, Isa isa, int64_t tokens) {
+  return isa == Isa::Amx && minfer_dtype_info(w_dtype).is_quantized && tokens >= kAmxMinTokens;
+}
+
 void run_matmul(const minfer_node &n, const RunCtx &ctx) {
   const minfer_tensor &w = *n.inputs[0];
-  if (ctx.isa == Isa::Amx && minfer_dtype_info(w.dtype).is_quantized && sdk::run_rows(*n.inputs[1], ctx.args) >= kAmxMinTokens)
+  if (takes_amx(w.dtype, ctx.isa, sdk::run_rows(*n.inputs[1], ctx.args)))
     return amx_matmul(w.dtype, ptr(w), sdk::row_bytes(w.dtype, w.shape[0]), w.shape[0], w.shape[1], ptr<float>(*n.inputs[1]),
                       sdk::run_rows(*n.inputs[1], ctx.args), ptr<float>(*n.output), ctx.pool);
   if (QDotFn q = qdot_for(w.dtype, ctx.isa)) return matmul_quantized(n, ctx, q);
@@ -101,5 +106,14 @@ const CpuOp kOps[] = {
 }  // namespace
 
 std::span<const CpuOp> matmul_ops() { return kOps; }
+
+std::string explain_matmul(const minfer_node &n, Isa isa, int64_t tokens) {
+  const int32_t dt = n.inputs[0]->dtype;
+  const std::string type = minfer_dtype_name(dt);
+  if (takes_amx(dt, isa, tokens)) return "amx bf16 tiles (" + type + " weights decoded to bf16 panels, f32 accumulators)";
+  if (qdot_for(dt, isa))  // AMX machines run the few-token steps on the AVX-512 VNNI kernels
+    return std::string(isa_name(isa == Isa::Amx ? Isa::Avx512Vnni : isa)) + " int8 dot products on the " + type + " blocks (activations rounded to 8 bits)";
+  return dt == MINFER_DTYPE_F32 ? "f32 dot products" : "f32 dot products (" + type + " rows decoded to f32)";
+}
 
 }  // namespace minfer::cpu

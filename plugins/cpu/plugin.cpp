@@ -87,6 +87,12 @@ class CpuSegment : public sdk::Segment {
     }
   }
 
+  std::string explain(size_t node, int64_t tokens) const override {
+    if (node >= nodes_.size()) throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "explain: no node " + std::to_string(node) + " in this segment");
+    const minfer_node &n = nodes_[node].node();
+    return n.op == MINFER_OP_MATMUL ? explain_matmul(n, isa_, tokens) : "";
+  }
+
   // The CPU runs a node to completion before the next: its wall time is its device time.
   std::vector<double> node_times() override {
     if (times_.size() != nodes_.size()) throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "no timed execution yet");

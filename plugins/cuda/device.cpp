@@ -227,16 +227,31 @@ void CudaDevice::add_matmul_weights(const std::vector<WeightRef> &weights) {
                                  std::to_string(matmul_weight_bytes_ >> 20) + " MiB >= w16_cache_min_bytes)");
 }
 
+CudaDevice::MatmulPath CudaDevice::matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const {
+  constexpr int64_t kGemmMinTokens = 16;
+  if (tokens >= kGemmMinTokens && opts_.mmq && minfer_cuda_mmq_supported(w_dtype) && k % 32 == 0) return MatmulPath::Mmq;
+  if (tokens == 1 && minfer_cuda_gemv_quantizing_supported(w_dtype, k)) return MatmulPath::Gemv;
+  if (tokens >= kGemmMinTokens && minfer_dtype_info(w_dtype).is_quantized && k % 16 == 0) return MatmulPath::F16Gemm;
+  if (minfer_cuda_mmvq_supported(w_dtype) && k % 32 == 0) return MatmulPath::Mmvq;
+  return MatmulPath::Generic;
+}
+
+bool CudaDevice::has_f16_copy(const void *w) const {
+  for (const auto &[key, copy] : w16_cache_)
+    if (key == w) return true;
+  return false;
+}
+
 void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens,
                         const float *add, bool add_broadcast, float *unfused) {
-  constexpr int64_t kGemmMinTokens = 16;
-  if (tokens >= kGemmMinTokens && opts_.mmq && minfer_cuda_mmq_supported(w_dtype) && k % 32 == 0) {
+  const MatmulPath path = matmul_path(w_dtype, k, tokens);
+  if (path == MatmulPath::Mmq) {
     void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));
     check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
     check_launch(minfer_cuda_mmq(&cfg_, w_dtype, w, q, y, k, m, tokens, add, add_broadcast ? 1 : 0));
     return;
   }
-  if (tokens == 1 && minfer_cuda_gemv_quantizing_supported(w_dtype, k))  // decode: one launch, the add in it
+  if (path == MatmulPath::Gemv)  // decode: one launch, the add in it
     return matmul_group(w_dtype, x, k, tokens, {{w, y, m, add, add_broadcast, unfused}});
   if (add) {  // a path without an epilogue: the product, then the add
     matmul(w_dtype, w, x, unfused, k, m, tokens);
@@ -244,7 +259,7 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
     else add_f32(unfused, add, y, tokens * m);
     return;
   }
-  if (tokens >= kGemmMinTokens && minfer_dtype_info(w_dtype).is_quantized && k % 16 == 0) {
+  if (path == MatmulPath::F16Gemm) {
     const int64_t n_pad = (tokens + 127) / 128 * 128, m_pad = (m + 127) / 128 * 128;  // the tiled GEMM's tiles
     const void *cached = nullptr;
     for (const auto &[key, copy] : w16_cache_)
@@ -263,7 +278,7 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
                "copying the GEMM result");
     return;
   }
-  if (minfer_cuda_mmvq_supported(w_dtype) && k % 32 == 0) {  // integer path: activations to 8 bits once
+  if (path == MatmulPath::Mmvq) {  // integer path: activations to 8 bits once
     void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));
     check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
     check_launch(minfer_cuda_mmvq(&cfg_, w_dtype, w, q, y, k, m, tokens));
@@ -273,7 +288,7 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
 }
 
 void CudaDevice::matmul_group(int32_t w_dtype, const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts) {
-  if (tokens == 1 && parts.size() <= size_t(kMinferCudaGemvMaxParts) && minfer_cuda_gemv_quantizing_supported(w_dtype, k)) {
+  if (parts.size() <= size_t(kMinferCudaGemvMaxParts) && matmul_path(w_dtype, k, tokens) == MatmulPath::Gemv) {
     minfer_cuda_gemv_part gp[kMinferCudaGemvMaxParts];
     for (size_t i = 0; i < parts.size(); ++i) gp[i] = {parts[i].w, parts[i].y, parts[i].add, parts[i].m};
     return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, gp, int32_t(parts.size()), nullptr, x, k, sm_count_));
@@ -283,7 +298,7 @@ void CudaDevice::matmul_group(int32_t w_dtype, const float *x, int64_t k, int64_
 
 void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
                                int64_t tokens, float *gate_out, float *up_out) {
-  if (tokens == 1 && minfer_cuda_gemv_quantizing_supported(w_dtype, k)) {
+  if (matmul_path(w_dtype, k, tokens) == MatmulPath::Gemv) {
     const minfer_cuda_gemv_part part{gate, y, nullptr, m};
     return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, &part, 1, up, x, k, sm_count_));
   }

@@ -87,6 +87,13 @@ class CudaDevice {
   void begin_capture();
   cudaGraphExec_t end_capture();
   void launch_graph(cudaGraphExec_t g);
+  // How matmul() multiplies: Mmq (int8 tensor cores on the blocks), Gemv (one-token dp4a, x
+  // quantized in the kernel, the add and grouping fused), F16Gemm (weights dequantized to f16 —
+  // cached per weight or per call — and a tensor-core GEMM), Mmvq (dp4a after a quantize
+  // kernel), Generic (f32 math, any type). The one place the choice is made.
+  enum class MatmulPath { Mmq, Gemv, F16Gemm, Mmvq, Generic };
+  MatmulPath matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const;
+  bool has_f16_copy(const void *w) const;  // the f16 weight cache holds w
   // y = W x (+ add: m values per token, or m values for every token when add_broadcast). The
   // fast paths add in their epilogue; the others write W x to `unfused` and then add.
   void matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens,

@@ -61,6 +61,35 @@ class CudaSegment : public sdk::Segment {
     return ms;
   }
 
+  // --explain: the kernels a node runs as, from the same choices execute makes.
+  std::string explain(size_t i, int64_t tokens) const override {
+    if (i >= nodes_.size()) throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "explain: no node " + std::to_string(i) + " in this segment");
+    const minfer_node &n = nodes_[i].node();
+    const size_t o = owner_[i];
+    if (n.op == MINFER_OP_ATTENTION)
+      return explain_attention(n, tokens, o != i && dev_.attention_rotates(tokens, sdk::params_of<minfer_attention_params>(n)));
+    if (o != i) {  // run by the step of node o: inside its kernel, or as a kernel of that step
+      const minfer_node &head = nodes_[o].node();
+      bool inside = false;
+      if (head.op == MINFER_OP_MATMUL) {
+        const auto path = dev_.matmul_path(head.inputs[0]->dtype, head.inputs[0]->shape[0], tokens);
+        inside = path == CudaDevice::MatmulPath::Gemv || (n.op != MINFER_OP_MATMUL && path == CudaDevice::MatmulPath::Mmq && fuse_add_[o]);
+      } else if (head.op == MINFER_OP_ROPE && fuse_rope_attention_[o] &&
+                 dev_.attention_rotates(tokens, sdk::params_of<minfer_attention_params>(nodes_[o + 2].node()))) {
+        return "inside the kernel of " + nodes_[o + 2].name();
+      }
+      return std::string(inside ? "inside the kernel of " : "a kernel of the step at ") + nodes_[o].name();
+    }
+    if (n.op == MINFER_OP_MATMUL) return explain_matmul(i, tokens);
+    if (n.op == MINFER_OP_ROPE && fuse_rope_[i]) {
+      const minfer_node &at = nodes_[i + 2].node();
+      if (fuse_rope_attention_[i] && dev_.attention_rotates(tokens, sdk::params_of<minfer_attention_params>(at)))
+        return "inside the kernel of " + nodes_[i + 2].name() + " (with the other RoPE of the pair)";
+      return "rope_f32_kernel (the pair in one launch)";
+    }
+    return "";
+  }
+
   // Single-token steps (decode) replay one captured CUDA Graph: the same kernels on the same
   // buffers every time, with n_past read from device memory. The first such step runs
   // directly (so scratch buffers reach their size), the second is captured.
@@ -120,6 +149,47 @@ class CudaSegment : public sdk::Segment {
     if (timed_) check_cuda(cudaEventRecord(events_.back(), dev_.stream()), "recording a timing event");
   }
 
+  std::string explain_matmul(size_t i, int64_t tokens) const {
+    const minfer_node &n = nodes_[i].node();
+    const minfer_tensor &w = *n.inputs[0];
+    const std::string type = minfer_dtype_name(w.dtype);
+    using P = CudaDevice::MatmulPath;
+    const P path = dev_.matmul_path(w.dtype, w.shape[0], tokens);
+    if (fuse_swiglu_[i] && path == P::Gemv) return "gemv_quantizing_kernel: gate, up and SwiGLU in one launch (dp4a on the " + type + " blocks)";
+    std::string t;
+    switch (path) {
+      case P::Mmq: t = "mmq_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " blocks"; break;
+      case P::Gemv: t = "gemv_quantizing_kernel: dp4a on the " + type + " blocks, x quantized in the kernel"; break;
+      case P::F16Gemm:
+        t = std::string(dev_.has_f16_copy(dptr(w)) ? "its cached f16 copy" : "dequantized to f16 per call") + " + f16 tensor-core GEMM";
+        break;
+      case P::Mmvq: t = "quantize_q8_act_kernel + mmvq_kernel: dp4a on the " + type + " blocks"; break;
+      case P::Generic: t = "matmul_kernel (f32 math on " + type + ")"; break;
+    }
+    if (fuse_add_[i]) t += path == P::Mmq || path == P::Gemv ? ", the add in its epilogue" : ", then an add kernel";
+    if (fuse_swiglu_[i]) t += "; the same for up, then swiglu_f32_kernel";
+    if (!group_[i].empty() && path == P::Gemv) {
+      t += "; one launch with";
+      for (size_t j = 1; j < group_[i].size(); ++j) t += " " + std::string(j > 1 ? "and " : "") + name_of(group_[i][j].matmul);
+    }
+    return t;
+  }
+
+  std::string explain_attention(const minfer_node &at, int64_t tokens, bool rotating) const {
+    const auto &p = sdk::params_of<minfer_attention_params>(at);
+    const char *k = minfer_cuda_flash_attention_kernel(tokens, p.n_head, p.n_kv_head, p.head_dim, at.inputs[3]->dtype);
+    std::string t = k ? k : "kv_write_kernel + attention_kernel (scores in shared memory)";
+    if (k && std::string(k) == "flash_decode_kernel") t += rotating ? " (writes the KV row, rotates q and k)" : " (writes the KV row)";
+    else if (k) t = "kv_write_kernel + " + t;
+    return t;
+  }
+
+  std::string name_of(const minfer_node *n) const {
+    for (const auto &on : nodes_)
+      if (&on.node() == n) return on.name();
+    return "?";
+  }
+
   static bool same(const minfer_tensor &a, const minfer_tensor &b) { return a.buffer == b.buffer && a.offset == b.offset; }
   static uint64_t bytes_of(const minfer_tensor &t) {
     const minfer_dtype_traits tr = minfer_dtype_info(t.dtype);
@@ -154,6 +224,8 @@ class CudaSegment : public sdk::Segment {
     fuse_swiglu_.assign(nodes_.size(), false);
     fuse_rope_.assign(nodes_.size(), false);
     fuse_rope_attention_.assign(nodes_.size(), false);
+    owner_.resize(nodes_.size());
+    for (size_t i = 0; i < nodes_.size(); ++i) owner_[i] = i;
     fused_away_.assign(nodes_.size(), false);
     // Two ROPEs in a row at the same positions and parameters, the second not reading the
     // first's output nor writing over its input: one launch (both outputs are written).
@@ -163,7 +235,7 @@ class CudaSegment : public sdk::Segment {
       if (a.params->struct_size != b.params->struct_size || std::memcmp(a.params, b.params, a.params->struct_size) != 0) continue;
       if (overlap(*b.inputs[0], *a.output) || overlap(*b.output, *a.inputs[0]) || overlap(*b.output, *a.output)) continue;
       fuse_rope_[i] = true;
-      fused_away_[i + 1] = true;
+      fused_away_[i + 1] = true, owner_[i + 1] = i;
       ++i;
     }
     // Such a pair and the ATTENTION after it reading both outputs (as q and k, either order),
@@ -181,7 +253,7 @@ class CudaSegment : public sdk::Segment {
         continue;
       if (overlap(*at.output, *a.inputs[0]) || overlap(*at.output, *b.inputs[0])) continue;
       fuse_rope_attention_[i] = true;
-      fused_away_[i + 2] = true;
+      fused_away_[i + 2] = true, owner_[i + 2] = i;
     }
     for (size_t i = 0; i + 2 < nodes_.size(); ++i) {
       const minfer_node &g = nodes_[i].node(), &u = nodes_[i + 1].node(), &sw = nodes_[i + 2].node();
@@ -193,7 +265,7 @@ class CudaSegment : public sdk::Segment {
         continue;
       if (overlap(*sw.output, *g.inputs[1]) || overlap(*sw.output, wg) || overlap(*sw.output, wu)) continue;
       fuse_swiglu_[i] = true;
-      fused_away_[i + 1] = fused_away_[i + 2] = true;
+      fused_away_[i + 1] = fused_away_[i + 2] = true, owner_[i + 1] = owner_[i + 2] = i;
       i += 2;
     }
     for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
@@ -204,7 +276,7 @@ class CudaSegment : public sdk::Segment {
       if (!bias && !residual) continue;
       if (read_after(i + 1, *mm.output) || overlap(*add.output, *mm.inputs[0]) || overlap(*add.output, *mm.inputs[1])) continue;
       fuse_add_[i] = true;
-      fused_away_[i + 1] = true;
+      fused_away_[i + 1] = true, owner_[i + 1] = i;
     }
     plan_matmul_groups();
     const auto count = [](const std::vector<bool> &v) { return std::count(v.begin(), v.end(), true); };
@@ -270,8 +342,8 @@ class CudaSegment : public sdk::Segment {
       if (group.size() > 1) {
         group_[i] = group;
         for (size_t j = 1; j < starts.size(); ++j) {
-          fused_away_[starts[j]] = true;
-          if (fuse_add_[starts[j]]) fused_away_[starts[j] + 1] = true;
+          fused_away_[starts[j]] = true, owner_[starts[j]] = i;
+          if (fuse_add_[starts[j]]) fused_away_[starts[j] + 1] = true, owner_[starts[j] + 1] = i;
         }
       }
       i = next;
@@ -282,6 +354,7 @@ class CudaSegment : public sdk::Segment {
   // Per node: runs matmul+add / gate+up+swiglu, or was done by such a step before it.
   std::vector<bool> fuse_add_, fuse_swiglu_, fuse_rope_, fuse_rope_attention_, fused_away_;
   std::vector<std::vector<MatmulStep>> group_;  // at a group's first node: its steps
+  std::vector<size_t> owner_;                    // per node: the first node of the step that runs it
   std::vector<cudaEvent_t> events_;  // around each node, for node_times
   bool timed_ = false;
   cudaGraphExec_t graph_ = nullptr;

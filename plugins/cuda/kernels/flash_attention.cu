@@ -602,6 +602,12 @@ extern "C" int minfer_cuda_flash_attention_supports(int32_t head_dim) { return h
 
 extern "C" int32_t minfer_cuda_flash_attention_counters() { return kMaxDecodeKvHeads; }
 
+extern "C" const char *minfer_cuda_flash_attention_kernel(int64_t tokens, int32_t n_head, int32_t n_kv, int32_t head_dim, int32_t dtype) {
+  if (!minfer_cuda_flash_attention_supports(head_dim) || (dtype != MINFER_DTYPE_F16 && dtype != MINFER_DTYPE_F32)) return nullptr;
+  if (plan_for(tokens, n_head, n_kv, 1, 1).decode) return "flash_decode_kernel";
+  return dtype == MINFER_DTYPE_F16 ? "flash_attention_tc_kernel" : "flash_attention_kernel";
+}
+
 extern "C" int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int32_t n_head, int32_t n_kv, int32_t head_dim,
                                                               int64_t max_positions, int32_t sm_count) {
   int64_t splits = 1;  // the larger of the two prefill kernels' plans
@@ -630,7 +636,7 @@ extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, 
     if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_decode<__half, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, r);
     if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch_decode<float, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, r);
     if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch_decode<float, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, r);
-    cfg->kernel_name = "flash_decode_kernel";
+    cfg->kernel_name = minfer_cuda_flash_attention_kernel(tokens, n_head, n_kv, hd, dtype);
     cfg->kernel_dtype = dtype;
     return e;
   }
@@ -640,7 +646,7 @@ extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, 
   if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_tc<128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, pt);
   if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch<float, 64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, pt);
   if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch<float, 128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, pt);
-  cfg->kernel_name = dtype == MINFER_DTYPE_F16 ? "flash_attention_tc_kernel" : "flash_attention_kernel";
+  cfg->kernel_name = minfer_cuda_flash_attention_kernel(tokens, n_head, n_kv, hd, dtype);
   cfg->kernel_dtype = dtype;
   if (e != cudaSuccess || pt.splits == 1) return e;
   const int64_t rows = tokens * n_head;

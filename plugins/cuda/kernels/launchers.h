@@ -89,6 +89,8 @@ int64_t minfer_cuda_attention_max_positions(int device);
  * zeroed once; the kernel leaves them zero) tells. */
 int minfer_cuda_flash_attention_supports(int32_t head_dim);
 int32_t minfer_cuda_flash_attention_counters(void);
+/* The kernel minfer_cuda_flash_attention runs for such a call; NULL when it runs none. */
+const char *minfer_cuda_flash_attention_kernel(int64_t tokens, int32_t n_head, int32_t n_kv_head, int32_t head_dim, int32_t cache_dtype);
 /* 1 when this call writes the step's K and V rows (k_new, v_new) into the caches itself (the
  * one-token kernel); otherwise minfer_cuda_kv_write must run first. The same calls take
  * `rope` (else NULL): q and k_new arrive unrotated and the kernel rotates them at position

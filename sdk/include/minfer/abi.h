@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 #define MINFER_ABI_MAJOR 1 /* changes only when something is removed, reordered or retyped */
-#define MINFER_ABI_MINOR 2 /* grows when a field or an entry is appended */
+#define MINFER_ABI_MINOR 3 /* grows when a field or an entry is appended */
 
 /* The one symbol a plugin exports. */
 #define MINFER_ENTRY_SYMBOL "minfer_backend_entry"
@@ -179,6 +179,12 @@ typedef struct minfer_backend_api {
    * (synchronize), the time each of the segment's n nodes took on the device, in milliseconds,
    * into ms[0..n). MINFER_ERR_UNSUPPORTED when the plugin cannot; the host times on its clock. */
   minfer_status *(*segment_node_times)(minfer_backend *backend, minfer_segment *segment, double *ms, int32_t n);
+  /* ABI 1.3 (optional: may be NULL). How the backend runs node `node` (an index into the
+   * segment's nodes) in a step of n_tokens tokens: a short phrase naming the kernel or path and
+   * any fusion, for reports (--explain); out gets "" when there is nothing to say. The text is
+   * cut to out_size - 1 bytes. MINFER_ERR_UNSUPPORTED when the plugin cannot. */
+  minfer_status *(*segment_explain)(minfer_backend *backend, minfer_segment *segment, int32_t node, int64_t n_tokens, char *out,
+                                    size_t out_size);
 } minfer_backend_api;
 
 /* The entry symbol's type. The plugin returns its table (static storage) whatever the host's

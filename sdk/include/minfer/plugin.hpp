@@ -261,6 +261,9 @@ class Segment {
   virtual std::vector<double> node_times() {
     throw Error(MINFER_ERR_UNSUPPORTED, "this backend does not time nodes");
   }
+  // How node `node` runs in a step of `tokens` tokens (kernel or path, fusions), for reports
+  // (ABI 1.3); "" says nothing.
+  virtual std::string explain(size_t /*node*/, int64_t /*tokens*/) const { return ""; }
 };
 
 // Whether the host asked for per-node times in these step arguments (ABI 1.1 field).
@@ -474,6 +477,15 @@ struct Api {
           throw Error(MINFER_ERR_INVALID_ARGUMENT, "segment_node_times: the segment has " + std::to_string(t.size()) +
                                                        " nodes, not " + std::to_string(n));
         std::copy(t.begin(), t.end(), ms);
+      });
+    };
+    a.segment_explain = [](minfer_backend *b, minfer_segment *s, int32_t node, int64_t n_tokens, char *out, size_t out_size) {
+      return guard("segment_explain", [&] {
+        if (!b || !s || !out || out_size == 0) throw Error(MINFER_ERR_INVALID_ARGUMENT, "segment_explain: NULL argument");
+        const std::string text = node >= 0 ? s->impl->explain(size_t(node), n_tokens) : std::string();
+        const size_t n = std::min(text.size(), out_size - 1);
+        std::memcpy(out, text.data(), n);
+        out[n] = '\0';
       });
     };
     a.synchronize = [](minfer_backend *b) {
