@@ -14,6 +14,7 @@
 #include "runtime/placement.hpp"
 #include "runtime/plugin.hpp"
 #include "runtime/session.hpp"
+#include "cuda_available.hpp"
 #include "synth/synth.hpp"
 #include "test_util.hpp"
 
@@ -52,14 +53,7 @@ Logits run(const std::shared_ptr<minfer::gguf::File> &file, const std::string &b
 class CudaVsCpu : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaVsCpu, TeacherForcedLogitsAgree) {
-  std::shared_ptr<minfer::Plugin> cuda;
-  try {
-    cuda = minfer::find_plugin("cuda", "", minfer::plugin_search_dirs(""));
-  } catch (const minfer::Error &e) {
-    GTEST_SKIP() << "the CUDA plugin is not built: " << e.what();
-  }
-  std::string why;
-  if (cuda->device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
 
   const std::string type = GetParam();
   const fs::path path = fs::temp_directory_path() / ("minfer-tiny-" + type + ".gguf");

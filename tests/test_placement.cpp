@@ -13,6 +13,7 @@
 #include "reference/ops.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/session.hpp"
+#include "cuda_available.hpp"
 #include "models/model.hpp"
 #include "runtime/plugin.hpp"
 #include "synth/synth.hpp"
@@ -90,14 +91,7 @@ TEST(Placement, SplitAcrossBackendsInsertsCopiesAndMatchesOneBackend) {
 }
 
 TEST(Placement, CudaAndCpuSplitMatchesCpu) {
-  std::shared_ptr<minfer::Plugin> p;
-  try {
-    p = minfer::find_plugin("cuda", "", minfer::plugin_search_dirs(""));
-  } catch (const minfer::Error &e) {
-    GTEST_SKIP() << "the CUDA plugin is not built: " << e.what();
-  }
-  std::string why;
-  if (p->device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
   const std::string demo = "demo: {tokens: [0, 15, 7, 7, 3, 9], vocab: 16, dim: 256}\n";
   const auto cpu_only = run_demo_graph("backends: {cpu: {}}\n" + demo);
   std::string explain;
@@ -199,14 +193,7 @@ TEST(Explain, CpuNamesEachMatmulsKernel) {
 }
 
 TEST(Explain, CudaNamesPathsAndFusions) {
-  std::shared_ptr<minfer::Plugin> cuda;
-  try {
-    cuda = minfer::find_plugin("cuda", "", minfer::plugin_search_dirs(""));
-  } catch (const minfer::Error &e) {
-    GTEST_SKIP() << "the CUDA plugin is not built: " << e.what();
-  }
-  std::string why;
-  if (cuda->device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
   const std::string e = explain_tiny_qwen2("backends: {cuda: {}}\n");
   const std::string q = kernel_lines(e, "blk.0.attn_q");
   EXPECT_NE(q.find("1: gemv_quantizing_kernel: dp4a on the q4_0 blocks"), std::string::npos) << e;
