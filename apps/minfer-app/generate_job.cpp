@@ -132,7 +132,7 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
     std::fflush(stdout);
   }
   const auto t_prefill = Clock::now();
-  std::vector<float> logits = gen.feed(prompt);
+  const std::vector<float> &logits = gen.feed(prompt);  // the generator's buffer: each feed refreshes it
   const double prefill_s = seconds_since(t_prefill);
   std::vector<std::string> token_texts;  // for the trace's top-k lists
   if (trace)
@@ -172,7 +172,7 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
       stop_reason = "context full";
       break;
     }
-    if (generated < cfg.generation.n_predict) logits = gen.feed({next});
+    if (generated < cfg.generation.n_predict) gen.feed({next});
   }
   const std::string tail = decoder.flush();
   out += tail;

@@ -1,18 +1,17 @@
 #include "runtime/generator.hpp"
 
-#include <cstring>
 
 #include "common/error.hpp"
 
 namespace minfer {
 
-std::vector<float> Generator::feed(const std::vector<int32_t> &tokens) {
+const std::vector<float> &Generator::feed(const std::vector<int32_t> &tokens) {
   if (tokens.empty()) throw Error("feed: no tokens");
   if (n_past_ + int64_t(tokens.size()) > n_ctx())
     throw Error("the sequence needs " + std::to_string(n_past_ + int64_t(tokens.size())) + " positions but the context holds " +
                 std::to_string(n_ctx()) + "; shorten the prompt or raise 'context' in the run config");
   const int64_t batch = session_.max_tokens();
-  std::vector<float> logits;
+  size_t used = 0;  // floats of logits_ written by this feed; growing it is the only initialization
   for (size_t start = 0; start < tokens.size(); start += size_t(batch)) {
     const int64_t n = std::min<int64_t>(batch, int64_t(tokens.size() - start));
     std::vector<int32_t> pos(static_cast<size_t>(n));
@@ -27,12 +26,13 @@ std::vector<float> Generator::feed(const std::vector<int32_t> &tokens) {
     n_past_ += n;
     const bool want = model_.opts.all_logits || start + size_t(n) == tokens.size();
     if (!want) continue;
-    const std::vector<uint8_t> bytes = session_.output(models::Model::kLogits);
-    const size_t old = logits.size();
-    logits.resize(old + bytes.size() / 4);
-    std::memcpy(logits.data() + old, bytes.data(), bytes.size());
+    const uint64_t bytes = session_.output_bytes(models::Model::kLogits);
+    if (logits_.size() < used + bytes / 4) logits_.resize(used + bytes / 4);
+    session_.read_output(models::Model::kLogits, logits_.data() + used, bytes);
+    used += bytes / 4;
   }
-  return logits;
+  logits_.resize(used);
+  return logits_;
 }
 
 }  // namespace minfer

@@ -15,8 +15,10 @@ class Generator {
   Generator(const models::Model &model, Session &session) : model_(model), session_(session) {}
 
   // Runs tokens (any count) after those already fed; returns the logits after the last one
-  // (n_vocab floats). With a model built with all_logits, every token's logits, in order.
-  std::vector<float> feed(const std::vector<int32_t> &tokens);
+  // (n_vocab floats). With a model built with all_logits, every token's logits, in order. The
+  // vector is the generator's own, overwritten by the next feed (a decode step then costs one
+  // copy of the logits, straight from the backend, and no allocation).
+  const std::vector<float> &feed(const std::vector<int32_t> &tokens);
 
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return model_.opts.n_ctx; }
@@ -26,6 +28,7 @@ class Generator {
   const models::Model &model_;
   Session &session_;
   int64_t n_past_ = 0;
+  std::vector<float> logits_;
 };
 
 }  // namespace minfer

@@ -289,14 +289,27 @@ void Session::run(int64_t n_tokens, int64_t n_past) {
   if (trace_) trace_->end_step(std::chrono::duration<double, std::milli>(Clock::now() - step_start).count());
 }
 
-std::vector<uint8_t> Session::output(const std::string &name) const {
+TensorId Session::output_id(const std::string &name) const {
   const TensorId id = graph_.find_tensor(name);
   if (id < 0 || !graph_.tensor(id).is_output)
     throw Error("output: the graph has no output named '" + name + "'");
-  const Tensor &t = graph_.tensor(id);
+  return id;
+}
+
+uint64_t Session::output_bytes(const std::string &name) const { return bytes_for(graph_.tensor(output_id(name)), last_tokens_); }
+
+void Session::read_output(const std::string &name, void *dst, uint64_t bytes) const {
+  const TensorId id = output_id(name);
+  const uint64_t have = bytes_for(graph_.tensor(id), last_tokens_);
+  if (bytes != have)
+    throw Error("read_output: '" + name + "' holds " + std::to_string(have) + " bytes after the last step, not " + std::to_string(bytes));
   const Location &l = at(id, placement_.home[size_t(id)]);
-  std::vector<uint8_t> bytes(bytes_for(t, last_tokens_));
-  l.buffer->read(l.offset, bytes.data(), bytes.size());
+  l.buffer->read(l.offset, dst, bytes);
+}
+
+std::vector<uint8_t> Session::output(const std::string &name) const {
+  std::vector<uint8_t> bytes(output_bytes(name));
+  read_output(name, bytes.data(), bytes.size());
   return bytes;
 }
 

@@ -35,6 +35,10 @@ class Session {
   void run(int64_t n_tokens = 0, int64_t n_past = 0);
   // An output's bytes (for a token-dim output, as many tokens as the last run had).
   std::vector<uint8_t> output(const std::string &name) const;
+  // The same bytes straight into dst (output_bytes of them): no intermediate copy, for the
+  // per-token logits.
+  uint64_t output_bytes(const std::string &name) const;
+  void read_output(const std::string &name, void *dst, uint64_t bytes) const;
   int64_t max_tokens() const { return max_tokens_; }  // the largest n_tokens a run accepts
 
   const Placement &placement() const { return placement_; }
@@ -42,6 +46,7 @@ class Session {
   std::string explain_kernels() const;  // its part that the backends write (ABI 1.3)
 
  private:
+  TensorId output_id(const std::string &name) const;  // a graph output's id, else an error naming it
   struct Location {
     DeviceBuffer *buffer = nullptr;
     uint64_t offset = 0;
