@@ -129,6 +129,18 @@ __attribute__((target("avx2,fma,f16c"))) void qdot_avx2_t(const Block *w, const 
   for (int t = 0; t < T; ++t) out[t] = hsum(_mm256_add_ps(even[t], odd[t]));
 }
 
+// NAME_simd<Vnni>: a row's dot products through NAME_vnni_t<T> or NAME_avx2_t<T> (the
+// kernels' macros define both), T the step's token count.
+#define MINFER_SIMD_ROW(NAME, BLOCK, PER)                                                                  \
+  template <bool Vnni>                                                                                     \
+  void NAME##_simd(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) { \
+    const auto *w = static_cast<const BLOCK *>(w_row);                                                     \
+    by_tokens(n_tok, [&](auto tag) {                                                                       \
+      constexpr int T = decltype(tag)::value;                                                              \
+      Vnni ? NAME##_vnni_t<T>(w, x, stride, n / (PER), out) : NAME##_avx2_t<T>(w, x, stride, n / (PER), out); \
+    });                                                                                                    \
+  }
+
 template <class Block>
 void qdot_avx2(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
   const auto *w = static_cast<const Block *>(w_row);
@@ -364,15 +376,7 @@ MINFER_Q4_K_KERNEL(q4_k_avx2_t, __attribute__((target("avx2,fma,f16c"))), dot_u8
 MINFER_Q4_K_KERNEL(q4_k_vnni_t, MINFER_VNNI, dot_u8_i8_vnni)
 #undef MINFER_Q4_K_KERNEL
 
-template <bool Vnni>
-void q4_k_simd(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
-  const auto *w = static_cast<const minfer_block_q4_k *>(w_row);
-  const int64_t nb = n / 256;
-  by_tokens(n_tok, [&](auto tag) {
-    constexpr int T = decltype(tag)::value;
-    Vnni ? q4_k_vnni_t<T>(w, x, stride, nb, out) : q4_k_avx2_t<T>(w, x, stride, nb, out);
-  });
-}
+MINFER_SIMD_ROW(q4_k, minfer_block_q4_k, 256)
 
 // ---- Q5_0: value = d * ((nibble | high bit << 4) - 16) ------------------------------------
 // The 5-bit values are used unsigned (0..31); the -16 offset is a scalar per row.
@@ -434,15 +438,7 @@ MINFER_Q5_0_KERNEL(q5_0_avx2_t, __attribute__((target("avx2,fma,f16c"))), dot_u8
 MINFER_Q5_0_KERNEL(q5_0_vnni_t, MINFER_VNNI, dot_u8_i8_vnni)
 #undef MINFER_Q5_0_KERNEL
 
-template <bool Vnni>
-void q5_0_simd(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
-  const auto *w = static_cast<const minfer_block_q5_0 *>(w_row);
-  const int64_t nb = n / 32;
-  by_tokens(n_tok, [&](auto tag) {
-    constexpr int T = decltype(tag)::value;
-    Vnni ? q5_0_vnni_t<T>(w, x, stride, nb, out) : q5_0_avx2_t<T>(w, x, stride, nb, out);
-  });
-}
+MINFER_SIMD_ROW(q5_0, minfer_block_q5_0, 32)
 
 // ---- Q6_K: 16 sub-blocks of 16 with int8 scales; q = (4 low | 2 high bits) - 32 -----------
 // Activation block j (32 values) covers sub-blocks 2j and 2j+1: the dot's lanes 0-3 hold
@@ -515,15 +511,8 @@ MINFER_Q6_K_KERNEL(q6_k_avx2_t, __attribute__((target("avx2,fma,f16c"))), dot_u8
 MINFER_Q6_K_KERNEL(q6_k_vnni_t, MINFER_VNNI, dot_u8_i8_vnni)
 #undef MINFER_Q6_K_KERNEL
 
-template <bool Vnni>
-void q6_k_simd(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
-  const auto *w = static_cast<const minfer_block_q6_k *>(w_row);
-  const int64_t nb = n / 256;
-  by_tokens(n_tok, [&](auto tag) {
-    constexpr int T = decltype(tag)::value;
-    Vnni ? q6_k_vnni_t<T>(w, x, stride, nb, out) : q6_k_avx2_t<T>(w, x, stride, nb, out);
-  });
-}
+MINFER_SIMD_ROW(q6_k, minfer_block_q6_k, 256)
+#undef MINFER_SIMD_ROW
 
 bool has_vnni() {
   static const bool yes = __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
