@@ -209,9 +209,7 @@ void CudaDevice::add_matmul_weights(const std::vector<WeightRef> &weights) {
   // Warm the cache: an f16 copy of each weight, its rows padded to the GEMM's 128 with zeros.
   DeviceScope scope(device_);
   for (const WeightRef &w : pending_weights_) {
-    bool have = false;
-    for (const auto &[key, copy] : w16_cache_) have |= key == w.data;
-    if (have || w.cols % 16 || (opts_.mmq && minfer_cuda_mmq_supported(w.dtype))) continue;  // MMQ reads the blocks
+    if (f16_copy(w.data) || w.cols % 16 || (opts_.mmq && minfer_cuda_mmq_supported(w.dtype))) continue;  // MMQ reads the blocks
     const int64_t rows_pad = (w.rows + 127) / 128 * 128;
     const size_t bytes = size_t(rows_pad * w.cols) * 2;
     void *copy = alloc(bytes);
@@ -236,10 +234,10 @@ CudaDevice::MatmulPath CudaDevice::matmul_path(int32_t w_dtype, int64_t k, int64
   return MatmulPath::Generic;
 }
 
-bool CudaDevice::has_f16_copy(const void *w) const {
+const void *CudaDevice::f16_copy(const void *w) const {
   for (const auto &[key, copy] : w16_cache_)
-    if (key == w) return true;
-  return false;
+    if (key == w) return copy;
+  return nullptr;
 }
 
 void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens,
@@ -261,9 +259,7 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
   }
   if (path == MatmulPath::F16Gemm) {
     const int64_t n_pad = (tokens + 127) / 128 * 128, m_pad = (m + 127) / 128 * 128;  // the tiled GEMM's tiles
-    const void *cached = nullptr;
-    for (const auto &[key, copy] : w16_cache_)
-      if (key == w) cached = copy;
+    const void *cached = f16_copy(w);
     auto *w16 = static_cast<uint8_t *>(cached ? const_cast<void *>(cached) : scratch(1, size_t(m_pad * k) * 2));
     auto *x16 = static_cast<uint8_t *>(scratch(2, size_t(n_pad * k) * 2));
     auto *c = static_cast<float *>(scratch(3, size_t(n_pad * m_pad) * 4));

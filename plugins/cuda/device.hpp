@@ -93,7 +93,7 @@ class CudaDevice {
   // kernel), Generic (f32 math, any type). The one place the choice is made.
   enum class MatmulPath { Mmq, Gemv, F16Gemm, Mmvq, Generic };
   MatmulPath matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const;
-  bool has_f16_copy(const void *w) const;  // the f16 weight cache holds w
+  const void *f16_copy(const void *w) const;  // w's copy in the f16 weight cache, or nullptr
   // y = W x (+ add: m values per token, or m values for every token when add_broadcast). The
   // fast paths add in their epilogue; the others write W x to `unfused` and then add.
   void matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens,

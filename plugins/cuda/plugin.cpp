@@ -161,7 +161,7 @@ class CudaSegment : public sdk::Segment {
       case P::Mmq: t = "mmq_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " blocks"; break;
       case P::Gemv: t = "gemv_quantizing_kernel: dp4a on the " + type + " blocks, x quantized in the kernel"; break;
       case P::F16Gemm:
-        t = std::string(dev_.has_f16_copy(dptr(w)) ? "its cached f16 copy" : "dequantized to f16 per call") + " + f16 tensor-core GEMM";
+        t = std::string(dev_.f16_copy(dptr(w)) ? "its cached f16 copy" : "dequantized to f16 per call") + " + f16 tensor-core GEMM";
         break;
       case P::Mmvq: t = "quantize_q8_act_kernel + mmvq_kernel: dp4a on the " + type + " blocks"; break;
       case P::Generic: t = "matmul_kernel (f32 math on " + type + ")"; break;
