@@ -206,4 +206,8 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   EXPECT_NE(at.find("1: flash_decode_kernel (writes the KV row, rotates q and k)"), std::string::npos) << e;
   EXPECT_NE(at.find("64: kv_write_kernel + flash_attention_tc_kernel"), std::string::npos) << e;
   EXPECT_NE(kernel_lines(e, "blk.0.attn_q_rope").find("1: inside the kernel of blk.0.attn"), std::string::npos) << e;
+  EXPECT_NE(q.find("the RMS norm blk.0.attn_norm folded in"), std::string::npos) << e;
+  const std::string norm = kernel_lines(e, "blk.0.attn_norm");
+  EXPECT_NE(norm.find("1: inside the kernel of blk.0.attn_q"), std::string::npos) << e;
+  EXPECT_NE(norm.find("64: a kernel of the step at blk.0.attn_q"), std::string::npos) << e;
 }

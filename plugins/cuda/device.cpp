@@ -283,20 +283,32 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
   check_launch(minfer_cuda_matmul(&cfg_, w_dtype, w, x, y, k, m, tokens));
 }
 
-void CudaDevice::matmul_group(int32_t w_dtype, const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts) {
+bool CudaDevice::folds_norm(int32_t w_dtype, int64_t k, int64_t tokens, size_t n_parts, const float *norm_w) const {
+  return n_parts <= size_t(kMinferCudaGemvMaxParts) && matmul_path(w_dtype, k, tokens) == MatmulPath::Gemv &&
+         reinterpret_cast<uintptr_t>(norm_w) % 16 == 0;
+}
+
+void CudaDevice::matmul_group(int32_t w_dtype, const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts,
+                              const RmsNormIn *norm) {
+  if (norm && !folds_norm(w_dtype, k, tokens, parts.size(), norm->w))
+    throw sdk::Error(MINFER_ERR_INTERNAL, "an RMS norm folded into a matmul step that cannot take it");
   if (parts.size() <= size_t(kMinferCudaGemvMaxParts) && matmul_path(w_dtype, k, tokens) == MatmulPath::Gemv) {
     minfer_cuda_gemv_part gp[kMinferCudaGemvMaxParts];
     for (size_t i = 0; i < parts.size(); ++i) gp[i] = {parts[i].w, parts[i].y, parts[i].add, parts[i].m};
-    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, gp, int32_t(parts.size()), nullptr, x, k, sm_count_));
+    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, gp, int32_t(parts.size()), nullptr, x, k, norm ? norm->w : nullptr,
+                                                    norm ? norm->eps : 0.0f, sm_count_));
   }
   for (const MatmulPart &p : parts) matmul(w_dtype, p.w, x, p.y, k, p.m, tokens, p.add, p.add_broadcast, p.unfused);
 }
 
 void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
-                               int64_t tokens, float *gate_out, float *up_out) {
+                               int64_t tokens, float *gate_out, float *up_out, const RmsNormIn *norm) {
+  if (norm && !folds_norm(w_dtype, k, tokens, 1, norm->w))
+    throw sdk::Error(MINFER_ERR_INTERNAL, "an RMS norm folded into a matmul step that cannot take it");
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Gemv) {
     const minfer_cuda_gemv_part part{gate, y, nullptr, m};
-    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, &part, 1, up, x, k, sm_count_));
+    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, &part, 1, up, x, k, norm ? norm->w : nullptr, norm ? norm->eps : 0.0f,
+                                                    sm_count_));
   }
   matmul(w_dtype, gate, x, gate_out, k, m, tokens);
   matmul(w_dtype, up, x, up_out, k, m, tokens);

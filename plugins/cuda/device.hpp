@@ -107,13 +107,21 @@ class CudaDevice {
     bool add_broadcast;
     float *unfused;
   };
+  // An RMS norm folded into the products that read its output: x is then the norm's input.
+  struct RmsNormIn {
+    const float *w;
+    float eps;
+  };
+  // Whether a step of these products can take the norm folded in (the one-token GEMV).
+  bool folds_norm(int32_t w_dtype, int64_t k, int64_t tokens, size_t n_parts, const float *norm_w) const;
   // Up to kMinferCudaGemvMaxParts weights of one dtype and k: one launch for a decode token,
-  // else each as matmul() runs it.
-  void matmul_group(int32_t w_dtype, const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts);
+  // else each as matmul() runs it. norm: only where folds_norm says so.
+  void matmul_group(int32_t w_dtype, const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts,
+                    const RmsNormIn *norm = nullptr);
   // y = silu(gate x) * (up x): one launch for a decode token, else the two products (into
   // gate_out, up_out) and the SwiGLU.
   void matmul_swiglu(int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
-                     int64_t tokens, float *gate_out, float *up_out);
+                     int64_t tokens, float *gate_out, float *up_out, const RmsNormIn *norm = nullptr);
   // A block-type matmul weight in device memory: `rows` rows of `cols` values.
   struct WeightRef {
     int32_t dtype;

@@ -73,7 +73,8 @@ class CudaSegment : public sdk::Segment {
       bool inside = false;
       if (head.op == MINFER_OP_MATMUL) {
         const auto path = dev_.matmul_path(head.inputs[0]->dtype, head.inputs[0]->shape[0], tokens);
-        inside = path == CudaDevice::MatmulPath::Gemv || (n.op != MINFER_OP_MATMUL && path == CudaDevice::MatmulPath::Mmq && fuse_add_[o]);
+        const bool is_add = n.op == MINFER_OP_ADD || n.op == MINFER_OP_ADD_ROW_BROADCAST;
+        inside = path == CudaDevice::MatmulPath::Gemv || (is_add && path == CudaDevice::MatmulPath::Mmq && fuse_add_[o]);
       } else if (head.op == MINFER_OP_ROPE && fuse_rope_attention_[o] &&
                  dev_.attention_rotates(tokens, sdk::params_of<minfer_attention_params>(nodes_[o + 2].node()))) {
         return "inside the kernel of " + nodes_[o + 2].name();
@@ -135,9 +136,10 @@ class CudaSegment : public sdk::Segment {
       if (timed_) check_cuda(cudaEventRecord(events_[i], dev_.stream()), "recording a timing event");
       if (fused_away_[i]) continue;  // its matmul wrote its output
       try {
-        if (!group_[i].empty()) run_matmul_group(dev_, group_[i], args);
+        if (!group_[i].empty()) run_matmul_group(dev_, group_[i], args, norm_of_[i]);
+        else if (fuse_swiglu_[i]) run_matmul_swiglu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args, norm_of_[i]);
+        else if (norm_of_[i]) run_matmul_group(dev_, std::vector<MatmulStep>{step_at(i)}, args, norm_of_[i]);
         else if (fuse_add_[i]) run_matmul_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
-        else if (fuse_swiglu_[i]) run_matmul_swiglu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args);
         else if (fuse_rope_attention_[i]) run_rope_attention(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args);
         else if (fuse_rope_[i]) run_rope_pair(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else run_[i](dev_, nodes_[i].node(), args, tags_[i]);
@@ -155,7 +157,12 @@ class CudaSegment : public sdk::Segment {
     const std::string type = minfer_dtype_name(w.dtype);
     using P = CudaDevice::MatmulPath;
     const P path = dev_.matmul_path(w.dtype, w.shape[0], tokens);
-    if (fuse_swiglu_[i] && path == P::Gemv) return "gemv_quantizing_kernel: gate, up and SwiGLU in one launch (dp4a on the " + type + " blocks)";
+    std::string norm;  // the RMS norm folded into this step's one-token GEMV
+    if (norm_of_[i] && path == P::Gemv)
+      for (size_t j = 0; j < i; ++j)
+        if (owner_[j] == i && &nodes_[j].node() == norm_of_[i]) norm = ", the RMS norm " + nodes_[j].name() + " folded in";
+    if (fuse_swiglu_[i] && path == P::Gemv)
+      return "gemv_quantizing_kernel: gate, up and SwiGLU in one launch (dp4a on the " + type + " blocks)" + norm;
     std::string t;
     switch (path) {
       case P::Mmq: t = "mmq_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " blocks"; break;
@@ -168,6 +175,7 @@ class CudaSegment : public sdk::Segment {
     }
     if (fuse_add_[i]) t += path == P::Mmq || path == P::Gemv ? ", the add in its epilogue" : ", then an add kernel";
     if (fuse_swiglu_[i]) t += "; the same for up, then swiglu_f32_kernel";
+    t += norm;
     if (!group_[i].empty() && path == P::Gemv) {
       t += "; one launch with";
       for (size_t j = 1; j < group_[i].size(); ++j) t += " " + std::string(j > 1 ? "and " : "") + name_of(group_[i][j].matmul);
@@ -279,6 +287,7 @@ class CudaSegment : public sdk::Segment {
       fused_away_[i + 1] = true, owner_[i + 1] = i;
     }
     plan_matmul_groups();
+    plan_norm_folds();
     const auto count = [](const std::vector<bool> &v) { return std::count(v.begin(), v.end(), true); };
     const auto groups = std::count_if(group_.begin(), group_.end(), [](const auto &g) { return !g.empty(); });
     if (count(fused_away_) > 0)
@@ -286,7 +295,40 @@ class CudaSegment : public sdk::Segment {
                                            " matmuls with their bias/residual add, " + std::to_string(count(fuse_swiglu_)) +
                                            " gate/up/swiglu triples, " + std::to_string(count(fuse_rope_)) + " rope pairs (" +
                                            std::to_string(count(fuse_rope_attention_)) + " with their attention) fused; " +
-                                           std::to_string(groups) + " groups of matmuls sharing their input");
+                                           std::to_string(groups) + " groups of matmuls sharing their input, " +
+                                           std::to_string(std::count_if(norm_of_.begin(), norm_of_.end(), [](const minfer_node *n) { return n != nullptr; })) +
+                                           " RMS norms folded into the matmuls reading them");
+  }
+
+  // One matmul step as run_matmul_group takes it: node i with its fused add, if any.
+  MatmulStep step_at(size_t i) const { return MatmulStep{&nodes_[i].node(), fuse_add_[i] ? &nodes_[i + 1].node() : nullptr}; }
+
+  // An RMS_NORM whose output only the step right after it reads — a group, a gate/up/SwiGLU,
+  // or one matmul with or without its add — runs inside that step: folded into the one-token
+  // GEMV (which quantizes x * w and scales the products by the norm's 1/rms), else just before
+  // it. The step's outputs must not overlap the norm's input, which the GEMV's blocks read
+  // while others write.
+  void plan_norm_folds() {
+    norm_of_.assign(nodes_.size(), nullptr);
+    for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
+      const minfer_node &norm = nodes_[i].node(), &c = nodes_[i + 1].node();
+      if (norm.op != MINFER_OP_RMS_NORM || fused_away_[i] || c.op != MINFER_OP_MATMUL || fused_away_[i + 1]) continue;
+      if (!same(*c.inputs[1], *norm.output) || !(norm.output->flags & MINFER_TENSOR_SEGMENT_LOCAL)) continue;
+      size_t last = i + 1;  // the step's last node
+      for (size_t j = i + 1; j < nodes_.size(); ++j)
+        if (owner_[j] == i + 1) last = j;
+      if (read_after(last, *norm.output)) continue;
+      bool ok = true;
+      for (size_t j = i + 1; j <= last && ok; ++j) {
+        const minfer_node &n = nodes_[j].node();
+        for (int k = 0; k < n.n_inputs; ++k)  // inside the step only matmuls read the norm's output, as x
+          if (same(*n.inputs[k], *norm.output) && !(n.op == MINFER_OP_MATMUL && k == 1)) ok = false;
+        if (overlap(*n.output, *norm.inputs[0]) || overlap(*n.output, *norm.inputs[1])) ok = false;
+      }
+      if (!ok) continue;
+      norm_of_[i + 1] = &norm;
+      fused_away_[i] = true, owner_[i] = i + 1;
+    }
   }
 
   // Consecutive matmul steps (a MATMUL, or one fused with its add) of the same input, weight
@@ -298,7 +340,6 @@ class CudaSegment : public sdk::Segment {
     const auto is_step = [&](size_t i) {
       return i < nodes_.size() && nodes_[i].node().op == MINFER_OP_MATMUL && !fused_away_[i] && !fuse_swiglu_[i];
     };
-    const auto step_at = [&](size_t i) { return MatmulStep{&nodes_[i].node(), fuse_add_[i] ? &nodes_[i + 1].node() : nullptr}; };
     const auto inputs = [](const MatmulStep &st) {
       std::vector<const minfer_tensor *> v(st.matmul->inputs, st.matmul->inputs + st.matmul->n_inputs);
       if (st.add) v.insert(v.end(), st.add->inputs, st.add->inputs + st.add->n_inputs);
@@ -355,6 +396,7 @@ class CudaSegment : public sdk::Segment {
   std::vector<bool> fuse_add_, fuse_swiglu_, fuse_rope_, fuse_rope_attention_, fused_away_;
   std::vector<std::vector<MatmulStep>> group_;  // at a group's first node: its steps
   std::vector<size_t> owner_;                    // per node: the first node of the step that runs it
+  std::vector<const minfer_node *> norm_of_;     // per step's first node: the RMS norm it runs, or null
   std::vector<cudaEvent_t> events_;  // around each node, for node_times
   bool timed_ = false;
   cudaGraphExec_t graph_ = nullptr;

@@ -109,7 +109,8 @@ cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float
  * kMinferCudaGemvMaxParts products of the same x, dtype and k in one launch (a layer's Q, K
  * and V): part i: y = w x (+ add: NULL, or m values, a bias or a residual). up: NULL, or a
  * second weight of the one part's shape and dtype: y = silu(w x) * (up x), an FFN's gate, up
- * and SwiGLU in one launch. */
+ * and SwiGLU in one launch. norm_w: NULL, or x is first RMS-normed with these k weights and
+ * eps (x / sqrt(mean(x^2) + eps) * norm_w), the norm folded into the products. */
 enum { kMinferCudaGemvMaxParts = 3 };
 typedef struct {
   const void *w;
@@ -119,7 +120,7 @@ typedef struct {
 } minfer_cuda_gemv_part;
 int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k);
 cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
-                                        const void *up, const float *x, int64_t k, int32_t sm_count);
+                                        const void *up, const float *x, int64_t k, const float *norm_w, float eps, int32_t sm_count);
 
 /* mmq.cu: y = W x for many tokens on int8 tensor cores, W's blocks read in place (the int8
  * block types), x quantized by minfer_cuda_quantize_q8_act. add: NULL, or added to y —

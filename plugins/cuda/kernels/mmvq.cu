@@ -89,8 +89,12 @@ __global__ void mmvq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *
 // `add` (optional): y[o] = W[o].x + add[o] (a bias, or the residual of a one-token step).
 constexpr int kUnroll = 4;
 
-__device__ __forceinline__ void quantize_to_shared(const float *x, int64_t nb, minfer_cuda_q8_act *xs) {
+// norm_w (optional): quantize x * norm_w instead of x, and return this thread's part of the
+// sum of x^2 — an RMS norm folded into the GEMV: its scale is one number per token, applied
+// to the dot products afterwards, so the norm adds no pass of its own.
+__device__ __forceinline__ float quantize_to_shared(const float *x, const float *norm_w, int64_t nb, minfer_cuda_q8_act *xs) {
   const int sub = threadIdx.x & 3;  // 4 lanes per block of 32 values
+  float ss = 0;
   // Whole warps go round together (the shuffles need every lane); lanes past the end carry zeros.
   for (int64_t b0 = 0; b0 < nb; b0 += blockDim.x >> 2) {
     const int64_t b = b0 + (threadIdx.x >> 2);
@@ -99,6 +103,13 @@ __device__ __forceinline__ void quantize_to_shared(const float *x, int64_t nb, m
     if (live) {
       v0 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[0];
       v1 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[1];
+      if (norm_w) {
+        const float4 w0 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[0];
+        const float4 w1 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[1];
+        ss += v0.x * v0.x + v0.y * v0.y + v0.z * v0.z + v0.w * v0.w + v1.x * v1.x + v1.y * v1.y + v1.z * v1.z + v1.w * v1.w;
+        v0 = make_float4(v0.x * w0.x, v0.y * w0.y, v0.z * w0.z, v0.w * w0.w);
+        v1 = make_float4(v1.x * w1.x, v1.y * w1.y, v1.z * w1.z, v1.w * w1.w);
+      }
     }
     float amax = fmaxf(fmaxf(fmaxf(fabsf(v0.x), fabsf(v0.y)), fmaxf(fabsf(v0.z), fabsf(v0.w))),
                        fmaxf(fmaxf(fabsf(v1.x), fabsf(v1.y)), fmaxf(fabsf(v1.z), fabsf(v1.w))));
@@ -116,6 +127,22 @@ __device__ __forceinline__ void quantize_to_shared(const float *x, int64_t nb, m
     xs[b].qs[2 * sub + 1] = (q[4] & 0xff) | (q[5] & 0xff) << 8 | (q[6] & 0xff) << 16 | int(uint32_t(q[7]) << 24);
     if (sub == 0) xs[b].d = d, xs[b].s = d * float(sum);
   }
+  return ss;
+}
+
+// After quantize_to_shared: the RMS norm's scale 1/sqrt(mean(x^2) + eps) from the threads'
+// parts (1 without a norm). Contains the block barrier that makes xs visible.
+__device__ __forceinline__ float norm_scale(float ss, bool norm, int64_t k, float eps) {
+  __shared__ float warp_ss[32];
+  if (norm) {
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) warp_ss[threadIdx.x >> 5] = ss;
+  }
+  __syncthreads();
+  if (!norm) return 1.0f;
+  float total = 0;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) total += warp_ss[w];
+  return rsqrtf(total / float(k) + eps);
 }
 
 // kUnroll sub-blocks of a row from s0 on, 32 apart (one lane's share of a stretch of the row).
@@ -152,6 +179,8 @@ struct GemvParts {
   const float *add[kMinferCudaGemvMaxParts];
   int64_t end[kMinferCudaGemvMaxParts];
   int n;
+  const float *norm_w;  // RMS norm of x first (its weights), or NULL
+  float eps;
 };
 
 // Part p's entry of an array of the kernel parameter, by selects: indexing it with a run-time
@@ -204,8 +233,7 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
     }
   };
   if (t0 * R < rows) load(t0);
-  quantize_to_shared(x, ns, xs);
-  __syncthreads();
+  const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
   for (int64_t t = t0; t * R < rows; t += stride) {
     if (t != t0) load(t);
 #pragma unroll
@@ -216,8 +244,8 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
         a = sub_dot<Block>(s[u], xs[lane]);
         if (kGated) b = sub_dot<Block>(s[R + u], xs[lane]);
       }
-      float v = warp_sum(a);
-      if (kGated) v = v / (1.0f + expf(-v)) * warp_sum(b);
+      float v = scale * warp_sum(a);
+      if (kGated) v = v / (1.0f + expf(-v)) * (scale * warp_sum(b));
       if (live && lane == 0) store_row(parts, pr[u], rr[u], v);
     }
   }
@@ -241,15 +269,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const _
   int64_t r;
   SubBlock first[kUnroll];
   if (o0 < rows) load_subs(row_of(o0, p, r), lane, ns, first);
-  quantize_to_shared(x, ns, xs);
-  __syncthreads();
+  const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, k, parts.eps);
   for (int64_t o = o0; o < rows; o += int64_t(gridDim.x) * kWarps) {
     const Block *row = row_of(o, p, r);
     if (o != o0) load_subs(row, lane, ns, first);
-    float v = row_dot(row, xs, ns, lane, first);
+    float v = scale * row_dot(row, xs, ns, lane, first);
     if (kGated) {
       load_subs(up + r * nb, lane, ns, first);
-      v = v / (1.0f + expf(-v)) * row_dot(up + r * nb, xs, ns, lane, first);
+      v = v / (1.0f + expf(-v)) * (scale * row_dot(up + r * nb, xs, ns, lane, first));
     }
     if (lane == 0) store_row(parts, p, r, v);
   }
@@ -272,7 +299,8 @@ extern "C" int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k) {
 }
 
 extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
-                                                   const void *up, const float *x, int64_t k, int32_t sm_count) {
+                                                   const void *up, const float *x, int64_t k, const float *norm_w, float eps,
+                                                   int32_t sm_count) {
   if (n_parts < 1 || n_parts > kMinferCudaGemvMaxParts || (up && n_parts != 1)) return cudaErrorInvalidValue;
   GemvParts gp{};
   int64_t m = 0;
@@ -281,6 +309,7 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
     gp.end[i] = m += parts[i].m;
   }
   gp.n = n_parts;
+  gp.norm_w = norm_w, gp.eps = eps;
   // One wave of two blocks per SM (measured against eight, and against no early first-row
   // loads at 71 registers: tg128 0.5B Q4_0 757 vs 732 vs 699 t/s, 7B 237 vs 219 vs 212).
   const int64_t per_warp = k / 32 <= 32 ? (up ? kShortRows / 2 : kShortRows) : 1;  // rows a warp takes at once
