@@ -367,24 +367,30 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
   __shared__ float wm[kDecodeWarps][kDecodeRows], wl[kDecodeWarps][kDecodeRows];
   __shared__ float wacc[kDecodeWarps][kDecodeRows][HD];
   __shared__ int last_block;
+  __shared__ float2 rope_cs[HD / 2];  // (cos, sin) of each rotated pair at this step's position
   extern __shared__ uint4 vtiles[];
   const int64_t n_past = *n_past_ptr, kvd = int64_t(n_kv) * HD;
   const int group = n_head / n_kv, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   T *vt = reinterpret_cast<T *>(vtiles) + warp * 32 * HD;
+  // rope.n_dims > 0: q and the new key arrive unrotated; rotate them here (no RoPE launch).
+  // Each pair's angle once per block: its double-precision exp and log are the costly part.
+  if (rope.n_dims > 0) {
+    const int32_t pos = rope_pos[0];
+    for (int i = threadIdx.x; i < rope.n_dims / 2; i += kDecodeThreads) rope_cos_sin(pos, i, rope, rope_cs[i].x, rope_cs[i].y);
+  }
   for (int64_t item = blockIdx.x; item < int64_t(n_kv) * splits; item += gridDim.x) {
     const int z = int(item % splits), kvh = int(item / splits);
-    __syncthreads();  // the previous item's shared state is consumed
-    // rope.n_dims > 0: q and the new key arrive unrotated; rotate them here (no RoPE launch).
-    const int32_t pos = rope.n_dims > 0 ? rope_pos[0] : 0;
+    __syncthreads();  // the previous item's shared state is consumed (and rope_cs is ready)
     for (int i = threadIdx.x; i < kDecodeRows * HD; i += kDecodeThreads) {
       const int r = i / HD, d = i % HD;
       const float *qh = q + (int64_t(kvh) * group + r) * HD;
-      qs[r][d] = r < group ? (rope.n_dims > 0 ? rope_value(qh, d, pos, rope) : qh[d]) * scale : 0.0f;
+      qs[r][d] = r < group ? (rope.n_dims > 0 ? rope_value(qh, d, rope, rope_cs) : qh[d]) * scale : 0.0f;
     }
     const int64_t begin = int64_t(z) * chunk, end = begin + chunk < n_past + 1 ? begin + chunk : n_past + 1;
     if (begin <= n_past && n_past < end)  // this chunk holds the new key: into the caches, read back below
       for (int i = threadIdx.x; i < HD; i += kDecodeThreads) {
-        st(kc + n_past * kvd + int64_t(kvh) * HD + i, rope.n_dims > 0 ? rope_value(k_new + int64_t(kvh) * HD, i, pos, rope) : k_new[int64_t(kvh) * HD + i]);
+        st(kc + n_past * kvd + int64_t(kvh) * HD + i,
+           rope.n_dims > 0 ? rope_value(k_new + int64_t(kvh) * HD, i, rope, rope_cs) : k_new[int64_t(kvh) * HD + i]);
         st(vc + n_past * kvd + int64_t(kvh) * HD + i, v_new[int64_t(kvh) * HD + i]);
       }
     __syncthreads();  // q in shared memory; the new row visible to the block's loads

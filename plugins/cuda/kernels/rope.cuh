@@ -24,14 +24,17 @@ __device__ __forceinline__ void rope_pair_dims(int32_t i, const minfer_cuda_rope
   b = r.mode == 2 ? i + r.n_dims / 2 : 2 * i + 1;
 }
 
-// Dim d of a rotated head whose unrotated values are x[0..head_dim); dims past n_dims pass.
-__device__ __forceinline__ float rope_value(const float *x, int32_t d, int32_t pos, const minfer_cuda_rope &r) {
+// The pair dim d (< n_dims) belongs to.
+__device__ __forceinline__ int32_t rope_pair_of(int32_t d, const minfer_cuda_rope &r) { return r.mode == 2 ? d % (r.n_dims / 2) : d / 2; }
+
+// Dim d of a rotated head whose unrotated values are x[0..head_dim); cs[i]: pair i's (cos, sin).
+// Dims past n_dims pass.
+__device__ __forceinline__ float rope_value(const float *x, int32_t d, const minfer_cuda_rope &r, const float2 *cs) {
   if (d >= r.n_dims) return x[d];
-  const int32_t half = r.n_dims / 2, i = r.mode == 2 ? d % half : d / 2;
+  const int32_t i = rope_pair_of(d, r);
   int32_t a, b;
   rope_pair_dims(i, r, a, b);
-  float c, s;
-  rope_cos_sin(pos, i, r, c, s);
+  const float c = cs[i].x, s = cs[i].y;
   return d == a ? x[a] * c - x[b] * s : x[a] * s + x[b] * c;
 }
 
