@@ -36,6 +36,17 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], cons
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// Four 8x8 b16 matrices from shared memory (lane t gives the address of row t % 8 of matrix
+// t / 8); lane t receives 32 bits of each: row t / 4, bytes 4 (t % 4)... For int8 tiles with
+// 16-byte rows that is exactly the mma.m16n8k32 fragment layout.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+
 // What one thread carries from global memory to shared memory for one stage.
 struct StageRegs {
   SubBlock w[kItems];
@@ -113,20 +124,17 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(const Block *w, const min
       if (s + 1 < stages) load(s + 1);  // in flight while this stage multiplies
 #pragma unroll
       for (int bb = 0; bb < kStageBlocks; ++bb) {
+        // Fragments by ldmatrix: A's matrices are (rows 0-7 | 8-15) x (bytes 0-15 | 16-31) of the
+        // warp's 16-row group, B's (bytes 0-15 | 16-31) x (token groups j, j + 1).
         uint32_t a[2][4], b[4][2];
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const uint8_t *base = wq_s + (wm * 32 + i * 16 + g) * kRowBytes + bb * 32 + tg * 4;
-          a[i][0] = *reinterpret_cast<const uint32_t *>(base);
-          a[i][1] = *reinterpret_cast<const uint32_t *>(base + 8 * kRowBytes);
-          a[i][2] = *reinterpret_cast<const uint32_t *>(base + 16);
-          a[i][3] = *reinterpret_cast<const uint32_t *>(base + 8 * kRowBytes + 16);
-        }
+        for (int i = 0; i < 2; ++i)
+          ldmatrix_x4(a[i], wq_s + (wm * 32 + i * 16 + lane % 8 + 8 * ((lane / 8) & 1)) * kRowBytes + bb * 32 + 16 * (lane / 16));
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint8_t *base = xq_s + (wn * 32 + j * 8 + g) * kRowBytes + bb * 32 + tg * 4;
-          b[j][0] = *reinterpret_cast<const uint32_t *>(base);
-          b[j][1] = *reinterpret_cast<const uint32_t *>(base + 16);
+        for (int j = 0; j < 4; j += 2) {
+          uint32_t t[4];
+          ldmatrix_x4(t, xq_s + (wn * 32 + (j + lane / 16) * 8 + lane % 8) * kRowBytes + bb * 32 + 16 * ((lane / 8) & 1));
+          b[j][0] = t[0], b[j][1] = t[1], b[j + 1][0] = t[2], b[j + 1][1] = t[3];
         }
         float dw[2][2], dx[4][2];
 #pragma unroll
