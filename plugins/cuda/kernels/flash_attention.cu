@@ -36,6 +36,15 @@ __device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p);
 __device__ __forceinline__ void st(float *p, float v) { *p = v; }
 __device__ __forceinline__ void st(__half *p, float v) { *p = __float2half_rn(v); }
 
+// A prefill block's work item: key split z of row tile `tile` of KV head kvh (splits fastest,
+// so the splits of one row tile run side by side).
+struct PrefillItem {
+  int z, kvh;
+  int64_t tile;
+  __device__ PrefillItem(int64_t item, int splits, int64_t row_tiles)
+      : z(int(item % splits)), kvh(int(item / (int64_t(splits) * row_tiles))), tile((item / splits) % row_tiles) {}
+};
+
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *q, const T *kc, const T *vc, float *out, float *partials,
                                                                    int64_t tokens, int n_head, int n_kv, const int64_t *n_past_ptr,
@@ -48,10 +57,9 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *
   const int64_t rows = tokens * group, kvd = int64_t(n_kv) * HD;
   const int64_t items = int64_t(n_kv) * row_tiles * splits;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int z = int(item % splits);
-    const int64_t tile = (item / splits) % row_tiles;
-    const int kvh = int(item / (int64_t(splits) * row_tiles));
-    const int64_t r0 = tile * kRows;
+    const PrefillItem it(item, splits, row_tiles);
+    const int z = it.z, kvh = it.kvh;
+    const int64_t r0 = it.tile * kRows;
     __syncthreads();  // the previous item's last tile is consumed before qs/ks/vs are rewritten
     for (int i = threadIdx.x; i < kRows * HD / 4; i += kThreads) {
       const int r = i / (HD / 4), d4 = i % (HD / 4);
@@ -177,10 +185,9 @@ __global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const fl
   const int64_t rows = tokens * group, kvd = int64_t(n_kv) * HD;
   const int64_t items = int64_t(n_kv) * row_tiles * splits;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int z = int(item % splits);
-    const int64_t tile = (item / splits) % row_tiles;
-    const int kvh = int(item / (int64_t(splits) * row_tiles));
-    const int64_t r0 = tile * kTcRows, wr = r0 + warp * 16;  // this warp's rows: wr + g, wr + g + 8
+    const PrefillItem it(item, splits, row_tiles);
+    const int z = it.z, kvh = it.kvh;
+    const int64_t r0 = it.tile * kTcRows, wr = r0 + warp * 16;  // this warp's rows: wr + g, wr + g + 8
     int64_t limit[2];
     uint32_t qa[HD / 16][4], qb[HD / 16][4];  // Q = qa + qb: f16 high part and the f16 rest
 #pragma unroll

@@ -112,37 +112,34 @@ template <> struct QBlock<minfer_block_q8_0> {
   }
 };
 
-// Q4_K: sub-blocks 2g and 2g+1 are the low and high nibbles of the same 32 bytes.
+// Q4_K and Q5_K: sub-blocks 2g and 2g+1 are the low and high nibbles of the same 32 bytes, with
+// 6-bit scales and minima (k4_scale_min); Q5_K adds bit j of each of its 32 qh bytes as the
+// values' fifth bit.
+template <class Block>
+__device__ __forceinline__ void unpack_k4(const Block &b, int j, const uint8_t *qh, SubBlock &s) {
+  const uint8_t *qs = b.qs + 32 * (j >> 1);
+  const int shift = 4 * (j & 1);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    s.q[i] = (load_u32(qs + 4 * i) >> shift) & 0x0f0f0f0fu;
+    if (qh) s.q[i] |= ((load_u32(qh + 4 * i) >> j) & 0x01010101u) << 4;
+  }
+  int sc, m;
+  minfer::sdk::k4_scale_min(b.scales, j, sc, m);
+  s.d[0] = s.d[1] = f16_bits(b.d) * float(sc);
+  s.m = -f16_bits(b.dmin) * float(m);
+}
+
 template <> struct QBlock<minfer_block_q4_k> {
   static constexpr int kSubs = 8;
   static constexpr bool kTwoScales = false, kOffset = true;
-  __device__ static void unpack(const minfer_block_q4_k &b, int j, SubBlock &s) {
-    const uint8_t *qs = b.qs + 32 * (j >> 1);
-    const int shift = 4 * (j & 1);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) s.q[i] = (load_u32(qs + 4 * i) >> shift) & 0x0f0f0f0fu;
-    int sc, m;
-    minfer::sdk::k4_scale_min(b.scales, j, sc, m);
-    s.d[0] = s.d[1] = f16_bits(b.d) * float(sc);
-    s.m = -f16_bits(b.dmin) * float(m);
-  }
+  __device__ static void unpack(const minfer_block_q4_k &b, int j, SubBlock &s) { unpack_k4(b, j, nullptr, s); }
 };
 
-// Q5_K: as Q4_K, with bit j of each of the 32 qh bytes as the values' fifth bit.
 template <> struct QBlock<minfer_block_q5_k> {
   static constexpr int kSubs = 8;
   static constexpr bool kTwoScales = false, kOffset = true;
-  __device__ static void unpack(const minfer_block_q5_k &b, int j, SubBlock &s) {
-    const uint8_t *qs = b.qs + 32 * (j >> 1);
-    const int shift = 4 * (j & 1);
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      s.q[i] = ((load_u32(qs + 4 * i) >> shift) & 0x0f0f0f0fu) | ((load_u32(b.qh + 4 * i) >> j) & 0x01010101u) << 4;
-    int sc, m;
-    minfer::sdk::k4_scale_min(b.scales, j, sc, m);
-    s.d[0] = s.d[1] = f16_bits(b.d) * float(sc);
-    s.m = -f16_bits(b.dmin) * float(m);
-  }
+  __device__ static void unpack(const minfer_block_q5_k &b, int j, SubBlock &s) { unpack_k4(b, j, b.qh, s); }
 };
 
 // Q6_K: 128-value halves; in half h, sub-block g takes ql bytes 32 * (g & 1).. (low or high
