@@ -10,12 +10,19 @@ class CudaBuffer : public sdk::Buffer {
  public:
   CudaBuffer(CudaDevice &dev, uint64_t bytes) : Buffer(bytes), dev_(dev), data_(static_cast<uint8_t *>(dev.alloc(bytes))) {}
   ~CudaBuffer() override { dev_.release(data_); }
-  // Ordered after the kernels already enqueued on the device's stream; done on return.
+  // Ordered after the kernels already enqueued on the device's stream and before those
+  // enqueued after it; src may be reused on return. From pageable memory CUDA has taken the
+  // bytes into its staging memory when the call returns, so a small write (a step's token ids
+  // and positions) needs no wait; a large one, or one from pinned memory, waits.
   void write(uint64_t offset, const void *src, uint64_t bytes) override {
     check_range(offset, bytes, "write");
     DeviceScope scope(dev_.id());
     check_cuda(cudaMemcpyAsync(data_ + offset, src, bytes, cudaMemcpyHostToDevice, dev_.stream()), "buffer write");
-    check_cuda(cudaStreamSynchronize(dev_.stream()), "buffer write");
+    constexpr uint64_t kNoWaitBytes = 64 * 1024;
+    cudaPointerAttributes attr{};
+    const bool pageable = cudaPointerGetAttributes(&attr, src) == cudaSuccess && attr.type == cudaMemoryTypeUnregistered;
+    cudaGetLastError();  // a host pointer CUDA never saw is no error here
+    if (bytes > kNoWaitBytes || !pageable) check_cuda(cudaStreamSynchronize(dev_.stream()), "buffer write");
   }
   void read(uint64_t offset, void *dst, uint64_t bytes) override {
     check_range(offset, bytes, "read");

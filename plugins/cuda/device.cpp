@@ -27,6 +27,7 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   cfg_.kernel_dtype = -1;
   error_flag_ = static_cast<int32_t *>(alloc(2 * sizeof(int32_t)));
   check_cuda(cudaMemset(error_flag_, 0, 2 * sizeof(int32_t)), "clearing the error flag");
+  check_cuda(cudaMallocHost(&error_flag_host_, 2 * sizeof(int32_t)), "allocating the error flag's host copy");
   node_names_.push_back("");  // tag 0 means "no error"
   attention_max_positions_ = minfer_cuda_attention_max_positions(device_);
   check_cuda(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "reading the device's SM count");
@@ -41,6 +42,7 @@ CudaDevice::~CudaDevice() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   if (error_flag_) cudaFree(error_flag_);
+  if (error_flag_host_) cudaFreeHost(error_flag_host_);
   for (void *p : scratch_)
     if (p) cudaFree(p);
   if (step_args_) cudaFree(step_args_);
@@ -317,11 +319,13 @@ void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up
 
 void CudaDevice::synchronize() {
   DeviceScope scope(device_);
+  // The flag comes back in the same wait as the work (pinned memory, queued behind it).
+  const cudaError_t copy = cudaMemcpyAsync(error_flag_host_, error_flag_, 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_);
   check_cuda(cudaStreamSynchronize(stream_), "a kernel on cuda:" + std::to_string(device_) +
                                                  " failed (rerun with the option debug_sync: "
                                                  "true to name it)");
-  int32_t flag[2] = {0, 0};
-  check_cuda(cudaMemcpy(flag, error_flag_, sizeof flag, cudaMemcpyDeviceToHost), "reading the error flag");
+  check_cuda(copy, "reading the error flag");
+  const int32_t flag[2] = {error_flag_host_[0], error_flag_host_[1]};
   if (flag[0] != 0) {
     check_cuda(cudaMemset(error_flag_, 0, sizeof flag), "clearing the error flag");
     const std::string node =

@@ -147,6 +147,7 @@ class CudaDevice {
   cudaStream_t stream_ = nullptr;
   minfer_cuda_launch_cfg cfg_{};
   int32_t *error_flag_ = nullptr;  // device int32[2]: (node tag, bad id)
+  int32_t *error_flag_host_ = nullptr;  // its pinned host copy, filled by synchronize
   std::vector<std::string> node_names_;
   int64_t attention_max_positions_ = 0;
   // Scratch memory that grows and is reused: [0] quantized activations, [1] f16 weights,
