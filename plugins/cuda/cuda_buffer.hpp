@@ -20,8 +20,9 @@ class CudaBuffer : public sdk::Buffer {
     check_cuda(cudaMemcpyAsync(data_ + offset, src, bytes, cudaMemcpyHostToDevice, dev_.stream()), "buffer write");
     constexpr uint64_t kNoWaitBytes = 64 * 1024;
     cudaPointerAttributes attr{};
-    const bool pageable = cudaPointerGetAttributes(&attr, src) == cudaSuccess && attr.type == cudaMemoryTypeUnregistered;
-    cudaGetLastError();  // a host pointer CUDA never saw is no error here
+    const cudaError_t known = cudaPointerGetAttributes(&attr, src);
+    if (known != cudaSuccess) cudaGetLastError();  // clear that lookup's own error only
+    const bool pageable = known == cudaSuccess && attr.type == cudaMemoryTypeUnregistered;
     if (bytes > kNoWaitBytes || !pageable) check_cuda(cudaStreamSynchronize(dev_.stream()), "buffer write");
   }
   void read(uint64_t offset, void *dst, uint64_t bytes) override {
