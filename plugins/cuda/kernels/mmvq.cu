@@ -94,22 +94,30 @@ constexpr int kUnroll = 4;
 // to the dot products afterwards, so the norm adds no pass of its own.
 __device__ __forceinline__ float quantize_to_shared(const float *x, const float *norm_w, int64_t nb, minfer_cuda_q8_act *xs) {
   const int sub = threadIdx.x & 3;  // 4 lanes per block of 32 values
+  const int64_t step = blockDim.x >> 2;
+  // This thread's 8 values of block b (zeros past the end): loaded one pass ahead, so a long x
+  // (ffn_down's 18944 values: ten passes) waits for memory once, not once per pass.
+  const auto load = [&](int64_t b, float4 &v0, float4 &v1) {
+    v0 = v1 = make_float4(0, 0, 0, 0);
+    if (b >= nb) return;
+    v0 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[0];
+    v1 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[1];
+  };
   float ss = 0;
+  float4 n0, n1;
+  load(threadIdx.x >> 2, n0, n1);
   // Whole warps go round together (the shuffles need every lane); lanes past the end carry zeros.
-  for (int64_t b0 = 0; b0 < nb; b0 += blockDim.x >> 2) {
+  for (int64_t b0 = 0; b0 < nb; b0 += step) {
     const int64_t b = b0 + (threadIdx.x >> 2);
     const bool live = b < nb;
-    float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
-    if (live) {
-      v0 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[0];
-      v1 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[1];
-      if (norm_w) {
-        const float4 w0 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[0];
-        const float4 w1 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[1];
-        ss += v0.x * v0.x + v0.y * v0.y + v0.z * v0.z + v0.w * v0.w + v1.x * v1.x + v1.y * v1.y + v1.z * v1.z + v1.w * v1.w;
-        v0 = make_float4(v0.x * w0.x, v0.y * w0.y, v0.z * w0.z, v0.w * w0.w);
-        v1 = make_float4(v1.x * w1.x, v1.y * w1.y, v1.z * w1.z, v1.w * w1.w);
-      }
+    float4 v0 = n0, v1 = n1;
+    if (b0 + step < nb) load(b + step, n0, n1);
+    if (live && norm_w) {
+      const float4 w0 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[0];
+      const float4 w1 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[1];
+      ss += v0.x * v0.x + v0.y * v0.y + v0.z * v0.z + v0.w * v0.w + v1.x * v1.x + v1.y * v1.y + v1.z * v1.z + v1.w * v1.w;
+      v0 = make_float4(v0.x * w0.x, v0.y * w0.y, v0.z * w0.z, v0.w * w0.w);
+      v1 = make_float4(v1.x * w1.x, v1.y * w1.y, v1.z * w1.z, v1.w * w1.w);
     }
     float amax = fmaxf(fmaxf(fmaxf(fabsf(v0.x), fabsf(v0.y)), fmaxf(fabsf(v0.z), fabsf(v0.w))),
                        fmaxf(fmaxf(fabsf(v1.x), fabsf(v1.y)), fmaxf(fabsf(v1.z), fabsf(v1.w))));
