@@ -12,6 +12,7 @@
 // token count and the cache length, never on n_past, so a captured graph stays valid.
 #include <cuda_fp16.h>
 
+#include "async_copy.cuh"
 #include "grid.cuh"
 #include "minfer/dtype.h"
 #include "reduce.cuh"
@@ -341,15 +342,6 @@ constexpr int64_t kDecodeChunk = 4 * kDecodeWarps * 32;  // keys per block at le
 
 template <class T, int HD>
 constexpr size_t decode_smem_bytes() { return size_t(kDecodeWarps) * 32 * HD * sizeof(T); }  // the warps' V tiles
-
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\n" ::);
-  asm volatile("cp.async.wait_group 0;\n" ::);
-}
 
 // The 16-byte piece of a cached row as floats: 8 of f16, 4 of f32.
 __device__ __forceinline__ void unpack16(const uint4 &u, const __half *, float (&v)[8]) {

@@ -8,12 +8,15 @@
 // one sub-block on each side, so its int32 result is scaled by the two sides' scales into f32
 // accumulators right away, in registers (Q6_K, scaled per 16 values, takes two products).
 //
-// Per stage, 4 sub-blocks of k (128 values) of the 64 weight rows are unpacked to bytes
-// (qblock.cuh) and the 64 tokens' quantized values copied, both into shared memory
-// rows padded to 144 bytes so the fragment loads of the 8 row groups fall in distinct banks.
-// The next stage is read from global memory into registers while this one is multiplied.
+// Per stage, 4 sub-blocks of k (128 values; a whole super-block, 8 sub-blocks, for the K types)
+// of the 64 weight rows and the 64 tokens are copied into shared memory by cp.async, in
+// coalesced 4- and 8-byte pieces and double-buffered: the next stage is in flight while this
+// one is unpacked and multiplied. The weights arrive as their raw blocks and are unpacked to
+// bytes (qblock.cuh) in shared memory; the tokens' quantized values land straight in rows
+// padded so the fragment loads (ldmatrix) of the 8 row groups fall in distinct banks.
 #include <cuda_fp16.h>
 
+#include "async_copy.cuh"
 #include "grid.cuh"
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
@@ -24,9 +27,32 @@
 namespace minfer::cuda {
 namespace {
 
-constexpr int kTileRows = 64, kTileTokens = 64, kStageBlocks = 4, kThreads = 128;
-constexpr int kRowBytes = kStageBlocks * 32 + 16;  // padded smem row
-constexpr int kItems = kTileRows * kStageBlocks / kThreads;  // (row, block) pairs per thread per stage: 2
+constexpr int kTileRows = 64, kTileTokens = 64, kThreads = 128;
+
+// The shared memory of one block, per weight type (dynamic: the K types need over 48 KiB).
+template <class Block>
+struct MmqLayout {
+  using QB = QBlock<Block>;
+  static constexpr int kStageSubs = QB::kSubs == 1 ? 4 : QB::kSubs;  // sub-blocks of k per stage
+  static constexpr int kStageBlocks = kStageSubs / QB::kSubs;         // weight blocks of a row per stage
+  static constexpr int kSpan = kStageBlocks * int(sizeof(Block));     // a row's bytes per stage
+  // The span is copied in 4-byte words from the aligned word below it: blocks are only 2-byte
+  // aligned (18, 22, 34, 210 bytes), so it may start 2 bytes into its first word.
+  static constexpr int kWords = (kSpan + 2 + 3) / 4;
+  static constexpr int kRawStride = kWords % 2 ? kWords * 4 : kWords * 4 + 4;  // an odd number of words: rows in distinct banks
+  static constexpr int kRowBytes = kStageSubs * 32 + 16;  // an unpacked row, padded
+  static constexpr int kScales = kStageSubs * kTileRows * 4;
+  static constexpr int kWq = 0;                                            // int8 [rows][kRowBytes]
+  static constexpr int kXq = kWq + kTileRows * kRowBytes;                  // int8 [2][tokens][kRowBytes]
+  static constexpr int kXds = kXq + 2 * kTileTokens * kRowBytes;           // float2 (d, s) [2][subs][tokens]
+  static constexpr int kWd = kXds + 2 * kStageSubs * kTileTokens * 8;      // float [subs][rows]
+  static constexpr int kWd2 = kWd + kScales;                               // Q6_K: values 16..31
+  static constexpr int kWm = kWd2 + (QB::kTwoScales ? kScales : 0);        // minima
+  static constexpr int kRaw = kWm + (QB::kOffset ? kScales : 0);           // raw blocks [2][rows][kRawStride]
+  static constexpr int kBytes = kRaw + 2 * kTileRows * kRawStride;
+  // Blocks per SM that shared memory allows (of 227 KiB), at most 4: the registers' bound.
+  static constexpr int kMinBlocks = 227 * 1024 / kBytes < 4 ? 227 * 1024 / kBytes : 4;
+};
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   c[0] = c[1] = c[2] = c[3] = 0;
@@ -40,107 +66,132 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], cons
 // t / 8); lane t receives 32 bits of each: row t / 4, bytes 4 (t % 4)... For int8 tiles with
 // 16-byte rows that is exactly the mma.m16n8k32 fragment layout.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *row) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a)
+               : "r"(smem_address(row))
                : "memory");
 }
 
-// What one thread carries from global memory to shared memory for one stage.
-struct StageRegs {
-  SubBlock w[kItems];
-  uint2 xq[kItems][4];
-  float xd[kItems], xs[kItems];
-};
-
 template <class Block>
-__global__ void __launch_bounds__(kThreads) mmq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *y, int64_t k, int64_t m,
+__global__ void __launch_bounds__(kThreads, MmqLayout<Block>::kMinBlocks) mmq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *y, int64_t k, int64_t m,
                                                        int64_t tokens, int64_t row_tiles, int64_t token_tiles, const float *add,
                                                        int add_broadcast) {
-  __shared__ __align__(16) uint8_t wq_s[kTileRows * kRowBytes];
-  __shared__ __align__(16) uint8_t xq_s[kTileTokens * kRowBytes];
   using QB = QBlock<Block>;
-  __shared__ float wd_s[kStageBlocks][kTileRows], xd_s[kStageBlocks][kTileTokens];
-  __shared__ float wd2_s[QB::kTwoScales ? kStageBlocks : 1][kTileRows];                        // Q6_K: values 16..31
-  __shared__ float wm_s[QB::kOffset ? kStageBlocks : 1][kTileRows], xs_s[QB::kOffset ? kStageBlocks : 1][kTileTokens];
+  using L = MmqLayout<Block>;
+  constexpr int S = L::kStageSubs;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t *const wq_s = smem + L::kWq;
+  float *const wd_s = reinterpret_cast<float *>(smem + L::kWd), *const wd2_s = reinterpret_cast<float *>(smem + L::kWd2);
+  float *const wm_s = reinterpret_cast<float *>(smem + L::kWm);
+  const auto xq_s = [&](int buf) { return smem + L::kXq + buf * kTileTokens * L::kRowBytes; };
+  const auto xds_s = [&](int buf) { return reinterpret_cast<float2 *>(smem + L::kXds) + buf * S * kTileTokens; };
+  const auto raw_s = [&](int buf) { return smem + L::kRaw + buf * kTileRows * L::kRawStride; };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
   const int wm = warp / 2, wn = warp % 2;  // this warp's 32 x 32 of the tile
-  const int64_t kb = k / 32, stages = (kb + kStageBlocks - 1) / kStageBlocks, nb = kb / QB::kSubs;
+  const int64_t kb = k / 32, stages = (kb + S - 1) / S, row_bytes = kb / QB::kSubs * int64_t(sizeof(Block));
+  const uint8_t *const wbytes = reinterpret_cast<const uint8_t *>(w);
   for (int64_t tile = blockIdx.x; tile < row_tiles * token_tiles; tile += gridDim.x) {
     const int64_t row0 = (tile % row_tiles) * kTileRows, tok0 = (tile / row_tiles) * kTileTokens;
     float acc[2][4][4] = {};
-    StageRegs r;
-    // Thread i carries (row or token) i / 4... as item it: index p = threadIdx.x + it * 128,
-    // row = p / 4, block = p % 4: consecutive threads read consecutive blocks of a row.
-    const auto load = [&](int64_t stage) {
-#pragma unroll
-      for (int it = 0; it < kItems; ++it) {
-        const int p = threadIdx.x + it * kThreads, rr = p / kStageBlocks, bb = p % kStageBlocks;
-        const int64_t blk = stage * kStageBlocks + bb, row = row0 + rr, tok = tok0 + rr;
-        if (row < m && blk < kb) {
-          unpack_sub(w + row * nb, blk, r.w[it]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) r.w[it].q[i] = 0;
-          r.w[it].d[0] = r.w[it].d[1] = r.w[it].m = 0;
+    // Stage s into buffer `buf`: warp w copies rows (then tokens) w, w + 4, ..., its lanes
+    // consecutive words of one row's span, so each copy instruction reads whole sectors. Rows
+    // 4 apart share the span's alignment, so a lane's source only steps by 4 rows. Interior
+    // stages of whole tiles copy without bounds checks; the last stage and partial tiles clip
+    // at the row's end and zero-fill rows and tokens past the matrix.
+    const auto copy_stage = [&](int64_t s, int buf) {
+      const bool interior = s + 1 < stages;
+      uint8_t *raw = raw_s(buf) + warp * L::kRawStride;
+      const int64_t first = ((row0 + warp) * row_bytes + s * L::kSpan) & ~int64_t(3);  // the span's first word, in the tensor
+      const uint8_t *src = wbytes + first;
+      if (interior && row0 + kTileRows <= m) {
+#pragma unroll 4
+        for (int rr = warp; rr < kTileRows; rr += 4, src += 4 * row_bytes, raw += 4 * L::kRawStride)
+          for (int wd = lane; wd < L::kWords; wd += 32) cp_async_zfill<4>(raw + 4 * wd, src + 4 * wd, 4);
+      } else {
+        int64_t left = (row0 + warp + 1) * row_bytes - first;  // bytes of the row from the span's first word on
+#pragma unroll 1
+        for (int64_t row = row0 + warp; row < row0 + kTileRows; row += 4, src += 4 * row_bytes, raw += 4 * L::kRawStride) {
+          for (int wd = lane; wd < L::kWords; wd += 32) {
+            const int64_t rest = row < m ? left - 4 * wd : 0;
+            const int valid = rest <= 0 ? 0 : rest >= 4 ? 4 : int(rest);
+            cp_async_zfill<4>(raw + 4 * wd, valid ? src + 4 * wd : wbytes, valid);
+          }
         }
-        if (tok < tokens && blk < kb) {
-          const minfer_cuda_q8_act &a = x[tok * kb + blk];
-          const uint2 *q = reinterpret_cast<const uint2 *>(a.qs);
+      }
+      // The tokens: 5 pieces of 8 bytes per block, (d, s) then the values; lane i's piece is
+      // the same for every token, so are its destination's offset and step.
+      const bool tokens_whole = interior && tok0 + kTileTokens <= tokens;
 #pragma unroll
-          for (int i = 0; i < 4; ++i) r.xq[it][i] = q[i];
-          r.xd[it] = a.d;
-          r.xs[it] = a.s;
+      for (int i0 = 0; i0 < S * 5; i0 += 32) {
+        const int i = i0 + lane, sb = i / 5, piece = i % 5;
+        if (i >= S * 5) break;
+        uint8_t *dst = piece == 0 ? reinterpret_cast<uint8_t *>(xds_s(buf) + sb * kTileTokens + warp)
+                                  : xq_s(buf) + warp * L::kRowBytes + sb * 32 + 8 * (piece - 1);
+        const int step = piece == 0 ? 4 * int(sizeof(float2)) : 4 * L::kRowBytes;
+        const uint8_t *xsrc = reinterpret_cast<const uint8_t *>(x + (tok0 + warp) * kb + s * S + sb) + 8 * piece;
+        const int64_t xstep = 4 * kb * int64_t(sizeof(minfer_cuda_q8_act));
+        if (tokens_whole) {
+#pragma unroll 4
+          for (int tt = warp; tt < kTileTokens; tt += 4, dst += step, xsrc += xstep) cp_async_zfill<8>(dst, xsrc, 8);
         } else {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) r.xq[it][i] = make_uint2(0, 0);
-          r.xd[it] = r.xs[it] = 0;
+          const bool block_live = s * S + sb < kb;
+#pragma unroll 1
+          for (int64_t tok = tok0 + warp; tok < tok0 + kTileTokens; tok += 4, dst += step, xsrc += xstep) {
+            const bool live = block_live && tok < tokens;
+            cp_async_zfill<8>(dst, live ? xsrc : reinterpret_cast<const uint8_t *>(x), live ? 8 : 0);
+          }
         }
       }
     };
-    const auto store = [&]() {
+    // The weights of the stage in buffer `buf` to bytes and scales.
+    const auto unpack_stage = [&](int64_t s, int buf) {
+      const uint8_t *raw = raw_s(buf);
 #pragma unroll
-      for (int it = 0; it < kItems; ++it) {
-        const int p = threadIdx.x + it * kThreads, rr = p / kStageBlocks, bb = p % kStageBlocks;
-        uint4 *wdst = reinterpret_cast<uint4 *>(wq_s + rr * kRowBytes + bb * 32);
-        const uint32_t *q = r.w[it].q;
-        wdst[0] = make_uint4(q[0], q[1], q[2], q[3]);
-        wdst[1] = make_uint4(q[4], q[5], q[6], q[7]);
-        uint2 *xdst = reinterpret_cast<uint2 *>(xq_s + rr * kRowBytes + bb * 32);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) xdst[i] = r.xq[it][i];
-        wd_s[bb][rr] = r.w[it].d[0];
-        xd_s[bb][rr] = r.xd[it];
-        if (QB::kTwoScales) wd2_s[bb][rr] = r.w[it].d[1];
-        if (QB::kOffset) wm_s[bb][rr] = r.w[it].m, xs_s[bb][rr] = r.xs[it];
+      for (int it = 0; it < kTileRows * S / kThreads; ++it) {
+        const int p = threadIdx.x + it * kThreads, rr = p % kTileRows, sb = p / kTileRows;  // lanes: consecutive rows
+        const int shift = int((row0 + rr) * row_bytes + s * L::kSpan) & 3;
+        const Block &b = reinterpret_cast<const Block *>(raw + rr * L::kRawStride + shift)[sb / QB::kSubs];
+        SubBlock u;
+        QB::unpack(b, sb % QB::kSubs, u);
+        uint4 *dst = reinterpret_cast<uint4 *>(wq_s + rr * L::kRowBytes + sb * 32);
+        dst[0] = make_uint4(u.q[0], u.q[1], u.q[2], u.q[3]);
+        dst[1] = make_uint4(u.q[4], u.q[5], u.q[6], u.q[7]);
+        wd_s[sb * kTileRows + rr] = u.d[0];
+        if (QB::kTwoScales) wd2_s[sb * kTileRows + rr] = u.d[1];
+        if (QB::kOffset) wm_s[sb * kTileRows + rr] = u.m;
       }
     };
-    load(0);
+    copy_stage(0, 0);
     for (int64_t s = 0; s < stages; ++s) {
-      __syncthreads();  // the previous stage's fragments are read
-      store();
+      const int cur = int(s & 1);
+      cp_async_wait_all();  // this stage's copies (the only ones in flight)
+      __syncthreads();      // ... from every thread; and the previous stage is multiplied
+      if (s + 1 < stages) copy_stage(s + 1, cur ^ 1);
+      unpack_stage(s, cur);
       __syncthreads();
-      if (s + 1 < stages) load(s + 1);  // in flight while this stage multiplies
-#pragma unroll
-      for (int bb = 0; bb < kStageBlocks; ++bb) {
+      const uint8_t *xq = xq_s(cur);
+      const float2 *xds = xds_s(cur);
+#pragma unroll 1
+      for (int bb = 0; bb < S; ++bb) {
         // Fragments by ldmatrix: A's matrices are (rows 0-7 | 8-15) x (bytes 0-15 | 16-31) of the
         // warp's 16-row group, B's (bytes 0-15 | 16-31) x (token groups j, j + 1).
         uint32_t a[2][4], b[4][2];
 #pragma unroll
         for (int i = 0; i < 2; ++i)
-          ldmatrix_x4(a[i], wq_s + (wm * 32 + i * 16 + lane % 8 + 8 * ((lane / 8) & 1)) * kRowBytes + bb * 32 + 16 * (lane / 16));
+          ldmatrix_x4(a[i], wq_s + (wm * 32 + i * 16 + lane % 8 + 8 * ((lane / 8) & 1)) * L::kRowBytes + bb * 32 + 16 * (lane / 16));
 #pragma unroll
         for (int j = 0; j < 4; j += 2) {
           uint32_t t[4];
-          ldmatrix_x4(t, xq_s + (wn * 32 + (j + lane / 16) * 8 + lane % 8) * kRowBytes + bb * 32 + 16 * ((lane / 8) & 1));
+          ldmatrix_x4(t, xq + (wn * 32 + (j + lane / 16) * 8 + lane % 8) * L::kRowBytes + bb * 32 + 16 * ((lane / 8) & 1));
           b[j][0] = t[0], b[j][1] = t[1], b[j + 1][0] = t[2], b[j + 1][1] = t[3];
         }
-        float dw[2][2], dx[4][2];
+        const float *wd = wd_s + bb * kTileRows + wm * 32 + g;
+        float dw[2][2];
+        float2 ds[4][2];  // (d, s) of the tokens
 #pragma unroll
-        for (int i = 0; i < 2; ++i) dw[i][0] = wd_s[bb][wm * 32 + i * 16 + g], dw[i][1] = wd_s[bb][wm * 32 + i * 16 + g + 8];
+        for (int i = 0; i < 2; ++i) dw[i][0] = wd[i * 16], dw[i][1] = wd[i * 16 + 8];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) dx[j][0] = xd_s[bb][wn * 32 + j * 8 + tg * 2], dx[j][1] = xd_s[bb][wn * 32 + j * 8 + tg * 2 + 1];
+        for (int j = 0; j < 4; ++j) ds[j][0] = xds[bb * kTileTokens + wn * 32 + j * 8 + tg * 2], ds[j][1] = xds[bb * kTileTokens + wn * 32 + j * 8 + tg * 2 + 1];
 #pragma unroll
         for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -151,25 +202,26 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(const Block *w, const min
               int c2[4];
               mma_s8(c, lo, b[j]);
               mma_s8(c2, hi, b[j]);
-              const float dh0 = wd2_s[bb][wm * 32 + i * 16 + g], dh1 = wd2_s[bb][wm * 32 + i * 16 + g + 8];
-              acc[i][j][0] = fmaf(float(c[0]) * dw[i][0] + float(c2[0]) * dh0, dx[j][0], acc[i][j][0]);
-              acc[i][j][1] = fmaf(float(c[1]) * dw[i][0] + float(c2[1]) * dh0, dx[j][1], acc[i][j][1]);
-              acc[i][j][2] = fmaf(float(c[2]) * dw[i][1] + float(c2[2]) * dh1, dx[j][0], acc[i][j][2]);
-              acc[i][j][3] = fmaf(float(c[3]) * dw[i][1] + float(c2[3]) * dh1, dx[j][1], acc[i][j][3]);
+              const float *wd2 = wd2_s + bb * kTileRows + wm * 32 + g;
+              const float dh0 = wd2[i * 16], dh1 = wd2[i * 16 + 8];
+              acc[i][j][0] = fmaf(float(c[0]) * dw[i][0] + float(c2[0]) * dh0, ds[j][0].x, acc[i][j][0]);
+              acc[i][j][1] = fmaf(float(c[1]) * dw[i][0] + float(c2[1]) * dh0, ds[j][1].x, acc[i][j][1]);
+              acc[i][j][2] = fmaf(float(c[2]) * dw[i][1] + float(c2[2]) * dh1, ds[j][0].x, acc[i][j][2]);
+              acc[i][j][3] = fmaf(float(c[3]) * dw[i][1] + float(c2[3]) * dh1, ds[j][1].x, acc[i][j][3]);
               continue;
             }
             mma_s8(c, a[i], b[j]);
-            acc[i][j][0] = fmaf(float(c[0]) * dx[j][0], dw[i][0], acc[i][j][0]);
-            acc[i][j][1] = fmaf(float(c[1]) * dx[j][1], dw[i][0], acc[i][j][1]);
-            acc[i][j][2] = fmaf(float(c[2]) * dx[j][0], dw[i][1], acc[i][j][2]);
-            acc[i][j][3] = fmaf(float(c[3]) * dx[j][1], dw[i][1], acc[i][j][3]);
+            acc[i][j][0] = fmaf(float(c[0]) * ds[j][0].x, dw[i][0], acc[i][j][0]);
+            acc[i][j][1] = fmaf(float(c[1]) * ds[j][1].x, dw[i][0], acc[i][j][1]);
+            acc[i][j][2] = fmaf(float(c[2]) * ds[j][0].x, dw[i][1], acc[i][j][2]);
+            acc[i][j][3] = fmaf(float(c[3]) * ds[j][1].x, dw[i][1], acc[i][j][3]);
             if (QB::kOffset) {  // + m_w * sum(x): a rank-one term per block
-              const float m0 = wm_s[bb][wm * 32 + i * 16 + g], m1 = wm_s[bb][wm * 32 + i * 16 + g + 8];
-              const float s0 = xs_s[bb][wn * 32 + j * 8 + tg * 2], s1 = xs_s[bb][wn * 32 + j * 8 + tg * 2 + 1];
-              acc[i][j][0] = fmaf(m0, s0, acc[i][j][0]);
-              acc[i][j][1] = fmaf(m0, s1, acc[i][j][1]);
-              acc[i][j][2] = fmaf(m1, s0, acc[i][j][2]);
-              acc[i][j][3] = fmaf(m1, s1, acc[i][j][3]);
+              const float *wmr = wm_s + bb * kTileRows + wm * 32 + g;
+              const float m0 = wmr[i * 16], m1 = wmr[i * 16 + 8];
+              acc[i][j][0] = fmaf(m0, ds[j][0].y, acc[i][j][0]);
+              acc[i][j][1] = fmaf(m0, ds[j][1].y, acc[i][j][1]);
+              acc[i][j][2] = fmaf(m1, ds[j][0].y, acc[i][j][2]);
+              acc[i][j][3] = fmaf(m1, ds[j][1].y, acc[i][j][3]);
             }
           }
       }
@@ -193,7 +245,12 @@ cudaError_t launch(minfer_cuda_launch_cfg *cfg, const void *w, const void *xq, f
                    const float *add, int add_broadcast, const char *name, int32_t dtype) {
   const int64_t row_tiles = (m + kTileRows - 1) / kTileRows, token_tiles = (tokens + kTileTokens - 1) / kTileTokens;
   const int64_t tiles = row_tiles * token_tiles;
-  mmq_kernel<Block><<<unsigned(tiles < cfg->max_blocks ? tiles : cfg->max_blocks), kThreads, 0, cfg->stream>>>(
+  constexpr int smem = MmqLayout<Block>::kBytes;
+  if (smem > 48 * 1024) {  // above the default limit: opt in (per device, so every launch)
+    const cudaError_t err = cudaFuncSetAttribute(mmq_kernel<Block>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+  }
+  mmq_kernel<Block><<<unsigned(tiles < cfg->max_blocks ? tiles : cfg->max_blocks), kThreads, smem, cfg->stream>>>(
       static_cast<const Block *>(w), static_cast<const minfer_cuda_q8_act *>(xq), y, k, m, tokens, row_tiles, token_tiles, add,
       add_broadcast);
   return launched(cfg, name, dtype);
@@ -211,6 +268,8 @@ extern "C" int minfer_cuda_mmq_supported(int32_t dtype) {
 extern "C" cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
                                        int64_t m, int64_t tokens, const float *add, int32_t add_broadcast) {
   if (k % minfer_dtype_info(dtype).block_values) return cudaErrorInvalidValue;
+  // The stage copies read whole 4-byte words of the weights and 8-byte pieces of x.
+  if (reinterpret_cast<uintptr_t>(w) % 4 || reinterpret_cast<uintptr_t>(xq) % 8) return cudaErrorMisalignedAddress;
   cudaError_t err = cudaErrorNotSupported;
   visit_int8_block(dtype, [&](auto tag) {
     err = launch<decltype(tag)>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, "mmq_kernel", dtype);

@@ -1,0 +1,29 @@
+// plugins/cuda/kernels/async_copy.cuh — global-to-shared copies that bypass registers
+// (cp.async, sm_80+): a kernel issues a stage's copies, works on something else, then waits.
+#pragma once
+
+#include <cstdint>
+
+namespace minfer::cuda {
+
+__device__ __forceinline__ unsigned smem_address(const void *p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+// 16 bytes, both addresses 16-byte aligned.
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_address(smem)), "l"(gmem));
+}
+
+// N (4 or 8) bytes, both addresses N-aligned, of which only the first `valid` (0..N) are read
+// from gmem: the rest of the destination is zero-filled (past a row's end, past the tokens).
+template <int N>
+__device__ __forceinline__ void cp_async_zfill(void *smem, const void *gmem, int valid) {
+  static_assert(N == 4 || N == 8, "cp.async.ca copies 4, 8 or 16 bytes");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_address(smem)), "l"(gmem), "n"(N), "r"(valid));
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+}  // namespace minfer::cuda
