@@ -126,6 +126,9 @@ std::vector<Case> all_cases() {
     // 10 and 37 tokens: the CPU's many-token (AMX) path from its threshold, with partial tiles.
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({per == 256 ? 512 : 896, 70, 37}), shapes.push_back({512, 40, 10});
     if (dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q6_K) shapes.push_back({1024, 130, 130});
+    // One token over long rows (CUDA: the one-token GEMV past its short-row path): rows of whole
+    // 16-byte pieces over two chunks, and rows that are not (33 or 9 blocks).
+    if (minfer_dtype_info(dt).is_quantized) shapes.push_back({4096, 33, 1}), shapes.push_back({per == 256 ? 2304 : 1056, 33, 1});
     for (auto [k, m, n] : shapes) {
       cases.push_back({"matmul " + std::string(minfer_dtype_name(dt)) + " w[" + std::to_string(k) + "," + std::to_string(m) + "] x" + std::to_string(n),
                        [dt, k = k, m = m, n = n] {

@@ -2,7 +2,7 @@
 //   minfer-gguf info FILE [--json]
 //   minfer-gguf quantize IN OUT TYPE [--threads N]
 //   minfer-gguf tokenize FILE [--no-bos] (-p TEXT | -f TEXT_FILE)
-//   minfer-gguf synth --arch qwen2|llama --preset tiny|0.5b|1.5b|7b --type TYPE --seed N [--vocab VOCAB.gguf] -o OUT
+//   minfer-gguf synth --arch qwen2|llama --preset tiny|0.5b|1.5b|7b --type TYPE --seed N [--vocab VOCAB.gguf] [--layers N] -o OUT
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -22,8 +22,8 @@ const char *kUsage =
     "      TYPE: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k,\n"
     "            or a mix: q4_k_m, q5_k_m\n"
     "  minfer-gguf synth --arch qwen2|llama --preset tiny|0.5b|1.5b|7b --type TYPE --seed N\n"
-    "                    [--vocab VOCAB.gguf] [--threads N] -o OUT\n"
-    "      a seeded model with the preset's exact shapes and tensor set\n"
+    "                    [--vocab VOCAB.gguf] [--threads N] [--layers N] -o OUT\n"
+    "      a seeded model with the preset's exact shapes and tensor set (--layers: only N blocks)\n"
     "  minfer-gguf tokenize FILE [--no-bos] [--no-parse-special] (-p TEXT | -f TEXT_FILE)\n"
     "      token ids as a JSON array (FILE: a model or a vocabulary-only GGUF)\n";
 

@@ -25,6 +25,7 @@ int cmd_synth(const std::vector<std::string> &args) {
     else if (a == "--seed") o.seed = std::stoull(value());
     else if (a == "--vocab") o.vocab_path = value();
     else if (a == "--threads") o.threads = std::stoi(value());
+    else if (a == "--layers") o.layers = std::stoll(value());
     else if (a == "-o" || a == "--out") o.out = value();
     else throw UsageError("unknown argument '" + a + "'");
   }
@@ -39,7 +40,7 @@ int cmd_synth(const std::vector<std::string> &args) {
   std::snprintf(buf, sizeof buf, "%s/%s %s seed %llu: %lld tensors, %.1fM params, %s in %.1f s -> %s", o.arch.c_str(),
                 o.preset.c_str(), o.type.c_str(), (unsigned long long)o.seed, (long long)r.n_tensors, double(r.n_params) / 1e6,
                 human_bytes(r.file_bytes).c_str(), secs, o.out.c_str());
-  bar.done(buf);
+  bar.done(buf + (o.layers ? " (" + std::to_string(o.layers) + " layers)" : std::string()));
   return 0;
 }
 

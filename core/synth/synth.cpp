@@ -168,7 +168,9 @@ Preset find_preset(const std::string &arch, const std::string &preset) {
 
 Report synthesize(const Options &o) {
   using gguf::Value;
-  const Preset p = find_preset(o.arch, o.preset);
+  Preset p = find_preset(o.arch, o.preset);
+  if (o.layers < 0) throw Error("synth: --layers must be positive (0 = the preset's " + std::to_string(p.n_layer) + ")");
+  if (o.layers > 0) p.n_layer = o.layers;
   const quant::FileType ft = quant::parse_file_type(o.type);
   if (o.out.empty()) throw Error("synth: no output file given (-o FILE)");
   Report report;

@@ -27,10 +27,11 @@
 namespace minfer::cuda {
 namespace {
 
-constexpr int kTileRows = 64, kTileTokens = 64, kThreads = 128;
+constexpr int kTileTokens = 64, kThreads = 128;
 
-// The shared memory of one block, per weight type (dynamic: the K types need over 48 KiB).
-template <class Block>
+// The shared memory of one block, per weight type and tile height (dynamic: over 48 KiB for
+// most).
+template <class Block, int kTileRows>
 struct MmqLayout {
   using QB = QBlock<Block>;
   static constexpr int kStageSubs = QB::kSubs == 1 ? 4 : QB::kSubs;  // sub-blocks of k per stage
@@ -50,8 +51,10 @@ struct MmqLayout {
   static constexpr int kWm = kWd2 + (QB::kTwoScales ? kScales : 0);        // minima
   static constexpr int kRaw = kWm + (QB::kOffset ? kScales : 0);           // raw blocks [2][rows][kRawStride]
   static constexpr int kBytes = kRaw + 2 * kTileRows * kRawStride;
-  // Blocks per SM that shared memory allows (of 227 KiB), at most 4: the registers' bound.
-  static constexpr int kMinBlocks = 227 * 1024 / kBytes < 4 ? 227 * 1024 / kBytes : 4;
+  // Blocks per SM that shared memory allows (of 227 KiB), at most 4 (3 for the tall tile): the
+  // registers' bound.
+  static constexpr int kMostBlocks = kTileRows == 64 ? 4 : 3;
+  static constexpr int kMinBlocks = 227 * 1024 / kBytes < kMostBlocks ? 227 * 1024 / kBytes : kMostBlocks;
 };
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
@@ -72,12 +75,13 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *row) {
                : "memory");
 }
 
-template <class Block>
-__global__ void __launch_bounds__(kThreads, MmqLayout<Block>::kMinBlocks) mmq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *y, int64_t k, int64_t m,
+template <class Block, int kTileRows>
+__global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows>::kMinBlocks) mmq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *y, int64_t k, int64_t m,
                                                        int64_t tokens, int64_t row_tiles, int64_t token_tiles, const float *add,
                                                        int add_broadcast) {
   using QB = QBlock<Block>;
-  using L = MmqLayout<Block>;
+  using L = MmqLayout<Block, kTileRows>;
+  constexpr int kWarpRows = kTileRows / 2, kI = kWarpRows / 16;  // a warp: kWarpRows x 32 of the tile, kI 16-row groups
   constexpr int S = L::kStageSubs;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t *const wq_s = smem + L::kWq;
@@ -87,12 +91,12 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block>::kMinBlocks) mmq_ke
   const auto xds_s = [&](int buf) { return reinterpret_cast<float2 *>(smem + L::kXds) + buf * S * kTileTokens; };
   const auto raw_s = [&](int buf) { return smem + L::kRaw + buf * kTileRows * L::kRawStride; };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
-  const int wm = warp / 2, wn = warp % 2;  // this warp's 32 x 32 of the tile
+  const int wm = warp / 2, wn = warp % 2;  // this warp's part of the tile
   const int64_t kb = k / 32, stages = (kb + S - 1) / S, row_bytes = kb / QB::kSubs * int64_t(sizeof(Block));
   const uint8_t *const wbytes = reinterpret_cast<const uint8_t *>(w);
   for (int64_t tile = blockIdx.x; tile < row_tiles * token_tiles; tile += gridDim.x) {
     const int64_t row0 = (tile % row_tiles) * kTileRows, tok0 = (tile / row_tiles) * kTileTokens;
-    float acc[2][4][4] = {};
+    float acc[kI][4][4] = {};
     // Stage s into buffer `buf`: warp w copies rows (then tokens) w, w + 4, ..., its lanes
     // consecutive words of one row's span, so each copy instruction reads whole sectors. Rows
     // 4 apart share the span's alignment, so a lane's source only steps by 4 rows. Interior
@@ -175,25 +179,25 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block>::kMinBlocks) mmq_ke
       for (int bb = 0; bb < S; ++bb) {
         // Fragments by ldmatrix: A's matrices are (rows 0-7 | 8-15) x (bytes 0-15 | 16-31) of the
         // warp's 16-row group, B's (bytes 0-15 | 16-31) x (token groups j, j + 1).
-        uint32_t a[2][4], b[4][2];
+        uint32_t a[kI][4], b[4][2];
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
-          ldmatrix_x4(a[i], wq_s + (wm * 32 + i * 16 + lane % 8 + 8 * ((lane / 8) & 1)) * L::kRowBytes + bb * 32 + 16 * (lane / 16));
+        for (int i = 0; i < kI; ++i)
+          ldmatrix_x4(a[i], wq_s + (wm * kWarpRows + i * 16 + lane % 8 + 8 * ((lane / 8) & 1)) * L::kRowBytes + bb * 32 + 16 * (lane / 16));
 #pragma unroll
         for (int j = 0; j < 4; j += 2) {
           uint32_t t[4];
           ldmatrix_x4(t, xq + (wn * 32 + (j + lane / 16) * 8 + lane % 8) * L::kRowBytes + bb * 32 + 16 * ((lane / 8) & 1));
           b[j][0] = t[0], b[j][1] = t[1], b[j + 1][0] = t[2], b[j + 1][1] = t[3];
         }
-        const float *wd = wd_s + bb * kTileRows + wm * 32 + g;
-        float dw[2][2];
+        const float *wd = wd_s + bb * kTileRows + wm * kWarpRows + g;
+        float dw[kI][2];
         float2 ds[4][2];  // (d, s) of the tokens
 #pragma unroll
-        for (int i = 0; i < 2; ++i) dw[i][0] = wd[i * 16], dw[i][1] = wd[i * 16 + 8];
+        for (int i = 0; i < kI; ++i) dw[i][0] = wd[i * 16], dw[i][1] = wd[i * 16 + 8];
 #pragma unroll
         for (int j = 0; j < 4; ++j) ds[j][0] = xds[bb * kTileTokens + wn * 32 + j * 8 + tg * 2], ds[j][1] = xds[bb * kTileTokens + wn * 32 + j * 8 + tg * 2 + 1];
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < kI; ++i)
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             int c[4];
@@ -202,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block>::kMinBlocks) mmq_ke
               int c2[4];
               mma_s8(c, lo, b[j]);
               mma_s8(c2, hi, b[j]);
-              const float *wd2 = wd2_s + bb * kTileRows + wm * 32 + g;
+              const float *wd2 = wd2_s + bb * kTileRows + wm * kWarpRows + g;
               const float dh0 = wd2[i * 16], dh1 = wd2[i * 16 + 8];
               acc[i][j][0] = fmaf(float(c[0]) * dw[i][0] + float(c2[0]) * dh0, ds[j][0].x, acc[i][j][0]);
               acc[i][j][1] = fmaf(float(c[1]) * dw[i][0] + float(c2[1]) * dh0, ds[j][1].x, acc[i][j][1]);
@@ -216,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block>::kMinBlocks) mmq_ke
             acc[i][j][2] = fmaf(float(c[2]) * ds[j][0].x, dw[i][1], acc[i][j][2]);
             acc[i][j][3] = fmaf(float(c[3]) * ds[j][1].x, dw[i][1], acc[i][j][3]);
             if (QB::kOffset) {  // + m_w * sum(x): a rank-one term per block
-              const float *wmr = wm_s + bb * kTileRows + wm * 32 + g;
+              const float *wmr = wm_s + bb * kTileRows + wm * kWarpRows + g;
               const float m0 = wmr[i * 16], m1 = wmr[i * 16 + 8];
               acc[i][j][0] = fmaf(m0, ds[j][0].y, acc[i][j][0]);
               acc[i][j][1] = fmaf(m0, ds[j][1].y, acc[i][j][1]);
@@ -228,32 +232,46 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block>::kMinBlocks) mmq_ke
     }
     // c0, c1: weight row g, tokens 2tg, 2tg+1; c2, c3: row g + 8.
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < kI; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int64_t row = row0 + wm * 32 + i * 16 + g + (e >= 2 ? 8 : 0), tok = tok0 + wn * 32 + j * 8 + tg * 2 + (e & 1);
+          const int64_t row = row0 + wm * kWarpRows + i * 16 + g + (e >= 2 ? 8 : 0), tok = tok0 + wn * 32 + j * 8 + tg * 2 + (e & 1);
           if (row < m && tok < tokens) y[tok * m + row] = acc[i][j][e] + (add ? add[add_broadcast ? row : tok * m + row] : 0.0f);
         }
     __syncthreads();  // shared memory is rewritten by the next tile
   }
 }
 
-template <class Block>
-cudaError_t launch(minfer_cuda_launch_cfg *cfg, const void *w, const void *xq, float *y, int64_t k, int64_t m, int64_t tokens,
-                   const float *add, int add_broadcast, const char *name, int32_t dtype) {
+template <class Block, int kTileRows>
+cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const void *w, const void *xq, float *y, int64_t k, int64_t m, int64_t tokens,
+                         const float *add, int add_broadcast, int32_t dtype) {
   const int64_t row_tiles = (m + kTileRows - 1) / kTileRows, token_tiles = (tokens + kTileTokens - 1) / kTileTokens;
   const int64_t tiles = row_tiles * token_tiles;
-  constexpr int smem = MmqLayout<Block>::kBytes;
+  constexpr int smem = MmqLayout<Block, kTileRows>::kBytes;
   if (smem > 48 * 1024) {  // above the default limit: opt in (per device, so every launch)
-    const cudaError_t err = cudaFuncSetAttribute(mmq_kernel<Block>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const cudaError_t err = cudaFuncSetAttribute(mmq_kernel<Block, kTileRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
   }
-  mmq_kernel<Block><<<unsigned(tiles < cfg->max_blocks ? tiles : cfg->max_blocks), kThreads, smem, cfg->stream>>>(
+  mmq_kernel<Block, kTileRows><<<unsigned(tiles < cfg->max_blocks ? tiles : cfg->max_blocks), kThreads, smem, cfg->stream>>>(
       static_cast<const Block *>(w), static_cast<const minfer_cuda_q8_act *>(xq), y, k, m, tokens, row_tiles, token_tiles, add,
       add_broadcast);
-  return launched(cfg, name, dtype);
+  return launched(cfg, kTileRows == 64 ? "mmq_kernel (64 x 64 tiles)" : "mmq_kernel (128 x 64 tiles)", dtype);
+}
+
+// 128-row tiles halve the copies and fragment loads per product, but only pay when there are
+// enough of them to fill the GPU (two per SM on an H200) and three fit an SM: the K types'
+// stages (a whole super-block) and Q8_0's 34-byte blocks need too much shared memory (0.5B
+// Q8_0 pp512 51,663 -> 46,367 t/s with tall tiles), so they keep 64 rows.
+template <class Block>
+cudaError_t launch(minfer_cuda_launch_cfg *cfg, const void *w, const void *xq, float *y, int64_t k, int64_t m, int64_t tokens,
+                   const float *add, int add_broadcast, int32_t dtype) {
+  if constexpr (QBlock<Block>::kSubs == 1) {
+    const int64_t tall_tiles = (m + 127) / 128 * ((tokens + kTileTokens - 1) / kTileTokens);
+    if (MmqLayout<Block, 128>::kMinBlocks >= 3 && tall_tiles >= 264) return launch_tiles<Block, 128>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, dtype);
+  }
+  return launch_tiles<Block, 64>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, dtype);
 }
 
 }  // namespace
@@ -272,7 +290,7 @@ extern "C" cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtyp
   if (reinterpret_cast<uintptr_t>(w) % 4 || reinterpret_cast<uintptr_t>(xq) % 8) return cudaErrorMisalignedAddress;
   cudaError_t err = cudaErrorNotSupported;
   visit_int8_block(dtype, [&](auto tag) {
-    err = launch<decltype(tag)>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, "mmq_kernel", dtype);
+    err = launch<decltype(tag)>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, dtype);
   });
   return err;
 }

@@ -33,6 +33,10 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 }
 __device__ __forceinline__ uint32_t load_u32(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
 
+// Bytes v - bias for bytes v < 128 and bias <= 128, as signed bytes: each byte is lifted by 128
+// first, so the subtraction never borrows across bytes (three instructions; __vsub4 takes more).
+__device__ __forceinline__ uint32_t sub_bias4(uint32_t v, uint32_t bias) { return ((v | 0x80808080u) - bias) ^ 0x80808080u; }
+
 // Bits 0..3 of b to bit 4 of bytes 0..3 (a 5-bit type's high bits).
 __device__ __forceinline__ uint32_t high_bits4(uint32_t b) { return ((b & 0xfu) * 0x00204081u & 0x01010101u) << 4; }
 
@@ -45,8 +49,8 @@ template <> struct QBlock<minfer_block_q4_0> {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t w = load_u32_a2(b.qs + 4 * i);
-      s.q[i] = __vsub4(w & 0x0f0f0f0fu, 0x08080808u);             // values 4i..: low nibbles
-      s.q[i + 4] = __vsub4((w >> 4) & 0x0f0f0f0fu, 0x08080808u);  // values 16 + 4i..: high nibbles
+      s.q[i] = sub_bias4(w & 0x0f0f0f0fu, 0x08080808u);             // values 4i..: low nibbles
+      s.q[i + 4] = sub_bias4((w >> 4) & 0x0f0f0f0fu, 0x08080808u);  // values 16 + 4i..: high nibbles
     }
     s.d[0] = s.d[1] = f16_bits(b.d);
     s.m = 0;
@@ -76,8 +80,8 @@ template <> struct QBlock<minfer_block_q5_0> {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t w = load_u32_a2(b.qs + 4 * i);
-      s.q[i] = __vsub4((w & 0x0f0f0f0fu) | high_bits4(qh >> (4 * i)), 0x10101010u);
-      s.q[i + 4] = __vsub4(((w >> 4) & 0x0f0f0f0fu) | high_bits4(qh >> (16 + 4 * i)), 0x10101010u);
+      s.q[i] = sub_bias4((w & 0x0f0f0f0fu) | high_bits4(qh >> (4 * i)), 0x10101010u);
+      s.q[i + 4] = sub_bias4(((w >> 4) & 0x0f0f0f0fu) | high_bits4(qh >> (16 + 4 * i)), 0x10101010u);
     }
     s.d[0] = s.d[1] = f16_bits(b.d);
     s.m = 0;
@@ -155,7 +159,7 @@ template <> struct QBlock<minfer_block_q6_k> {
     for (int i = 0; i < 8; ++i) {
       const uint32_t lo = (load_u32_a2(ql + 4 * i) >> shift_l) & 0x0f0f0f0fu;
       const uint32_t hi = (load_u32_a2(qh + 4 * i) >> shift_h) & 0x03030303u;
-      s.q[i] = __vsub4(lo | hi << 4, 0x20202020u);
+      s.q[i] = sub_bias4(lo | hi << 4, 0x20202020u);
     }
     const float d = f16_bits(b.d);
     s.d[0] = d * float(b.scales[8 * h + 2 * g]);
