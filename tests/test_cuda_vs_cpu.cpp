@@ -53,7 +53,7 @@ Logits run(const std::shared_ptr<minfer::gguf::File> &file, const std::string &b
 // Synthesizes `preset` at `type`, then compares the CPU's and CUDA's logits: one prefill step of
 // n_prefill tokens and n_decode single-token steps (graph replays).
 void expect_backends_agree(const std::string &preset, const std::string &type, int64_t n_prefill, int64_t n_decode,
-                           int64_t layers = 0) {
+                           double max_rel_diff, int64_t layers = 0) {
   const fs::path path = fs::temp_directory_path() / ("minfer-" + preset + "-" + type + ".gguf");
   minfer::synth::Options o;
   o.layers = layers;
@@ -103,7 +103,7 @@ void expect_backends_agree(const std::string &preset, const std::string &type, i
     // Both backends quantize activations to 8 bits for Q4_0/Q8_0 weights (in different
     // places), so their logits may differ by a few percent of the logits' size; a wrong
     // kernel differs by ~100%.
-    EXPECT_LE(worst, 0.1) << type;
+    EXPECT_LE(worst, max_rel_diff) << type;
   }
   fs::remove(path);
 }
@@ -113,17 +113,20 @@ class CudaVsCpu : public ::testing::TestWithParam<std::string> {};
 // tiny: 256 tokens in one prefill step, the first 32 one at a time.
 TEST_P(CudaVsCpu, TeacherForcedLogitsAgree) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  expect_backends_agree("tiny", GetParam(), 256, 32);
+  expect_backends_agree("tiny", GetParam(), 256, 32, 0.1);
 }
 
 // Two blocks of the 1.5B's width (rows of 1536 and 8960 values) take the one-token paths the
 // tiny model's short rows never reach: grouped Q/K/V, gate/up and down over rows read in
 // 16-byte pieces (mmvq.cu's staged rows). Two blocks, not 28: the whole 1.5B's random weights
 // amplify rounding differences layer by layer (max |cpu - cuda| / rms 0.18 at decode there,
-// the same with the staged rows turned off), which would hide a kernel's error.
+// the same with the staged rows turned off), which would hide a kernel's error. At this width
+// the activations' 8-bit rounding differs more between the backends than at the tiny one's:
+// measured on the H200, prefill 0.116-0.132 and decode 0.055-0.079 of the logits' RMS, so
+// the bound is 0.2 (a wrong row or part is off by ~100%).
 TEST(CudaVsCpuWide, DecodeStepsAgree) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  for (const char *type : {"q8_0", "q4_0", "q4_k_m"}) expect_backends_agree("1.5b", type, 16, 8, 2);
+  for (const char *type : {"q8_0", "q4_0", "q4_k_m"}) expect_backends_agree("1.5b", type, 16, 8, 0.2, 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaVsCpu,
