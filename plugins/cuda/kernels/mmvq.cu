@@ -21,20 +21,48 @@ namespace {
 constexpr int kWarps = 8;   // rows per 256-thread block
 constexpr int kTokens = 8;  // tokens per weight read
 
+// Four consecutive lanes quantize one block of 32 values, eight each (v0, v1 in order): the
+// lane's two words of int8, and the block's scale d and scaled sum s (the same in all four).
+// Every lane of the warp must call it (the shuffles). x ~ d * q with q = round(x * (1 / d)),
+// the CPU backend's rounding (qdot.cpp), so both backends quantize a vector alike.
+struct Q8Part {
+  int32_t w0, w1;
+  float d, s;
+};
+__device__ __forceinline__ Q8Part quantize8(float4 v0, float4 v1) {
+  float amax = fmaxf(fmaxf(fmaxf(fabsf(v0.x), fabsf(v0.y)), fmaxf(fabsf(v0.z), fabsf(v0.w))),
+                     fmaxf(fmaxf(fabsf(v1.x), fabsf(v1.y)), fmaxf(fabsf(v1.z), fabsf(v1.w))));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+  const float vals[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+  int q[8], sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum += q[i] = __float2int_rn(vals[i] * id);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  return {(q[0] & 0xff) | (q[1] & 0xff) << 8 | (q[2] & 0xff) << 16 | int(uint32_t(q[3]) << 24),
+          (q[4] & 0xff) | (q[5] & 0xff) << 8 | (q[6] & 0xff) << 16 | int(uint32_t(q[7]) << 24), d, d * float(sum)};
+}
+
+// Many tokens' activations (the prefill matmuls' input): four lanes per block of 32 values,
+// 16-byte loads. The warp goes round whole (quantize8's shuffles); lanes past the end carry
+// zeros and write nothing.
 __global__ void quantize_q8_act_kernel(const float *x, minfer_cuda_q8_act *q, int64_t n_blocks) {
-  // One warp per block of 32 values: lane i holds value i.
-  const int lane = threadIdx.x & 31;
-  for (int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; b < n_blocks; b += (int64_t(gridDim.x) * blockDim.x) >> 5) {
-    const float v = x[b * 32 + lane];
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f;
-    const int qi = d > 0 ? __float2int_rn(v / d) : 0;
-    const int sum = int(warp_sum(float(qi)));
-    reinterpret_cast<int8_t *>(q[b].qs)[lane] = int8_t(qi);
-    if (lane == 0) {
-      q[b].d = d;
-      q[b].s = d * float(sum);
+  const int sub = threadIdx.x & 3;
+  const int64_t per_round = (int64_t(gridDim.x) * blockDim.x) >> 2;
+  for (int64_t b0 = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) << 3; b0 < n_blocks; b0 += per_round) {
+    const int64_t b = b0 + ((threadIdx.x & 31) >> 2);
+    const bool live = b < n_blocks;
+    float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
+    if (live) {
+      const float4 *src = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8);
+      v0 = src[0], v1 = src[1];
     }
+    const Q8Part r = quantize8(v0, v1);
+    if (!live) continue;
+    reinterpret_cast<int2 *>(q[b].qs)[sub] = make_int2(r.w0, r.w1);
+    if (sub == 0) q[b].d = r.d, q[b].s = r.s;
   }
 }
 
@@ -119,21 +147,11 @@ __device__ __forceinline__ float quantize_to_shared(const float *x, const float 
       v0 = make_float4(v0.x * w0.x, v0.y * w0.y, v0.z * w0.z, v0.w * w0.w);
       v1 = make_float4(v1.x * w1.x, v1.y * w1.y, v1.z * w1.z, v1.w * w1.w);
     }
-    float amax = fmaxf(fmaxf(fmaxf(fabsf(v0.x), fabsf(v0.y)), fmaxf(fabsf(v0.z), fabsf(v0.w))),
-                       fmaxf(fmaxf(fabsf(v1.x), fabsf(v1.y)), fmaxf(fabsf(v1.z), fabsf(v1.w))));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-    const float vals[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-    int q[8], sum = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sum += q[i] = __float2int_rn(vals[i] * id);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const Q8Part r = quantize8(v0, v1);
     if (!live) continue;
-    xs[b].qs[2 * sub] = (q[0] & 0xff) | (q[1] & 0xff) << 8 | (q[2] & 0xff) << 16 | int(uint32_t(q[3]) << 24);
-    xs[b].qs[2 * sub + 1] = (q[4] & 0xff) | (q[5] & 0xff) << 8 | (q[6] & 0xff) << 16 | int(uint32_t(q[7]) << 24);
-    if (sub == 0) xs[b].d = d, xs[b].s = d * float(sum);
+    xs[b].qs[2 * sub] = r.w0;
+    xs[b].qs[2 * sub + 1] = r.w1;
+    if (sub == 0) xs[b].d = r.d, xs[b].s = r.s;
   }
   return ss;
 }
@@ -461,7 +479,7 @@ extern "C" size_t minfer_cuda_q8_act_bytes(int64_t k, int64_t tokens) {
 
 extern "C" cudaError_t minfer_cuda_quantize_q8_act(minfer_cuda_launch_cfg *cfg, const float *x, void *q, int64_t n) {
   const int64_t blocks = n / 32;
-  quantize_q8_act_kernel<<<grid_for(cfg, blocks * 32), kBlock, 0, cfg->stream>>>(x, static_cast<minfer_cuda_q8_act *>(q), blocks);
+  quantize_q8_act_kernel<<<grid_for(cfg, blocks * 4), kBlock, 0, cfg->stream>>>(x, static_cast<minfer_cuda_q8_act *>(q), blocks);
   return launched(cfg, "quantize_q8_act_kernel");
 }
 

@@ -12,10 +12,17 @@ namespace minfer::cuda {
 // is formed in double because positions reach 10^5 and a float frequency would drift by
 // radians. Reduced to [-pi, pi] in double, its sine and cosine are float-exact (a double
 // sin and cos cost microseconds of latency in the one-token attention kernel).
-__device__ __forceinline__ void rope_cos_sin(int32_t pos, int32_t i, const minfer_cuda_rope &r, float &c, float &s) {
+// The frequency is split out so a kernel rotating many positions computes each pair's once.
+__device__ __forceinline__ double rope_frequency(int32_t i, const minfer_cuda_rope &r) {
+  return exp(-2.0 * double(i) / double(r.n_dims) * log(double(r.theta_base))) * double(r.freq_scale);
+}
+__device__ __forceinline__ void rope_cos_sin_at(int32_t pos, double frequency, float &c, float &s) {
   constexpr double kTwoPi = 6.283185307179586;
-  const double theta = double(pos) * exp(-2.0 * double(i) / double(r.n_dims) * log(double(r.theta_base))) * double(r.freq_scale);
+  const double theta = double(pos) * frequency;
   sincosf(float(theta - kTwoPi * rint(theta / kTwoPi)), &s, &c);
+}
+__device__ __forceinline__ void rope_cos_sin(int32_t pos, int32_t i, const minfer_cuda_rope &r, float &c, float &s) {
+  rope_cos_sin_at(pos, rope_frequency(i, r), c, s);
 }
 
 // The rotated pair (a, b) of pair i: mode 2 (NeoX) pairs dims i and i + n_dims/2, else 2i, 2i+1.
