@@ -132,13 +132,15 @@ class CudaSegment : public sdk::Segment {
       events_.resize(nodes_.size() + 1);
       for (auto &e : events_) check_cuda(cudaEventCreate(&e), "creating a timing event");
     }
+    norm_ran_ = nullptr;
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (timed_) check_cuda(cudaEventRecord(events_[i], dev_.stream()), "recording a timing event");
       if (fused_away_[i]) continue;  // its matmul wrote its output
       try {
-        if (!group_[i].empty()) run_matmul_group(dev_, group_[i], args, norm_of_[i]);
-        else if (fuse_swiglu_[i]) run_matmul_swiglu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args, norm_of_[i]);
-        else if (norm_of_[i]) run_matmul_group(dev_, std::vector<MatmulStep>{step_at(i)}, args, norm_of_[i]);
+        const StepNorm norm{norm_of_[i], &norm_ran_};
+        if (!group_[i].empty()) run_matmul_group(dev_, group_[i], args, norm);
+        else if (fuse_swiglu_[i]) run_matmul_swiglu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args, norm);
+        else if (norm_of_[i]) run_matmul_group(dev_, std::vector<MatmulStep>{step_at(i)}, args, norm);
         else if (fuse_add_[i]) run_matmul_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else if (fuse_rope_attention_[i]) run_rope_attention(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args);
         else if (fuse_rope_[i]) run_rope_pair(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
@@ -160,7 +162,7 @@ class CudaSegment : public sdk::Segment {
     std::string norm;  // the RMS norm folded into this step's one-token GEMV
     if (norm_of_[i] && path == P::Gemv)
       for (size_t j = 0; j < i; ++j)
-        if (owner_[j] == i && &nodes_[j].node() == norm_of_[i]) norm = ", the RMS norm " + nodes_[j].name() + " folded in";
+        if (&nodes_[j].node() == norm_of_[i]) norm = ", the RMS norm " + nodes_[j].name() + " folded in";
     if (fuse_swiglu_[i] && path == P::Gemv)
       return "gemv_quantizing_kernel: gate, up and SwiGLU in one launch (dp4a on the " + type + " blocks)" + norm;
     std::string t;
@@ -297,37 +299,49 @@ class CudaSegment : public sdk::Segment {
                                            std::to_string(count(fuse_rope_attention_)) + " with their attention) fused; " +
                                            std::to_string(groups) + " groups of matmuls sharing their input, " +
                                            std::to_string(std::count_if(norm_of_.begin(), norm_of_.end(), [](const minfer_node *n) { return n != nullptr; })) +
-                                           " RMS norms folded into the matmuls reading them");
+                                           " matmul steps with the RMS norm they read folded in");
   }
 
   // One matmul step as run_matmul_group takes it: node i with its fused add, if any.
   MatmulStep step_at(size_t i) const { return MatmulStep{&nodes_[i].node(), fuse_add_[i] ? &nodes_[i + 1].node() : nullptr}; }
 
-  // An RMS_NORM whose output only the step right after it reads — a group, a gate/up/SwiGLU,
-  // or one matmul with or without its add — runs inside that step: folded into the one-token
-  // GEMV (which quantizes x * w and scales the products by the norm's 1/rms), else just before
-  // it. The step's outputs must not overlap the norm's input, which the GEMV's blocks read
-  // while others write.
+  // An RMS_NORM whose output only the steps right after it read — a group, a gate/up/SwiGLU,
+  // or one matmul with or without its add; several when a layer's V has another weight type
+  // than its Q and K — runs inside them: folded into each one-token GEMV (which quantizes
+  // x * w and scales the products by the norm's 1/rms: each step sums x^2 itself, which costs
+  // less than a launch), else just before the first. Inside the steps only matmuls read the
+  // norm's output, as x, and no output overlaps the norm's inputs, which the GEMV's blocks
+  // read while others write.
   void plan_norm_folds() {
     norm_of_.assign(nodes_.size(), nullptr);
+    const auto last_of = [&](size_t first) {  // a step's last node
+      size_t last = first;
+      for (size_t j = first; j < nodes_.size(); ++j)
+        if (owner_[j] == first) last = j;
+      return last;
+    };
     for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
-      const minfer_node &norm = nodes_[i].node(), &c = nodes_[i + 1].node();
-      if (norm.op != MINFER_OP_RMS_NORM || fused_away_[i] || c.op != MINFER_OP_MATMUL || fused_away_[i + 1]) continue;
-      if (!same(*c.inputs[1], *norm.output) || !(norm.output->flags & MINFER_TENSOR_SEGMENT_LOCAL)) continue;
-      size_t last = i + 1;  // the step's last node
-      for (size_t j = i + 1; j < nodes_.size(); ++j)
-        if (owner_[j] == i + 1) last = j;
-      if (read_after(last, *norm.output)) continue;
+      const minfer_node &norm = nodes_[i].node();
+      if (norm.op != MINFER_OP_RMS_NORM || fused_away_[i] || !(norm.output->flags & MINFER_TENSOR_SEGMENT_LOCAL)) continue;
+      std::vector<size_t> steps;  // first nodes of the steps reading the norm
+      size_t last = i;
+      for (size_t s = i + 1; s < nodes_.size(); s = last + 1) {
+        const minfer_node &c = nodes_[s].node();
+        if (c.op != MINFER_OP_MATMUL || fused_away_[s] || !same(*c.inputs[1], *norm.output)) break;
+        steps.push_back(s);
+        last = last_of(s);
+      }
+      if (steps.empty() || read_after(last, *norm.output)) continue;
       bool ok = true;
       for (size_t j = i + 1; j <= last && ok; ++j) {
         const minfer_node &n = nodes_[j].node();
-        for (int k = 0; k < n.n_inputs; ++k)  // inside the step only matmuls read the norm's output, as x
+        for (int k = 0; k < n.n_inputs; ++k)  // inside the steps only matmuls read the norm's output, as x
           if (same(*n.inputs[k], *norm.output) && !(n.op == MINFER_OP_MATMUL && k == 1)) ok = false;
         if (overlap(*n.output, *norm.inputs[0]) || overlap(*n.output, *norm.inputs[1])) ok = false;
       }
       if (!ok) continue;
-      norm_of_[i + 1] = &norm;
-      fused_away_[i] = true, owner_[i] = i + 1;
+      for (size_t s : steps) norm_of_[s] = &norm;
+      fused_away_[i] = true, owner_[i] = steps[0];
     }
   }
 
@@ -397,6 +411,7 @@ class CudaSegment : public sdk::Segment {
   std::vector<std::vector<MatmulStep>> group_;  // at a group's first node: its steps
   std::vector<size_t> owner_;                    // per node: the first node of the step that runs it
   std::vector<const minfer_node *> norm_of_;     // per step's first node: the RMS norm it runs, or null
+  const minfer_node *norm_ran_ = nullptr;        // this run: the norm whose kernel ran (StepNorm)
   std::vector<cudaEvent_t> events_;  // around each node, for node_times
   bool timed_ = false;
   cudaGraphExec_t graph_ = nullptr;

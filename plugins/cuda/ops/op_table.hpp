@@ -33,14 +33,20 @@ struct MatmulStep {
   const minfer_node *matmul;
   const minfer_node *add;  // nullptr: the matmul alone
 };
-// norm (here and below): an RMS_NORM whose output is the steps' input and that nothing else
-// reads; a one-token GEMV folds it in, other paths run it first.
-void run_matmul_group(CudaDevice &dev, std::span<const MatmulStep> steps, const minfer_step_args &args, const minfer_node *norm = nullptr);
+// norm (here and below): an RMS_NORM whose output is the steps' input and that only these
+// consecutive steps read (a layer's Q/K group and a V of another weight type share one); a
+// one-token GEMV folds it in, other paths run it first — once: `ran`, the segment's and reset
+// every run, names the norm whose kernel already ran this run.
+struct StepNorm {
+  const minfer_node *node = nullptr;
+  const minfer_node **ran = nullptr;
+};
+void run_matmul_group(CudaDevice &dev, std::span<const MatmulStep> steps, const minfer_step_args &args, StepNorm norm = {});
 
 // The FFN's gate and up matmuls (same input, weight dtype and shape) and the SwiGLU of their
 // outputs, which nothing else reads, as one step.
 void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &swiglu,
-                       const minfer_step_args &args, const minfer_node *norm = nullptr);
+                       const minfer_step_args &args, StepNorm norm = {});
 
 // Two ROPE nodes at the same positions with the same parameters (a step's queries and keys),
 // independent of each other, in one launch.
