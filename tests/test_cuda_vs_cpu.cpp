@@ -118,7 +118,7 @@ TEST_P(CudaVsCpu, TeacherForcedLogitsAgree) {
 
 // Two blocks of the 1.5B's width (rows of 1536 and 8960 values) take the one-token paths the
 // tiny model's short rows never reach: grouped Q/K/V, gate/up and down over rows read in
-// 16-byte pieces (mmvq.cu's staged rows). Two blocks, not 28: the whole 1.5B's random weights
+// 16-byte pieces (gemv.cu's staged rows). Two blocks, not 28: the whole 1.5B's random weights
 // amplify rounding differences layer by layer (max |cpu - cuda| / rms 0.18 at decode there,
 // the same with the staged rows turned off), which would hide a kernel's error. At this width
 // the activations' 8-bit rounding differs more between the backends than at the tiny one's:

@@ -103,7 +103,7 @@ cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float
                                         int32_t n_kv_head, int32_t head_dim, const int64_t *n_past, int64_t max_positions,
                                         float scale, int32_t sm_count, const int32_t *rope_pos, const minfer_cuda_rope *rope);
 
-/* mmvq.cu: one token, x in f32: the kernel quantizes x itself (no quantize launch before it);
+/* gemv.cu: one token, x in f32: the kernel quantizes x itself (no quantize launch before it);
  * for the int8 block types (qblock.cuh: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) and k
  * whose quantized activation blocks fit in 48 KiB of shared memory. Up to
  * kMinferCudaGemvMaxParts products of the same x, dtype and k in one launch (a layer's Q, K

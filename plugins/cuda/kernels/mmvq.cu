@@ -1,17 +1,16 @@
-// plugins/cuda/kernels/mmvq.cu — matmul with 8-bit activations: y[t] = W x[t] for the block
-// types of qblock.cuh (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K), in dp4a dot products.
+// plugins/cuda/kernels/mmvq.cu — matmul with 8-bit activations for a few tokens: y[t] = W x[t]
+// for the block types of qblock.cuh (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K), in dp4a
+// dot products, and the kernel that quantizes activations for it and for MMQ (mmq.cu).
 //
 // The activations are quantized once per call to 32-value blocks (int8 + scale, and the
 // scaled sum the types with a minimum need). One warp per output row: each lane takes whole
 // 32-value sub-blocks (qblock.cuh) and dots four bytes per dp4a; a tile of up to
-// kTokens tokens reuses each loaded weight block, so prefill reads the weights once per tile.
-#include <cuda_fp16.h>
-
+// kTokens tokens reuses each loaded weight block, so a few tokens read the weights once.
+// One token takes gemv.cu's kernel instead, which quantizes x itself.
 #include "grid.cuh"
+#include "int8_dot.cuh"
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
-#include "q8_act.cuh"
-#include "qblock.cuh"
 #include "reduce.cuh"
 
 
@@ -20,30 +19,6 @@ namespace {
 
 constexpr int kWarps = 8;   // rows per 256-thread block
 constexpr int kTokens = 8;  // tokens per weight read
-
-// Four consecutive lanes quantize one block of 32 values, eight each (v0, v1 in order): the
-// lane's two words of int8, and the block's scale d and scaled sum s (the same in all four).
-// Every lane of the warp must call it (the shuffles). x ~ d * q with q = round(x * (1 / d)),
-// the CPU backend's rounding (qdot.cpp), so both backends quantize a vector alike.
-struct Q8Part {
-  int32_t w0, w1;
-  float d, s;
-};
-__device__ __forceinline__ Q8Part quantize8(float4 v0, float4 v1) {
-  float amax = fmaxf(fmaxf(fmaxf(fabsf(v0.x), fabsf(v0.y)), fmaxf(fabsf(v0.z), fabsf(v0.w))),
-                     fmaxf(fmaxf(fabsf(v1.x), fabsf(v1.y)), fmaxf(fabsf(v1.z), fabsf(v1.w))));
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-  const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-  const float vals[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-  int q[8], sum = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) sum += q[i] = __float2int_rn(vals[i] * id);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  return {(q[0] & 0xff) | (q[1] & 0xff) << 8 | (q[2] & 0xff) << 16 | int(uint32_t(q[3]) << 24),
-          (q[4] & 0xff) | (q[5] & 0xff) << 8 | (q[6] & 0xff) << 16 | int(uint32_t(q[7]) << 24), d, d * float(sum)};
-}
 
 // Many tokens' activations (the prefill matmuls' input): four lanes per block of 32 values,
 // 16-byte loads. The warp goes round whole (quantize8's shuffles); lanes past the end carry
@@ -64,19 +39,6 @@ __global__ void quantize_q8_act_kernel(const float *x, minfer_cuda_q8_act *q, in
     reinterpret_cast<int2 *>(q[b].qs)[sub] = make_int2(r.w0, r.w1);
     if (sub == 0) q[b].d = r.d, q[b].s = r.s;
   }
-}
-
-// One weight sub-block (32 values) times one activation block.
-template <class Block>
-__device__ __forceinline__ float sub_dot(const SubBlock &w, const minfer_cuda_q8_act &a) {
-  int lo = 0, hi = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) lo = __dp4a(int(w.q[i]), a.qs[i], lo);
-#pragma unroll
-  for (int i = 4; i < 8; ++i) hi = __dp4a(int(w.q[i]), a.qs[i], hi);
-  float v = (QBlock<Block>::kTwoScales ? w.d[0] * float(lo) + w.d[1] * float(hi) : w.d[0] * float(lo + hi)) * a.d;
-  if (QBlock<Block>::kOffset) v = fmaf(w.m, a.s, v);
-  return v;
 }
 
 template <class Block>
@@ -107,371 +69,10 @@ __global__ void mmvq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *
   }
 }
 
-// One token (decode) without a quantize kernel before it: each block quantizes x into
-// shared memory itself, then its warps take rows as mmvq_kernel does. Quantizing: four lanes
-// per 32 values (eight each, two shuffles for the max and the sum), so a warp does eight
-// blocks at a time and a long row (ffn_down's 4864) costs a few steps. Rows: each lane loads
-// up to kUnroll of its blocks before using any, so enough bytes are in flight to keep memory
-// busy when a row has many blocks. The grid is capped near the GPU's resident blocks: a block
-// meets many rows of a long weight (the lm_head) and quantizes x once for them.
-// `add` (optional): y[o] = W[o].x + add[o] (a bias, or the residual of a one-token step).
-constexpr int kUnroll = 4;
-
-// norm_w (optional): quantize x * norm_w instead of x, and return this thread's part of the
-// sum of x^2 — an RMS norm folded into the GEMV: its scale is one number per token, applied
-// to the dot products afterwards, so the norm adds no pass of its own.
-__device__ __forceinline__ float quantize_to_shared(const float *x, const float *norm_w, int64_t nb, minfer_cuda_q8_act *xs) {
-  const int sub = threadIdx.x & 3;  // 4 lanes per block of 32 values
-  const int64_t step = blockDim.x >> 2;
-  // This thread's 8 values of block b (zeros past the end): loaded one pass ahead, so a long x
-  // (ffn_down's 18944 values: ten passes) waits for memory once, not once per pass.
-  const auto load = [&](int64_t b, float4 &v0, float4 &v1) {
-    v0 = v1 = make_float4(0, 0, 0, 0);
-    if (b >= nb) return;
-    v0 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[0];
-    v1 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[1];
-  };
-  float ss = 0;
-  float4 n0, n1;
-  load(threadIdx.x >> 2, n0, n1);
-  // Whole warps go round together (the shuffles need every lane); lanes past the end carry zeros.
-  for (int64_t b0 = 0; b0 < nb; b0 += step) {
-    const int64_t b = b0 + (threadIdx.x >> 2);
-    const bool live = b < nb;
-    float4 v0 = n0, v1 = n1;
-    if (b0 + step < nb) load(b + step, n0, n1);
-    if (live && norm_w) {
-      const float4 w0 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[0];
-      const float4 w1 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[1];
-      ss += v0.x * v0.x + v0.y * v0.y + v0.z * v0.z + v0.w * v0.w + v1.x * v1.x + v1.y * v1.y + v1.z * v1.z + v1.w * v1.w;
-      v0 = make_float4(v0.x * w0.x, v0.y * w0.y, v0.z * w0.z, v0.w * w0.w);
-      v1 = make_float4(v1.x * w1.x, v1.y * w1.y, v1.z * w1.z, v1.w * w1.w);
-    }
-    const Q8Part r = quantize8(v0, v1);
-    if (!live) continue;
-    xs[b].qs[2 * sub] = r.w0;
-    xs[b].qs[2 * sub + 1] = r.w1;
-    if (sub == 0) xs[b].d = r.d, xs[b].s = r.s;
-  }
-  return ss;
-}
-
-// After quantize_to_shared: the RMS norm's scale 1/sqrt(mean(x^2) + eps) from the threads'
-// parts (1 without a norm). Contains the block barrier that makes xs visible.
-__device__ __forceinline__ float norm_scale(float ss, bool norm, int64_t k, float eps) {
-  __shared__ float warp_ss[32];
-  if (norm) {
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0) warp_ss[threadIdx.x >> 5] = ss;
-  }
-  __syncthreads();
-  if (!norm) return 1.0f;
-  float total = 0;
-  for (int w = 0; w < int(blockDim.x >> 5); ++w) total += warp_ss[w];
-  return rsqrtf(total / float(k) + eps);
-}
-
-// kUnroll sub-blocks of a row from s0 on, 32 apart (one lane's share of a stretch of the row).
-template <class Block>
-__device__ __forceinline__ void load_subs(const Block *row, int64_t s0, int64_t ns, SubBlock (&s)[kUnroll]) {
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u)
-    if (s0 + 32 * u < ns) unpack_sub(row, s0 + 32 * u, s[u]);
-}
-
-// W[o] . xs for one row, kUnroll sub-blocks per lane in flight; `first` holds the lane's
-// first kUnroll sub-blocks, loaded by the caller before x was ready.
-template <class Block>
-__device__ __forceinline__ float row_dot(const Block *row, const minfer_cuda_q8_act *xs, int64_t ns, int lane,
-                                         const SubBlock (&first)[kUnroll]) {
-  float acc = 0;
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u)
-    if (lane + 32 * u < ns) acc += sub_dot<Block>(first[u], xs[lane + 32 * u]);
-  for (int64_t s0 = lane + 32 * kUnroll; s0 < ns; s0 += 32 * kUnroll) {
-    SubBlock s[kUnroll];
-    load_subs(row, s0, ns, s);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (s0 + 32 * u < ns) acc += sub_dot<Block>(s[u], xs[s0 + 32 * u]);
-  }
-  return warp_sum(acc);
-}
-
-// The products of one launch: rows [end[i-1], end[i]) of the grid's row range are part i's.
-struct GemvParts {
-  const void *w[kMinferCudaGemvMaxParts];
-  float *y[kMinferCudaGemvMaxParts];
-  const float *add[kMinferCudaGemvMaxParts];
-  int64_t end[kMinferCudaGemvMaxParts];
-  int n;
-  const float *norm_w;  // RMS norm of x first (its weights), or NULL
-  float eps;
-  bool staged;  // rows read in 16-byte pieces through shared memory (gemv_staged_rows)
-};
-
-// Part p's entry of an array of the kernel parameter, by selects: indexing it with a run-time
-// p would copy the whole parameter struct to local memory.
-template <class T>
-__device__ __forceinline__ T pick(const T (&a)[kMinferCudaGemvMaxParts], int p) {
-  static_assert(kMinferCudaGemvMaxParts == 3, "pick() spells out three parts");
-  return p == 0 ? a[0] : p == 1 ? a[1] : a[2];
-}
-
-// Row o of the launch: part p's row r.
-template <class Block>
-__device__ __forceinline__ const Block *part_row(const GemvParts &parts, int64_t o, int64_t nb, int &p, int64_t &r) {
-  p = o < parts.end[0] ? 0 : o < parts.end[1] ? 1 : 2;
-  r = o - (p == 0 ? 0 : p == 1 ? parts.end[0] : parts.end[1]);
-  return static_cast<const Block *>(pick(parts.w, p)) + r * nb;
-}
-
-// y_p[r] = v (+ add_p[r]).
-__device__ __forceinline__ void store_row(const GemvParts &parts, int p, int64_t r, float v) {
-  const float *add = pick(parts.add, p);
-  pick(parts.y, p)[r] = add ? v + add[r] : v;
-}
-
-// Rows of at most 32 sub-blocks (k <= 1024: a 0.5B model's projections): one load round per
-// row would leave most of memory's latency exposed, so a warp takes kShortRows rows at once
-// (half as many gate/up pairs), a lane holding its one sub-block of each.
-constexpr int kShortRows = kUnroll;
-
-template <class Block, bool kGated>
-__device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Block *up, const float *x, int64_t ns, int64_t nb,
-                                                minfer_cuda_q8_act *xs) {
-  constexpr int R = kGated ? kShortRows / 2 : kShortRows;
-  const int lane = threadIdx.x & 31;
-  const int64_t rows = parts.end[parts.n - 1], stride = int64_t(gridDim.x) * kWarps;
-  const int64_t t0 = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  SubBlock s[kShortRows];
-  int pr[R];
-  int64_t rr[R];
-  const auto load = [&](int64_t t) {
-#pragma unroll
-    for (int u = 0; u < R; ++u) {
-      pr[u] = 0, rr[u] = 0;
-      if (t * R + u >= rows) continue;
-      const Block *row = part_row<Block>(parts, t * R + u, nb, pr[u], rr[u]);
-      if (lane < ns) {
-        unpack_sub(row, lane, s[u]);
-        if (kGated) unpack_sub(up + rr[u] * nb, lane, s[R + u]);
-      }
-    }
-  };
-  if (t0 * R < rows) load(t0);
-  const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
-  for (int64_t t = t0; t * R < rows; t += stride) {
-    if (t != t0) load(t);
-#pragma unroll
-    for (int u = 0; u < R; ++u) {
-      const bool live = t * R + u < rows;
-      float a = 0, b = 0;
-      if (live && lane < ns) {
-        a = sub_dot<Block>(s[u], xs[lane]);
-        if (kGated) b = sub_dot<Block>(s[R + u], xs[lane]);
-      }
-      float v = scale * warp_sum(a);
-      if (kGated) v = v / (1.0f + expf(-v)) * (scale * warp_sum(b));
-      if (live && lane == 0) store_row(parts, pr[u], rr[u], v);
-    }
-  }
-}
-
-// Rows whose bytes are whole 16-byte pieces (every row 16-byte aligned): a warp reads a row in
-// chunks of up to 2 KiB, each lane four 16-byte pieces of it, so every load instruction reads
-// 512 contiguous bytes (a lane reading its own 18-byte block in 2-byte pieces left most of
-// each sector it fetched unused: 7B gate/up at 1.6 TB/s). The chunk goes through the warp's
-// shared memory to the lanes that own its sub-blocks. Chunks are whole groups of blocks, so
-// none straddles two; the next chunk (across row ends, and from the gate's row to the up row)
-// is loaded before this one is multiplied.
-constexpr int kChunkBytes = 2048;  // a warp's shared buffer
-
-template <class Block>
-struct ChunkShape {
-  static constexpr int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
-  static constexpr int kGroupBlocks = 16 / gcd(int(sizeof(Block)), 16);  // blocks per 16-byte-aligned group
-  static constexpr int kBlocks = kChunkBytes / (kGroupBlocks * int(sizeof(Block))) * kGroupBlocks;
-  static constexpr int kBytes = kBlocks * int(sizeof(Block));
-  static constexpr int kPieces = (kBytes / 16 + 31) / 32;  // 16-byte loads per lane
-};
-
-// The warps' chunk buffers follow x's blocks in the dynamic shared memory.
-__host__ __device__ constexpr size_t staged_buffers_offset(int64_t ns) { return (size_t(ns) * sizeof(minfer_cuda_q8_act) + 15) / 16 * 16; }
-
-template <class Block, bool kGated>
-__device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const Block *up, const float *x, int64_t ns, int64_t nb,
-                                                 minfer_cuda_q8_act *xs, uint8_t *wbuf) {
-  using C = ChunkShape<Block>;
-  constexpr int kSubs = QBlock<Block>::kSubs;
-  const int lane = threadIdx.x & 31;
-  const int64_t rows = parts.end[parts.n - 1], stride = int64_t(gridDim.x) * kWarps, row_bytes = nb * int64_t(sizeof(Block));
-  struct Cursor {
-    int64_t o, r, off;  // row of the launch, its part's row, the chunk's byte offset in it
-    int p;
-    bool second;  // the up weight's row (gated)
-    const uint8_t *row;
-  };
-  const auto start_row = [&](Cursor &c, int64_t o) {
-    c.o = o, c.off = 0, c.second = false;
-    if (o < rows) c.row = reinterpret_cast<const uint8_t *>(part_row<Block>(parts, o, nb, c.p, c.r));
-  };
-  const auto advance = [&](Cursor &c) {
-    c.off += C::kBytes;
-    if (c.off < row_bytes) return;
-    if (kGated && !c.second) {
-      c.off = 0, c.second = true, c.row = reinterpret_cast<const uint8_t *>(up + c.r * nb);
-      return;
-    }
-    start_row(c, c.o + stride);
-  };
-  const auto pieces = [&](const Cursor &c) { return int((row_bytes - c.off < C::kBytes ? row_bytes - c.off : C::kBytes) / 16); };
-  const auto load = [&](const Cursor &c, uint4 (&v)[C::kPieces]) {
-    const uint4 *src = reinterpret_cast<const uint4 *>(c.row + c.off);
-    const int n = pieces(c);
-#pragma unroll
-    for (int u = 0; u < C::kPieces; ++u)
-      if (lane + 32 * u < n) v[u] = src[lane + 32 * u];
-  };
-  Cursor load_at, use_at;
-  start_row(load_at, int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5));
-  use_at = load_at;
-  uint4 va[C::kPieces], vb[C::kPieces];
-  if (load_at.o < rows) {
-    load(load_at, va);
-    advance(load_at);
-  }
-  const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
-  float acc = 0, gate = 0;
-  const Block *blocks = reinterpret_cast<const Block *>(wbuf);
-  // Multiply the chunk in `cur` while the next one loads into `nxt`; finish a row at its end.
-  const auto step = [&](uint4(&cur)[C::kPieces], uint4(&nxt)[C::kPieces]) {
-    if (load_at.o < rows) {
-      load(load_at, nxt);
-      advance(load_at);
-    }
-    const int n = pieces(use_at);
-    __syncwarp();  // the previous chunk is read
-#pragma unroll
-    for (int u = 0; u < C::kPieces; ++u)
-      if (lane + 32 * u < n) reinterpret_cast<uint4 *>(wbuf)[lane + 32 * u] = cur[u];
-    __syncwarp();
-    const int subs = n * 16 / int(sizeof(Block)) * kSubs;
-    const minfer_cuda_q8_act *xc = xs + use_at.off / int64_t(sizeof(Block)) * kSubs;  // x of the chunk's first sub-block
-#pragma unroll
-    for (int u = 0; u < (C::kBlocks * kSubs + 31) / 32; ++u) {
-      const int j = lane + 32 * u;
-      if (j < subs) {
-        SubBlock sb;
-        QBlock<Block>::unpack(blocks[j / kSubs], j % kSubs, sb);
-        acc += sub_dot<Block>(sb, xc[j]);
-      }
-    }
-    const Cursor done = use_at;
-    advance(use_at);
-    if (use_at.o == done.o && use_at.second == done.second) return;  // the row goes on
-    const float v = scale * warp_sum(acc);
-    acc = 0;
-    if (kGated && !done.second) {
-      gate = v;
-      return;
-    }
-    if (lane == 0) store_row(parts, done.p, done.r, kGated ? gate / (1.0f + expf(-gate)) * v : v);
-  };
-  while (use_at.o < rows) {
-    step(va, vb);
-    if (use_at.o >= rows) break;
-    step(vb, va);
-  }
-}
-
-// kGated false: y_i[r] = W_i[r].x (+ add_i[r]) for every part i (a layer's Q, K and V in one
-// launch). kGated (one part): W is the gate and `up` a second weight: y[r] = silu(W[r].x) *
-// up[r].x, the FFN's two products and its SwiGLU in one launch. A warp's first row starts
-// loading before x is quantized, so the weights' memory latency overlaps the quantizing (the
-// gate's part only when gated: both would not fit in registers).
-template <class Block, bool kGated>
-__global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const __grid_constant__ GemvParts parts, const Block *up, const float *x,
-                                                                                                         int64_t k) {
-  extern __shared__ minfer_cuda_q8_act xs[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs), rows = parts.end[parts.n - 1];
-  if (ns <= 32) return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
-  if (parts.staged)
-    return gemv_staged_rows<Block, kGated>(parts, up, x, ns, nb, xs,
-                                           reinterpret_cast<uint8_t *>(xs) + staged_buffers_offset(ns) + warp * kChunkBytes);
-  const auto row_of = [&](int64_t o, int &p, int64_t &r) { return part_row<Block>(parts, o, nb, p, r); };
-  const int64_t o0 = int64_t(blockIdx.x) * kWarps + warp;
-  int p;
-  int64_t r;
-  SubBlock first[kUnroll];
-  if (o0 < rows) load_subs(row_of(o0, p, r), lane, ns, first);
-  const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, k, parts.eps);
-  for (int64_t o = o0; o < rows; o += int64_t(gridDim.x) * kWarps) {
-    const Block *row = row_of(o, p, r);
-    if (o != o0) load_subs(row, lane, ns, first);
-    float v = scale * row_dot(row, xs, ns, lane, first);
-    if (kGated) {
-      load_subs(up + r * nb, lane, ns, first);
-      v = v / (1.0f + expf(-v)) * (scale * row_dot(up + r * nb, xs, ns, lane, first));
-    }
-    if (lane == 0) store_row(parts, p, r, v);
-  }
-}
-
 }  // namespace
 }  // namespace minfer::cuda
 
 using namespace minfer::cuda;
-
-namespace {
-bool int8_block_type(int32_t dtype) {
-  return visit_int8_block(dtype, [](auto) {});
-}
-}  // namespace
-
-extern "C" int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k) {
-  return int8_block_type(dtype) && k % minfer_dtype_info(dtype).block_values == 0 &&
-         size_t(k / 32) * sizeof(minfer_cuda_q8_act) <= 48 * 1024;
-}
-
-extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
-                                                   const void *up, const float *x, int64_t k, const float *norm_w, float eps,
-                                                   int32_t sm_count) {
-  if (n_parts < 1 || n_parts > kMinferCudaGemvMaxParts || (up && n_parts != 1)) return cudaErrorInvalidValue;
-  GemvParts gp{};
-  int64_t m = 0;
-  for (int i = 0; i < n_parts; ++i) {
-    gp.w[i] = parts[i].w, gp.y[i] = parts[i].y, gp.add[i] = parts[i].add;
-    gp.end[i] = m += parts[i].m;
-  }
-  gp.n = n_parts;
-  gp.norm_w = norm_w, gp.eps = eps;
-  // One wave of two blocks per SM (measured against eight, and against no early first-row
-  // loads at 71 registers: tg128 0.5B Q4_0 757 vs 732 vs 699 t/s, 7B 237 vs 219 vs 212).
-  const int64_t per_warp = k / 32 <= 32 ? (up ? kShortRows / 2 : kShortRows) : 1;  // rows a warp takes at once
-  const int64_t want = (m + kWarps * per_warp - 1) / (kWarps * per_warp), most = int64_t(sm_count > 0 ? sm_count : 132) * 2;
-  int64_t blocks = want < most ? want : most;
-  if (blocks > cfg->max_blocks) blocks = cfg->max_blocks;
-  size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
-  const bool known = visit_int8_block(dtype, [&](auto tag) {
-    using Block = decltype(tag);
-    // Staged rows need every row 16-byte aligned, and their buffers must fit beside x.
-    const size_t staged_smem = staged_buffers_offset(k / 32) + size_t(kWarps) * kChunkBytes;
-    bool aligned = k / 32 > 32 && (k / (32 * QBlock<Block>::kSubs) * sizeof(Block)) % 16 == 0 && staged_smem <= 48 * 1024 &&
-                   reinterpret_cast<uintptr_t>(up) % 16 == 0;
-    for (int i = 0; i < n_parts; ++i) aligned = aligned && reinterpret_cast<uintptr_t>(parts[i].w) % 16 == 0;
-    gp.staged = aligned;
-    if (aligned) smem = staged_smem;
-    if (up)
-      gemv_quantizing_kernel<Block, true><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(gp, static_cast<const Block *>(up), x, k);
-    else
-      gemv_quantizing_kernel<Block, false><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(gp, nullptr, x, k);
-  });
-  if (!known) return cudaErrorNotSupported;
-  return launched(cfg, up ? "gemv_quantizing_kernel (gate, up, swiglu)" : n_parts > 1 ? "gemv_quantizing_kernel (grouped)" : "gemv_quantizing_kernel",
-                  dtype);
-}
 
 extern "C" size_t minfer_cuda_q8_act_bytes(int64_t k, int64_t tokens) {
   return size_t(k / 32) * size_t(tokens) * sizeof(minfer_cuda_q8_act);
@@ -483,7 +84,9 @@ extern "C" cudaError_t minfer_cuda_quantize_q8_act(minfer_cuda_launch_cfg *cfg, 
   return launched(cfg, "quantize_q8_act_kernel");
 }
 
-extern "C" int minfer_cuda_mmvq_supported(int32_t dtype) { return int8_block_type(dtype); }
+extern "C" int minfer_cuda_mmvq_supported(int32_t dtype) {
+  return visit_int8_block(dtype, [](auto) {});
+}
 
 extern "C" cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y,
                                         int64_t k, int64_t m, int64_t tokens) {

@@ -1,5 +1,5 @@
 // plugins/cuda/kernels/q8_act.cuh — activations quantized to 8 bits per 32 values, as the
-// integer matmuls (mmvq.cu: dp4a GEMV, mmq.cu: tensor-core GEMM) read them.
+// integer matmuls (gemv.cu, mmvq.cu: dp4a GEMVs; mmq.cu: tensor-core GEMM) read them.
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,7 @@
 // one scale for the 32 values (two for Q6_K, whose scales cover 16 values each) and an
 // offset m for the types that store a minimum (Q4_1, Q5_1, Q4_K, Q5_K). A dot product with
 // activations a = da * qa then costs dp4a over the words, the scales, and m * sum(a), the
-// activations' sum that minfer_cuda_q8_act keeps. The GEMV (mmvq.cu) and the tensor-core GEMM
+// activations' sum that minfer_cuda_q8_act keeps. The GEMVs (gemv.cu, mmvq.cu) and the tensor-core GEMM
 // (mmq.cu) share these, so a block layout is spelled out once for the device's integer paths.
 #pragma once
 

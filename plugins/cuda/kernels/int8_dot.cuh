@@ -1,0 +1,50 @@
+// plugins/cuda/kernels/int8_dot.cuh — the pieces the dp4a matmuls share (mmvq.cu for a few
+// tokens, gemv.cu for one): activations quantized to 8 bits per 32 values, and one weight
+// sub-block (qblock.cuh) dotted with one such activation block.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "q8_act.cuh"
+#include "qblock.cuh"
+
+namespace minfer::cuda {
+
+// Four consecutive lanes quantize one block of 32 values, eight each (v0, v1 in order): the
+// lane's two words of int8, and the block's scale d and scaled sum s (the same in all four).
+// Every lane of the warp must call it (the shuffles). x ~ d * q with q = round(x * (1 / d)),
+// the CPU backend's rounding (qdot.cpp), so both backends quantize a vector alike.
+struct Q8Part {
+  int32_t w0, w1;
+  float d, s;
+};
+__device__ __forceinline__ Q8Part quantize8(float4 v0, float4 v1) {
+  float amax = fmaxf(fmaxf(fmaxf(fabsf(v0.x), fabsf(v0.y)), fmaxf(fabsf(v0.z), fabsf(v0.w))),
+                     fmaxf(fmaxf(fabsf(v1.x), fabsf(v1.y)), fmaxf(fabsf(v1.z), fabsf(v1.w))));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+  const float vals[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+  int q[8], sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum += q[i] = __float2int_rn(vals[i] * id);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  return {(q[0] & 0xff) | (q[1] & 0xff) << 8 | (q[2] & 0xff) << 16 | int(uint32_t(q[3]) << 24),
+          (q[4] & 0xff) | (q[5] & 0xff) << 8 | (q[6] & 0xff) << 16 | int(uint32_t(q[7]) << 24), d, d * float(sum)};
+}
+
+// One weight sub-block (32 values) times one activation block.
+template <class Block>
+__device__ __forceinline__ float sub_dot(const SubBlock &w, const minfer_cuda_q8_act &a) {
+  int lo = 0, hi = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) lo = __dp4a(int(w.q[i]), a.qs[i], lo);
+#pragma unroll
+  for (int i = 4; i < 8; ++i) hi = __dp4a(int(w.q[i]), a.qs[i], hi);
+  float v = (QBlock<Block>::kTwoScales ? w.d[0] * float(lo) + w.d[1] * float(hi) : w.d[0] * float(lo + hi)) * a.d;
+  if (QBlock<Block>::kOffset) v = fmaf(w.m, a.s, v);
+  return v;
+}
+
+}  // namespace minfer::cuda
