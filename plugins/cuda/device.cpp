@@ -246,10 +246,8 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
                         const float *add, bool add_broadcast, float *unfused) {
   const MatmulPath path = matmul_path(w_dtype, k, tokens);
   if (path == MatmulPath::Mmq) {
-    void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));
-    check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
-    check_launch(minfer_cuda_mmq(&cfg_, w_dtype, w, q, y, k, m, tokens, add, add_broadcast ? 1 : 0));
-    return;
+    const minfer_cuda_mmq_part part{w, y, add, m, add_broadcast ? 1 : 0};
+    return check_launch(minfer_cuda_mmq(&cfg_, w_dtype, &part, 1, quantize_for_mmq(x, k, tokens), k, tokens));
   }
   if (path == MatmulPath::Gemv)  // decode: one launch, the add in it
     return matmul_group(w_dtype, x, k, tokens, {{w, y, m, add, add_broadcast, unfused}});
@@ -300,7 +298,19 @@ void CudaDevice::matmul_group(int32_t w_dtype, const float *x, int64_t k, int64_
     return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, gp, int32_t(parts.size()), nullptr, x, k, norm ? norm->w : nullptr,
                                                     norm ? norm->eps : 0.0f, sm_count_));
   }
+  if (parts.size() <= size_t(kMinferCudaMmqMaxParts) && matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq) {
+    // x quantized once, the group's weights in one launch: a layer's K and V alone would not fill the GPU
+    minfer_cuda_mmq_part mp[kMinferCudaMmqMaxParts];
+    for (size_t i = 0; i < parts.size(); ++i) mp[i] = {parts[i].w, parts[i].y, parts[i].add, parts[i].m, parts[i].add_broadcast ? 1 : 0};
+    return check_launch(minfer_cuda_mmq(&cfg_, w_dtype, mp, int32_t(parts.size()), quantize_for_mmq(x, k, tokens), k, tokens));
+  }
   for (const MatmulPart &p : parts) matmul(w_dtype, p.w, x, p.y, k, p.m, tokens, p.add, p.add_broadcast, p.unfused);
+}
+
+const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t tokens) {
+  void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));
+  check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
+  return q;
 }
 
 void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
@@ -312,8 +322,13 @@ void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up
     return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, &part, 1, up, x, k, norm ? norm->w : nullptr, norm ? norm->eps : 0.0f,
                                                     sm_count_));
   }
-  matmul(w_dtype, gate, x, gate_out, k, m, tokens);
-  matmul(w_dtype, up, x, up_out, k, m, tokens);
+  if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq) {  // x quantized once, both weights in one launch
+    const minfer_cuda_mmq_part mp[2] = {{gate, gate_out, nullptr, m, 0}, {up, up_out, nullptr, m, 0}};
+    check_launch(minfer_cuda_mmq(&cfg_, w_dtype, mp, 2, quantize_for_mmq(x, k, tokens), k, tokens));
+  } else {
+    matmul(w_dtype, gate, x, gate_out, k, m, tokens);
+    matmul(w_dtype, up, x, up_out, k, m, tokens);
+  }
   swiglu_f32(gate_out, up_out, y, tokens * m);
 }
 

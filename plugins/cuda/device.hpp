@@ -153,6 +153,8 @@ class CudaDevice {
   // Scratch memory that grows and is reused: [0] quantized activations, [1] f16 weights,
   // [2] f16 activations, [3] the padded f32 GEMM result, [4] split attention's partial rows.
   void *scratch(int slot, size_t bytes);
+  // x (tokens x k) quantized for MMQ into scratch[0]; valid until the next call.
+  const void *quantize_for_mmq(const float *x, int64_t k, int64_t tokens);
   void *scratch_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   size_t scratch_bytes_[5] = {0, 0, 0, 0, 0};
   int32_t sm_count_ = 0;

@@ -123,11 +123,21 @@ cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dty
                                         const void *up, const float *x, int64_t k, const float *norm_w, float eps, int32_t sm_count);
 
 /* mmq.cu: y = W x for many tokens on int8 tensor cores, W's blocks read in place (the int8
- * block types), x quantized by minfer_cuda_quantize_q8_act. add: NULL, or added to y —
- * m values for every token when add_broadcast (a bias), else m values per token. */
+ * block types), x quantized by minfer_cuda_quantize_q8_act. Up to kMinferCudaMmqMaxParts
+ * weights of the same dtype and k share x in one launch (a layer's Q, K and V; an FFN's gate
+ * and up): part i: y = w x (+ add: NULL, or added to y — m values for every token when
+ * add_broadcast (a bias), else m values per token). */
+enum { kMinferCudaMmqMaxParts = 3 };
+typedef struct {
+  const void *w;
+  float *y;
+  const float *add;
+  int64_t m;
+  int32_t add_broadcast;
+} minfer_cuda_mmq_part;
 int minfer_cuda_mmq_supported(int32_t dtype);
-cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
-                            int64_t m, int64_t tokens, const float *add, int32_t add_broadcast);
+cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *xq,
+                            int64_t k, int64_t tokens);
 
 /* matmul.cu: y[t][o] = sum_i W[o][i] x[t][i] for W of any weight dtype; one warp per row. */
 cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x,

@@ -76,10 +76,28 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *row) {
                : "memory");
 }
 
+// The weights of one launch, sharing x: part i's row tiles are [tiles_end[i-1], tiles_end[i])
+// of the launch's row tiles, so no tile straddles two parts.
+struct MmqParts {
+  const void *w[kMinferCudaMmqMaxParts];
+  float *y[kMinferCudaMmqMaxParts];
+  const float *add[kMinferCudaMmqMaxParts];
+  int64_t m[kMinferCudaMmqMaxParts], tiles_end[kMinferCudaMmqMaxParts];
+  int add_broadcast[kMinferCudaMmqMaxParts];
+  int n;
+};
+
+// Part p's entry, by selects (a run-time index would copy the parameter to local memory).
+template <class T>
+__device__ __forceinline__ T pick(const T (&a)[kMinferCudaMmqMaxParts], int p) {
+  static_assert(kMinferCudaMmqMaxParts == 3, "pick() spells out three parts");
+  return p == 0 ? a[0] : p == 1 ? a[1] : a[2];
+}
+
 template <class Block, int kTileRows>
-__global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows>::kMinBlocks) mmq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *y, int64_t k, int64_t m,
-                                                       int64_t tokens, int64_t row_tiles, int64_t token_tiles, const float *add,
-                                                       int add_broadcast) {
+__global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows>::kMinBlocks) mmq_kernel(const __grid_constant__ MmqParts parts,
+                                                       const minfer_cuda_q8_act *x, int64_t k, int64_t tokens, int64_t row_tiles,
+                                                       int64_t token_tiles) {
   using QB = QBlock<Block>;
   using L = MmqLayout<Block, kTileRows>;
   constexpr int kWarpRows = kTileRows / 2, kI = kWarpRows / 16;  // a warp: kWarpRows x 32 of the tile, kI 16-row groups
@@ -94,9 +112,15 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows>::kMinBlo
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
   const int wm = warp / 2, wn = warp % 2;  // this warp's part of the tile
   const int64_t kb = k / 32, stages = (kb + S - 1) / S, row_bytes = kb / QB::kSubs * int64_t(sizeof(Block));
-  const uint8_t *const wbytes = reinterpret_cast<const uint8_t *>(w);
   for (int64_t tile = blockIdx.x; tile < row_tiles * token_tiles; tile += gridDim.x) {
-    const int64_t row0 = (tile % row_tiles) * kTileRows, tok0 = (tile / row_tiles) * kTileTokens;
+    const int64_t row_tile = tile % row_tiles, tok0 = (tile / row_tiles) * kTileTokens;
+    // The tile's part, kept in shared memory: in registers through the stage loop its rows
+    // and weights cost the tall tile its spill-free register budget.
+    __shared__ int tile_part;
+    if (threadIdx.x == 0) tile_part = row_tile < parts.tiles_end[0] ? 0 : row_tile < parts.tiles_end[1] ? 1 : 2;
+    __syncthreads();
+    const int64_t row0 = (row_tile - (tile_part == 0 ? 0 : pick(parts.tiles_end, tile_part - 1))) * kTileRows;
+    const auto rows_of_part = [&] { return pick(parts.m, tile_part); };
     float acc[kI][4][4] = {};
     // Stage s into buffer `buf`: warp w copies rows (then tokens) w, w + 4, ..., its lanes
     // consecutive words of one row's span, so each copy instruction reads whole sectors. Rows
@@ -104,6 +128,8 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows>::kMinBlo
     // stages of whole tiles copy without bounds checks; the last stage and partial tiles clip
     // at the row's end and zero-fill rows and tokens past the matrix.
     const auto copy_stage = [&](int64_t s, int buf) {
+      const int64_t m = rows_of_part();
+      const uint8_t *const wbytes = static_cast<const uint8_t *>(pick(parts.w, tile_part));
       const bool interior = s + 1 < stages;
       uint8_t *raw = raw_s(buf) + warp * L::kRawStride;
       const int64_t first = ((row0 + warp) * row_bytes + s * L::kSpan) & ~int64_t(3);  // the span's first word, in the tensor
@@ -232,6 +258,10 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows>::kMinBlo
       }
     }
     // c0, c1: weight row g, tokens 2tg, 2tg+1; c2, c3: row g + 8.
+    const int64_t m = rows_of_part();
+    float *const y = pick(parts.y, tile_part);
+    const float *const add = pick(parts.add, tile_part);
+    const int add_broadcast = pick(parts.add_broadcast, tile_part);
 #pragma unroll
     for (int i = 0; i < kI; ++i)
 #pragma unroll
@@ -246,18 +276,25 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows>::kMinBlo
 }
 
 template <class Block, int kTileRows>
-cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const void *w, const void *xq, float *y, int64_t k, int64_t m, int64_t tokens,
-                         const float *add, int add_broadcast, int32_t dtype) {
-  const int64_t row_tiles = (m + kTileRows - 1) / kTileRows, token_tiles = (tokens + kTileTokens - 1) / kTileTokens;
-  const int64_t tiles = row_tiles * token_tiles;
+cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part *in, int n_parts, const void *xq, int64_t k,
+                         int64_t tokens, int32_t dtype) {
+  MmqParts parts{};
+  int64_t row_tiles = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    parts.w[i] = in[i].w, parts.y[i] = in[i].y, parts.add[i] = in[i].add, parts.m[i] = in[i].m;
+    parts.add_broadcast[i] = in[i].add_broadcast;
+    parts.tiles_end[i] = row_tiles += (in[i].m + kTileRows - 1) / kTileRows;
+  }
+  for (int i = n_parts; i < kMinferCudaMmqMaxParts; ++i) parts.tiles_end[i] = row_tiles;
+  parts.n = n_parts;
+  const int64_t token_tiles = (tokens + kTileTokens - 1) / kTileTokens, tiles = row_tiles * token_tiles;
   constexpr int smem = MmqLayout<Block, kTileRows>::kBytes;
   if (smem > 48 * 1024) {  // above the default limit: opt in (per device, so every launch)
     const cudaError_t err = cudaFuncSetAttribute(mmq_kernel<Block, kTileRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
   }
   mmq_kernel<Block, kTileRows><<<unsigned(tiles < cfg->max_blocks ? tiles : cfg->max_blocks), kThreads, smem, cfg->stream>>>(
-      static_cast<const Block *>(w), static_cast<const minfer_cuda_q8_act *>(xq), y, k, m, tokens, row_tiles, token_tiles, add,
-      add_broadcast);
+      parts, static_cast<const minfer_cuda_q8_act *>(xq), k, tokens, row_tiles, token_tiles);
   return launched(cfg, kTileRows == 64 ? "mmq_kernel (64 x 64 tiles)" : "mmq_kernel (128 x 64 tiles)", dtype);
 }
 
@@ -266,13 +303,14 @@ cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const void *w, const void 
 // stages (a whole super-block) and Q8_0's 34-byte blocks need too much shared memory (0.5B
 // Q8_0 pp512 51,663 -> 46,367 t/s with tall tiles), so they keep 64 rows.
 template <class Block>
-cudaError_t launch(minfer_cuda_launch_cfg *cfg, const void *w, const void *xq, float *y, int64_t k, int64_t m, int64_t tokens,
-                   const float *add, int add_broadcast, int32_t dtype) {
+cudaError_t launch(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part *parts, int n_parts, const void *xq, int64_t k, int64_t tokens,
+                   int32_t dtype) {
   if constexpr (QBlock<Block>::kSubs == 1) {
-    const int64_t tall_tiles = (m + 127) / 128 * ((tokens + kTileTokens - 1) / kTileTokens);
-    if (MmqLayout<Block, 128>::kMinBlocks >= 3 && tall_tiles >= 264) return launch_tiles<Block, 128>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, dtype);
+    int64_t tall_tiles = 0;
+    for (int i = 0; i < n_parts; ++i) tall_tiles += (parts[i].m + 127) / 128 * ((tokens + kTileTokens - 1) / kTileTokens);
+    if (MmqLayout<Block, 128>::kMinBlocks >= 3 && tall_tiles >= 264) return launch_tiles<Block, 128>(cfg, parts, n_parts, xq, k, tokens, dtype);
   }
-  return launch_tiles<Block, 64>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, dtype);
+  return launch_tiles<Block, 64>(cfg, parts, n_parts, xq, k, tokens, dtype);
 }
 
 }  // namespace
@@ -284,14 +322,14 @@ extern "C" int minfer_cuda_mmq_supported(int32_t dtype) {
   return visit_int8_block(dtype, [](auto) {});
 }
 
-extern "C" cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
-                                       int64_t m, int64_t tokens, const float *add, int32_t add_broadcast) {
-  if (k % minfer_dtype_info(dtype).block_values) return cudaErrorInvalidValue;
+extern "C" cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts,
+                                       const void *xq, int64_t k, int64_t tokens) {
+  if (k % minfer_dtype_info(dtype).block_values || n_parts < 1 || n_parts > kMinferCudaMmqMaxParts) return cudaErrorInvalidValue;
   // The stage copies read whole 4-byte words of the weights and 8-byte pieces of x.
-  if (reinterpret_cast<uintptr_t>(w) % 4 || reinterpret_cast<uintptr_t>(xq) % 8) return cudaErrorMisalignedAddress;
+  if (reinterpret_cast<uintptr_t>(xq) % 8) return cudaErrorMisalignedAddress;
+  for (int i = 0; i < n_parts; ++i)
+    if (reinterpret_cast<uintptr_t>(parts[i].w) % 4) return cudaErrorMisalignedAddress;
   cudaError_t err = cudaErrorNotSupported;
-  visit_int8_block(dtype, [&](auto tag) {
-    err = launch<decltype(tag)>(cfg, w, xq, y, k, m, tokens, add, add_broadcast, dtype);
-  });
+  visit_int8_block(dtype, [&](auto tag) { err = launch<decltype(tag)>(cfg, parts, n_parts, xq, k, tokens, dtype); });
   return err;
 }
