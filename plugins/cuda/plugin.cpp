@@ -176,9 +176,9 @@ class CudaSegment : public sdk::Segment {
       case P::Generic: t = "matmul_kernel (f32 math on " + type + ")"; break;
     }
     if (fuse_add_[i]) t += path == P::Mmq || path == P::Gemv ? ", the add in its epilogue" : ", then an add kernel";
-    if (fuse_swiglu_[i]) t += "; the same for up, then swiglu_f32_kernel";
+    if (fuse_swiglu_[i]) t += path == P::Mmq ? "; up in the same launch, then swiglu_f32_kernel" : "; the same for up, then swiglu_f32_kernel";
     t += norm;
-    if (!group_[i].empty() && path == P::Gemv) {
+    if (!group_[i].empty() && (path == P::Gemv || path == P::Mmq)) {
       t += "; one launch with";
       for (size_t j = 1; j < group_[i].size(); ++j) t += " " + std::string(j > 1 ? "and " : "") + name_of(group_[i][j].matmul);
     }
