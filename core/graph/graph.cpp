@@ -97,6 +97,17 @@ const Tensor &GraphBuilder::t(TensorId id) const {
   return g_.tensors_[size_t(id)];
 }
 
+// A graph-level tensor (input, weight or state) as its builder call describes it.
+static Tensor described(const std::string &name, int32_t dtype, const std::vector<int64_t> &shape, TensorRole role) {
+  Tensor x;
+  x.name = name;
+  x.dtype = dtype;
+  x.rank = int(shape.size());
+  x.shape = to_shape(name, shape);
+  x.role = role;
+  return x;
+}
+
 TensorId GraphBuilder::new_tensor(Tensor tensor) {
   if (tensor.name.empty()) throw Error("every tensor needs a name");
   if (g_.find_tensor(tensor.name) >= 0)
@@ -107,23 +118,12 @@ TensorId GraphBuilder::new_tensor(Tensor tensor) {
 }
 
 TensorId GraphBuilder::input(const std::string &name, int32_t dtype, std::vector<int64_t> shape) {
-  Tensor x;
-  x.name = name;
-  x.dtype = dtype;
-  x.rank = int(shape.size());
-  x.shape = to_shape(name, shape);
-  x.role = TensorRole::Input;
-  return new_tensor(std::move(x));
+  return new_tensor(described(name, dtype, shape, TensorRole::Input));
 }
 
 TensorId GraphBuilder::weight(const std::string &name, int32_t dtype, std::vector<int64_t> shape,
                               HostBytes bytes) {
-  Tensor x;
-  x.name = name;
-  x.dtype = dtype;
-  x.rank = int(shape.size());
-  x.shape = to_shape(name, shape);
-  x.role = TensorRole::Weight;
+  Tensor x = described(name, dtype, shape, TensorRole::Weight);
   x.weight = std::move(bytes);
   if (x.weight.size != x.n_bytes() || (!x.weight.data && x.weight.size))
     throw Error("weight '" + name + "': has " + std::to_string(x.weight.size) +
@@ -233,13 +233,7 @@ TensorId GraphBuilder::input(const std::string &name, int32_t dtype, std::vector
 }
 
 TensorId GraphBuilder::state(const std::string &name, int32_t dtype, std::vector<int64_t> shape) {
-  Tensor x;
-  x.name = name;
-  x.dtype = dtype;
-  x.rank = int(shape.size());
-  x.shape = to_shape(name, shape);
-  x.role = TensorRole::State;
-  return new_tensor(std::move(x));
+  return new_tensor(described(name, dtype, shape, TensorRole::State));
 }
 
 TensorId GraphBuilder::rms_norm(const std::string &name, TensorId x, TensorId weight, float eps) {
