@@ -18,6 +18,7 @@
 #include "common/log.hpp"
 #include "config/run_config.hpp"
 #include "minfer/dtype.h"
+#include "op_bench.hpp"
 #include "models/model.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/placement.hpp"
@@ -27,6 +28,9 @@ namespace {
 
 const char *kUsage =
     "usage: minfer-bench -m MODEL.gguf [--config RUN.yaml] [-p N] [-n N] [-r N] [-t THREADS] [--json]\n"
+    "       minfer-bench --op matmul --type TYPE -k K --rows M --tokens N [--config RUN.yaml] [-r N]\n"
+    "  --op matmul    time one matmul alone on the config's first backend: y (N x M) = W (M x K,\n"
+    "                 of TYPE: f32, f16, q4_0, q8_0, q4_k, ...) x (N x K); -r calls (default 20)\n"
     "  -m FILE        model to measure\n"
     "  --config FILE  backends, placement and options (default: the cpu backend)\n"
     "  -p N           prompt tokens for the pp test (default 512; 0 skips it)\n"
@@ -61,7 +65,9 @@ int main(int argc, char **argv) {
     minfer::init_logging(spdlog::level::warn);
     std::string model_path, config_path, threads, kv = "f16";
     int64_t p = 512, n = 128, reps = 5;
-    bool as_json = false;
+    bool as_json = false, reps_given = false;
+    minfer::bench::OpBenchSpec op;
+    bool op_mode = false;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       auto value = [&]() -> std::string {
@@ -72,12 +78,27 @@ int main(int argc, char **argv) {
       else if (a == "--config") config_path = value();
       else if (a == "-p") p = std::stoll(value());
       else if (a == "-n") n = std::stoll(value());
-      else if (a == "-r") reps = std::stoll(value());
+      else if (a == "-r") reps = std::stoll(value()), reps_given = true;
+      else if (a == "--op") op.op = value(), op_mode = true;
+      else if (a == "--type") op.type = value();
+      else if (a == "-k") op.k = std::stoll(value());
+      else if (a == "--rows") op.rows = std::stoll(value());
+      else if (a == "--tokens") op.tokens = std::stoll(value());
       else if (a == "-t") threads = value();
       else if (a == "--kv-type") kv = value();
       else if (a == "--json") as_json = true;
       else if (a == "-h" || a == "--help") return std::fputs(kUsage, stdout), 0;
       else throw minfer::Error("unknown argument '" + a + "'\n" + kUsage);
+    }
+    if (op_mode) {
+      if (reps_given) op.reps = reps;
+      const minfer::RunConfig cfg = config_path.empty() ? minfer::parse_run_config("backends: {cpu: {}}\n", "(default: cpu)")
+                                                        : minfer::load_run_config(config_path);
+      const minfer::bench::OpBenchResult r = minfer::bench::run_op_bench(op, cfg);
+      std::printf("%s %s k=%lld rows=%lld tokens=%lld on %s: %.1f us/call, %.2f TOPS (2*k*rows*tokens), weight %.1f MB read at %.1f GB/s\n",
+                  op.op.c_str(), op.type.c_str(), (long long)op.k, (long long)op.rows, (long long)op.tokens, r.backend.c_str(),
+                  r.us_per_call, r.tops, r.weight_bytes / 1e6, r.weight_gbps);
+      return 0;
     }
     if (model_path.empty()) throw minfer::Error(std::string("no model: give -m MODEL.gguf\n") + kUsage);
     if (p < 0 || n < 0 || reps < 1 || (p == 0 && n == 0)) throw minfer::Error("-p and -n must be >= 0 (not both 0), -r >= 1");

@@ -1,0 +1,90 @@
+// apps/minfer-bench/op_bench.cpp — one op on one backend, timed alone: `minfer-bench --op matmul`.
+// A kernel's speed without a model around it (no graph of other nodes, no host work between
+// calls), for tuning the matmul paths shape by shape: a 7B gate projection at 512 tokens is
+// --type q4_0 -k 3584 --rows 18944 --tokens 512.
+#include "op_bench.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "common/error.hpp"
+#include "graph/graph.hpp"
+#include "minfer/dtype.h"
+#include "quant/quantize.hpp"
+#include "quant/type_policy.hpp"
+#include "runtime/placement.hpp"
+
+namespace minfer::bench {
+namespace {
+
+// rows x row_len values of N(0, sd) in `dtype` (quantized from f32 for the block types).
+std::vector<uint8_t> random_values(int32_t dtype, int64_t rows, int64_t row_len, float sd, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sd);
+  std::vector<float> f(size_t(rows * row_len));
+  for (float &v : f) v = dist(rng);
+  std::vector<uint8_t> out(dtype_bytes(dtype, rows * row_len, "benchmark input"));
+  quant::quantize_rows(dtype, f.data(), out.data(), rows, row_len, 0);
+  return out;
+}
+
+}  // namespace
+
+OpBenchResult run_op_bench(const OpBenchSpec &spec, const RunConfig &cfg) {
+  if (spec.op != "matmul") throw Error("--op " + spec.op + ": only matmul is measured alone so far");
+  if (spec.k < 1 || spec.rows < 1 || spec.tokens < 1 || spec.reps < 1) throw Error("-k, --rows, --tokens and -r must be >= 1");
+  if (cfg.backends.empty()) throw Error(cfg.source + ": no backend to measure");
+  const quant::FileType ft = quant::parse_file_type(spec.type);
+  if (ft.medium_mix) throw Error("--type " + spec.type + " is a mix of types for a whole file; name one type (" + quant::file_type_names() + ")");
+  const int32_t dtype = ft.base;
+  if (spec.k % minfer_dtype_info(dtype).block_values)
+    throw Error("-k " + std::to_string(spec.k) + " is not a multiple of " + spec.type + "'s " +
+                std::to_string(minfer_dtype_info(dtype).block_values) + "-value blocks");
+
+  GraphBuilder b;
+  const TensorId w = b.input("w", dtype, {spec.k, spec.rows}), x = b.input("x", MINFER_DTYPE_F32, {spec.k, spec.tokens});
+  b.mark_output(b.matmul("matmul", w, x));
+  const Graph g = b.finish();
+  const Node &node = g.nodes().at(0);
+  AbiNode desc(g, node);
+
+  const std::string backend_name = cfg.backends.front().name;
+  BackendSet backends = open_backends(cfg);
+  BackendHandle &backend = *backends.at(backend_name);
+  const SupportAnswer s = backend.supports(desc.node());
+  if (!s.yes) throw Error("backend '" + backend_name + "' does not run this matmul: " + s.why);
+
+  // Weights as a model's (N(0, 0.02)), activations of unit scale.
+  const std::vector<std::vector<uint8_t>> data = {random_values(dtype, spec.rows, spec.k, 0.02f, 1),
+                                                  random_values(MINFER_DTYPE_F32, spec.tokens, spec.k, 1.0f, 2)};
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  for (size_t i = 0; i < data.size(); ++i) {
+    bufs.push_back(backend.alloc(data[i].size()));
+    bufs.back()->write(0, data[i].data(), data[i].size());
+    desc.input(i).buffer = bufs.back()->raw();
+  }
+  bufs.push_back(backend.alloc(g.tensor(node.output).n_bytes()));
+  desc.output().buffer = bufs.back()->raw();
+  auto seg = backend.compile({&desc.node()});
+
+  // Warm-up (first-call set-up, caches, clocks), then reps calls queued back to back.
+  for (int i = 0; i < 3; ++i) backend.execute(*seg, 0, 0, 0);
+  backend.synchronize();
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < spec.reps; ++i) backend.execute(*seg, 0, 0, 0);
+  backend.synchronize();
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / double(spec.reps);
+
+  OpBenchResult r;
+  r.backend = backend_name;
+  r.us_per_call = seconds * 1e6;
+  r.tops = 2.0 * double(spec.k) * double(spec.rows) * double(spec.tokens) / seconds / 1e12;
+  r.weight_bytes = double(data[0].size());
+  r.weight_gbps = r.weight_bytes / seconds / 1e9;
+  return r;
+}
+
+}  // namespace minfer::bench
