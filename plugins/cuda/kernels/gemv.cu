@@ -16,9 +16,9 @@ namespace {
 constexpr int kWarps = 8;  // rows (or chunks) in flight per 256-thread block
 
 // Each block quantizes x into shared memory itself, then its warps take rows (a lane whole
-// sub-blocks, as mmvq.cu's kernel), or 2 KiB chunks of rows (gemv_staged_rows). Quantizing: four lanes
-// per 32 values (eight each, two shuffles for the max and the sum), so a warp does eight
-// blocks at a time and a long row (ffn_down's 4864) costs a few steps. Rows: each lane loads
+// sub-blocks, as mmvq.cu's kernel), or 2 KiB chunks of rows (gemv_staged_rows). Quantizing:
+// four lanes per 32 values (eight each, two shuffles for the max and the sum), so a warp does
+// eight blocks at a time and a long row (ffn_down's 4864) costs a few steps. Rows: each lane loads
 // up to kUnroll of its blocks before using any, so enough bytes are in flight to keep memory
 // busy when a row has many blocks. The grid is capped near the GPU's resident blocks: a block
 // meets many rows of a long weight (the lm_head) and quantizes x once for them.
