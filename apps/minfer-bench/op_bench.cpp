@@ -33,7 +33,7 @@ std::vector<uint8_t> random_values(int32_t dtype, int64_t rows, int64_t row_len,
 }  // namespace
 
 OpBenchResult run_op_bench(const OpBenchSpec &spec, const RunConfig &cfg) {
-  if (spec.op != "matmul") throw Error("--op " + spec.op + ": only matmul is measured alone so far");
+  if (spec.op != "matmul") throw Error("--op " + spec.op + ": only matmul is measured alone so far; use --op matmul (whole models: -m MODEL.gguf)");
   if (spec.k < 1 || spec.rows < 1 || spec.tokens < 1 || spec.reps < 1) throw Error("-k, --rows, --tokens and -r must be >= 1");
   if (cfg.backends.empty()) throw Error(cfg.source + ": no backend to measure");
   const quant::FileType ft = quant::parse_file_type(spec.type);
