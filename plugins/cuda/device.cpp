@@ -1,5 +1,7 @@
 #include "device.hpp"
 
+#include <algorithm>
+
 #include "minfer/dtype.h"
 
 namespace minfer::cuda {
@@ -250,7 +252,7 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
     return check_launch(minfer_cuda_mmq(&cfg_, w_dtype, &part, 1, quantize_for_mmq(x, k, tokens), k, tokens));
   }
   if (path == MatmulPath::Gemv)  // decode: one launch, the add in it
-    return matmul_group(w_dtype, x, k, tokens, {{w, y, m, add, add_broadcast, unfused}});
+    return matmul_group(x, k, tokens, {{w_dtype, w, y, m, add, add_broadcast, unfused}});
   if (add) {  // a path without an epilogue: the product, then the add
     matmul(w_dtype, w, x, unfused, k, m, tokens);
     if (add_broadcast) add_row_broadcast_f32(unfused, add, y, tokens, m);
@@ -283,28 +285,40 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
   check_launch(minfer_cuda_matmul(&cfg_, w_dtype, w, x, y, k, m, tokens));
 }
 
-bool CudaDevice::folds_norm(int32_t w_dtype, int64_t k, int64_t tokens, size_t n_parts, const float *norm_w) const {
-  return n_parts <= size_t(kMinferCudaGemvMaxParts) && matmul_path(w_dtype, k, tokens) == MatmulPath::Gemv &&
-         reinterpret_cast<uintptr_t>(norm_w) % 16 == 0;
+bool CudaDevice::one_gemv_launch(std::span<const int32_t> dtypes, int64_t k, int64_t tokens) const {
+  if (dtypes.empty() || dtypes.size() > size_t(kMinferCudaGemvMaxParts) || matmul_path(dtypes[0], k, tokens) != MatmulPath::Gemv) return false;
+  const auto b = std::find_if(dtypes.begin(), dtypes.end(), [&](int32_t d) { return d != dtypes[0]; });
+  if (b == dtypes.end()) return true;
+  return std::all_of(b, dtypes.end(), [&](int32_t d) { return d == *b; }) && minfer_cuda_gemv_mixable(dtypes[0], *b, k);
 }
 
-void CudaDevice::matmul_group(int32_t w_dtype, const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts,
-                              const RmsNormIn *norm) {
-  if (norm && !folds_norm(w_dtype, k, tokens, parts.size(), norm->w))
+bool CudaDevice::folds_norm(std::span<const int32_t> dtypes, int64_t k, int64_t tokens, const float *norm_w) const {
+  return one_gemv_launch(dtypes, k, tokens) && reinterpret_cast<uintptr_t>(norm_w) % 16 == 0;
+}
+
+void CudaDevice::matmul_group(const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts, const RmsNormIn *norm) {
+  std::vector<int32_t> dtypes;
+  for (const MatmulPart &p : parts) dtypes.push_back(p.dtype);
+  if (norm && !folds_norm(dtypes, k, tokens, norm->w))
     throw sdk::Error(MINFER_ERR_INTERNAL, "an RMS norm folded into a matmul step that cannot take it");
-  if (parts.size() <= size_t(kMinferCudaGemvMaxParts) && matmul_path(w_dtype, k, tokens) == MatmulPath::Gemv) {
+  const size_t first_b = size_t(std::find_if(dtypes.begin(), dtypes.end(), [&](int32_t d) { return d != dtypes[0]; }) - dtypes.begin());
+  if (one_gemv_launch(dtypes, k, tokens)) {
     minfer_cuda_gemv_part gp[kMinferCudaGemvMaxParts];
     for (size_t i = 0; i < parts.size(); ++i) gp[i] = {parts[i].w, parts[i].y, parts[i].add, parts[i].m};
-    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, gp, int32_t(parts.size()), nullptr, x, k, norm ? norm->w : nullptr,
-                                                    norm ? norm->eps : 0.0f, sm_count_));
+    const float *nw = norm ? norm->w : nullptr;
+    const float eps = norm ? norm->eps : 0.0f;
+    if (first_b == parts.size())
+      return check_launch(minfer_cuda_gemv_quantizing(&cfg_, dtypes[0], gp, int32_t(parts.size()), nullptr, x, k, nw, eps, sm_count_));
+    return check_launch(minfer_cuda_gemv_quantizing_mixed(&cfg_, dtypes[0], dtypes[first_b], gp, int32_t(parts.size()), int32_t(first_b), x, k,
+                                                          nw, eps, sm_count_));
   }
-  if (parts.size() <= size_t(kMinferCudaMmqMaxParts) && matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq) {
+  if (first_b == parts.size() && parts.size() <= size_t(kMinferCudaMmqMaxParts) && matmul_path(dtypes[0], k, tokens) == MatmulPath::Mmq) {
     // x quantized once, the group's weights in one launch: a layer's K and V alone would not fill the GPU
     minfer_cuda_mmq_part mp[kMinferCudaMmqMaxParts];
     for (size_t i = 0; i < parts.size(); ++i) mp[i] = {parts[i].w, parts[i].y, parts[i].add, parts[i].m, parts[i].add_broadcast ? 1 : 0};
-    return check_launch(minfer_cuda_mmq(&cfg_, w_dtype, mp, int32_t(parts.size()), quantize_for_mmq(x, k, tokens), k, tokens));
+    return check_launch(minfer_cuda_mmq(&cfg_, dtypes[0], mp, int32_t(parts.size()), quantize_for_mmq(x, k, tokens), k, tokens));
   }
-  for (const MatmulPart &p : parts) matmul(w_dtype, p.w, x, p.y, k, p.m, tokens, p.add, p.add_broadcast, p.unfused);
+  for (const MatmulPart &p : parts) matmul(p.dtype, p.w, x, p.y, k, p.m, tokens, p.add, p.add_broadcast, p.unfused);
 }
 
 const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t tokens) {
@@ -315,7 +329,7 @@ const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t toke
 
 void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
                                int64_t tokens, float *gate_out, float *up_out, const RmsNormIn *norm) {
-  if (norm && !folds_norm(w_dtype, k, tokens, 1, norm->w))
+  if (norm && !folds_norm({&w_dtype, 1}, k, tokens, norm->w))
     throw sdk::Error(MINFER_ERR_INTERNAL, "an RMS norm folded into a matmul step that cannot take it");
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Gemv) {
     const minfer_cuda_gemv_part part{gate, y, nullptr, m};

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "kernels/launchers.h"
@@ -100,6 +101,7 @@ class CudaDevice {
               const float *add = nullptr, bool add_broadcast = false, float *unfused = nullptr);
   // Products of one x (a layer's Q, K and V): y = W x (+ add), W's `m` rows of k values.
   struct MatmulPart {
+    int32_t dtype;
     const void *w;
     float *y;
     int64_t m;
@@ -112,12 +114,16 @@ class CudaDevice {
     const float *w;
     float eps;
   };
+  // Whether products of weights of these dtypes (in order) run as one one-token GEMV launch:
+  // one dtype, or two where the GEMV mixes them (minfer_cuda_gemv_mixable), the first's parts
+  // first.
+  bool one_gemv_launch(std::span<const int32_t> dtypes, int64_t k, int64_t tokens) const;
   // Whether a step of these products can take the norm folded in (the one-token GEMV).
-  bool folds_norm(int32_t w_dtype, int64_t k, int64_t tokens, size_t n_parts, const float *norm_w) const;
-  // Up to kMinferCudaGemvMaxParts weights of one dtype and k: one launch for a decode token,
-  // else each as matmul() runs it. norm: only where folds_norm says so.
-  void matmul_group(int32_t w_dtype, const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts,
-                    const RmsNormIn *norm = nullptr);
+  bool folds_norm(std::span<const int32_t> dtypes, int64_t k, int64_t tokens, const float *norm_w) const;
+  // Up to kMinferCudaGemvMaxParts weights of one k: one launch for a decode token where
+  // one_gemv_launch says so, one MMQ launch for a prompt when they share a dtype, else each as
+  // matmul() runs it. norm: only where folds_norm says so.
+  void matmul_group(const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts, const RmsNormIn *norm = nullptr);
   // y = silu(gate x) * (up x): one launch for a decode token, else the two products (into
   // gate_out, up_out) and the SwiGLU.
   void matmul_swiglu(int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,

@@ -165,10 +165,16 @@ class CudaSegment : public sdk::Segment {
         if (&nodes_[j].node() == norm_of_[i]) norm = ", the RMS norm " + nodes_[j].name() + " folded in";
     if (fuse_swiglu_[i] && path == P::Gemv)
       return "gemv_quantizing_kernel: gate, up and SwiGLU in one launch (dp4a on the " + type + " blocks)" + norm;
+    // A group of two weight dtypes: one mixed GEMV launch for a token, the steps one by one for a prompt.
+    const bool mixed = std::any_of(group_[i].begin(), group_[i].end(), [&](const MatmulStep &st) { return st.matmul->inputs[0]->dtype != w.dtype; });
     std::string t;
     switch (path) {
       case P::Mmq: t = "mmq_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " blocks"; break;
-      case P::Gemv: t = "gemv_quantizing_kernel: dp4a on the " + type + " blocks, x quantized in the kernel"; break;
+      case P::Gemv:
+        t = mixed ? "gemv_mixed_kernel: dp4a on the " + type + " and " + minfer_dtype_name(group_[i].back().matmul->inputs[0]->dtype) +
+                        " blocks, x quantized in the kernel"
+                  : "gemv_quantizing_kernel: dp4a on the " + type + " blocks, x quantized in the kernel";
+        break;
       case P::F16Gemm:
         t = std::string(dev_.f16_copy(dptr(w)) ? "its cached f16 copy" : "dequantized to f16 per call") + " + f16 tensor-core GEMM";
         break;
@@ -178,7 +184,7 @@ class CudaSegment : public sdk::Segment {
     if (fuse_add_[i]) t += path == P::Mmq || path == P::Gemv ? ", the add in its epilogue" : ", then an add kernel";
     if (fuse_swiglu_[i]) t += path == P::Mmq ? "; up in the same launch, then swiglu_f32_kernel" : "; the same for up, then swiglu_f32_kernel";
     t += norm;
-    if (!group_[i].empty() && (path == P::Gemv || path == P::Mmq)) {
+    if (!group_[i].empty() && (path == P::Gemv || (path == P::Mmq && !mixed))) {
       t += "; one launch with";
       for (size_t j = 1; j < group_[i].size(); ++j) t += " " + std::string(j > 1 ? "and " : "") + name_of(group_[i][j].matmul);
     }
@@ -345,9 +351,11 @@ class CudaSegment : public sdk::Segment {
     }
   }
 
-  // Consecutive matmul steps (a MATMUL, or one fused with its add) of the same input, weight
-  // dtype and k — a layer's Q, K and V — run as one group (one launch for a decode token),
-  // at most kMinferCudaGemvMaxParts. All of a group's outputs are written at its first node,
+  // Consecutive matmul steps (a MATMUL, or one fused with its add) of the same input and k and
+  // of one weight dtype — a layer's Q, K and V — run as one group (one launch for a decode
+  // token), at most kMinferCudaGemvMaxParts. A second dtype may follow the first where the
+  // one-token GEMV mixes the two (an _M file's V after its Q and K); a prompt then runs the
+  // steps one by one. All of a group's outputs are written at its first node,
   // so no step may read another's output or write over another's inputs.
   void plan_matmul_groups() {
     group_.assign(nodes_.size(), {});
@@ -385,11 +393,15 @@ class CudaSegment : public sdk::Segment {
       std::vector<MatmulStep> group{step_at(i)};
       std::vector<size_t> starts{i};
       size_t next = i + (fuse_add_[i] ? 2 : 1);
+      const int32_t a_dtype = a.inputs[0]->dtype;
+      const int64_t k = a.inputs[0]->shape[0];
+      int32_t b_dtype = -1;  // the second dtype, once one joined
       while (group.size() < size_t(kMinferCudaGemvMaxParts) && is_step(next)) {
         const minfer_node &b = nodes_[next].node();
-        if (!same(*a.inputs[1], *b.inputs[1]) || a.inputs[0]->dtype != b.inputs[0]->dtype || a.inputs[0]->shape[0] != b.inputs[0]->shape[0] ||
-            !independent(group, step_at(next)))
-          break;
+        const int32_t dt = b.inputs[0]->dtype;
+        const bool dtype_ok = b_dtype >= 0 ? dt == b_dtype : dt == a_dtype || minfer_cuda_gemv_mixable(a_dtype, dt, k);
+        if (!same(*a.inputs[1], *b.inputs[1]) || !dtype_ok || b.inputs[0]->shape[0] != k || !independent(group, step_at(next))) break;
+        if (dt != a_dtype) b_dtype = dt;
         group.push_back(step_at(next));
         starts.push_back(next);
         next += fuse_add_[next] ? 2 : 1;

@@ -115,6 +115,7 @@ struct GemvParts {
   int n;
   const float *norm_w;  // RMS norm of x first (its weights), or NULL
   float eps;
+  int first_b;  // parts from this one on are of the second block type (gemv_mixed_kernel), else n
   bool staged;  // rows read in 16-byte pieces through shared memory (gemv_staged_rows)
 };
 
@@ -133,6 +134,11 @@ __device__ __forceinline__ const Block *part_row(const GemvParts &parts, int64_t
   r = o - (p == 0 ? 0 : p == 1 ? parts.end[0] : parts.end[1]);
   return static_cast<const Block *>(pick(parts.w, p)) + r * nb;
 }
+// The same row as a BlockB row (rows of nb blocks of that type).
+template <class BlockB>
+__device__ __forceinline__ const BlockB *part_row_as(const GemvParts &parts, int p, int64_t r, int64_t nb) {
+  return static_cast<const BlockB *>(pick(parts.w, p)) + r * nb;
+}
 
 // y_p[r] = v (+ add_p[r]).
 __device__ __forceinline__ void store_row(const GemvParts &parts, int p, int64_t r, float v) {
@@ -145,9 +151,14 @@ __device__ __forceinline__ void store_row(const GemvParts &parts, int p, int64_t
 // (half as many gate/up pairs), a lane holding its one sub-block of each.
 constexpr int kShortRows = kUnroll;
 
-template <class Block, bool kGated>
+// BlockB: the block type of parts first_b.. (a layer's V stored in another type than its Q and
+// K, as the _M mixes do; the same sub-blocks per block as BlockA); BlockA for the others.
+template <class Block, bool kGated, class BlockB = Block>
 __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Block *up, const float *x, int64_t ns, int64_t nb,
                                                 minfer_cuda_q8_act *xs) {
+  static_assert(QBlock<Block>::kSubs == QBlock<BlockB>::kSubs, "mixed parts need the same rows of blocks");
+  constexpr bool kMixed = !std::is_same_v<Block, BlockB>;
+  constexpr bool kTwo = QBlock<Block>::kTwoScales || QBlock<BlockB>::kTwoScales, kOff = QBlock<Block>::kOffset || QBlock<BlockB>::kOffset;
   constexpr int R = kGated ? kShortRows / 2 : kShortRows;
   const int lane = threadIdx.x & 31;
   const int64_t rows = parts.end[parts.n - 1], stride = int64_t(gridDim.x) * kWarps;
@@ -162,7 +173,8 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
       if (t * R + u >= rows) continue;
       const Block *row = part_row<Block>(parts, t * R + u, nb, pr[u], rr[u]);
       if (lane < ns) {
-        unpack_sub(row, lane, s[u]);
+        if (kMixed && pr[u] >= parts.first_b) unpack_sub(part_row_as<BlockB>(parts, pr[u], rr[u], nb), lane, s[u]);
+        else unpack_sub(row, lane, s[u]);
         if (kGated) unpack_sub(up + rr[u] * nb, lane, s[R + u]);
       }
     }
@@ -176,7 +188,7 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
       const bool live = t * R + u < rows;
       float a = 0, b = 0;
       if (live && lane < ns) {
-        a = sub_dot<Block>(s[u], xs[lane]);
+        a = sub_dot_as<kTwo, kOff>(s[u], xs[lane]);
         if (kGated) b = sub_dot<Block>(s[R + u], xs[lane]);
       }
       float v = scale * warp_sum(a);
@@ -327,6 +339,45 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const _
   }
 }
 
+// Parts of two block types in one launch (gemv_short_rows with BlockB); short rows only.
+template <class BlockA, class BlockB>
+__global__ void __launch_bounds__(kWarps * 32, 2) gemv_mixed_kernel(const __grid_constant__ GemvParts parts, const float *x, int64_t k) {
+  extern __shared__ minfer_cuda_q8_act xs[];
+  gemv_short_rows<BlockA, false, BlockB>(parts, nullptr, x, k / 32, k / (32 * QBlock<BlockA>::kSubs), xs);
+}
+
+// The mixes llama.cpp's _M types make of a layer's Q, K (first) and V: Q4_K/Q5_K with Q6_K, and
+// their fallbacks Q5_0/Q5_1 with Q8_0 where rows do not fill 256-value blocks.
+template <class F>
+bool visit_mixed_pair(int32_t a, int32_t b, F &&f) {
+  if (a == MINFER_DTYPE_Q5_0 && b == MINFER_DTYPE_Q8_0) return f(minfer_block_q5_0{}, minfer_block_q8_0{}), true;
+  if (a == MINFER_DTYPE_Q5_1 && b == MINFER_DTYPE_Q8_0) return f(minfer_block_q5_1{}, minfer_block_q8_0{}), true;
+  if (a == MINFER_DTYPE_Q4_K && b == MINFER_DTYPE_Q6_K) return f(minfer_block_q4_k{}, minfer_block_q6_k{}), true;
+  if (a == MINFER_DTYPE_Q5_K && b == MINFER_DTYPE_Q6_K) return f(minfer_block_q5_k{}, minfer_block_q6_k{}), true;
+  return false;
+}
+
+// The launch's parts as the kernels take them.
+GemvParts gemv_parts(const minfer_cuda_gemv_part *parts, int32_t n_parts, const float *norm_w, float eps, int64_t &m) {
+  GemvParts gp{};
+  m = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    gp.w[i] = parts[i].w, gp.y[i] = parts[i].y, gp.add[i] = parts[i].add;
+    gp.end[i] = m += parts[i].m;
+  }
+  gp.n = gp.first_b = n_parts;
+  gp.norm_w = norm_w, gp.eps = eps;
+  return gp;
+}
+
+// One wave of two blocks per SM (measured against eight, and against no early first-row loads
+// at 71 registers: tg128 0.5B Q4_0 757 vs 732 vs 699 t/s, 7B 237 vs 219 vs 212).
+int64_t gemv_blocks(minfer_cuda_launch_cfg *cfg, int64_t m, int64_t rows_per_warp, int32_t sm_count) {
+  const int64_t want = (m + kWarps * rows_per_warp - 1) / (kWarps * rows_per_warp), most = int64_t(sm_count > 0 ? sm_count : 132) * 2;
+  const int64_t blocks = want < most ? want : most;
+  return blocks < cfg->max_blocks ? blocks : cfg->max_blocks;
+}
+
 }  // namespace
 }  // namespace minfer::cuda
 
@@ -341,20 +392,10 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
                                                    const void *up, const float *x, int64_t k, const float *norm_w, float eps,
                                                    int32_t sm_count) {
   if (n_parts < 1 || n_parts > kMinferCudaGemvMaxParts || (up && n_parts != 1)) return cudaErrorInvalidValue;
-  GemvParts gp{};
-  int64_t m = 0;
-  for (int i = 0; i < n_parts; ++i) {
-    gp.w[i] = parts[i].w, gp.y[i] = parts[i].y, gp.add[i] = parts[i].add;
-    gp.end[i] = m += parts[i].m;
-  }
-  gp.n = n_parts;
-  gp.norm_w = norm_w, gp.eps = eps;
-  // One wave of two blocks per SM (measured against eight, and against no early first-row
-  // loads at 71 registers: tg128 0.5B Q4_0 757 vs 732 vs 699 t/s, 7B 237 vs 219 vs 212).
+  int64_t m;
+  GemvParts gp = gemv_parts(parts, n_parts, norm_w, eps, m);
   const int64_t per_warp = k / 32 <= 32 ? (up ? kShortRows / 2 : kShortRows) : 1;  // rows a warp takes at once
-  const int64_t want = (m + kWarps * per_warp - 1) / (kWarps * per_warp), most = int64_t(sm_count > 0 ? sm_count : 132) * 2;
-  int64_t blocks = want < most ? want : most;
-  if (blocks > cfg->max_blocks) blocks = cfg->max_blocks;
+  const int64_t blocks = gemv_blocks(cfg, m, per_warp, sm_count);
   size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
   const bool known = visit_int8_block(dtype, [&](auto tag) {
     using Block = decltype(tag);
@@ -375,3 +416,23 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
                   dtype);
 }
 
+
+extern "C" int minfer_cuda_gemv_mixable(int32_t dtype_a, int32_t dtype_b, int64_t k) {
+  return visit_mixed_pair(dtype_a, dtype_b, [](auto, auto) {}) && k % minfer_dtype_info(dtype_a).block_values == 0 && k / 32 <= 32;
+}
+
+extern "C" cudaError_t minfer_cuda_gemv_quantizing_mixed(minfer_cuda_launch_cfg *cfg, int32_t dtype_a, int32_t dtype_b,
+                                                         const minfer_cuda_gemv_part *parts, int32_t n_parts, int32_t first_b, const float *x,
+                                                         int64_t k, const float *norm_w, float eps, int32_t sm_count) {
+  if (n_parts < 2 || n_parts > kMinferCudaGemvMaxParts || first_b < 1 || first_b >= n_parts || !minfer_cuda_gemv_mixable(dtype_a, dtype_b, k))
+    return cudaErrorInvalidValue;
+  int64_t m;
+  GemvParts gp = gemv_parts(parts, n_parts, norm_w, eps, m);
+  gp.first_b = first_b;
+  const int64_t blocks = gemv_blocks(cfg, m, kShortRows, sm_count);
+  const size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
+  visit_mixed_pair(dtype_a, dtype_b, [&](auto a, auto b) {
+    gemv_mixed_kernel<decltype(a), decltype(b)><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(gp, x, k);
+  });
+  return launched(cfg, "gemv_mixed_kernel (grouped, two block types)", dtype_a);
+}

@@ -34,17 +34,23 @@ __device__ __forceinline__ Q8Part quantize8(float4 v0, float4 v1) {
           (q[4] & 0xff) | (q[5] & 0xff) << 8 | (q[6] & 0xff) << 16 | int(uint32_t(q[7]) << 24), d, d * float(sum)};
 }
 
-// One weight sub-block (32 values) times one activation block.
-template <class Block>
-__device__ __forceinline__ float sub_dot(const SubBlock &w, const minfer_cuda_q8_act &a) {
+// One weight sub-block (32 values) times one activation block, for sub-blocks with two scales
+// and/or a minimum as the flags say (a SubBlock of a simpler type has d[1] == d[0] and m == 0,
+// so the general form serves it too).
+template <bool kTwoScales, bool kOffset>
+__device__ __forceinline__ float sub_dot_as(const SubBlock &w, const minfer_cuda_q8_act &a) {
   int lo = 0, hi = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) lo = __dp4a(int(w.q[i]), a.qs[i], lo);
 #pragma unroll
   for (int i = 4; i < 8; ++i) hi = __dp4a(int(w.q[i]), a.qs[i], hi);
-  float v = (QBlock<Block>::kTwoScales ? w.d[0] * float(lo) + w.d[1] * float(hi) : w.d[0] * float(lo + hi)) * a.d;
-  if (QBlock<Block>::kOffset) v = fmaf(w.m, a.s, v);
+  float v = (kTwoScales ? w.d[0] * float(lo) + w.d[1] * float(hi) : w.d[0] * float(lo + hi)) * a.d;
+  if (kOffset) v = fmaf(w.m, a.s, v);
   return v;
+}
+template <class Block>
+__device__ __forceinline__ float sub_dot(const SubBlock &w, const minfer_cuda_q8_act &a) {
+  return sub_dot_as<QBlock<Block>::kTwoScales, QBlock<Block>::kOffset>(w, a);
 }
 
 }  // namespace minfer::cuda

@@ -118,6 +118,14 @@ typedef struct {
   const float *add;
   int64_t m;
 } minfer_cuda_gemv_part;
+/* One token over parts of two block types (a layer's Q and K in one, its V in another, as the
+ * _M mixes store them): parts [0, first_b) of dtype_a, the rest of dtype_b; k <= 1024 and the
+ * pairs minfer_cuda_gemv_mixable names (Q4_K/Q5_K + Q6_K, Q5_0/Q5_1 + Q8_0). Otherwise as
+ * minfer_cuda_gemv_quantizing without `up`. */
+int minfer_cuda_gemv_mixable(int32_t dtype_a, int32_t dtype_b, int64_t k);
+cudaError_t minfer_cuda_gemv_quantizing_mixed(minfer_cuda_launch_cfg *cfg, int32_t dtype_a, int32_t dtype_b,
+                                              const minfer_cuda_gemv_part *parts, int32_t n_parts, int32_t first_b, const float *x, int64_t k,
+                                              const float *norm_w, float eps, int32_t sm_count);
 int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k);
 cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
                                         const void *up, const float *x, int64_t k, const float *norm_w, float eps, int32_t sm_count);

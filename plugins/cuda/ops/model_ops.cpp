@@ -19,11 +19,11 @@ void run_rms_norm(CudaDevice &dev, const minfer_node &n, const minfer_step_args 
 // The RMS norm (if any) a matmul step reads the output of: folded into the one-token GEMV
 // (returns its weights and eps; the step then reads the norm's input), else run first unless
 // another step sharing it has run it this run.
-std::optional<CudaDevice::RmsNormIn> fold_or_run_norm(CudaDevice &dev, StepNorm norm, int32_t w_dtype, int64_t k, int64_t tokens,
-                                                      size_t n_parts, const minfer_step_args &args) {
+std::optional<CudaDevice::RmsNormIn> fold_or_run_norm(CudaDevice &dev, StepNorm norm, std::span<const int32_t> w_dtypes, int64_t k,
+                                                      int64_t tokens, const minfer_step_args &args) {
   if (!norm.node) return std::nullopt;
   const float *w = dptr<float>(*norm.node->inputs[1]);
-  if (dev.folds_norm(w_dtype, k, tokens, n_parts, w)) return CudaDevice::RmsNormIn{w, sdk::params_of<minfer_rms_norm_params>(*norm.node).eps};
+  if (dev.folds_norm(w_dtypes, k, tokens, w)) return CudaDevice::RmsNormIn{w, sdk::params_of<minfer_rms_norm_params>(*norm.node).eps};
   if (norm.ran && *norm.ran == norm.node) return std::nullopt;
   run_rms_norm(dev, *norm.node, args, 0);
   if (norm.ran) *norm.ran = norm.node;
@@ -107,7 +107,7 @@ void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_no
                        const minfer_step_args &args, StepNorm norm) {
   const minfer_tensor &wg = *gate.inputs[0], &wu = *up.inputs[0];
   const int64_t tokens = sdk::run_rows(*gate.inputs[1], args);
-  const auto folded = fold_or_run_norm(dev, norm, wg.dtype, wg.shape[0], tokens, 1, args);
+  const auto folded = fold_or_run_norm(dev, norm, {&wg.dtype, 1}, wg.shape[0], tokens, args);
   dev.matmul_swiglu(wg.dtype, dptr(wg), dptr(wu), dptr<float>(folded ? *norm.node->inputs[0] : *gate.inputs[1]), dptr<float>(*swiglu.output),
                     wg.shape[0], wg.shape[1], tokens, dptr<float>(*gate.output), dptr<float>(*up.output), folded ? &*folded : nullptr);
 }
@@ -118,10 +118,10 @@ namespace {
 // matmul's own output is the unfused path's scratch.
 CudaDevice::MatmulPart part_of(const MatmulStep &st) {
   const minfer_tensor &w = *st.matmul->inputs[0];
-  if (!st.add) return {dptr(w), dptr<float>(*st.matmul->output), w.shape[1], nullptr, false, nullptr};
+  if (!st.add) return {w.dtype, dptr(w), dptr<float>(*st.matmul->output), w.shape[1], nullptr, false, nullptr};
   const minfer_node &mm = *st.matmul, &add = *st.add;
   const bool first = add.inputs[0]->buffer == mm.output->buffer && add.inputs[0]->offset == mm.output->offset;
-  return {dptr(w), dptr<float>(*add.output), w.shape[1], dptr<float>(*add.inputs[first ? 1 : 0]), add.op == MINFER_OP_ADD_ROW_BROADCAST,
+  return {w.dtype, dptr(w), dptr<float>(*add.output), w.shape[1], dptr<float>(*add.inputs[first ? 1 : 0]), add.op == MINFER_OP_ADD_ROW_BROADCAST,
           dptr<float>(*mm.output)};
 }
 
@@ -136,12 +136,12 @@ void run_matmul_add(CudaDevice &dev, const minfer_node &mm, const minfer_node &a
 
 void run_matmul_group(CudaDevice &dev, std::span<const MatmulStep> steps, const minfer_step_args &args, StepNorm norm) {
   std::vector<CudaDevice::MatmulPart> parts;
-  for (const MatmulStep &st : steps) parts.push_back(part_of(st));
+  std::vector<int32_t> dtypes;
+  for (const MatmulStep &st : steps) parts.push_back(part_of(st)), dtypes.push_back(parts.back().dtype);
   const minfer_node &first = *steps[0].matmul;
-  const int32_t dt = first.inputs[0]->dtype;
   const int64_t k = first.inputs[0]->shape[0], tokens = sdk::run_rows(*first.inputs[1], args);
-  const auto folded = fold_or_run_norm(dev, norm, dt, k, tokens, parts.size(), args);
-  dev.matmul_group(dt, dptr<float>(folded ? *norm.node->inputs[0] : *first.inputs[1]), k, tokens, parts, folded ? &*folded : nullptr);
+  const auto folded = fold_or_run_norm(dev, norm, dtypes, k, tokens, args);
+  dev.matmul_group(dptr<float>(folded ? *norm.node->inputs[0] : *first.inputs[1]), k, tokens, parts, folded ? &*folded : nullptr);
 }
 
 namespace {
