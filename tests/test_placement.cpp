@@ -2,6 +2,7 @@
 // else); nodes split across backends get explicit copies and compute the same result.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
@@ -202,6 +203,9 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   EXPECT_NE(kernel_lines(e, "blk.0.attn_k").find("1: inside the kernel of blk.0.attn_q"), std::string::npos) << e;
   EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and SwiGLU in one launch"), std::string::npos)
       << e;
+  EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("64: mmq_kernel: gate, up and SwiGLU in one launch"), std::string::npos) << e;
+  const std::string q64 = q.substr(std::min(q.find("64: "), q.size()));  // the prompt-sized step's line
+  EXPECT_NE(q64.find("one launch with blk.0.attn_k and blk.0.attn_v"), std::string::npos) << e;
   const std::string at = kernel_lines(e, "blk.0.attn");
   EXPECT_NE(at.find("1: flash_decode_kernel (writes the KV row, rotates q and k)"), std::string::npos) << e;
   EXPECT_NE(at.find("64: kv_write_kernel + flash_attention_tc_kernel"), std::string::npos) << e;

@@ -336,6 +336,8 @@ void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up
     return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, &part, 1, up, x, k, norm ? norm->w : nullptr, norm ? norm->eps : 0.0f,
                                                     sm_count_));
   }
+  if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq && minfer_cuda_mmq_swiglu_supported(w_dtype))  // one launch, y written once
+    return check_launch(minfer_cuda_mmq_swiglu(&cfg_, w_dtype, gate, up, quantize_for_mmq(x, k, tokens), y, k, m, tokens));
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq) {  // x quantized once, both weights in one launch
     const minfer_cuda_mmq_part mp[2] = {{gate, gate_out, nullptr, m, 0}, {up, up_out, nullptr, m, 0}};
     check_launch(minfer_cuda_mmq(&cfg_, w_dtype, mp, 2, quantize_for_mmq(x, k, tokens), k, tokens));

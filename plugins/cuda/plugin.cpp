@@ -165,6 +165,8 @@ class CudaSegment : public sdk::Segment {
         if (&nodes_[j].node() == norm_of_[i]) norm = ", the RMS norm " + nodes_[j].name() + " folded in";
     if (fuse_swiglu_[i] && path == P::Gemv)
       return "gemv_quantizing_kernel: gate, up and SwiGLU in one launch (dp4a on the " + type + " blocks)" + norm;
+    if (fuse_swiglu_[i] && path == P::Mmq && minfer_cuda_mmq_swiglu_supported(w.dtype))
+      return "mmq_kernel: gate, up and SwiGLU in one launch (int8 tensor cores on the " + type + " blocks)";
     // A group of two weight dtypes: one mixed GEMV launch for a token, the steps one by one for a prompt.
     const bool mixed = std::any_of(group_[i].begin(), group_[i].end(), [&](const MatmulStep &st) { return st.matmul->inputs[0]->dtype != w.dtype; });
     std::string t;

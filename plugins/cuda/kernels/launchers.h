@@ -146,6 +146,11 @@ typedef struct {
 int minfer_cuda_mmq_supported(int32_t dtype);
 cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *xq,
                             int64_t k, int64_t tokens);
+/* An FFN's gate and up weights (same dtype and shape, m rows) and their SwiGLU in one launch:
+ * y = silu(gate x) * (up x). Only for the types minfer_cuda_mmq_swiglu_supported names. */
+int minfer_cuda_mmq_swiglu_supported(int32_t dtype);
+cudaError_t minfer_cuda_mmq_swiglu(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *gate, const void *up, const void *xq, float *y,
+                                   int64_t k, int64_t m, int64_t tokens);
 
 /* matmul.cu: y[t][o] = sum_i W[o][i] x[t][i] for W of any weight dtype; one warp per row. */
 cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x,
