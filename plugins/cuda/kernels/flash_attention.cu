@@ -214,8 +214,11 @@ __global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const fl
     float o[NB][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};  // l: this thread's part of the row sums
     for (int64_t k0 = begin; k0 < end; k0 += kTcKeys) {
       __syncthreads();  // the previous tile is consumed
+      // Consecutive threads take consecutive keys of one 8-dim piece: V's transposed stores then
+      // go to consecutive halves of one row of vt (with threads on consecutive pieces of a key
+      // instead, 16 of them hit one bank, 8 times per piece).
       for (int i = threadIdx.x; i < kTcKeys * HD / 8; i += kTcThreads) {
-        const int j = i / (HD / 8), piece = i % (HD / 8);
+        const int j = i % kTcKeys, piece = i / kTcKeys;
         const int64_t pos = k0 + j;
         uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
         if (pos < end) {
