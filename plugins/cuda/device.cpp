@@ -249,7 +249,7 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
   const MatmulPath path = matmul_path(w_dtype, k, tokens);
   if (path == MatmulPath::Mmq) {
     const minfer_cuda_mmq_part part{w, y, add, m, add_broadcast ? 1 : 0};
-    return check_launch(minfer_cuda_mmq(&cfg_, w_dtype, &part, 1, quantize_for_mmq(x, k, tokens), k, tokens));
+    return mmq(w_dtype, &part, 1, x, k, tokens);
   }
   if (path == MatmulPath::Gemv)  // decode: one launch, the add in it
     return matmul_group(x, k, tokens, {{w_dtype, w, y, m, add, add_broadcast, unfused}});
@@ -316,14 +316,21 @@ void CudaDevice::matmul_group(const float *x, int64_t k, int64_t tokens, const s
     // x quantized once, the group's weights in one launch: a layer's K and V alone would not fill the GPU
     minfer_cuda_mmq_part mp[kMinferCudaMmqMaxParts];
     for (size_t i = 0; i < parts.size(); ++i) mp[i] = {parts[i].w, parts[i].y, parts[i].add, parts[i].m, parts[i].add_broadcast ? 1 : 0};
-    return check_launch(minfer_cuda_mmq(&cfg_, dtypes[0], mp, int32_t(parts.size()), quantize_for_mmq(x, k, tokens), k, tokens));
+    return mmq(dtypes[0], mp, int32_t(parts.size()), x, k, tokens);
   }
   for (const MatmulPart &p : parts) matmul(p.dtype, p.w, x, p.y, k, p.m, tokens, p.add, p.add_broadcast, p.unfused);
 }
 
+void CudaDevice::mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const float *x, int64_t k, int64_t tokens) {
+  const void *xq = quantize_for_mmq(x, k, tokens);
+  const size_t partial_bytes = minfer_cuda_mmq_partials_bytes(w_dtype, parts, n_parts, k, tokens, sm_count_);
+  const minfer_cuda_mmq_split split{sm_count_, partial_bytes ? static_cast<float *>(scratch(5, partial_bytes)) : nullptr};
+  check_launch(minfer_cuda_mmq(&cfg_, w_dtype, parts, n_parts, xq, k, tokens, &split));
+}
+
 const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t tokens) {
-  void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));
-  check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
+  void *q = scratch(0, minfer_cuda_mmq_x_bytes(k, tokens));
+  check_launch(minfer_cuda_quantize_mmq_x(&cfg_, x, q, k, tokens));
   return q;
 }
 
@@ -340,7 +347,7 @@ void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up
     return check_launch(minfer_cuda_mmq_swiglu(&cfg_, w_dtype, gate, up, quantize_for_mmq(x, k, tokens), y, k, m, tokens));
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq) {  // x quantized once, both weights in one launch
     const minfer_cuda_mmq_part mp[2] = {{gate, gate_out, nullptr, m, 0}, {up, up_out, nullptr, m, 0}};
-    check_launch(minfer_cuda_mmq(&cfg_, w_dtype, mp, 2, quantize_for_mmq(x, k, tokens), k, tokens));
+    mmq(w_dtype, mp, 2, x, k, tokens);
   } else {
     matmul(w_dtype, gate, x, gate_out, k, m, tokens);
     matmul(w_dtype, up, x, up_out, k, m, tokens);

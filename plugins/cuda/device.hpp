@@ -157,12 +157,16 @@ class CudaDevice {
   std::vector<std::string> node_names_;
   int64_t attention_max_positions_ = 0;
   // Scratch memory that grows and is reused: [0] quantized activations, [1] f16 weights,
-  // [2] f16 activations, [3] the padded f32 GEMM result, [4] split attention's partial rows.
+  // [2] f16 activations, [3] the padded f32 GEMM result, [4] split attention's partial rows,
+  // [5] split-K MMQ's partial sums.
   void *scratch(int slot, size_t bytes);
+  // x quantized once for MMQ, then the parts in one launch, split over k where the tiles
+  // would not fill the GPU.
+  void mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const float *x, int64_t k, int64_t tokens);
   // x (tokens x k) quantized for MMQ into scratch[0]; valid until the next call.
   const void *quantize_for_mmq(const float *x, int64_t k, int64_t tokens);
-  void *scratch_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
-  size_t scratch_bytes_[5] = {0, 0, 0, 0, 0};
+  void *scratch_[6] = {};
+  size_t scratch_bytes_[6] = {};
   int32_t sm_count_ = 0;
   int *attention_counters_ = nullptr;  // per KV head: blocks of a split decode step done (flash_attention.cu)
   int64_t *step_args_ = nullptr;  // device: n_past of the current step

@@ -13,6 +13,11 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_address(smem)), "l"(gmem));
 }
 
+// 16 bytes of which only the first `valid` (0 or 16) are read from gmem; the rest zero-filled.
+__device__ __forceinline__ void cp_async16_zfill(void *smem, const void *gmem, int valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem), "r"(valid));
+}
+
 // N (4 or 8) bytes, both addresses N-aligned, of which only the first `valid` (0..N) are read
 // from gmem: the rest of the destination is zero-filled (past a row's end, past the tokens).
 template <int N>

@@ -131,7 +131,7 @@ cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dty
                                         const void *up, const float *x, int64_t k, const float *norm_w, float eps, int32_t sm_count);
 
 /* mmq.cu: y = W x for many tokens on int8 tensor cores, W's blocks read in place (the int8
- * block types), x quantized by minfer_cuda_quantize_q8_act. Up to kMinferCudaMmqMaxParts
+ * block types), x quantized by minfer_cuda_quantize_mmq_x. Up to kMinferCudaMmqMaxParts
  * weights of the same dtype and k share x in one launch (a layer's Q, K and V; an FFN's gate
  * and up): part i: y = w x (+ add: NULL, or added to y — m values for every token when
  * add_broadcast (a bias), else m values per token). */
@@ -144,8 +144,22 @@ typedef struct {
   int32_t add_broadcast;
 } minfer_cuda_mmq_part;
 int minfer_cuda_mmq_supported(int32_t dtype);
+/* Split-K: where a launch's tiles would leave SMs idle in its last wave, each tile's k range
+ * is cut over several blocks, whose partial sums a second kernel adds in a fixed order (the
+ * same result every run). split (or NULL: no split): the device's SM count and a scratch
+ * buffer of minfer_cuda_mmq_partials_bytes (0: this call does not split). */
+typedef struct {
+  int32_t sm_count;
+  float *partials;
+} minfer_cuda_mmq_split;
+size_t minfer_cuda_mmq_partials_bytes(int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, int64_t k, int64_t tokens,
+                                      int32_t sm_count);
+/* x (tokens rows of k values, k a multiple of 32) quantized for MMQ into q (16-byte aligned,
+ * minfer_cuda_mmq_x_bytes): 8 bits per 32 values, a token's blocks in runs of four. */
+size_t minfer_cuda_mmq_x_bytes(int64_t k, int64_t tokens);
+cudaError_t minfer_cuda_quantize_mmq_x(minfer_cuda_launch_cfg *cfg, const float *x, void *q, int64_t k, int64_t tokens);
 cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *xq,
-                            int64_t k, int64_t tokens);
+                            int64_t k, int64_t tokens, const minfer_cuda_mmq_split *split);
 /* An FFN's gate and up weights (same dtype and shape, m rows) and their SwiGLU in one launch:
  * y = silu(gate x) * (up x). Only for the types minfer_cuda_mmq_swiglu_supported names. */
 int minfer_cuda_mmq_swiglu_supported(int32_t dtype);

@@ -3,7 +3,7 @@
 // y[t][o] = sum over 32-value sub-blocks b of dw[o][b] * dx[t][b] * (q_w[o][b] . q_x[t][b])
 // (+ m_w[o][b] * sum x[t][b] for types with a minimum): the weights stay in their GGUF blocks
 // (every type of qblock.cuh: no f16 copy) and the activations are quantized to 8 bits per 32
-// values (mmvq.cu's quantize kernel, minfer_cuda_q8_act). A 128-thread block makes a 64 x 64
+// values (mmvq.cu's quantize kernel, in runs of four blocks: minfer_cuda_q8_act4). A 128-thread block makes a 64 x 64
 // tile of y (weight rows x tokens), or 128 x 64 (launch()); each warp 32 x 32 (64 x 32) from
 // mma.m16n8k32 s8 products. One product covers exactly
 // one sub-block on each side, so its int32 result is scaled by the two sides' scales into f32
@@ -11,7 +11,7 @@
 //
 // Per stage, 4 sub-blocks of k (128 values; a whole super-block, 8 sub-blocks, for the K types)
 // of the tile's weight rows and 64 tokens are copied into shared memory by cp.async, in
-// coalesced 4- and 8-byte pieces and double-buffered: the next stage is in flight while this
+// coalesced pieces (the weights' 4-byte words, the tokens' 16-byte pieces) and double-buffered: the next stage is in flight while this
 // one is unpacked and multiplied. The weights arrive as their raw blocks and are unpacked to
 // bytes (qblock.cuh) in shared memory; the tokens' quantized values land straight in rows
 // padded so the fragment loads (ldmatrix) of the 8 row groups fall in distinct banks.
@@ -41,13 +41,19 @@ struct MmqLayout {
   // The span is copied in 4-byte words from the aligned word below it: blocks are only 2-byte
   // aligned (18, 22, 34, 210 bytes), so it may start 2 bytes into its first word.
   static constexpr int kWords = (kSpan + 2 + 3) / 4;
-  static constexpr int kRawStride = kWords % 2 ? kWords * 4 : kWords * 4 + 4;  // an odd number of words: rows in distinct banks
+  // An odd number of 8-byte pieces (8-byte copies need 8-byte rows): the unpack's lanes, on
+  // consecutive rows at one offset, meet at most two to a bank.
+  static constexpr int kRawPieces = (kWords * 4 + 7) / 8;
+  static constexpr int kRawStride = (kRawPieces % 2 ? kRawPieces : kRawPieces + 1) * 8;
   static constexpr int kRowBytes = kStageSubs * 32 + 16;  // an unpacked row, padded
   static constexpr int kScales = kStageSubs * kTileRows * 4;
+  // A token's (d, s) pairs of a stage, padded by 16 bytes: the fragment rows' 8 tokens read
+  // distinct banks (and the copies stay 16-byte aligned).
+  static constexpr int kDsStride = kStageSubs * 8 + 16;
   static constexpr int kWq = 0;                                            // int8 [weights][rows][kRowBytes]
   static constexpr int kXq = kWq + kW * kTileRows * kRowBytes;             // int8 [2][tokens][kRowBytes]
-  static constexpr int kXds = kXq + 2 * kTileTokens * kRowBytes;           // float2 (d, s) [2][subs][tokens]
-  static constexpr int kWd = kXds + 2 * kStageSubs * kTileTokens * 8;      // float [weights][subs][rows]
+  static constexpr int kXds = kXq + 2 * kTileTokens * kRowBytes;           // float2 (d, s) [2][tokens][kDsStride]
+  static constexpr int kWd = kXds + 2 * kTileTokens * kDsStride;           // float [weights][subs][rows]
   static constexpr int kWd2 = kWd + kW * kScales;                          // Q6_K: values 16..31
   static constexpr int kWm = kWd2 + (QB::kTwoScales ? kW * kScales : 0);   // minima
   static constexpr int kRaw = kWm + (QB::kOffset ? kW * kScales : 0);      // raw blocks [2][weights][rows][kRawStride]
@@ -85,7 +91,16 @@ struct MmqParts {
   int64_t m[kMinferCudaMmqMaxParts], tiles_end[kMinferCudaMmqMaxParts];
   int add_broadcast[kMinferCudaMmqMaxParts];
   int n;
+  int copy8;  // every weight and its rows 8-byte aligned: the stages copy 8-byte pieces
+  // Split-K: each tile's stages are cut into `splits` ranges, one block each (units: tile *
+  // splits + split). Split z writes its partial products where part p's y would be in
+  // partials + z * partial_stride + partial_off[p]; mmq_split_sum_kernel adds them in split
+  // order (the same sum every run), then the add.
+  int splits;
+  float *partials;
+  int64_t partial_stride, partial_off[kMinferCudaMmqMaxParts];
 };
+
 
 // Part p's entry, by selects (a run-time index would copy the parameter to local memory).
 template <class T>
@@ -94,11 +109,23 @@ __device__ __forceinline__ T pick(const T (&a)[kMinferCudaMmqMaxParts], int p) {
   return p == 0 ? a[0] : p == 1 ? a[1] : a[2];
 }
 
+__global__ void mmq_split_sum_kernel(const __grid_constant__ MmqParts parts) {
+  MINFER_GRID_STRIDE(i, parts.partial_stride) {
+    const int p = i < parts.partial_off[1] ? 0 : i < parts.partial_off[2] ? 1 : 2;
+    const int64_t at = i - pick(parts.partial_off, p), m = pick(parts.m, p);
+    float v = 0.0f;
+    for (int z = 0; z < parts.splits; ++z) v += parts.partials[z * parts.partial_stride + i];
+    const float *add = pick(parts.add, p);
+    if (add) v += add[pick(parts.add_broadcast, p) ? at % m : at];
+    pick(parts.y, p)[at] = v;
+  }
+}
+
 // kSwiGLU: parts are a gate (0) and an up weight (1) of the same shape; a tile makes both
 // products of its rows and writes silu(gate) * up to part 0's y (no add).
 template <class Block, int kTileRows, bool kSwiGLU>
 __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU ? 2 : 1>::kMinBlocks)
-    mmq_kernel(const __grid_constant__ MmqParts parts, const minfer_cuda_q8_act *x, int64_t k, int64_t tokens, int64_t row_tiles,
+    mmq_kernel(const __grid_constant__ MmqParts parts, const minfer_cuda_q8_act4 *x, int64_t k, int64_t tokens, int64_t row_tiles,
                int64_t token_tiles) {
   using QB = QBlock<Block>;
   constexpr int kW = kSwiGLU ? 2 : 1;  // weights per tile
@@ -113,11 +140,17 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU 
   const auto wm_s = [&](int wi) { return reinterpret_cast<float *>(smem + L::kWm) + wi * S * kTileRows; };
   const auto raw_s = [&](int buf, int wi) { return smem + L::kRaw + (buf * kW + wi) * kTileRows * L::kRawStride; };
   const auto xq_s = [&](int buf) { return smem + L::kXq + buf * kTileTokens * L::kRowBytes; };
-  const auto xds_s = [&](int buf) { return reinterpret_cast<float2 *>(smem + L::kXds) + buf * S * kTileTokens; };
+  const auto xds_s = [&](int buf) { return smem + L::kXds + buf * kTileTokens * L::kDsStride; };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
   const int wm = warp / 2, wn = warp % 2;  // this warp's part of the tile
   const int64_t kb = k / 32, stages = (kb + S - 1) / S, row_bytes = kb / QB::kSubs * int64_t(sizeof(Block));
-  for (int64_t tile = blockIdx.x; tile < row_tiles * token_tiles; tile += gridDim.x) {
+  const int64_t x_runs = (kb + 3) / 4;  // a token's runs of four blocks
+  static_assert(S % 4 == 0, "a stage is whole runs of four blocks of x");
+  const int splits = parts.splits;
+  for (int64_t unit = blockIdx.x; unit < row_tiles * token_tiles * splits; unit += gridDim.x) {
+    const int64_t tile = unit / splits;
+    const int split = int(unit - tile * splits);
+    const int64_t s_begin = stages * split / splits, s_end = stages * (split + 1) / splits;
     const int64_t row_tile = tile % row_tiles, tok0 = (tile / row_tiles) * kTileTokens;
     // The tile's part, kept in shared memory: in registers through the stage loop its rows
     // and weights cost the tall tile its spill-free register budget.
@@ -127,17 +160,38 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU 
     const int64_t row0 = (row_tile - (tile_part == 0 ? 0 : pick(parts.tiles_end, tile_part - 1))) * kTileRows;
     const auto rows_of_part = [&] { return pick(parts.m, tile_part); };
     float acc[kW][kI][4][4] = {};
-    // Stage s into buffer `buf`: warp w copies rows (then tokens) w, w + 4, ..., its lanes
-    // consecutive words of one row's span, so each copy instruction reads whole sectors. Rows
-    // 4 apart share the span's alignment, so a lane's source only steps by 4 rows. Interior
-    // stages of whole tiles copy without bounds checks; the last stage and partial tiles clip
-    // at the row's end and zero-fill rows and tokens past the matrix.
+    // Stage s into buffer `buf`. Weights whose rows are 8-byte multiples go as 8-byte pieces
+    // over all threads; others by 4-byte words: warp w copies rows w, w + 4, ..., its lanes
+    // consecutive words of one row's span from the word below it (so each copy instruction
+    // reads whole sectors; rows 4 apart share the span's alignment, so a lane's source only
+    // steps by 4 rows). Interior stages of whole tiles copy without bounds checks; the last
+    // stage and partial tiles clip at the row's end and zero-fill rows and tokens past the
+    // matrix.
     const auto copy_stage = [&](int64_t s, int buf) {
       const int64_t m = rows_of_part();
       const bool interior = s + 1 < stages;
 #pragma unroll
       for (int wi = 0; wi < kW; ++wi) {
         const uint8_t *const wbytes = static_cast<const uint8_t *>(pick(parts.w, kSwiGLU ? wi : tile_part));
+        if (L::kSpan % 8 == 0 && parts.copy8) {
+          // 8-byte pieces spread over all threads, consecutive threads on consecutive pieces:
+          // four times fewer copy instructions than the words below.
+          constexpr int kPieces = L::kSpan / 8;
+          const bool whole = interior && row0 + kTileRows <= m;
+#pragma unroll
+          for (int i = 0; i < (kTileRows * kPieces + kThreads - 1) / kThreads; ++i) {
+            const int c = threadIdx.x + i * kThreads, rr = c / kPieces, piece = c % kPieces;
+            if (c >= kTileRows * kPieces) break;
+            const int64_t at = s * L::kSpan + 8 * piece;  // the piece's offset in its row
+            int valid = 8;
+            if (!whole) {
+              const int64_t rest = row0 + rr < m ? row_bytes - at : 0;
+              valid = rest <= 0 ? 0 : rest >= 8 ? 8 : int(rest);
+            }
+            cp_async_zfill<8>(raw_s(buf, wi) + rr * L::kRawStride + 8 * piece, valid ? wbytes + (row0 + rr) * row_bytes + at : wbytes, valid);
+          }
+          continue;
+        }
         uint8_t *raw = raw_s(buf, wi) + warp * L::kRawStride;
         const int64_t first = ((row0 + warp) * row_bytes + s * L::kSpan) & ~int64_t(3);  // the span's first word, in the tensor
         const uint8_t *src = wbytes + first;
@@ -157,29 +211,26 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU 
           }
         }
       }
-      // The tokens: 5 pieces of 8 bytes per block, (d, s) then the values; lane i's piece is
-      // the same for every token, so are its destination's offset and step.
-      const bool tokens_whole = interior && tok0 + kTileTokens <= tokens;
+      // The tokens: the stage's kG runs of four blocks of each token, ten 16-byte pieces a run
+      // (two of scales, eight of values) into the token's scale row and value row. Thread i
+      // takes scale pieces i, i + 128, ... and value pieces likewise: in both, one piece per
+      // thread a round, the warp's pieces consecutive in memory, the piece within the token's
+      // stage fixed per thread (128 is a multiple of its pieces per token).
+      constexpr int kG = S / 4, kScalePieces = 2 * kG, kValuePieces = 8 * kG;
+      const int64_t run0 = s * kG;
 #pragma unroll
-      for (int i0 = 0; i0 < S * 5; i0 += 32) {
-        const int i = i0 + lane, sb = i / 5, piece = i % 5;
-        if (i >= S * 5) break;
-        uint8_t *dst = piece == 0 ? reinterpret_cast<uint8_t *>(xds_s(buf) + sb * kTileTokens + warp)
-                                  : xq_s(buf) + warp * L::kRowBytes + sb * 32 + 8 * (piece - 1);
-        const int step = piece == 0 ? 4 * int(sizeof(float2)) : 4 * L::kRowBytes;
-        const uint8_t *xsrc = reinterpret_cast<const uint8_t *>(x + (tok0 + warp) * kb + s * S + sb) + 8 * piece;
-        const int64_t xstep = 4 * kb * int64_t(sizeof(minfer_cuda_q8_act));
-        if (tokens_whole) {
-#pragma unroll 4
-          for (int tt = warp; tt < kTileTokens; tt += 4, dst += step, xsrc += xstep) cp_async_zfill<8>(dst, xsrc, 8);
-        } else {
-          const bool block_live = s * S + sb < kb;
-#pragma unroll 1
-          for (int64_t tok = tok0 + warp; tok < tok0 + kTileTokens; tok += 4, dst += step, xsrc += xstep) {
-            const bool live = block_live && tok < tokens;
-            cp_async_zfill<8>(dst, live ? xsrc : reinterpret_cast<const uint8_t *>(x), live ? 8 : 0);
-          }
-        }
+      for (int i = 0; i < kScalePieces * kTileTokens / kThreads; ++i) {
+        const int c = threadIdx.x + i * kThreads, t = c / kScalePieces, r = c % kScalePieces;
+        const bool live = tok0 + t < tokens;
+        const auto *src = reinterpret_cast<const uint8_t *>(x + (tok0 + t) * x_runs + run0 + r / 2) + 16 * (r % 2);
+        cp_async16_zfill(xds_s(buf) + t * L::kDsStride + 16 * r, live ? src : reinterpret_cast<const uint8_t *>(x), live ? 16 : 0);
+      }
+#pragma unroll
+      for (int i = 0; i < kValuePieces * kTileTokens / kThreads; ++i) {
+        const int c = threadIdx.x + i * kThreads, t = c / kValuePieces, r = c % kValuePieces;
+        const bool live = tok0 + t < tokens;
+        const auto *src = reinterpret_cast<const uint8_t *>(x + (tok0 + t) * x_runs + run0 + r / 8) + 32 + 16 * (r % 8);
+        cp_async16_zfill(xq_s(buf) + t * L::kRowBytes + 16 * r, live ? src : reinterpret_cast<const uint8_t *>(x), live ? 16 : 0);
       }
     };
     // The weights of the stage in buffer `buf` to bytes and scales.
@@ -202,16 +253,16 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU 
           if (QB::kOffset) wm_s(wi)[sb * kTileRows + rr] = u.m;
         }
     };
-    copy_stage(0, 0);
-    for (int64_t s = 0; s < stages; ++s) {
-      const int cur = int(s & 1);
+    copy_stage(s_begin, 0);
+    for (int64_t s = s_begin; s < s_end; ++s) {
+      const int cur = int((s - s_begin) & 1);
       cp_async_wait_all();  // this stage's copies (the only ones in flight)
       __syncthreads();      // ... from every thread; and the previous stage is multiplied
-      if (s + 1 < stages) copy_stage(s + 1, cur ^ 1);
+      if (s + 1 < s_end) copy_stage(s + 1, cur ^ 1);
       unpack_stage(s, cur);
       __syncthreads();
       const uint8_t *xq = xq_s(cur);
-      const float2 *xds = xds_s(cur);
+      const uint8_t *xds = xds_s(cur);
 #pragma unroll 1
       for (int bb = 0; bb < S; ++bb) {
         // Fragments by ldmatrix: A's matrices are (rows 0-7 | 8-15) x (bytes 0-15 | 16-31) of the
@@ -225,7 +276,10 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU 
         }
         float2 ds[4][2];  // (d, s) of the tokens
 #pragma unroll
-        for (int j = 0; j < 4; ++j) ds[j][0] = xds[bb * kTileTokens + wn * 32 + j * 8 + tg * 2], ds[j][1] = xds[bb * kTileTokens + wn * 32 + j * 8 + tg * 2 + 1];
+        for (int j = 0; j < 4; ++j) {
+          const uint8_t *d0 = xds + (wn * 32 + j * 8 + tg * 2) * L::kDsStride + bb * 8;
+          ds[j][0] = *reinterpret_cast<const float2 *>(d0), ds[j][1] = *reinterpret_cast<const float2 *>(d0 + L::kDsStride);
+        }
 #pragma unroll
         for (int wi = 0; wi < kW; ++wi) {
           uint32_t a[kI][4];
@@ -274,8 +328,9 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU 
     }
     // c0, c1: weight row g, tokens 2tg, 2tg+1; c2, c3: row g + 8.
     const int64_t m = rows_of_part();
-    float *const y = pick(parts.y, tile_part);
-    const float *const add = pick(parts.add, tile_part);
+    // A split's partial sums go to its own copy of the parts' outputs; mmq_split_sum_kernel adds them.
+    float *const y = splits > 1 ? parts.partials + split * parts.partial_stride + pick(parts.partial_off, tile_part) : pick(parts.y, tile_part);
+    const float *const add = splits > 1 ? nullptr : pick(parts.add, tile_part);
     const int add_broadcast = pick(parts.add_broadcast, tile_part);
 #pragma unroll
     for (int i = 0; i < kI; ++i)
@@ -296,9 +351,57 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU 
   }
 }
 
+// Gate, up and SwiGLU in one launch: two weights' tiles in shared memory; only where three
+// blocks still fit an SM (the 18- to 24-byte block types; Q8_0 and the K types would drop to
+// one or two).
+template <class Block>
+constexpr bool kFusesSwiGLU = QBlock<Block>::kSubs == 1 && MmqLayout<Block, 64, 2>::kMinBlocks >= 3;
+
+// 128-row tiles halve the copies and fragment loads per product, but only where three fit an
+// SM: the K types' stages (a whole super-block) and Q8_0's 34-byte blocks need too much
+// shared memory (0.5B Q8_0 pp512 51,663 -> 46,367 t/s with tall tiles), so they keep 64 rows.
+template <class Block>
+constexpr bool kTallTiles = QBlock<Block>::kSubs == 1 && MmqLayout<Block, 128>::kMinBlocks >= 3;
+
+constexpr int kMaxSplits = 8, kMinSplitStages = 4;
+
+struct MmqPlan {
+  int tile_rows = 64, splits = 1;
+  int64_t tiles = 0;  // row tiles x token tiles
+};
+
+// Tile height and split-K for a launch, from a wave model: a launch takes ceil(units / slots)
+// waves (slots: the blocks all SMs hold at once), each as long as its units' stages (plus
+// one for a split unit's partials) times the SM's work per stage (tile rows x blocks per SM:
+// the kernel is issue-bound). A few tiles for 132 SMs (a 7B's down projection at 512
+// tokens: 448 64-row tiles, 0.85 of a wave) leave SMs idle; splitting k fills them.
+template <class Block>
+MmqPlan plan_mmq(const minfer_cuda_mmq_part *parts, int n_parts, int64_t k, int64_t tokens, int sm_count, bool can_split) {
+  const int64_t token_tiles = (tokens + kTileTokens - 1) / kTileTokens;
+  const int64_t stages = (k / 32 + MmqLayout<Block, 64>::kStageSubs - 1) / MmqLayout<Block, 64>::kStageSubs;
+  MmqPlan best;
+  double best_cost = 0;
+  const auto consider = [&](int rows, int blocks_per_sm, double stage_work) {
+    int64_t tiles = 0;
+    for (int i = 0; i < n_parts; ++i) tiles += (parts[i].m + rows - 1) / rows * token_tiles;
+    const int64_t slots = int64_t(sm_count > 0 ? sm_count : 1) * blocks_per_sm;
+    for (int ks = 1; ks <= kMaxSplits; ++ks) {
+      if (ks > 1 && (!can_split || stages / ks < kMinSplitStages)) break;
+      const int64_t waves = (tiles * ks + slots - 1) / slots;
+      const double cost = double(waves) * (double((stages + ks - 1) / ks) + (ks > 1 ? 1.0 : 0.0)) * stage_work;
+      if (best.tiles == 0 || cost < best_cost) best_cost = cost, best = {rows, ks, tiles};
+    }
+  };
+  consider(64, MmqLayout<Block, 64>::kMinBlocks, 64.0 * MmqLayout<Block, 64>::kMinBlocks);
+  // Tall tiles a little ahead at equal work: fewer fragment loads per product.
+  if constexpr (kTallTiles<Block>) consider(128, MmqLayout<Block, 128>::kMinBlocks, 0.95 * 128.0 * MmqLayout<Block, 128>::kMinBlocks);
+  return best;
+}
+
+
 template <class Block, int kTileRows, bool kSwiGLU = false>
 cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part *in, int n_parts, const void *xq, int64_t k,
-                         int64_t tokens, int32_t dtype) {
+                         int64_t tokens, int32_t dtype, int splits = 1, const minfer_cuda_mmq_split *split = nullptr) {
   MmqParts parts{};
   int64_t row_tiles = 0;
   for (int i = 0; i < n_parts; ++i) {
@@ -309,14 +412,29 @@ cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part
   }
   for (int i = n_parts; i < kMinferCudaMmqMaxParts; ++i) parts.tiles_end[i] = row_tiles;
   parts.n = n_parts;
-  const int64_t token_tiles = (tokens + kTileTokens - 1) / kTileTokens, tiles = row_tiles * token_tiles;
+  const int64_t row_bytes = k / (32 * QBlock<Block>::kSubs) * int64_t(sizeof(Block));
+  parts.copy8 = row_bytes % 8 == 0;
+  for (int i = 0; i < n_parts; ++i) parts.copy8 &= reinterpret_cast<uintptr_t>(in[i].w) % 8 == 0;
+  parts.splits = splits;
+  for (int i = 0; i < kMinferCudaMmqMaxParts; ++i) {
+    parts.partial_off[i] = parts.partial_stride;
+    if (i < n_parts) parts.partial_stride += in[i].m * tokens;
+  }
+  if (splits > 1) parts.partials = split->partials;
+  const int64_t token_tiles = (tokens + kTileTokens - 1) / kTileTokens, units = row_tiles * token_tiles * splits;
   constexpr int smem = MmqLayout<Block, kTileRows, kSwiGLU ? 2 : 1>::kBytes;
-  if (smem > 48 * 1024) {  // above the default limit: opt in (per device, so every launch)
+  // Above the default 48 KiB with the kernel's few static bytes: opt in (per device, so every launch).
+  if (smem + 1024 > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(mmq_kernel<Block, kTileRows, kSwiGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
   }
-  mmq_kernel<Block, kTileRows, kSwiGLU><<<unsigned(tiles < cfg->max_blocks ? tiles : cfg->max_blocks), kThreads, smem, cfg->stream>>>(
-      parts, static_cast<const minfer_cuda_q8_act *>(xq), k, tokens, row_tiles, token_tiles);
+  mmq_kernel<Block, kTileRows, kSwiGLU><<<unsigned(units < cfg->max_blocks ? units : cfg->max_blocks), kThreads, smem, cfg->stream>>>(
+      parts, static_cast<const minfer_cuda_q8_act4 *>(xq), k, tokens, row_tiles, token_tiles);
+  if (splits > 1) {
+    if (const cudaError_t err = launched(cfg, "mmq_kernel (split k)", dtype); err != cudaSuccess) return err;
+    mmq_split_sum_kernel<<<grid_for(cfg, parts.partial_stride), kBlock, 0, cfg->stream>>>(parts);
+    return launched(cfg, "mmq_split_sum_kernel", dtype);
+  }
   return launched(cfg,
                   kSwiGLU            ? "mmq_kernel (gate, up, swiglu; 64 x 64 tiles)"
                   : kTileRows == 64 ? "mmq_kernel (64 x 64 tiles)"
@@ -324,25 +442,13 @@ cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part
                   dtype);
 }
 
-// Gate, up and SwiGLU in one launch: two weights' tiles in shared memory; only where three
-// blocks still fit an SM (the 18- to 24-byte block types; Q8_0 and the K types would drop to
-// one or two).
-template <class Block>
-constexpr bool kFusesSwiGLU = QBlock<Block>::kSubs == 1 && MmqLayout<Block, 64, 2>::kMinBlocks >= 3;
-
-// 128-row tiles halve the copies and fragment loads per product, but only pay when there are
-// enough of them to fill the GPU (two per SM on an H200) and three fit an SM: the K types'
-// stages (a whole super-block) and Q8_0's 34-byte blocks need too much shared memory (0.5B
-// Q8_0 pp512 51,663 -> 46,367 t/s with tall tiles), so they keep 64 rows.
 template <class Block>
 cudaError_t launch(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part *parts, int n_parts, const void *xq, int64_t k, int64_t tokens,
-                   int32_t dtype) {
-  if constexpr (QBlock<Block>::kSubs == 1) {
-    int64_t tall_tiles = 0;
-    for (int i = 0; i < n_parts; ++i) tall_tiles += (parts[i].m + 127) / 128 * ((tokens + kTileTokens - 1) / kTileTokens);
-    if (MmqLayout<Block, 128>::kMinBlocks >= 3 && tall_tiles >= 264) return launch_tiles<Block, 128>(cfg, parts, n_parts, xq, k, tokens, dtype);
-  }
-  return launch_tiles<Block, 64>(cfg, parts, n_parts, xq, k, tokens, dtype);
+                   int32_t dtype, const minfer_cuda_mmq_split *split) {
+  const MmqPlan plan = plan_mmq<Block>(parts, n_parts, k, tokens, split ? split->sm_count : 0, split && split->partials);
+  if constexpr (kTallTiles<Block>)
+    if (plan.tile_rows == 128) return launch_tiles<Block, 128>(cfg, parts, n_parts, xq, k, tokens, dtype, plan.splits, split);
+  return launch_tiles<Block, 64>(cfg, parts, n_parts, xq, k, tokens, dtype, plan.splits, split);
 }
 
 }  // namespace
@@ -363,19 +469,30 @@ extern "C" int minfer_cuda_mmq_swiglu_supported(int32_t dtype) {
 namespace {
 cudaError_t check_mmq_args(int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *xq, int64_t k) {
   if (k % minfer_dtype_info(dtype).block_values || n_parts < 1 || n_parts > kMinferCudaMmqMaxParts) return cudaErrorInvalidValue;
-  // The stage copies read whole 4-byte words of the weights and 8-byte pieces of x.
-  if (reinterpret_cast<uintptr_t>(xq) % 8) return cudaErrorMisalignedAddress;
+  // The stage copies read whole 4-byte words of the weights and 16-byte pieces of x.
+  if (reinterpret_cast<uintptr_t>(xq) % 16) return cudaErrorMisalignedAddress;
   for (int i = 0; i < n_parts; ++i)
     if (reinterpret_cast<uintptr_t>(parts[i].w) % 4) return cudaErrorMisalignedAddress;
   return cudaSuccess;
 }
 }  // namespace
 
+extern "C" size_t minfer_cuda_mmq_partials_bytes(int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, int64_t k, int64_t tokens,
+                                                 int32_t sm_count) {
+  size_t bytes = 0;
+  visit_int8_block(dtype, [&](auto tag) {
+    const MmqPlan plan = plan_mmq<decltype(tag)>(parts, n_parts, k, tokens, sm_count, true);
+    if (plan.splits == 1) return;
+    for (int i = 0; i < n_parts; ++i) bytes += size_t(parts[i].m * tokens) * plan.splits * sizeof(float);
+  });
+  return bytes;
+}
+
 extern "C" cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts,
-                                       const void *xq, int64_t k, int64_t tokens) {
+                                       const void *xq, int64_t k, int64_t tokens, const minfer_cuda_mmq_split *split) {
   if (const cudaError_t err = check_mmq_args(dtype, parts, n_parts, xq, k); err != cudaSuccess) return err;
   cudaError_t err = cudaErrorNotSupported;
-  visit_int8_block(dtype, [&](auto tag) { err = launch<decltype(tag)>(cfg, parts, n_parts, xq, k, tokens, dtype); });
+  visit_int8_block(dtype, [&](auto tag) { err = launch<decltype(tag)>(cfg, parts, n_parts, xq, k, tokens, dtype, split); });
   return err;
 }
 

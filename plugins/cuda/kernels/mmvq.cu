@@ -22,23 +22,54 @@ constexpr int kTokens = 8;  // tokens per weight read
 
 // Many tokens' activations (the prefill matmuls' input): four lanes per block of 32 values,
 // 16-byte loads. The warp goes round whole (quantize8's shuffles); lanes past the end carry
-// zeros and write nothing.
-__global__ void quantize_q8_act_kernel(const float *x, minfer_cuda_q8_act *q, int64_t n_blocks) {
+// zeros and write nothing. Block b's values are x[32 b...]; Out says where its results go.
+template <class Out>
+__device__ __forceinline__ void quantize_blocks(const float *x, int64_t n_slots, Out out) {
   const int sub = threadIdx.x & 3;
   const int64_t per_round = (int64_t(gridDim.x) * blockDim.x) >> 2;
-  for (int64_t b0 = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) << 3; b0 < n_blocks; b0 += per_round) {
-    const int64_t b = b0 + ((threadIdx.x & 31) >> 2);
-    const bool live = b < n_blocks;
+  for (int64_t b0 = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) << 3; b0 < n_slots; b0 += per_round) {
+    const int64_t slot = b0 + ((threadIdx.x & 31) >> 2);
+    int64_t b = -1;  // the slot's block of x; -1: padding (zeros written) or past the end
+    const bool live = slot < n_slots && (b = out.block(slot)) >= 0;
     float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
     if (live) {
       const float4 *src = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8);
       v0 = src[0], v1 = src[1];
     }
     const Q8Part r = quantize8(v0, v1);
-    if (!live) continue;
+    if (slot < n_slots) out.write(slot, sub, r);
+  }
+}
+
+// minfer_cuda_q8_act: slot b is block b.
+struct PlainBlocks {
+  minfer_cuda_q8_act *q;
+  __device__ int64_t block(int64_t b) const { return b; }
+  __device__ void write(int64_t b, int sub, const Q8Part &r) const {
     reinterpret_cast<int2 *>(q[b].qs)[sub] = make_int2(r.w0, r.w1);
     if (sub == 0) q[b].d = r.d, q[b].s = r.s;
   }
+};
+
+// minfer_cuda_q8_act4: a token has `runs` runs of four slots; slots past its kb blocks are padding.
+struct BlockRuns {
+  minfer_cuda_q8_act4 *q;
+  int64_t kb, runs;
+  __device__ int64_t block(int64_t slot) const {
+    const int64_t t = slot / (runs * 4), j = slot - t * runs * 4;
+    return j < kb ? t * kb + j : -1;
+  }
+  __device__ void write(int64_t slot, int sub, const Q8Part &r) const {
+    minfer_cuda_q8_act4 &run = q[slot >> 2];
+    const int i = int(slot & 3);
+    reinterpret_cast<int2 *>(run.qs + 8 * i)[sub] = make_int2(r.w0, r.w1);
+    if (sub == 0) run.ds[i] = make_float2(r.d, r.s);
+  }
+};
+
+template <class Out>
+__global__ void quantize_q8_act_kernel(const float *x, int64_t n_slots, Out out) {
+  quantize_blocks(x, n_slots, out);
 }
 
 template <class Block>
@@ -80,8 +111,21 @@ extern "C" size_t minfer_cuda_q8_act_bytes(int64_t k, int64_t tokens) {
 
 extern "C" cudaError_t minfer_cuda_quantize_q8_act(minfer_cuda_launch_cfg *cfg, const float *x, void *q, int64_t n) {
   const int64_t blocks = n / 32;
-  quantize_q8_act_kernel<<<grid_for(cfg, blocks * 4), kBlock, 0, cfg->stream>>>(x, static_cast<minfer_cuda_q8_act *>(q), blocks);
+  quantize_q8_act_kernel<<<grid_for(cfg, blocks * 4), kBlock, 0, cfg->stream>>>(x, blocks, PlainBlocks{static_cast<minfer_cuda_q8_act *>(q)});
   return launched(cfg, "quantize_q8_act_kernel");
+}
+
+extern "C" size_t minfer_cuda_mmq_x_bytes(int64_t k, int64_t tokens) {
+  return size_t((k / 32 + 3) / 4) * size_t(tokens) * sizeof(minfer_cuda_q8_act4);
+}
+
+extern "C" cudaError_t minfer_cuda_quantize_mmq_x(minfer_cuda_launch_cfg *cfg, const float *x, void *q, int64_t k, int64_t tokens) {
+  if (k % 32) return cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(q) % 16) return cudaErrorMisalignedAddress;  // MMQ copies 16-byte pieces
+  const BlockRuns out{static_cast<minfer_cuda_q8_act4 *>(q), k / 32, (k / 32 + 3) / 4};
+  const int64_t slots = out.runs * 4 * tokens;
+  quantize_q8_act_kernel<<<grid_for(cfg, slots * 4), kBlock, 0, cfg->stream>>>(x, slots, out);
+  return launched(cfg, "quantize_q8_act_kernel (MMQ runs of four blocks)");
 }
 
 extern "C" int minfer_cuda_mmvq_supported(int32_t dtype) {

@@ -9,3 +9,12 @@ struct minfer_cuda_q8_act {  // one block of 32 quantized activations
   float s;                   // d * sum(q)
   int32_t qs[8];             // the 32 int8 values, as words for dp4a
 };
+
+// MMQ's layout: a token's blocks in runs of four, scales first, so a stage of 128 values is
+// whole 16-byte pieces (two of scales, eight of values) that cp.async copies as they are. A
+// token's row is ceil(k / 128) runs; the last run's blocks past k are zeros.
+struct minfer_cuda_q8_act4 {
+  float2 ds[4];    // (d, s) of each block, as in minfer_cuda_q8_act
+  int32_t qs[32];  // the 128 int8 values, block after block
+};
+static_assert(sizeof(minfer_cuda_q8_act4) == 160, "MMQ copies a run as ten 16-byte pieces");
