@@ -329,8 +329,9 @@ __global__ void flash_merge_kernel(const float *partials, float *out, int64_t to
   }
 }
 
-// Decode (one token): the group of query heads sharing a KV head (<= 8) are the rows, and the
-// block's 8 warps take one 32-key tile each of its chunk (256 keys) — the rows are few, the
+// Decode (one token): query heads sharing a KV head (<= 8) are the rows — the whole group per
+// block (kRows 8), or one head per block while the caches are short (kRows 1: plan_for) — and
+// the block's 8 warps take one 32-key tile each of its chunk (256 keys) — the rows are few, the
 // keys many, so a step spreads over many blocks. Every load of a tile is issued before its
 // first use: lane j's key row straight into registers, and the tile's V rows copied into the
 // warp's shared memory asynchronously (cp.async) while the scores are formed; one memory
@@ -338,8 +339,9 @@ __global__ void flash_merge_kernel(const float *partials, float *out, int64_t to
 // running (max, sum, output) are merged in shared memory.
 // Split over chunks, the partials go to global memory and the last block of a KV head to
 // finish (an atomic counter per head, reset by it) merges them: one launch per step. The
-// block whose chunk holds the step's own key (position n_past) first writes it from
-// k_new/v_new into the caches and then reads it back like any other: no separate KV write.
+// blocks whose chunk holds the step's own key (position n_past) first write it from
+// k_new/v_new into the caches (the same values from each of a KV head's blocks) and then read
+// it back like any other: no separate KV write.
 constexpr int kDecodeWarps = 8, kDecodeRows = 8, kDecodeThreads = kDecodeWarps * 32;
 constexpr int64_t kDecodeChunk = 4 * kDecodeWarps * 32;  // keys per block at least: up to four tiles per warp
 
@@ -359,15 +361,15 @@ __device__ __forceinline__ void unpack16(const uint4 &u, const float *, float (&
   v[0] = __uint_as_float(u.x), v[1] = __uint_as_float(u.y), v[2] = __uint_as_float(u.z), v[3] = __uint_as_float(u.w);
 }
 
-template <class T, int HD>
+template <class T, int HD, int kRows>
 __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const float *q, const float *k_new, const float *v_new, T *kc, T *vc,
                                                                       float *out, float *partials, int *counters, int n_head, int n_kv,
                                                                       const int64_t *n_past_ptr, float scale, int splits, int64_t chunk,
                                                                       const int32_t *rope_pos, minfer_cuda_rope rope) {
   constexpr int D = HD / 32, kPieces = HD * int(sizeof(T)) / 16;  // 16-byte pieces of a row
-  __shared__ __align__(16) float qs[kDecodeRows][HD];
-  __shared__ float wm[kDecodeWarps][kDecodeRows], wl[kDecodeWarps][kDecodeRows];
-  __shared__ float wacc[kDecodeWarps][kDecodeRows][HD];
+  __shared__ __align__(16) float qs[kRows][HD];
+  __shared__ float wm[kDecodeWarps][kRows], wl[kDecodeWarps][kRows];
+  __shared__ float wacc[kDecodeWarps][kRows][HD];
   __shared__ int last_block;
   __shared__ float2 rope_cs[HD / 2];  // (cos, sin) of each rotated pair at this step's position
   extern __shared__ uint4 vtiles[];
@@ -380,13 +382,16 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
     const int32_t pos = rope_pos[0];
     for (int i = threadIdx.x; i < rope.n_dims / 2; i += kDecodeThreads) rope_cos_sin(pos, i, rope, rope_cs[i].x, rope_cs[i].y);
   }
-  for (int64_t item = blockIdx.x; item < int64_t(n_kv) * splits; item += gridDim.x) {
-    const int z = int(item % splits), kvh = int(item / splits);
+  const int row_blocks = (group + kRows - 1) / kRows;
+  for (int64_t item = blockIdx.x; item < int64_t(n_kv) * row_blocks * splits; item += gridDim.x) {
+    const int z = int(item % splits), rb = int(item / splits % row_blocks), kvh = int(item / splits / row_blocks);
+    const int h0 = kvh * group + rb * kRows, nrows = group - rb * kRows < kRows ? group - rb * kRows : kRows;  // the block's query heads
+    const int tally = kvh * row_blocks + rb;  // its counter
     __syncthreads();  // the previous item's shared state is consumed (and rope_cs is ready)
-    for (int i = threadIdx.x; i < kDecodeRows * HD; i += kDecodeThreads) {
+    for (int i = threadIdx.x; i < kRows * HD; i += kDecodeThreads) {
       const int r = i / HD, d = i % HD;
-      const float *qh = q + (int64_t(kvh) * group + r) * HD;
-      qs[r][d] = r < group ? (rope.n_dims > 0 ? rope_value(qh, d, rope, rope_cs) : qh[d]) * scale : 0.0f;
+      const float *qh = q + (int64_t(h0) + r) * HD;
+      qs[r][d] = r < nrows ? (rope.n_dims > 0 ? rope_value(qh, d, rope, rope_cs) : qh[d]) * scale : 0.0f;
     }
     const int64_t begin = int64_t(z) * chunk, end = begin + chunk < n_past + 1 ? begin + chunk : n_past + 1;
     if (begin <= n_past && n_past < end)  // this chunk holds the new key: into the caches, read back below
@@ -396,9 +401,9 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
         st(vc + n_past * kvd + int64_t(kvh) * HD + i, v_new[int64_t(kvh) * HD + i]);
       }
     __syncthreads();  // q in shared memory; the new row visible to the block's loads
-    float m[kDecodeRows], l[kDecodeRows], acc[kDecodeRows][D];
+    float m[kRows], l[kRows], acc[kRows][D];
 #pragma unroll
-    for (int r = 0; r < kDecodeRows; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       m[r] = -INFINITY, l[r] = 0;
 #pragma unroll
       for (int i = 0; i < D; ++i) acc[r][i] = 0;
@@ -411,9 +416,9 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
         cp_async16(reinterpret_cast<uint4 *>(vt + j * HD) + piece, reinterpret_cast<const uint4 *>(vc + (k0 + j) * kvd + int64_t(kvh) * HD) + piece);
       }
       const int64_t pos = k0 + lane;
-      float s[kDecodeRows];
+      float s[kRows];
 #pragma unroll
-      for (int r = 0; r < kDecodeRows; ++r) s[r] = 0;
+      for (int r = 0; r < kRows; ++r) s[r] = 0;
       if (pos < end) {
         // The key row as raw 16-byte pieces, up to 16 in flight at once (all of an f16 row).
         constexpr int kPass = kPieces < 16 ? kPieces : 16, kPer = 16 / int(sizeof(T));
@@ -430,7 +435,7 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
 #pragma unroll
             for (int e = 0; e < kPer; e += 4)
 #pragma unroll
-              for (int r = 0; r < kDecodeRows; ++r) {
+              for (int r = 0; r < kRows; ++r) {
                 const float4 qq = *reinterpret_cast<const float4 *>(&qs[r][(p0 + c) * kPer + e]);
                 s[r] += qq.x * kv[e] + qq.y * kv[e + 1] + qq.z * kv[e + 2] + qq.w * kv[e + 3];
               }
@@ -438,7 +443,7 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
         }
       }
 #pragma unroll
-      for (int r = 0; r < kDecodeRows; ++r) {
+      for (int r = 0; r < kRows; ++r) {
         if (pos >= end) s[r] = -INFINITY;
         const float m_new = fmaxf(m[r], warp_max(s[r]));
         const float p = m_new == -INFINITY ? 0.0f : expf(s[r] - m_new);
@@ -457,7 +462,7 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
 #pragma unroll
         for (int i = 0; i < D; ++i) v[i] = ldf(vt + j * HD + lane * D + i);
 #pragma unroll
-        for (int r = 0; r < kDecodeRows; ++r) {
+        for (int r = 0; r < kRows; ++r) {
           const float pj = __shfl_sync(0xffffffffu, s[r], j);
 #pragma unroll
           for (int i = 0; i < D; ++i) acc[r][i] += pj * v[i];
@@ -466,13 +471,13 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
       __syncwarp();  // the tile is read before the next one lands
     }
 #pragma unroll
-    for (int r = 0; r < kDecodeRows; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       if (lane == 0) wm[warp][r] = m[r], wl[warp][r] = l[r];
 #pragma unroll
       for (int i = 0; i < D; ++i) wacc[warp][r][lane * D + i] = acc[r][i];
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < group * HD; i += kDecodeThreads) {
+    for (int i = threadIdx.x; i < nrows * HD; i += kDecodeThreads) {
       const int r = i / HD, d = i % HD;
       float mx = -INFINITY;
       for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, wm[w][r]);
@@ -483,9 +488,9 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
           num += e * wacc[w][r][d], den += e * wl[w][r];
         }
       if (splits == 1) {
-        out[(int64_t(kvh) * group + r) * HD + d] = den > 0 ? num / den : 0.0f;
+        out[(int64_t(h0) + r) * HD + d] = den > 0 ? num / den : 0.0f;
       } else {
-        float *p = partials + ((int64_t(z) * n_kv + kvh) * group + r) * (HD + 2);
+        float *p = partials + (int64_t(z) * n_head + h0 + r) * (HD + 2);
         p[d] = num;
         if (d == 0) p[HD] = mx, p[HD + 1] = den;
       }
@@ -493,36 +498,38 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
     if (splits == 1) continue;
     __threadfence();  // this block's partials are visible before it counts itself done
     __syncthreads();
-    if (threadIdx.x == 0) last_block = atomicAdd(&counters[kvh], 1) == splits - 1;
+    if (threadIdx.x == 0) last_block = atomicAdd(&counters[tally], 1) == splits - 1;
     __syncthreads();
     if (!last_block) continue;
     __threadfence();
-    for (int i = threadIdx.x; i < group * HD; i += kDecodeThreads) {
+    for (int i = threadIdx.x; i < nrows * HD; i += kDecodeThreads) {
       const int r = i / HD, d = i % HD;
       // __ldcg: other SMs wrote these; skip this SM's L1, which may hold an earlier step's.
       // One pass with a running max: every split's loads can be in flight together.
       float mx = -INFINITY, num = 0, den = 0;
       for (int zz = 0; zz < splits; ++zz) {
-        const float *p = partials + ((int64_t(zz) * n_kv + kvh) * group + r) * (HD + 2);
+        const float *p = partials + (int64_t(zz) * n_head + h0 + r) * (HD + 2);
         const float mz = __ldcg(p + HD), lz = __ldcg(p + HD + 1), az = __ldcg(p + d);
         if (lz > 0) {
           const float m_new = fmaxf(mx, mz), a = expf(mx - m_new), b = expf(mz - m_new);
           num = num * a + az * b, den = den * a + lz * b, mx = m_new;
         }
       }
-      out[(int64_t(kvh) * group + r) * HD + d] = den > 0 ? num / den : 0.0f;
+      out[(int64_t(h0) + r) * HD + d] = den > 0 ? num / den : 0.0f;
     }
-    if (threadIdx.x == 0) counters[kvh] = 0;  // ready for the next step (and graph replay)
+    if (threadIdx.x == 0) counters[tally] = 0;  // ready for the next step (and graph replay)
   }
 }
 
 struct Plan {
   int64_t row_tiles, chunk;
   int splits;
-  bool decode;  // flash_decode_kernel: one token, <= 8 query heads per KV head
+  bool decode;     // flash_decode_kernel: one token, <= 8 query heads per KV head
+  int decode_rows;  // its query heads per block: a KV head's group (8), or one each (1)
 };
 
 constexpr int kMaxDecodeKvHeads = 1024;  // the counters the device keeps (minfer_cuda_flash_counters)
+constexpr int64_t kOneRowPositions = 4096;  // caches up to this many positions: a block per query head
 
 // Splits so that about two blocks per SM are busy, each chunk at least kMinChunk keys.
 // tile_rows: the prefill kernel's rows per block (kRows, or kTcRows for the tensor-core one).
@@ -536,6 +543,10 @@ Plan plan_for(int64_t tokens, int n_head, int n_kv, int64_t max_positions, int s
     if (splits < 1) splits = 1;
     p.decode = true, p.row_tiles = 1, p.splits = int(splits);
     p.chunk = ((max_positions + splits - 1) / splits + 31) / 32 * 32;
+    // A block per query head while a layer's cache fits L2 (each head rereads its KV head's
+    // rows): a lane's dot products are one head's, not the group's — the group made a serial
+    // chain that cost a 7B ~16 us a layer even at a handful of keys.
+    p.decode_rows = max_positions <= kOneRowPositions && n_head <= kMaxDecodeKvHeads ? 1 : kDecodeRows;
     return p;
   }
   p.row_tiles = (tokens * (n_head / n_kv) + tile_rows - 1) / tile_rows;
@@ -553,20 +564,30 @@ Plan plan_for(int64_t tokens, int n_head, int n_kv, int64_t max_positions, int s
   return p;
 }
 
+template <class T, int HD, int kRows>
+cudaError_t launch_decode_rows(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new, void *kc, void *vc, float *out,
+                          float *partials, int *counters, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p,
+                          const int32_t *rope_pos, const minfer_cuda_rope &rope) {
+  const int64_t items = int64_t(n_kv) * ((n_head / n_kv + kRows - 1) / kRows) * p.splits;
+  const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
+  // Static and dynamic shared memory together pass the 48 KiB a kernel gets without asking.
+  constexpr size_t smem = decode_smem_bytes<T, HD>();
+  const cudaError_t e = cudaFuncSetAttribute(flash_decode_kernel<T, HD, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e != cudaSuccess) return e;
+  flash_decode_kernel<T, HD, kRows><<<grid, kDecodeThreads, smem, cfg->stream>>>(q, k_new, v_new, static_cast<T *>(kc), static_cast<T *>(vc), out,
+                                                                       partials, counters, n_head, n_kv, n_past, scale, p.splits, p.chunk,
+                                                                       rope_pos, rope);
+  return cudaGetLastError();
+}
+
 template <class T, int HD>
 cudaError_t launch_decode(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new, void *kc, void *vc, float *out,
                           float *partials, int *counters, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p,
                           const int32_t *rope_pos, const minfer_cuda_rope &rope) {
-  const int64_t items = int64_t(n_kv) * p.splits;
-  const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
-  // Static and dynamic shared memory together pass the 48 KiB a kernel gets without asking.
-  constexpr size_t smem = decode_smem_bytes<T, HD>();
-  const cudaError_t e = cudaFuncSetAttribute(flash_decode_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (e != cudaSuccess) return e;
-  flash_decode_kernel<T, HD><<<grid, kDecodeThreads, smem, cfg->stream>>>(q, k_new, v_new, static_cast<T *>(kc), static_cast<T *>(vc), out,
-                                                                       partials, counters, n_head, n_kv, n_past, scale, p.splits, p.chunk,
-                                                                       rope_pos, rope);
-  return cudaGetLastError();
+  if (p.decode_rows == 1)
+    return launch_decode_rows<T, HD, 1>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, rope);
+  return launch_decode_rows<T, HD, kDecodeRows>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos,
+                                                rope);
 }
 
 template <int HD>
