@@ -30,6 +30,11 @@ namespace {
 
 constexpr int kTileTokens = 64, kThreads = 128;
 
+// The unpack's pairing of sub-blocks (unpack_stage), for the one-block-per-sub-block types:
+// the first distance (1 or 2 blocks) that is an odd number of words; 0: none (Q5_1, the K types).
+template <class Block>
+constexpr int kUnpackPairDist = QBlock<Block>::kSubs != 1 ? 0 : sizeof(Block) % 8 == 4 ? 1 : sizeof(Block) % 4 == 2 ? 2 : 0;
+
 // The shared memory of one block, per weight type, tile height and weights per tile (two for
 // a gate and an up weight with their SwiGLU); dynamic: over 48 KiB for most.
 template <class Block, int kTileRows, int kW = 1>
@@ -240,7 +245,18 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU 
 #pragma unroll
         for (int it = 0; it < kTileRows * S / kThreads; ++it) {
           const uint8_t *raw = raw_s(buf, wi);
-          const int p = threadIdx.x + it * kThreads, rr = p % kTileRows, sb = p / kTileRows;  // lanes: consecutive rows
+          int rr, sb;
+          if constexpr (kUnpackPairDist<Block> > 0) {
+            // Half-warps on the same 16 rows, sub-blocks kPairDist apart: an odd number of words
+            // between their reads puts them on the banks the other half leaves free (rows
+            // alone, 8-byte strides, meet two to a bank).
+            const int c = warp + 4 * it, groups = kTileRows / 16, q = c / groups;
+            rr = (c % groups) * 16 + lane % 16;
+            sb = (kUnpackPairDist<Block> == 2 ? q : 2 * q) + (lane / 16) * kUnpackPairDist<Block>;
+          } else {
+            const int p = threadIdx.x + it * kThreads;
+            rr = p % kTileRows, sb = p / kTileRows;  // lanes: consecutive rows
+          }
           const int shift = int((row0 + rr) * row_bytes + s * L::kSpan) & 3;
           const Block &b = reinterpret_cast<const Block *>(raw + rr * L::kRawStride + shift)[sb / QB::kSubs];
           SubBlock u;
