@@ -129,6 +129,9 @@ std::vector<Case> all_cases() {
     // One token over long rows (CUDA: the one-token GEMV past its short-row path): rows of whole
     // 16-byte pieces over two chunks, and rows that are not (33 or 9 blocks).
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({4096, 33, 1}), shapes.push_back({per == 256 ? 2304 : 1056, 33, 1});
+    // Prefill over long rows with few output tiles (CUDA: MMQ splits k over blocks and sums the
+    // partials), rows of whole 8-byte pieces and rows that are not.
+    if (minfer_dtype_info(dt).is_quantized) shapes.push_back({4096, 70, 37}), shapes.push_back({per == 256 ? 2304 : 1056, 70, 37});
     for (auto [k, m, n] : shapes) {
       cases.push_back({"matmul " + std::string(minfer_dtype_name(dt)) + " w[" + std::to_string(k) + "," + std::to_string(m) + "] x" + std::to_string(n),
                        [dt, k = k, m = m, n = n] {
