@@ -3,18 +3,20 @@
 // y[t][o] = sum over 32-value sub-blocks b of dw[o][b] * dx[t][b] * (q_w[o][b] . q_x[t][b])
 // (+ m_w[o][b] * sum x[t][b] for types with a minimum): the weights stay in their GGUF blocks
 // (every type of qblock.cuh: no f16 copy) and the activations are quantized to 8 bits per 32
-// values (mmvq.cu's quantize kernel, in runs of four blocks: minfer_cuda_q8_act4). A 128-thread block makes a 64 x 64
-// tile of y (weight rows x tokens), or 128 x 64 (launch()); each warp 32 x 32 (64 x 32) from
-// mma.m16n8k32 s8 products. One product covers exactly
-// one sub-block on each side, so its int32 result is scaled by the two sides' scales into f32
-// accumulators right away, in registers (Q6_K, scaled per 16 values, takes two products).
+// values (mmvq.cu's quantize kernel, in runs of four blocks: minfer_cuda_q8_act4). A
+// 128-thread block makes a 64 x 64 tile of y (weight rows x tokens), or 128 x 64; each warp
+// 32 x 32 (64 x 32) from mma.m16n8k32 s8 products. One product covers exactly one sub-block
+// on each side, so its int32 result is scaled by the two sides' scales into f32 accumulators
+// right away, in registers (Q6_K, scaled per 16 values, takes two products). plan_mmq picks
+// the tile height and split-K per launch.
 //
 // Per stage, 4 sub-blocks of k (128 values; a whole super-block, 8 sub-blocks, for the K types)
-// of the tile's weight rows and 64 tokens are copied into shared memory by cp.async, in
-// coalesced pieces (the weights' 4-byte words, the tokens' 16-byte pieces) and double-buffered: the next stage is in flight while this
-// one is unpacked and multiplied. The weights arrive as their raw blocks and are unpacked to
-// bytes (qblock.cuh) in shared memory; the tokens' quantized values land straight in rows
-// padded so the fragment loads (ldmatrix) of the 8 row groups fall in distinct banks.
+// of the tile's weight rows and 64 tokens are copied into shared memory by cp.async (the
+// tokens as 16-byte pieces, the weights as 8-byte pieces or 4-byte words) and double-buffered:
+// the next stage is in flight while this one is unpacked and multiplied. The weights arrive
+// as their raw blocks and are unpacked to bytes (qblock.cuh) in shared memory; the tokens'
+// quantized values land straight in rows padded so the fragment loads (ldmatrix) of the 8 row
+// groups fall in distinct banks.
 #include <cuda_fp16.h>
 
 #include "async_copy.cuh"
