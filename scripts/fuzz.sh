@@ -1,22 +1,55 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader with clang's libFuzzer under ASan and UBSan.
-#   bash scripts/fuzz.sh [SECONDS=600]
-# Builds into build-fuzz/, seeds from the hand-made corpus and ../shared/testdata, keeps the
-# growing corpus in build-fuzz/corpus (reused by the next run) and any crash in build-fuzz/.
+# Fuzzes one of minfer's readers with clang's libFuzzer under ASan and UBSan.
+#   bash scripts/fuzz.sh [TARGET=gguf] [SECONDS=600]
+# TARGET: gguf (the GGUF reader), tokenizer (encode/decode with every vocabulary of the test
+# data), config (YAML -> RunConfig). Builds into build-fuzz/TARGET/, seeds it, keeps the
+# growing corpus in build-fuzz/TARGET/corpus (reused by the next run) and any crash there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+target=gguf
+if [ $# -gt 0 ] && ! [[ $1 =~ ^[0-9]+$ ]]; then target=$1; shift; fi
 secs=${1:-600}
-if ! command -v clang++ >/dev/null || ! dpkg-query -W libclang-rt-14-dev >/dev/null 2>&1; then
+case $target in gguf | tokenizer | config) ;; *) echo "fuzz.sh: unknown target '$target' (gguf, tokenizer, config)" >&2; exit 2 ;; esac
+
+if ! command -v clang++ >/dev/null || ! dpkg-query -W libclang-rt-14-dev >/dev/null 2>&1 || ! dpkg-query -W libyaml-cpp-dev >/dev/null 2>&1; then
   sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq clang libclang-rt-14-dev >/dev/null
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq clang libclang-rt-14-dev libyaml-cpp-dev >/dev/null
 fi
-out=build-fuzz
+testdata=$(cd .. && pwd)/shared/testdata
+out=build-fuzz/$target
 mkdir -p "$out/corpus" "$out/seeds"
-flags=(-std=c++20 -O1 -g -Icore -Isdk/include -Itests)
-clang++ "${flags[@]}" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  core/gguf/gguf.cpp core/gguf/value.cpp tests/fuzz/gguf_reader_fuzz.cpp -o "$out/gguf_reader_fuzz"
-clang++ "${flags[@]}" tests/fuzz/make_seed_corpus.cpp -o "$out/make_seed_corpus"
-"$out/make_seed_corpus" "$out/seeds" ../shared/testdata
+flags=(-std=c++20 -O1 -g -Icore -Isdk/include -Itests -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
+gguf_src=(core/gguf/gguf.cpp core/gguf/value.cpp)
+max_len=65536
+case $target in
+  gguf)
+    clang++ "${flags[@]}" "${gguf_src[@]}" tests/fuzz/gguf_reader_fuzz.cpp -o "$out/fuzz"
+    clang++ -std=c++20 -O1 -Itests tests/fuzz/make_seed_corpus.cpp -o "$out/make_seed_corpus"
+    "$out/make_seed_corpus" "$out/seeds" "$testdata"
+    ;;
+  tokenizer)
+    clang++ "${flags[@]}" "${gguf_src[@]}" core/tokenizer/*.cpp tests/fuzz/tokenizer_fuzz.cpp -o "$out/fuzz"
+    # Seeds: the tokenizer test texts, each for a few vocabularies and option bits.
+    python3 - "$testdata" "$out/seeds" <<'EOF'
+import glob, os, sys
+td, seeds = sys.argv[1], sys.argv[2]
+texts = []
+for inp in sorted(glob.glob(os.path.join(td, "vocab", "*.inp"))):
+    texts += open(inp, encoding="utf-8", errors="replace").read().split("\n__ggml_vocab_test__\n")
+texts = sorted(set(t for t in texts if t))[:400]
+for i, t in enumerate(texts):
+    with open(os.path.join(seeds, f"t{i}"), "wb") as f:
+        f.write(bytes([i % 16, i % 8]) + t.encode("utf-8"))
+EOF
+    export MINFER_TESTDATA=$testdata
+    max_len=4096
+    ;;
+  config)
+    clang++ "${flags[@]}" core/config/run_config.cpp tests/fuzz/run_config_fuzz.cpp -lyaml-cpp -o "$out/fuzz"
+    i=0
+    for f in configs/*.yaml examples/*/*.yaml tests/data/*.yaml; do cp "$f" "$out/seeds/s$i.yaml"; i=$((i + 1)); done
+    max_len=4096
+    ;;
+esac
 cd "$out"
-./gguf_reader_fuzz -max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-  -print_final_stats=1 corpus seeds
+./fuzz -max_total_time="$secs" -max_len="$max_len" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 corpus seeds

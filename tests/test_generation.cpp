@@ -22,7 +22,7 @@
 namespace {
 
 struct Reference {
-  std::string prompt;
+  std::string prompt, greedy_text;
   std::vector<int32_t> prompt_tokens, greedy_tokens;
   std::vector<float> logits;
   double min_margin;
@@ -34,8 +34,8 @@ std::vector<Reference> read_reference(const std::string &path) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     const auto j = minfer::test::Json::parse(line);
-    out.push_back({j["prompt"].str, j["prompt_tokens"].ints(), j["greedy_tokens"].ints(), j["first_step_logits"].floats(),
-                   j["min_top2_margin"].num});
+    out.push_back({j["prompt"].str, j["greedy_text"].str, j["prompt_tokens"].ints(), j["greedy_tokens"].ints(),
+                   j["first_step_logits"].floats(), j["min_top2_margin"].num});
   }
   return out;
 }
@@ -110,6 +110,11 @@ TEST_P(Stories, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
       logits = gen.feed({next});
     }
     EXPECT_EQ(out, r.greedy_tokens) << "greedy continuation of '" << r.prompt << "'";
+    // The text a user sees: the continuation after the prompt keeps its first space.
+    minfer::tokenizer::StreamDecoder dec(*tok, /*at_sequence_start=*/false);
+    std::string text;
+    for (int32_t id : out) text += dec.push(id);
+    EXPECT_EQ(text + dec.flush(), r.greedy_text) << "greedy text of '" << r.prompt << "'";
   }
 }
 

@@ -76,7 +76,9 @@ TEST(GgufRead, EveryTestdataFileParses) {
       EXPECT_NO_THROW(minfer::gguf::File::open(e.path().string())) << e.path();
       ++n;
     }
-  EXPECT_EQ(n, 6);
+  // The folder grows as test data is added: what counts is that each file parses, and that
+  // the walk found any at all.
+  EXPECT_GT(n, 0) << "no .gguf file under " << td;
 }
 
 TEST(GgufRead, TypedAccessorErrorsNameFileAndKey) {

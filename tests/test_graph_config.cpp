@@ -127,13 +127,14 @@ TEST(RunConfig, BackendKeysSplitIntoCoreAndPluginOptions) {
 }  // namespace
 
 // Token pieces are often part of a character ("\xe5\xad" is two thirds of one); the
-// trace and --json must still be valid JSON, so such bytes become U+FFFD.
+// trace and --json must still be valid JSON, so such bytes become U+FFFD (one per maximal
+// ill-formed subpart: test_utf8.cpp).
 TEST(Json, QuoteKeepsValidUtf8AndReplacesBrokenBytes) {
   using minfer::json::quote;
   EXPECT_EQ(quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
   EXPECT_EQ(quote("\xe5\xae\x9e\xe6\x88\x98"), "\"\xe5\xae\x9e\xe6\x88\x98\"");  // 实战
   EXPECT_EQ(quote("\xf0\x9f\x98\x80"), "\"\xf0\x9f\x98\x80\"");                  // an emoji
-  EXPECT_EQ(quote("\xe5\xad"), "\"\\ufffd\\ufffd\"");                          // cut short
+  EXPECT_EQ(quote("\xe5\xad"), "\"\\ufffd\"");                                  // cut short: one subpart
   EXPECT_EQ(quote("x\x80y"), "\"x\\ufffdy\"");                                // stray continuation
   EXPECT_EQ(quote("\xc0\xaf"), "\"\\ufffd\\ufffd\"");                          // overlong '/'
   EXPECT_EQ(quote("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");                 // a surrogate

@@ -68,6 +68,40 @@ TEST(Loader, NullTable) {
   EXPECT_NE(load_error(broken("null")).find("returned no function table"), std::string::npos);
 }
 
+// A plugin that fills all of `why` without a NUL: the host reads no byte past its buffer.
+TEST(Loader, ReasonsFillingTheWholeBufferStayInsideIt) {
+  const auto p = minfer::Plugin::load(broken("longwhy"));
+  std::string why;
+  EXPECT_EQ(p->device_count(&why), 0);
+  EXPECT_FALSE(why.empty());
+  EXPECT_LE(why.size(), 512u);
+  EXPECT_EQ(why.find_first_not_of('x'), std::string::npos) << "bytes from beyond the buffer: " << why;
+
+  minfer::BackendHandle b(p, 0, {});
+  minfer_node node{};
+  node.struct_size = sizeof node;
+  node.op = MINFER_OP_ADD;
+  node.name = "n";
+  const minfer::SupportAnswer a = b.supports(node);
+  EXPECT_FALSE(a.yes);
+  EXPECT_LE(a.why.size(), 512u);
+  EXPECT_EQ(a.why.find_first_not_of('y'), std::string::npos) << "bytes from beyond the buffer: " << a.why;
+}
+
+TEST(Loader, StatusWithoutAMessageSaysSo) {
+  const auto p = minfer::Plugin::load(broken("nullmsg"));
+  try {
+    std::string why;
+    p->device_count(&why);
+    FAIL() << "expected an error";
+  } catch (const minfer::Error &e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("plugin 'broken'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("returned a status without a message"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("device_count"), std::string::npos) << msg;
+  }
+}
+
 TEST(Loader, NotFoundBySearchListsWhereItLooked) {
   try {
     minfer::find_plugin("nosuch", "", {"/tmp/a", "/tmp/b"});

@@ -60,7 +60,7 @@ TEST_P(VocabVectors, EveryTextGivesTheExpectedIds) {
     if (got == v.ids[i]) ++passed;
     else ADD_FAILURE() << GetParam() << " text " << i << " '" << v.texts[i] << "'\n  expected:" << show(v.ids[i]) << "\n  got:     " << show(got);
     // Decoding the ids gives the text back (SentencePiece drops the space it added in front).
-    minfer::tokenizer::StreamDecoder dec(*tok);
+    minfer::tokenizer::StreamDecoder dec(*tok, /*at_sequence_start=*/true);
     std::string text;
     for (int32_t id : v.ids[i]) text += dec.push(id);
     text += dec.flush();
@@ -99,7 +99,7 @@ TEST(Tokenizer, StreamDecoderHoldsBackSplitCharacters) {
   const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*f);
   // "🦙" is not in the vocabulary: it falls back to four byte tokens.
   const auto ids = tok->encode("🦙", false, false);
-  minfer::tokenizer::StreamDecoder dec(*tok);
+  minfer::tokenizer::StreamDecoder dec(*tok, /*at_sequence_start=*/true);
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::string piece = dec.push(ids[i]);

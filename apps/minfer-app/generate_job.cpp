@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "common/json.hpp"
 #include "common/progress.hpp"
+#include "common/utf8.hpp"
 #include "models/model.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/placement.hpp"
@@ -52,13 +53,23 @@ void synthesize_if_missing(const RunConfig &cfg) {
 
 std::string read_prompt(const RunConfig &cfg) {
   if (!cfg.prompt_file.empty()) {
+    std::error_code ec;
+    if (fs::is_directory(cfg.prompt_file, ec))
+      throw Error(cfg.prompt_file + ": the prompt file is a directory; give a text file (prompt_file: or -f)");
     std::ifstream in(cfg.prompt_file, std::ios::binary);
     if (!in) throw Error(cfg.prompt_file + ": cannot open the prompt file");
     std::stringstream ss;
     ss << in.rdbuf();
+    if (in.bad()) throw Error(cfg.prompt_file + ": reading the prompt file failed");
     return ss.str();
   }
   return cfg.prompt;
+}
+
+std::string ids_json(const std::vector<int32_t> &ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s + "]";
 }
 
 // ChatML, the template of Qwen2 instruct models.
@@ -81,6 +92,12 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   synthesize_if_missing(cfg);
   if (!fs::exists(cfg.model))
     throw Error(cfg.model + ": model file not found; check 'model' in " + cfg.source + " (paths are relative to the working directory)");
+  // The prompt first: a missing one fails before seconds of loading. Checked on the text, not
+  // the tokens: an SPM vocabulary turns "" into BOS alone.
+  const std::string user = opts.explain ? std::string() : read_prompt(cfg);
+  if (!opts.explain && user.empty())
+    throw Error(std::string("the prompt is empty") + (cfg.prompt_file.empty() ? "" : " (" + cfg.prompt_file + " holds nothing)") +
+                "; give one with 'prompt:' or 'prompt_file:' in " + cfg.source + ", -p TEXT or -f FILE");
   auto file = gguf::File::open(cfg.model);
   const auto tok = tokenizer::Tokenizer::from_gguf(*file);
   models::BuildOptions bo;
@@ -88,6 +105,9 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   bo.max_batch = cfg.batch;
   bo.kv_type = cfg.kv_type == "f32" ? MINFER_DTYPE_F32 : MINFER_DTYPE_F16;
   const auto model = models::load_model(file, bo);
+  if (cfg.context > model->hp.n_ctx_train)
+    spdlog::warn("context {} is more than the {} positions {} was trained on; past those its output usually degrades",
+                 cfg.context, model->hp.n_ctx_train, cfg.model);
   BackendSet backends = open_backends(cfg);
   std::unique_ptr<Trace> trace;
   if (const std::string tp = Trace::path_from(cfg.trace); !tp.empty()) {
@@ -107,7 +127,6 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   }
   const double load_s = seconds_since(t_load);
 
-  const std::string user = read_prompt(cfg);
   const std::string text = cfg.chat ? apply_chat_template(*file, *tok, cfg.system, user) : user;
   std::vector<int32_t> prompt = tok->encode(text, true, cfg.chat);
   if (prompt.empty()) throw Error("the prompt is empty; give one with 'prompt:' in " + cfg.source + " or -p TEXT");
@@ -125,10 +144,11 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   sc.seed = cfg.generation.seed;
   sampling::Sampler sampler(sc);
   Generator gen(*model, session);
-  tokenizer::StreamDecoder decoder(*tok);
+  tokenizer::StreamDecoder decoder(*tok, /*at_sequence_start=*/false);  // the answer continues the prompt
 
   if (!opts.json) {
-    std::fwrite(user.data(), 1, user.size(), stdout);  // echo the prompt, then stream the answer
+    const std::string shown = utf8::sanitize(user);  // stdout carries valid UTF-8 only
+    std::fwrite(shown.data(), 1, shown.size(), stdout);  // echo the prompt, then stream the answer
     std::fflush(stdout);
   }
   const auto t_prefill = Clock::now();
@@ -138,7 +158,7 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   if (trace)
     for (int32_t i = 0; i < tok->n_vocab(); ++i) token_texts.push_back(tok->token_bytes(i, true));
 
-  std::vector<int32_t> history = prompt;
+  std::vector<int32_t> history = prompt, generated_ids;
   std::string out;
   int64_t generated = 0;
   std::string stop_reason = "n_predict";
@@ -151,6 +171,7 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
       break;
     }
     history.push_back(next);
+    generated_ids.push_back(next);
     ++generated;
     const std::string piece = decoder.push(next);
     out += piece;
@@ -186,9 +207,10 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   if (opts.json) {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);  // ru_maxrss: the process's peak resident set, in KiB
-    std::printf("{\"prompt_tokens\": %zu, \"tokens\": %lld, \"text\": %s, \"stop\": %s, \"load_s\": %s, \"prefill_tok_s\": %s, "
-                "\"decode_tok_s\": %s, \"peak_rss_mb\": %s}\n",
-                prompt.size(), (long long)generated, json::quote(out).c_str(), json::quote(stop_reason).c_str(),
+    std::printf("{\"prompt_tokens\": %zu, \"tokens\": %lld, \"text\": %s, \"prompt_token_ids\": %s, \"token_ids\": %s, "
+                "\"stop\": %s, \"load_s\": %s, \"prefill_tok_s\": %s, \"decode_tok_s\": %s, \"peak_rss_mb\": %s}\n",
+                prompt.size(), (long long)generated, json::quote(out).c_str(), ids_json(prompt).c_str(),
+                ids_json(generated_ids).c_str(), json::quote(stop_reason).c_str(),
                 json::number(load_s).c_str(), json::number(prefill_tps).c_str(), json::number(decode_tps).c_str(),
                 json::number(double(usage.ru_maxrss) * 1024 / 1e6).c_str());
   } else {

@@ -1,6 +1,12 @@
 // apps/minfer-app/main.cpp — `minfer-app --config run.yaml`: the main job, plus backend listing
 // and the placement report.
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -40,6 +46,7 @@ const char *kUsage =
 struct Args {
   std::string config, plugin_dir, log_level, model, prompt, prompt_file, n_predict, temp, seed, threads;
   bool explain = false, list_backends = false, json = false, have_prompt = false;
+  bool n_predict_set = false, temp_set = false, seed_set = false, threads_set = false;  // given, even as "" (an error then)
 };
 
 Args parse_args(int argc, char **argv) {
@@ -58,10 +65,10 @@ Args parse_args(int argc, char **argv) {
     else if (arg == "-m" || arg == "--model") a.model = value("--model");
     else if (arg == "-p" || arg == "--prompt") a.prompt = value("--prompt"), a.have_prompt = true;
     else if (arg == "-f" || arg == "--file") a.prompt_file = value("--file");
-    else if (arg == "-n" || arg == "--n-predict") a.n_predict = value("-n");
-    else if (arg == "--temp") a.temp = value("--temp");
-    else if (arg == "--seed") a.seed = value("--seed");
-    else if (arg == "--threads" || arg == "-t") a.threads = value("--threads");
+    else if (arg == "-n" || arg == "--n-predict") a.n_predict = value("-n"), a.n_predict_set = true;
+    else if (arg == "--temp") a.temp = value("--temp"), a.temp_set = true;
+    else if (arg == "--seed") a.seed = value("--seed"), a.seed_set = true;
+    else if (arg == "--threads" || arg == "-t") a.threads = value("--threads"), a.threads_set = true;
     else if (arg == "--list-backends") a.list_backends = true;
     else if (arg == "--help" || arg == "-h") { std::fputs(kUsage, stdout); std::exit(0); }
     else if (arg == "--version") { std::printf("minfer %s (plugin ABI %d.%d)\n", MINFER_VERSION, MINFER_ABI_MAJOR, MINFER_ABI_MINOR); std::exit(0); }
@@ -106,27 +113,48 @@ int list_backends(const std::string &plugin_dir) {
   return 0;
 }
 
-long long to_int(const std::string &flag, const std::string &v) {
+// A flag's integer, whole and within [min, max]: "-n 4294967297" must not wrap, "--seed -1"
+// must not become 2^64 - 1.
+long long to_int(const std::string &flag, const std::string &v, long long min, long long max) {
   char *end = nullptr;
+  errno = 0;
   const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end) throw minfer::Error(flag + " takes an integer, not '" + v + "'");
+  if (v.empty() || *end || errno == ERANGE || x < min || x > max)
+    throw minfer::Error(flag + " takes an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", not '" + v + "'");
   return x;
 }
 
-// Command-line flags win over the run config.
+uint64_t to_seed(const std::string &v) {
+  char *end = nullptr;
+  errno = 0;
+  const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || v[0] == '-' || v[0] == '+' || *end || errno == ERANGE)
+    throw minfer::Error("--seed takes an integer from 0 to 18446744073709551615, not '" + v + "'");
+  return x;
+}
+
+float to_float(const std::string &flag, const std::string &v) {
+  char *end = nullptr;
+  const float x = std::strtof(v.c_str(), &end);
+  if (v.empty() || *end || !std::isfinite(x)) throw minfer::Error(flag + " takes a finite number, not '" + v + "'");
+  return x;
+}
+
+// Command-line flags win over the run config, and follow its rules (check_generation).
 void apply_overrides(const Args &a, minfer::RunConfig &cfg) {
   if (!a.model.empty()) cfg.model = a.model, cfg.job = "generate";
   if (a.have_prompt) cfg.prompt = a.prompt, cfg.prompt_file.clear();
   if (!a.prompt_file.empty()) cfg.prompt_file = a.prompt_file;
-  if (!a.n_predict.empty()) cfg.generation.n_predict = int32_t(to_int("-n", a.n_predict));
-  if (!a.seed.empty()) cfg.generation.seed = uint64_t(to_int("--seed", a.seed));
-  if (!a.temp.empty()) {
-    char *end = nullptr;
-    cfg.generation.temperature = std::strtof(a.temp.c_str(), &end);
-    if (*end || cfg.generation.temperature < 0) throw minfer::Error("--temp takes a number >= 0, not '" + a.temp + "'");
-  }
-  if (!a.threads.empty()) {
-    to_int("--threads", a.threads);
+  if (a.n_predict_set) cfg.generation.n_predict = int32_t(to_int("-n", a.n_predict, 0, INT32_MAX));
+  if (a.seed_set) cfg.generation.seed = to_seed(a.seed);
+  if (a.temp_set) cfg.generation.temperature = to_float("--temp", a.temp);
+  const std::map<std::string, std::string> flag_of = {{"n_predict", "-n"}, {"temperature", "--temp"}};
+  minfer::check_generation(cfg.generation, [&](const std::string &key, const std::string &what) {
+    const auto f = flag_of.find(key);
+    throw minfer::Error((f != flag_of.end() ? f->second : "'" + key + "' in " + cfg.source) + ": " + what);
+  });
+  if (a.threads_set) {
+    to_int("--threads", a.threads, 1, 1024);
     bool found = false;
     for (auto &b : cfg.backends)
       if (b.name == "cpu") {

@@ -1,5 +1,7 @@
 // minfer-gguf quantize: re-type every tensor of a GGUF file, streaming tensor by tensor.
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -20,8 +22,18 @@ int cmd_quantize(const std::vector<std::string> &args) {
   std::vector<std::string> pos;
   int threads = 0;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--threads" && i + 1 < args.size()) threads = std::stoi(args[++i]);
-    else pos.push_back(args[i]);
+    if (args[i] == "--threads") {
+      if (i + 1 >= args.size()) throw UsageError("--threads needs a value");
+      const std::string &v = args[++i];
+      char *end = nullptr;
+      errno = 0;
+      const long x = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || errno == ERANGE || x < 1 || x > 1024)
+        throw UsageError("--threads takes a thread count from 1 to 1024, not '" + v + "'");
+      threads = int(x);
+    } else {
+      pos.push_back(args[i]);
+    }
   }
   if (pos.size() != 3) throw UsageError("expected IN OUT TYPE");
   const std::string &in_path = pos[0], &out_path = pos[1];

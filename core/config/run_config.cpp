@@ -1,5 +1,7 @@
 #include "config/run_config.hpp"
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -58,6 +60,21 @@ class Reader {
  private:
   std::string source_;
 };
+
+// yaml-cpp keeps both entries of a key written twice and answers lookups with the first:
+// the second would be ignored without a word, so it is an error, at the second's place.
+void refuse_duplicate_keys(const Reader &r, const YAML::Node &n) {
+  if (n.IsMap()) {
+    std::set<std::string> seen;
+    for (const auto &kv : n) {
+      if (kv.first.IsScalar() && !seen.insert(kv.first.Scalar()).second)
+        r.fail(kv.first, "key '" + kv.first.Scalar() + "' appears twice in this mapping; keep one");
+      refuse_duplicate_keys(r, kv.second);
+    }
+  } else if (n.IsSequence()) {
+    for (const auto &x : n) refuse_duplicate_keys(r, x);
+  }
+}
 
 void read_backends(const Reader &r, const YAML::Node &n, RunConfig &cfg) {
   r.expect_map(n, "'backends'");
@@ -143,10 +160,7 @@ void read_generation(const Reader &r, const YAML::Node &n, GenerationConfig &g) 
       for (const auto &x : st) g.stop.push_back(r.scalar(x, "stop"));
     else r.fail(st, "'stop' must be a string or a list of strings");
   }
-  if (n["top_p"] && !(g.top_p > 0 && g.top_p <= 1)) r.fail(n["top_p"], "'top_p' must be in (0, 1]");
-  if (n["min_p"] && !(g.min_p >= 0 && g.min_p < 1)) r.fail(n["min_p"], "'min_p' must be in [0, 1)");
-  if (n["temperature"] && g.temperature < 0) r.fail(n["temperature"], "'temperature' must be 0 or more");
-  if (n["n_predict"] && g.n_predict < 0) r.fail(n["n_predict"], "'n_predict' must be 0 or more");
+  check_generation(g, [&](const std::string &key, const std::string &what) { r.fail(n[key], what); });
 }
 
 void read_synthesize(const Reader &r, const YAML::Node &n, SynthesizeConfig &s) {
@@ -161,6 +175,26 @@ void read_synthesize(const Reader &r, const YAML::Node &n, SynthesizeConfig &s) 
 }
 
 }  // namespace
+
+void check_generation(const GenerationConfig &g, const std::function<void(const std::string &key, const std::string &what)> &fail) {
+  const auto finite = [](float x) { return std::isfinite(x); };
+  const auto num = [](float x) {  // as the user wrote it: 0.5, not 0.500000
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", double(x));
+    return std::string(b);
+  };
+  if (g.n_predict < 0) fail("n_predict", "'n_predict' is " + std::to_string(g.n_predict) + "; it must be 0 or more");
+  if (!finite(g.temperature) || g.temperature < 0)
+    fail("temperature", "'temperature' is " + num(g.temperature) + "; it must be a finite number, 0 (greedy) or more");
+  if (g.top_k < 0) fail("top_k", "'top_k' is " + std::to_string(g.top_k) + "; it must be 0 (off) or more");
+  if (!(g.top_p > 0 && g.top_p <= 1)) fail("top_p", "'top_p' is " + num(g.top_p) + "; it must be in (0, 1]");
+  if (!(g.min_p >= 0 && g.min_p < 1)) fail("min_p", "'min_p' is " + num(g.min_p) + "; it must be in [0, 1)");
+  if (!finite(g.repeat_penalty) || !(g.repeat_penalty > 0))
+    fail("repeat_penalty", "'repeat_penalty' is " + num(g.repeat_penalty) + "; it must be a positive number (1 = off)");
+  if (g.repeat_last_n < -1)
+    fail("repeat_last_n", "'repeat_last_n' is " + std::to_string(g.repeat_last_n) +
+                              "; it must be a token count, 0 (off) or -1 (the whole sequence)");
+}
 
 const BackendConfig *RunConfig::backend(const std::string &name) const {
   for (const auto &b : backends)
@@ -178,6 +212,7 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
                 std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg);
   }
   if (!root.IsMap()) r.fail(root, "a run config must be a mapping with at least 'backends'");
+  refuse_duplicate_keys(r, root);
   r.only_keys(root, {"backends", "placement", "plugin_dir", "log_level", "job", "demo", "model", "synthesize", "prompt",
                      "prompt_file", "system", "chat", "context", "batch", "kv_type", "generation", "trace"},
               "the run config");
@@ -195,9 +230,14 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
   if (root["prompt_file"]) cfg.prompt_file = r.scalar(root["prompt_file"], "prompt_file");
   if (root["system"]) cfg.system = r.scalar(root["system"], "system");
   if (root["chat"]) cfg.chat = r.as<bool>(root["chat"], "chat", "true or false");
-  if (root["context"]) cfg.context = r.as<int64_t>(root["context"], "context", "a token count");
+  if (root["context"]) {
+    cfg.context = r.as<int64_t>(root["context"], "context", "a token count");
+    if (cfg.context <= 0)
+      r.fail(root["context"], "'context' is " + std::to_string(cfg.context) +
+                                  "; it must be a positive number of positions (leave it out for min(the model's training context, 4096))");
+  }
   if (root["batch"]) cfg.batch = r.as<int64_t>(root["batch"], "batch", "a token count");
-  if (cfg.batch <= 0) r.fail(root["batch"], "'batch' must be positive");
+  if (cfg.batch <= 0) r.fail(root["batch"], "'batch' is " + std::to_string(cfg.batch) + "; it must be a positive token count");
   if (root["kv_type"]) {
     cfg.kv_type = r.scalar(root["kv_type"], "kv_type");
     if (cfg.kv_type != "f16" && cfg.kv_type != "f32") r.fail(root["kv_type"], "'kv_type' is '" + cfg.kv_type + "'; expected f16 or f32");

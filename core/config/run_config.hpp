@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,7 +34,7 @@ struct DemoConfig {
 struct GenerationConfig {
   int32_t n_predict = 128;  // tokens to generate at most
   float temperature = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
-  int32_t top_k = 40, repeat_last_n = 64;
+  int32_t top_k = 40, repeat_last_n = 64;  // repeat_last_n -1: the whole sequence
   uint64_t seed = 42;
   std::vector<std::string> stop;  // stop when the text ends with one of these
 };
@@ -60,7 +61,7 @@ struct RunConfig {
   SynthesizeConfig synthesize;
   std::string prompt, prompt_file, system;
   bool chat = false;               // wrap the prompt in the model's chat template (ChatML)
-  int64_t context = 0;             // KV cache positions; 0 = min(training context, 4096)
+  int64_t context = 0;             // KV cache positions; 0 (absent) = min(training context, 4096)
   int64_t batch = 512;             // most tokens per step
   std::string kv_type = "f16";     // f16 or f32
   GenerationConfig generation;
@@ -68,6 +69,11 @@ struct RunConfig {
 
   const BackendConfig *backend(const std::string &name) const;
 };
+
+// The rules the generation settings follow, one place for the YAML reader and the command
+// line alike: calls fail(key, what is wrong) for the first setting that breaks one (the
+// caller's fail throws, naming the YAML position or the flag).
+void check_generation(const GenerationConfig &g, const std::function<void(const std::string &key, const std::string &what)> &fail);
 
 // Reads and validates a run config; throws minfer::Error with file:line:col context.
 RunConfig load_run_config(const std::string &path);

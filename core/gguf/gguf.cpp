@@ -18,12 +18,15 @@ namespace minfer::gguf {
 // ---- mapping ----------------------------------------------------------------------------
 
 Mapping::Mapping(const std::string &path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer; the check below then
+  // refuses it. On a regular file the flag changes nothing.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path + ": cannot open (" + std::strerror(errno) + ")");
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool dir = S_ISDIR(st.st_mode);
     ::close(fd);
-    throw Error(path + ": not a regular file");
+    throw Error(path + (dir ? ": is a directory, not a GGUF file" : ": not a regular file (a FIFO, socket or device?); give a GGUF file"));
   }
   size_ = uint64_t(st.st_size);
   if (size_ > 0) {

@@ -1,6 +1,12 @@
 #include "gguf/writer.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -16,11 +22,15 @@ Writer::Writer(uint32_t alignment) : alignment_(alignment) {
   if (alignment != kDefaultAlignment) set("general.alignment", Value::u32(alignment));
 }
 
-Writer::~Writer() {
-  if (f_) {
-    std::fclose(f_);
+Writer::~Writer() { abandon(); }
+
+void Writer::abandon() {
+  if (f_) std::fclose(f_);
+  f_ = nullptr;
+  if (!part_.empty()) {
     std::error_code ec;
     std::filesystem::remove(part_, ec);
+    part_.clear();
   }
 }
 
@@ -54,7 +64,7 @@ uint64_t Writer::add_tensor(const std::string &name, int32_t dtype, const std::v
 }
 
 void Writer::put(const void *p, uint64_t n) {
-  if (n && std::fwrite(p, 1, n, f_) != n) throw Error(part_ + ": write failed (" + std::strerror(errno) + "); is the disk full?");
+  if (n && std::fwrite(p, 1, n, f_) != n) throw Error(path_ + ": writing " + part_ + " failed (" + std::strerror(errno) + "); is the disk full?");
   written_ += n;
 }
 
@@ -103,10 +113,29 @@ void Writer::pad_to_alignment() {
 }
 
 void Writer::begin(const std::string &path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw Error(path + ": is a directory; give the output file's path (e.g. " + (fs::path(path) / "model.gguf").string() + ")");
   path_ = path;
-  part_ = path + ".part";
-  f_ = std::fopen(part_.c_str(), "wb");
-  if (!f_) throw Error(part_ + ": cannot create (" + std::strerror(errno) + ")");
+  // A name of its own beside the target: the rename into place stays on one file system (so
+  // it is atomic), and runs writing the same output at once never share a part file.
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::string part = (dir / ("." + target.filename().string() + ".XXXXXX.part")).string();
+  const int fd = mkstemps(part.data(), 5);
+  if (fd < 0) throw Error(path + ": cannot create a temporary file in " + dir.string() + " (" + std::strerror(errno) + ")");
+  part_ = part;
+  const mode_t mask = umask(0);  // mkstemps makes the file 0600: give it what a new file gets
+  umask(mask);
+  fchmod(fd, 0666 & ~mask);
+  f_ = fdopen(fd, "wb");
+  if (!f_) {
+    const int e = errno;
+    ::close(fd);
+    abandon();
+    throw Error(path + ": cannot open " + part + " (" + std::strerror(e) + ")");
+  }
   std::setvbuf(f_, nullptr, _IOFBF, 1 << 22);
   const uint32_t magic = kMagic, version = 3;
   const uint64_t n_tensors = tensors_.size(), n_kv = kv_.size();
@@ -153,15 +182,32 @@ void Writer::write_data(const void *data, uint64_t bytes) {
 }
 
 void Writer::finish() {
-  if (current_ != tensors_.size())
-    throw Error(part_ + ": tensor '" + tensors_[current_].name + "' has " + std::to_string(current_done_) + " of its " +
-                std::to_string(tensors_[current_].bytes) + " bytes; the file is incomplete");
-  if (std::fclose(f_) != 0) {
-    f_ = nullptr;
-    throw Error(part_ + ": closing failed (" + std::strerror(errno) + ")");
+  if (current_ != tensors_.size()) {
+    const std::string what = path_ + ": tensor '" + tensors_[current_].name + "' has " + std::to_string(current_done_) + " of its " +
+                             std::to_string(tensors_[current_].bytes) + " bytes; the file is incomplete";
+    abandon();
+    throw Error(what);
   }
+  // On disk before the rename: a crash then leaves the old file or the whole new one.
+  if (std::fflush(f_) != 0 || fsync(fileno(f_)) != 0) {
+    const int e = errno;
+    abandon();
+    throw Error(path_ + ": writing failed (" + std::strerror(e) + "); is the disk full?");
+  }
+  const int closed = std::fclose(f_);
   f_ = nullptr;
-  std::filesystem::rename(part_, path_);
+  if (closed != 0) {
+    const int e = errno;
+    abandon();
+    throw Error(path_ + ": closing failed (" + std::strerror(e) + ")");
+  }
+  if (std::rename(part_.c_str(), path_.c_str()) != 0) {
+    const int e = errno;
+    const std::string part = part_;
+    abandon();
+    throw Error(path_ + ": cannot move " + part + " into place (" + std::strerror(e) + ")");
+  }
+  part_.clear();
 }
 
 uint64_t Writer::total_bytes() const {

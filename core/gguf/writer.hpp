@@ -26,9 +26,10 @@ class Writer {
   // Declares a tensor (shape innermost first); returns its byte size.
   uint64_t add_tensor(const std::string &name, int32_t dtype, const std::vector<int64_t> &shape);
 
-  // Writes header, metadata and tensor infos to path + ".part"; then append every tensor's
-  // bytes in declaration order with write_data (any number of calls per tensor), and finish()
-  // renames the file into place. An error (or destruction before finish) removes the part.
+  // Writes header, metadata and tensor infos to a temporary file of its own beside path
+  // (.NAME.XXXXXX.part); then append every tensor's bytes in declaration order with write_data
+  // (any number of calls per tensor), and finish() syncs it and renames it into place
+  // atomically. An error (or destruction before finish) removes the temporary file.
   void begin(const std::string &path);
   void write_data(const void *data, uint64_t bytes);
   void finish();
@@ -46,6 +47,7 @@ class Writer {
   void put_value(const Value &v);
   void put_string(const std::string &s);
   void pad_to_alignment();
+  void abandon();  // closes and removes the temporary file, if any
 
   uint32_t alignment_;
   std::vector<std::pair<std::string, Value>> kv_;

@@ -1,4 +1,6 @@
 // core/models/hparams.cpp — reading and checking the hyperparameters LLaMA-style models share.
+#include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "common/error.hpp"
@@ -18,6 +20,31 @@ const std::map<std::string, HparamsReader> &registry() {
   return r;
 }
 
+// What the metadata says must agree with the tensors: a block_count below the blocks present
+// would silently drop layers, and a vocabulary of another size than the embedding would give
+// ids the tokenizer cannot spell (or rows the model lacks).
+void check_consistency(const gguf::File &f, const Hparams &hp) {
+  int64_t last_block = -1;
+  std::string example;
+  for (const auto &t : f.tensors()) {
+    if (t.name.rfind("blk.", 0) != 0) continue;
+    char *end = nullptr;
+    const long long b = std::strtoll(t.name.c_str() + 4, &end, 10);
+    if (end != t.name.c_str() + 4 && *end == '.' && b > last_block) last_block = b, example = t.name;
+  }
+  if (last_block >= hp.n_layer)
+    throw Error(f.path() + ": " + hp.arch + ".block_count is " + std::to_string(hp.n_layer) + " but the file holds blocks up to " +
+                std::to_string(last_block) + " ('" + example + "'): " + std::to_string(last_block + 1) +
+                " blocks; the metadata and the tensors disagree, so the file is damaged");
+  if (const gguf::Value *tokens = f.find("tokenizer.ggml.tokens"); tokens && tokens->type == gguf::ValueType::ARRAY) {
+    const uint64_t n_tokens = tokens->arr().size();
+    if (n_tokens != uint64_t(hp.n_vocab))
+      throw Error(f.path() + ": the vocabulary (tokenizer.ggml.tokens) has " + std::to_string(n_tokens) +
+                  " tokens but token_embd.weight has " + std::to_string(hp.n_vocab) +
+                  " rows; they must be equal (the file is damaged or was converted wrongly)");
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> architectures() {
@@ -30,25 +57,39 @@ Hparams read_common_hparams(const gguf::File &f, const std::string &arch) {
   Hparams hp;
   hp.arch = arch;
   const std::string p = arch + ".";
-  hp.n_embd = f.get_int(p + "embedding_length");
-  hp.n_layer = f.get_int(p + "block_count");
-  hp.n_head = f.get_int(p + "attention.head_count");
-  hp.n_head_kv = f.find(p + "attention.head_count_kv") ? f.get_int(p + "attention.head_count_kv") : hp.n_head;
-  hp.n_ff = f.get_int(p + "feed_forward_length");
-  hp.n_ctx_train = f.find(p + "context_length") ? f.get_int(p + "context_length") : 2048;
+  const auto fail = [&](const std::string &what) { throw Error(f.path() + ": " + what); };
+  // A count read from the file: any integer type, and positive, or the error names the key.
+  const auto count = [&](const std::string &key, int64_t fallback) {
+    const int64_t v = f.find(key) ? f.get_int(key) : fallback;
+    if (v <= 0) fail(key + " is " + std::to_string(v) + "; it must be a positive count (the file's metadata is damaged)");
+    return v;
+  };
+  hp.n_embd = count(p + "embedding_length", -1);
+  hp.n_layer = count(p + "block_count", -1);
+  hp.n_head = count(p + "attention.head_count", -1);
+  hp.n_head_kv = count(p + "attention.head_count_kv", hp.n_head);
+  hp.n_ff = count(p + "feed_forward_length", -1);
+  hp.n_ctx_train = count(p + "context_length", 2048);
   hp.rms_eps = f.get<float>(p + "attention.layer_norm_rms_epsilon");
   hp.rope_theta = f.get_or<float>(p + "rope.freq_base", 10000.0f);
-  if (const gguf::Value *scale = f.find(p + "rope.scale_linear")) hp.rope_freq_scale = 1.0f / float(std::get<double>(scale->v));
-  const auto fail = [&](const std::string &what) { throw Error(f.path() + ": " + what); };
-  if (hp.n_embd <= 0 || hp.n_layer <= 0 || hp.n_head <= 0 || hp.n_ff <= 0) fail("hyperparameters must be positive");
+  // Typed reads: a value of another type is an error naming the key and both types.
+  if (f.find(p + "rope.scale_linear")) {
+    const float scale = f.get<float>(p + "rope.scale_linear");
+    if (!(scale > 0) || !std::isfinite(scale))
+      fail(p + "rope.scale_linear is " + std::to_string(scale) + "; it must be a positive number");
+    hp.rope_freq_scale = 1.0f / scale;
+  }
+  if (!std::isfinite(hp.rope_theta) || !(hp.rope_theta > 0))
+    fail(p + "rope.freq_base is " + std::to_string(hp.rope_theta) + "; it must be a positive number");
   if (hp.n_embd % hp.n_head) fail(p + "embedding_length " + std::to_string(hp.n_embd) + " is not a multiple of " + p + "attention.head_count " + std::to_string(hp.n_head));
-  if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv)
+  if (hp.n_head % hp.n_head_kv)
     fail(p + "attention.head_count " + std::to_string(hp.n_head) + " is not a multiple of head_count_kv " + std::to_string(hp.n_head_kv));
   hp.head_dim = hp.n_embd / hp.n_head;
   hp.rope_dims = f.find(p + "rope.dimension_count") ? f.get_int(p + "rope.dimension_count") : hp.head_dim;
   if (hp.rope_dims <= 0 || hp.rope_dims > hp.head_dim || hp.rope_dims % 2) fail(p + "rope.dimension_count " + std::to_string(hp.rope_dims) + " must be even and at most the head size " + std::to_string(hp.head_dim));
-  if (!(hp.rms_eps > 0)) fail(p + "attention.layer_norm_rms_epsilon must be positive");
+  if (!(hp.rms_eps > 0) || !std::isfinite(hp.rms_eps)) fail(p + "attention.layer_norm_rms_epsilon must be a positive number");
   hp.n_vocab = f.tensor("token_embd.weight").shape[1];
+  check_consistency(f, hp);
   return hp;
 }
 

@@ -1,6 +1,7 @@
 #include "runtime/plugin.hpp"
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -10,8 +11,8 @@
 
 #include "common/error.hpp"
 
-#ifndef MINFER_INSTALL_LIBDIR
-#define MINFER_INSTALL_LIBDIR "/usr/local/lib/minfer"
+#ifndef MINFER_PLUGIN_DIR_FROM_BIN
+#define MINFER_PLUGIN_DIR_FROM_BIN "../lib/minfer"
 #endif
 
 namespace fs = std::filesystem;
@@ -19,6 +20,14 @@ namespace fs = std::filesystem;
 namespace minfer {
 
 static const char *kPluginPrefix = "libminfer_backend_";
+
+namespace {
+
+// Text a plugin wrote into a buffer of ours: the ABI asks it to terminate the text, but one
+// that fills every byte must not make us read past the buffer.
+std::string text_in(const char *buf, size_t cap) { return std::string(buf, strnlen(buf, cap)); }
+
+}  // namespace
 
 std::string plugin_file_name(const std::string &backend_name) {
   return kPluginPrefix + backend_name + ".so";
@@ -38,8 +47,11 @@ std::vector<std::string> plugin_search_dirs(const std::string &config_plugin_dir
       start = end + 1;
     }
   }
-  dirs.push_back(boost::dll::program_location().parent_path().string());
-  dirs.push_back(MINFER_INSTALL_LIBDIR);
+  // The build tree keeps plugins beside the executables; an install puts them in
+  // PREFIX/lib/minfer, found from PREFIX/bin wherever PREFIX is.
+  const fs::path exe_dir = boost::dll::program_location().parent_path();
+  dirs.push_back(exe_dir.string());
+  dirs.push_back((exe_dir / MINFER_PLUGIN_DIR_FROM_BIN).lexically_normal().string());
   return dirs;
 }
 
@@ -92,7 +104,9 @@ Plugin::~Plugin() = default;
 
 void Plugin::check(minfer_status *status, const std::string &what) const {
   if (!status) return;
-  const std::string msg = api_->status_message(status);
+  const char *m = api_->status_message(status);
+  // The message is the plugin's; a NULL or endless one must still give a readable error.
+  const std::string msg = m ? text_in(m, 4096) : "plugin '" + name_ + "' (" + path_ + ") returned a status without a message";
   api_->status_free(status);
   throw Error("backend '" + name_ + "': " + what + ": " + msg);
 }
@@ -101,7 +115,7 @@ int32_t Plugin::device_count(std::string *why_none) const {
   int32_t n = 0;
   char why[512] = {0};
   check(api_->device_count(&n, why, sizeof why), "device_count");
-  if (why_none) *why_none = why;
+  if (why_none) *why_none = text_in(why, sizeof why);
   return n;
 }
 
@@ -237,7 +251,7 @@ SupportAnswer BackendHandle::supports(const minfer_node &node) {
   char why[512] = {0};
   plugin_->check(plugin_->api().supports(backend_, &node, &yes, why, sizeof why),
                  std::string("supports(") + (node.name ? node.name : "?") + ")");
-  return {yes != 0, why};
+  return {yes != 0, text_in(why, sizeof why)};
 }
 
 std::unique_ptr<CompiledSegment> BackendHandle::compile(const std::vector<const minfer_node *> &nodes) {
@@ -279,7 +293,7 @@ std::string BackendHandle::explain(const CompiledSegment &seg, int32_t node, int
     return "";
   }
   plugin_->check(st, "segment_explain");
-  return text;
+  return text_in(text, sizeof text);
 }
 
 void BackendHandle::synchronize() {

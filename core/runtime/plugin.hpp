@@ -45,7 +45,8 @@ class Plugin {
 };
 
 // Where plugins are looked for, in order: the config's plugin_dir, MINFER_PLUGIN_PATH
-// (colon-separated), the folder of the running executable, the install lib dir.
+// (colon-separated), the folder of the running executable, and the plugin folder of the
+// install it belongs to (its ../lib/minfer).
 std::vector<std::string> plugin_search_dirs(const std::string &config_plugin_dir);
 
 // The file name a backend's plugin has: libminfer_backend_<name>.so

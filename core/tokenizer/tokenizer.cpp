@@ -65,6 +65,19 @@ std::vector<std::pair<size_t, size_t>> merge_pieces(const std::string &text, Pri
   return out;
 }
 
+// The byte a SentencePiece byte token "<0xHH>" stands for; nothing when the text is not that form.
+std::optional<uint8_t> byte_token_value(const std::string &t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return std::nullopt;
+  int v = 0;
+  for (size_t i = 3; i < 5; ++i) {
+    const char c = t[i];
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    v = v * 16 + d;
+  }
+  return uint8_t(v);
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File &f) {
@@ -83,6 +96,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File &f) {
     const std::vector<double> types = f.get_numbers("tokenizer.ggml.token_type");
     for (size_t i = 0; i < n; ++i) t->types_[i] = int32_t(types[i]);
   }
+  if (t->kind_ == Kind::Spm)  // decoding reads the byte out of the text: a bad one must fail here, not mid-run
+    for (size_t i = 0; i < n; ++i)
+      if (t->types_[i] == Byte && !byte_token_value(t->tokens_[i]))
+        throw Error(f.path() + ": tokenizer.ggml.tokens[" + std::to_string(i) + "] is '" + t->tokens_[i] +
+                    "', of type BYTE (tokenizer.ggml.token_type 6), but a byte token must read <0xHH> with two hex digits; "
+                    "the vocabulary is damaged: convert the model again");
   t->scores_.assign(n, 0.0f);
   if (const gguf::Value *sc = f.find("tokenizer.ggml.scores")) {
     if (sc->type != gguf::ValueType::ARRAY || sc->arr().size() != n ||
@@ -271,7 +290,7 @@ std::string Tokenizer::token_bytes(int32_t id, bool show_special) const {
   const int32_t type = types_[size_t(id)];
   if (type == Control || type == Unknown || type == Unused) return show_special ? t : "";
   if (kind_ == Kind::Spm) {
-    if (type == Byte && t.size() == 6 && t.rfind("<0x", 0) == 0) return std::string(1, char(std::stoi(t.substr(3, 2), nullptr, 16)));
+    if (type == Byte) return std::string(1, char(*byte_token_value(t)));  // checked at load
     std::string s;
     for (size_t i = 0; i < t.size();) {
       if (t.compare(i, 3, "\xE2\x96\x81") == 0) s += ' ', i += 3;
@@ -293,30 +312,13 @@ std::string Tokenizer::token_bytes(int32_t id, bool show_special) const {
 
 std::string StreamDecoder::push(int32_t id) {
   std::string bytes = tok_.token_bytes(id);
-  // SentencePiece's first piece carries the space the tokenizer added in front of the text.
-  if (first_ && tok_.kind() == Kind::Spm && !bytes.empty()) {
-    if (bytes[0] == ' ') bytes.erase(0, 1);
-    first_ = false;
+  if (strip_space_ && !bytes.empty()) {  // the first piece with text (BOS has none)
+    if (tok_.kind() == Kind::Spm && tok_.add_space_prefix() && bytes[0] == ' ') bytes.erase(0, 1);
+    strip_space_ = false;
   }
-  pending_ += bytes;
-  // Emit everything up to the last complete UTF-8 character.
-  size_t cut = pending_.size();
-  for (size_t back = 1; back <= 4 && back <= pending_.size(); ++back) {
-    const auto c = uint8_t(pending_[pending_.size() - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
-    if (utf8_len(c) > back) cut = pending_.size() - back;  // incomplete sequence at the end
-    break;
-  }
-  std::string ready = pending_.substr(0, cut);
-  pending_.erase(0, cut);
-  return ready;
+  return utf8_.push(bytes);
 }
 
-std::string StreamDecoder::flush() {
-  std::string rest;
-  for (size_t i = 0; i < pending_.size(); ++i) rest += "\xEF\xBF\xBD";
-  pending_.clear();
-  return rest;
-}
+std::string StreamDecoder::flush() { return utf8_.finish(); }
 
 }  // namespace minfer::tokenizer

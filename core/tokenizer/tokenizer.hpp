@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/utf8.hpp"
+
 namespace minfer::gguf {
 class File;
 }
@@ -45,6 +47,7 @@ class Tokenizer {
   const std::string &token_text(int32_t id) const { return tokens_.at(size_t(id)); }
   int32_t find(const std::string &text) const;  // -1 when absent
   Kind kind() const { return kind_; }
+  bool add_space_prefix() const { return add_space_prefix_; }
 
  private:
   Tokenizer() = default;
@@ -73,18 +76,23 @@ class Tokenizer {
   std::unordered_map<std::string, uint8_t> unicode_to_byte_;
 };
 
-// Turns a stream of tokens into text that is always valid UTF-8: bytes of a character split
-// across tokens are held back until the character is complete.
+// Turns a stream of tokens into text that is always valid UTF-8 (common/utf8.hpp): bytes of a
+// character split across tokens are held back until it is complete, ill-formed bytes become
+// U+FFFD.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer &t) : tok_(t) {}
+  // at_sequence_start: the first token pushed begins the sequence (no BOS before it, or only
+  // BOS). A SentencePiece vocabulary that puts a space in front of the text then drops it from
+  // the first piece, as llama.cpp's detokenizer does; tokens that continue a sequence (the
+  // answer after a prompt) keep every space.
+  StreamDecoder(const Tokenizer &t, bool at_sequence_start) : tok_(t), strip_space_(at_sequence_start) {}
   std::string push(int32_t id);  // the text that became complete
-  std::string flush();           // whatever is left (an incomplete tail becomes U+FFFD)
+  std::string flush();           // whatever is left (an incomplete tail becomes one U+FFFD)
 
  private:
   const Tokenizer &tok_;
-  std::string pending_;
-  bool first_ = true;
+  utf8::Stream utf8_;
+  bool strip_space_;
 };
 
 // Pre-tokenization of byte-level BPE, exposed for tests: the pieces text splits into.

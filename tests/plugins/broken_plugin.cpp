@@ -2,6 +2,9 @@
 //   BROKEN_MAJOR  the table claims ABI major MINFER_ABI_MAJOR + 1
 //   BROKEN_SMALL  the table's struct_size is smaller than ABI 1.0's
 //   BROKEN_NULL   the entry returns no table
+//   BROKEN_LONGWHY   device_count and supports fill every byte of `why`, with no NUL
+//   BROKEN_NULLMSG   device_count fails with a status whose message is NULL
+#include <cstring>
 #include <memory>
 
 #include "minfer/plugin.hpp"
@@ -18,6 +21,35 @@ struct Broken {
   }
 };
 
+#if defined(BROKEN_LONGWHY) || defined(BROKEN_NULLMSG)
+// Raw C entries, past the SDK's helpers (which always terminate): what a careless or hostile
+// plugin written against the bare ABI can do.
+struct Opaque {
+  int unused;
+};
+Opaque g_backend, g_status;
+
+minfer_status *fill_why(int32_t *out_count, char *why, size_t why_size) {
+  *out_count = 0;
+  std::memset(why, 'x', why_size);
+  return nullptr;
+}
+minfer_status *open_any(int32_t, const minfer_host *, const char *const *, const char *const *, int32_t, minfer_backend **out) {
+  *out = reinterpret_cast<minfer_backend *>(&g_backend);
+  return nullptr;
+}
+void close_any(minfer_backend *) {}
+minfer_status *supports_fill_why(minfer_backend *, const minfer_node *, int32_t *yes, char *why, size_t why_size) {
+  *yes = 0;
+  std::memset(why, 'y', why_size);
+  return nullptr;
+}
+minfer_status *fail_count(int32_t *, char *, size_t) { return reinterpret_cast<minfer_status *>(&g_status); }
+int32_t code_internal(const minfer_status *) { return MINFER_ERR_INTERNAL; }
+const char *no_message(const minfer_status *) { return nullptr; }
+void free_nothing(minfer_status *) {}
+#endif
+
 }  // namespace
 
 extern "C" MINFER_EXPORT const minfer_backend_api *minfer_backend_entry(uint32_t, uint32_t) {
@@ -29,6 +61,16 @@ extern "C" MINFER_EXPORT const minfer_backend_api *minfer_backend_entry(uint32_t
   api.struct_size = MINFER_SIZE_UP_TO(minfer_backend_api, open);
 #elif defined(BROKEN_NULL)
   return nullptr;
+#elif defined(BROKEN_LONGWHY)
+  api.device_count = fill_why;
+  api.open = open_any;
+  api.close = close_any;
+  api.supports = supports_fill_why;
+#elif defined(BROKEN_NULLMSG)
+  api.device_count = fail_count;
+  api.status_code = code_internal;
+  api.status_message = no_message;
+  api.status_free = free_nothing;
 #endif
   return &api;
 }

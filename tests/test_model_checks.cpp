@@ -1,0 +1,120 @@
+// A model file whose metadata disagrees with itself or its tensors is refused at load, with
+// the key, its type or value, and what was expected — never a run that quietly drops layers,
+// never an implementation word ("std::get", "stoi") and never a failure mid-run.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "gguf/gguf.hpp"
+#include "gguf/writer.hpp"
+#include "models/model.hpp"
+#include "test_util.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+using minfer::gguf::Value;
+using minfer::gguf::ValueType;
+
+namespace {
+
+using Metadata = std::vector<std::pair<std::string, Value>>;
+
+// stories260K with its metadata changed by `edit`, written to a file of the test's own.
+std::string variant(const std::string &name, const std::function<void(Metadata &)> &edit) {
+  const std::string td = minfer::test::testdata_dir();
+  const auto src = minfer::gguf::File::open(td + "/models/stories260K.gguf");
+  Metadata kv = src->metadata();
+  edit(kv);
+  minfer::gguf::Writer w(src->alignment());
+  for (auto &[k, v] : kv) w.set(k, v);
+  for (const auto &t : src->tensors()) w.add_tensor(t.name, t.dtype, std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.n_dims));
+  const fs::path dir = fs::temp_directory_path() / "minfer-model-checks";
+  fs::create_directories(dir);
+  const std::string out = (dir / (name + ".gguf")).string();
+  w.begin(out);
+  for (const auto &t : src->tensors()) w.write_data(t.data, t.n_bytes);
+  w.finish();
+  return out;
+}
+
+void set(Metadata &kv, const std::string &key, Value v) {
+  for (auto &[k, old] : kv)
+    if (k == key) {
+      old = std::move(v);
+      return;
+    }
+  kv.emplace_back(key, std::move(v));
+}
+
+// The message of loading path as minfer-app does: tokenizer, then model.
+std::string load_error(const std::string &path) {
+  try {
+    const auto f = minfer::gguf::File::open(path);
+    minfer::tokenizer::Tokenizer::from_gguf(*f);
+    minfer::models::BuildOptions bo;
+    minfer::models::load_model(f, bo);
+  } catch (const minfer::Error &e) {
+    return e.what();
+  } catch (const std::exception &e) {
+    return std::string("not a minfer::Error: ") + e.what();
+  }
+  return "(loaded)";
+}
+
+struct Case {
+  const char *name;
+  std::function<void(Metadata &)> edit;
+  std::vector<std::string> says;  // parts of the message
+};
+
+TEST(ModelChecks, InconsistentOrMistypedMetadataIsRefusedAtLoad) {
+  if (minfer::test::testdata_dir().empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const std::vector<Case> cases = {
+      {"block_count_low", [](Metadata &kv) { set(kv, "llama.block_count", Value::u32(4)); },
+       {"llama.block_count is 4 but the file holds blocks up to 4", "'blk.4."}},
+      {"vocab_small",
+       [](Metadata &kv) {
+         for (auto &[k, v] : kv) {
+           if (k != "tokenizer.ggml.tokens" && k != "tokenizer.ggml.scores" && k != "tokenizer.ggml.token_type") continue;
+           std::vector<Value> items(v.arr().items().begin(), v.arr().items().begin() + 500);
+           v = Value::array(v.arr().elem, std::move(items));
+         }
+       },
+       {"has 500 tokens but token_embd.weight has 512 rows"}},
+      {"scale_u32", [](Metadata &kv) { set(kv, "llama.rope.scale_linear", Value::u32(2)); },
+       {"llama.rope.scale_linear' is uint32, expected float32"}},
+      {"scale_string", [](Metadata &kv) { set(kv, "llama.rope.scale_linear", Value::str("2")); },
+       {"llama.rope.scale_linear' is string, expected float32"}},
+      {"scale_zero", [](Metadata &kv) { set(kv, "llama.rope.scale_linear", Value::f32(0)); },
+       {"llama.rope.scale_linear is 0", "positive"}},
+      {"ctx_zero", [](Metadata &kv) { set(kv, "llama.context_length", Value::u32(0)); },
+       {"llama.context_length is 0; it must be a positive count"}},
+      {"ctx_negative", [](Metadata &kv) { set(kv, "llama.context_length", Value::i32(-5)); },
+       {"llama.context_length is -5; it must be a positive count"}},
+      {"heads_string", [](Metadata &kv) { set(kv, "llama.attention.head_count", Value::str("8")); },
+       {"llama.attention.head_count", "string"}},
+      {"byte_token",
+       [](Metadata &kv) {
+         for (auto &[k, v] : kv)
+           if (k == "tokenizer.ggml.tokens") {
+             std::vector<Value> items = v.arr().items();
+             items[3] = Value::str("<0xZZ>");
+             v = Value::array(ValueType::STRING, std::move(items));
+           }
+       },
+       {"tokenizer.ggml.tokens[3] is '<0xZZ>', of type BYTE", "<0xHH>"}},
+  };
+  for (const Case &c : cases) {
+    const std::string msg = load_error(variant(c.name, c.edit));
+    EXPECT_EQ(msg.find("not a minfer::Error"), std::string::npos) << c.name << ": " << msg;
+    for (const std::string &part : c.says) EXPECT_NE(msg.find(part), std::string::npos) << c.name << ": " << msg;
+  }
+  // The unchanged file still loads: the checks refuse only what is wrong.
+  EXPECT_EQ(load_error(variant("unchanged", [](Metadata &) {})), "(loaded)");
+}
+
+}  // namespace
