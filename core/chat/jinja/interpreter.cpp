@@ -275,7 +275,11 @@ class Interpreter {
   Value eval(const Expr &e) {
     step(e.pos);
     try {
-      return eval_inner(e);
+      Value v = eval_inner(e);
+      // A string that doubles itself in a loop must stop long before memory does.
+      if ((v.is_string() && v.as_string().size() > opts_.max_output) || (v.is_list() && v.as_list().size() > opts_.max_output))
+        throw TemplateError("a value grew past " + std::to_string(opts_.max_output) + " bytes (the output limit)");
+      return v;
     } catch (const TemplateError &err) {
       if (err.line() > 0) throw;
       throw TemplateError(err.message(), e.pos.line, e.pos.col, err.raised());
