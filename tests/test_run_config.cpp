@@ -59,6 +59,12 @@ TEST(RunConfigValues, EveryInvalidNumberIsRefusedWhereItIs) {
   }
 }
 
+// Found by the run-config fuzzer: a backend whose name is empty was accepted as the default.
+TEST(RunConfigValues, ABackendWithoutANameIsRefused) {
+  const std::string msg = error_of("backends:\n  : {}\n");
+  EXPECT_NE(msg.find("c.yaml:2:3: a backend needs a name"), std::string::npos) << msg;
+}
+
 TEST(RunConfigValues, TheLimitsThemselvesAreAccepted) {
   for (const std::string ok : {"context: 1", "batch: 1", "generation: {temperature: 0}", "generation: {top_k: 0}",
                                "generation: {top_p: 1}", "generation: {min_p: 0}", "generation: {repeat_penalty: 1}",
@@ -74,6 +80,24 @@ TEST(RunConfigValues, AKeyWrittenTwiceIsRefusedAtTheSecond) {
   EXPECT_NE(msg.find("c.yaml:4:3: key 'seed' appears twice"), std::string::npos) << msg;
   msg = error_of("backends: {cpu: {threads: 1, threads: 2}}\n");
   EXPECT_NE(msg.find("key 'threads' appears twice"), std::string::npos) << msg;
+}
+
+TEST(RunConfigValues, ChatSettings) {
+  const auto cfg = minfer::parse_run_config(kHead + "chat_template: t.jinja\nmessages:\n  - {role: user, content: hi}\n"
+                                                    "  - {role: assistant, content: hello}\n", "c.yaml");
+  EXPECT_TRUE(cfg.chat) << "a template or messages mean a chat";
+  EXPECT_EQ(cfg.chat_template, "t.jinja");
+  ASSERT_EQ(cfg.messages.size(), 2u);
+  EXPECT_EQ(cfg.messages[1].role, "assistant");
+  EXPECT_EQ(cfg.messages[1].content, "hello");
+  std::string msg = error_of(kHead + "messages: hi\n");
+  EXPECT_NE(msg.find("c.yaml:2:11: 'messages' must be a list of {role: ..., content: ...}"), std::string::npos) << msg;
+  msg = error_of(kHead + "messages:\n  - {role: user}\n");
+  EXPECT_NE(msg.find("c.yaml:3:5: a message needs both 'role' and 'content'"), std::string::npos) << msg;
+  msg = error_of(kHead + "messages:\n  - {role: user, content: x, name: y}\n");
+  EXPECT_NE(msg.find("unknown key 'name' in a message"), std::string::npos) << msg;
+  msg = error_of(kHead + "chat: false\nchat_template: x.jinja\n");
+  EXPECT_NE(msg.find("c.yaml:2:7: 'chat: false' contradicts 'chat_template'"), std::string::npos) << msg;
 }
 
 // The command line's flags go through the same rules (apps/minfer-app applies them; the app

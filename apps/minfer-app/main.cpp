@@ -36,7 +36,9 @@ const char *kUsage =
     "  --temp T             temperature (0 = greedy)\n"
     "  --seed N             sampling seed\n"
     "  --threads N          CPU threads (the cpu backend's 'threads' option)\n"
-    "  --json               print one JSON object (prompt_tokens, tokens, text, timings, peak_rss_mb)\n"
+    "  --json               print one JSON object (prompt_tokens, tokens, text, token ids, timings, peak_rss_mb)\n"
+    "  -i, --interactive    chat through the model's template (also -cnv): a line per message (a trailing \\\n"
+    "                       continues it), /clear starts over, Ctrl-D ends; the KV cache is kept between turns\n"
     "  --explain            print the placement report (node -> backend, copies, memory) and exit\n"
     "  --list-backends      list every plugin found: name, version, ABI, devices\n"
     "  --plugin-dir DIR     look for plugins here first (overrides the config's plugin_dir)\n"
@@ -45,7 +47,7 @@ const char *kUsage =
 
 struct Args {
   std::string config, plugin_dir, log_level, model, prompt, prompt_file, n_predict, temp, seed, threads;
-  bool explain = false, list_backends = false, json = false, have_prompt = false;
+  bool explain = false, list_backends = false, json = false, have_prompt = false, interactive = false;
   bool n_predict_set = false, temp_set = false, seed_set = false, threads_set = false;  // given, even as "" (an error then)
 };
 
@@ -62,6 +64,7 @@ Args parse_args(int argc, char **argv) {
     else if (arg == "--log-level") a.log_level = value("--log-level");
     else if (arg == "--explain") a.explain = true;
     else if (arg == "--json") a.json = true;
+    else if (arg == "--interactive" || arg == "-i" || arg == "-cnv" || arg == "--conversation") a.interactive = true;
     else if (arg == "-m" || arg == "--model") a.model = value("--model");
     else if (arg == "-p" || arg == "--prompt") a.prompt = value("--prompt"), a.have_prompt = true;
     else if (arg == "-f" || arg == "--file") a.prompt_file = value("--file");
@@ -187,6 +190,8 @@ int main(int argc, char **argv) {
       minfer::app::GenerateOptions go;
       go.json = args.json;
       go.explain = args.explain;
+      go.interactive = args.interactive;
+      if (go.interactive) cfg.chat = true;
       return minfer::app::run_generate(cfg, go);
     }
 

@@ -2,15 +2,33 @@
 //   minfer-gguf info FILE [--json]
 //   minfer-gguf quantize IN OUT TYPE [--threads N]
 //   minfer-gguf tokenize FILE [--no-bos] (-p TEXT | -f TEXT_FILE)
-//   minfer-gguf synth --arch qwen2|llama --preset tiny|0.5b|1.5b|7b --type TYPE --seed N [--vocab VOCAB.gguf] [--layers N] -o OUT
+//   minfer-gguf synth --arch qwen2|llama --preset tiny|0.5b|1.5b|7b --type TYPE --seed N [--vocab VOCAB.gguf] [--layers N]
+//                     [--chat-template FILE.jinja] -o OUT
+//   minfer-gguf template (MODEL.gguf | --template FILE.jinja) --messages FILE.json [...]
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
+#include <cerrno>
+#include <cstdlib>
+
 #include "common/error.hpp"
 #include "gguf_commands.hpp"
+
+namespace minfer::tools {
+
+long long parse_int(const std::string &flag, const std::string &value, long long min, long long max) {
+  char *end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end || errno == ERANGE || x < min || x > max)
+    throw UsageError(flag + " takes an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", not '" + value + "'");
+  return x;
+}
+
+}  // namespace minfer::tools
 
 namespace {
 
@@ -22,10 +40,14 @@ const char *kUsage =
     "      TYPE: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k,\n"
     "            or a mix: q4_k_m, q5_k_m\n"
     "  minfer-gguf synth --arch qwen2|llama --preset tiny|0.5b|1.5b|7b --type TYPE --seed N\n"
-    "                    [--vocab VOCAB.gguf] [--threads N] [--layers N] -o OUT\n"
+    "                    [--vocab VOCAB.gguf] [--threads N] [--layers N] [--chat-template FILE.jinja] -o OUT\n"
     "      a seeded model with the preset's exact shapes and tensor set (--layers: only N blocks)\n"
     "  minfer-gguf tokenize FILE [--no-bos] [--no-parse-special] (-p TEXT | -f TEXT_FILE)\n"
-    "      token ids as a JSON array (FILE: a model or a vocabulary-only GGUF)\n";
+    "      token ids as a JSON array (FILE: a model or a vocabulary-only GGUF)\n"
+    "  minfer-gguf template (MODEL.gguf | --template FILE.jinja [--bos S] [--eos S]) --messages FILE.json\n"
+    "                       [--no-generation-prompt] [--date YYYY-MM-DD] [--tokens]\n"
+    "      the prompt a chat renders to, exactly as it is tokenized (--tokens: its token ids, for a model);\n"
+    "      FILE.json: [{\"role\": ..., \"content\": ...}, ...] or {\"messages\": [...], other variables}\n";
 
 }  // namespace
 
@@ -42,6 +64,7 @@ int main(int argc, char **argv) {
     if (cmd == "quantize") return minfer::tools::cmd_quantize(args);
     if (cmd == "synth") return minfer::tools::cmd_synth(args);
     if (cmd == "tokenize") return minfer::tools::cmd_tokenize(args);
+    if (cmd == "template") return minfer::tools::cmd_template(args);
     std::fprintf(stderr, "minfer-gguf: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const minfer::tools::UsageError &e) {

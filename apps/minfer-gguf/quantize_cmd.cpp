@@ -1,7 +1,5 @@
 // minfer-gguf quantize: re-type every tensor of a GGUF file, streaming tensor by tensor.
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -24,13 +22,7 @@ int cmd_quantize(const std::vector<std::string> &args) {
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--threads") {
       if (i + 1 >= args.size()) throw UsageError("--threads needs a value");
-      const std::string &v = args[++i];
-      char *end = nullptr;
-      errno = 0;
-      const long x = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end || errno == ERANGE || x < 1 || x > 1024)
-        throw UsageError("--threads takes a thread count from 1 to 1024, not '" + v + "'");
-      threads = int(x);
+      threads = int(parse_int("--threads", args[++i], 1, 1024));
     } else {
       pos.push_back(args[i]);
     }

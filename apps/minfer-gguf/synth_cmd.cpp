@@ -1,9 +1,13 @@
 // minfer-gguf synth: a seeded synthetic model with a real model's exact shapes.
 #include <chrono>
+#include <climits>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "common/progress.hpp"
 #include "gguf_commands.hpp"
 #include "synth/synth.hpp"
@@ -22,10 +26,18 @@ int cmd_synth(const std::vector<std::string> &args) {
     if (a == "--arch") o.arch = value();
     else if (a == "--preset") o.preset = value(), have_preset = true;
     else if (a == "--type") o.type = value(), have_type = true;
-    else if (a == "--seed") o.seed = std::stoull(value());
+    else if (a == "--seed") o.seed = uint64_t(parse_int("--seed", value(), 0, INT64_MAX));
     else if (a == "--vocab") o.vocab_path = value();
-    else if (a == "--threads") o.threads = std::stoi(value());
-    else if (a == "--layers") o.layers = std::stoll(value());
+    else if (a == "--threads") o.threads = int(parse_int("--threads", value(), 1, 1024));
+    else if (a == "--layers") o.layers = parse_int("--layers", value(), 1, 1 << 20);
+    else if (a == "--chat-template") {
+      const std::string file = value();
+      std::ifstream in(file, std::ios::binary);
+      if (!in) throw Error(file + ": cannot open the chat template");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      o.chat_template = ss.str();
+    }
     else if (a == "-o" || a == "--out") o.out = value();
     else throw UsageError("unknown argument '" + a + "'");
   }

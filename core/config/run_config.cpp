@@ -81,6 +81,7 @@ void read_backends(const Reader &r, const YAML::Node &n, RunConfig &cfg) {
   for (const auto &kv : n) {
     BackendConfig b;
     b.name = kv.first.Scalar();
+    if (!kv.first.IsScalar() || b.name.empty()) r.fail(kv.first, "a backend needs a name (cpu, cuda, or a plugin's name)");
     const YAML::Node &body = kv.second;
     if (body.IsNull()) {
       cfg.backends.push_back(b);
@@ -214,7 +215,7 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
   if (!root.IsMap()) r.fail(root, "a run config must be a mapping with at least 'backends'");
   refuse_duplicate_keys(r, root);
   r.only_keys(root, {"backends", "placement", "plugin_dir", "log_level", "job", "demo", "model", "synthesize", "prompt",
-                     "prompt_file", "system", "chat", "context", "batch", "kv_type", "generation", "trace"},
+                     "prompt_file", "system", "chat", "chat_template", "messages", "context", "batch", "kv_type", "generation", "trace"},
               "the run config");
 
   RunConfig cfg;
@@ -230,6 +231,23 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
   if (root["prompt_file"]) cfg.prompt_file = r.scalar(root["prompt_file"], "prompt_file");
   if (root["system"]) cfg.system = r.scalar(root["system"], "system");
   if (root["chat"]) cfg.chat = r.as<bool>(root["chat"], "chat", "true or false");
+  if (root["chat_template"]) cfg.chat_template = r.scalar(root["chat_template"], "chat_template");
+  if (const YAML::Node m = root["messages"]) {
+    if (!m.IsSequence()) r.fail(m, "'messages' must be a list of {role: ..., content: ...}");
+    for (const auto &x : m) {
+      r.expect_map(x, "a message");
+      r.only_keys(x, {"role", "content"}, "a message");
+      if (!x["role"] || !x["content"]) r.fail(x, "a message needs both 'role' and 'content'");
+      cfg.messages.push_back({r.scalar(x["role"], "role"), r.scalar(x["content"], "content")});
+    }
+  }
+  // A template or a scripted conversation means a chat; saying chat: false as well contradicts it.
+  if (!cfg.chat_template.empty() || !cfg.messages.empty()) {
+    if (root["chat"] && !cfg.chat)
+      r.fail(root["chat"], "'chat: false' contradicts '" + std::string(cfg.messages.empty() ? "chat_template" : "messages") +
+                               "', which only a chat uses; remove one");
+    cfg.chat = true;
+  }
   if (root["context"]) {
     cfg.context = r.as<int64_t>(root["context"], "context", "a token count");
     if (cfg.context <= 0)

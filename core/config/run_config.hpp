@@ -46,6 +46,11 @@ struct SynthesizeConfig {
   uint64_t seed = 1;
 };
 
+// One turn of a scripted conversation (the run config's `messages:`).
+struct ChatMessage {
+  std::string role, content;
+};
+
 struct RunConfig {
   std::string source;      // the file it came from
   std::string plugin_dir;  // absolute, or relative to the config file's folder
@@ -60,7 +65,9 @@ struct RunConfig {
   std::string model;               // GGUF path (relative to the working directory)
   SynthesizeConfig synthesize;
   std::string prompt, prompt_file, system;
-  bool chat = false;               // wrap the prompt in the model's chat template (ChatML)
+  bool chat = false;               // render system, messages and the prompt through the chat template
+  std::string chat_template;       // a .jinja file or the template text; empty = the model's own
+  std::vector<ChatMessage> messages;  // a scripted conversation before the prompt
   int64_t context = 0;             // KV cache positions; 0 (absent) = min(training context, 4096)
   int64_t batch = 512;             // most tokens per step
   std::string kv_type = "f16";     // f16 or f32

@@ -2,6 +2,7 @@
 // the graph's batch size, then one token at a time, tracking positions in the KV cache.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -23,6 +24,8 @@ class Generator {
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return model_.opts.n_ctx; }
   void reset() { n_past_ = 0; }  // start a new sequence (old cache rows are overwritten)
+  // Keeps the first n positions of the sequence and forgets the rest (n <= n_past).
+  void rewind(int64_t n) { n_past_ = std::clamp<int64_t>(n, 0, n_past_); }
 
  private:
   const models::Model &model_;

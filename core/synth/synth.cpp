@@ -171,6 +171,15 @@ Report synthesize(const Options &o) {
   Preset p = find_preset(o.arch, o.preset);
   if (o.layers < 0) throw Error("synth: --layers must be positive (0 = the preset's " + std::to_string(p.n_layer) + ")");
   if (o.layers > 0) p.n_layer = o.layers;
+  if (p.name == "tiny" && !o.vocab_path.empty()) {
+    // The tiny presets are for tests: they take any vocabulary (Gemma's 262,144 tokens too),
+    // growing the embedding to fit it.
+    try {
+      const int64_t n = int64_t(gguf::File::open(o.vocab_path)->get_strings("tokenizer.ggml.tokens").size());
+      p.n_vocab = std::max(p.n_vocab, n);
+    } catch (const Error &) {  // add_vocab reports a bad --vocab file with its context
+    }
+  }
   const quant::FileType ft = quant::parse_file_type(o.type);
   if (o.out.empty()) throw Error("synth: no output file given (-o FILE)");
   Report report;
@@ -196,6 +205,7 @@ Report synthesize(const Options &o) {
   w.set("minfer.synth.preset", Value::str(a + "/" + p.name));
   w.set("minfer.synth.seed", Value::u64(o.seed));
   add_vocab(w, o, p);
+  if (!o.chat_template.empty()) w.set("tokenizer.chat_template", gguf::Value::str(o.chat_template));
 
   const int64_t kv_dim = p.n_embd / p.n_head * p.n_head_kv;
   std::vector<Planned> plan;

@@ -30,6 +30,7 @@ struct Options {
   std::string out;
   int threads = 0;         // 0 = all cores
   int64_t layers = 0;      // 0 = the preset's; else this many blocks of the preset's width (quick tests)
+  std::string chat_template;  // written as tokenizer.chat_template (replacing the vocabulary's), when not empty
   // Called as tensors complete: fraction done (by bytes) and the tensor's name.
   std::function<void(double, const std::string &)> progress;
 };

@@ -1,0 +1,156 @@
+#include "model_runner.hpp"
+
+#include <chrono>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "common/progress.hpp"
+#include "synth/synth.hpp"
+
+namespace fs = std::filesystem;
+
+namespace minfer::app {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Writes the configured synthetic model when the model file is missing.
+void synthesize_if_missing(const RunConfig &cfg) {
+  if (!cfg.synthesize.enabled || fs::exists(cfg.model)) return;
+  if (fs::path(cfg.model).has_parent_path()) fs::create_directories(fs::path(cfg.model).parent_path());
+  synth::Options o;
+  o.arch = cfg.synthesize.arch;
+  o.preset = cfg.synthesize.preset;
+  o.type = cfg.synthesize.type;
+  o.seed = cfg.synthesize.seed;
+  o.vocab_path = cfg.synthesize.vocab;
+  if (!o.vocab_path.empty() && !fs::exists(o.vocab_path)) {  // optional: fall back to a made-up vocabulary
+    spdlog::info("synthesize: {} not found; generating a byte-level vocabulary instead", o.vocab_path);
+    o.vocab_path.clear();
+  }
+  o.out = cfg.model;
+  ProgressBar bar("synthesize");
+  o.progress = [&](double f, const std::string &name) { bar.update(f, name); };
+  const synth::Report r = synth::synthesize(o);
+  bar.done(cfg.model + ": " + o.arch + "/" + o.preset + " " + o.type + ", " + human_bytes(r.file_bytes) + " (made once, then reused)");
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(const RunConfig &cfg) : cfg_(cfg) {
+  const auto t_load = Clock::now();
+  synthesize_if_missing(cfg);
+  if (!fs::exists(cfg.model))
+    throw Error(cfg.model + ": model file not found; check 'model' in " + cfg.source + " (paths are relative to the working directory)");
+  file_ = gguf::File::open(cfg.model);
+  tok_ = tokenizer::Tokenizer::from_gguf(*file_);
+  models::BuildOptions bo;
+  bo.n_ctx = cfg.context;
+  bo.max_batch = cfg.batch;
+  bo.kv_type = cfg.kv_type == "f32" ? MINFER_DTYPE_F32 : MINFER_DTYPE_F16;
+  model_ = models::load_model(file_, bo);
+  if (cfg.context > model_->hp.n_ctx_train)
+    spdlog::warn("context {} is more than the {} positions {} was trained on; past those its output usually degrades", cfg.context,
+                 model_->hp.n_ctx_train, cfg.model);
+  backends_ = open_backends(cfg);
+  if (const std::string tp = Trace::path_from(cfg.trace); !tp.empty()) {
+    trace_ = std::make_unique<Trace>(tp);
+    trace_->set_model(file_->get_or<std::string>("general.name", cfg.model), model_->hp.arch, cfg.source);
+    for (int32_t i = 0; i < tok_->n_vocab(); ++i) token_texts_.push_back(tok_->token_bytes(i, true));
+  }
+  ProgressBar load_bar("load");
+  bool uploaded = false;
+  session_ = std::make_unique<Session>(model_->graph, cfg, backends_, trace_.get(), [&](double f, const std::string &name) {
+    load_bar.update(f, name);
+    uploaded = true;
+  });
+  if (uploaded) load_bar.done(cfg.model + ": weights copied to the backends");
+  gen_ = std::make_unique<Generator>(*model_, *session_);
+  sampling::Config sc;
+  sc.temperature = cfg.generation.temperature;
+  sc.top_k = cfg.generation.top_k;
+  sc.top_p = cfg.generation.top_p;
+  sc.min_p = cfg.generation.min_p;
+  sc.repeat_penalty = cfg.generation.repeat_penalty;
+  sc.repeat_last_n = cfg.generation.repeat_last_n;
+  sc.seed = cfg.generation.seed;
+  sampler_ = std::make_unique<sampling::Sampler>(sc);
+  load_s_ = seconds_since(t_load);
+}
+
+void ModelRunner::rewind(int64_t n) {
+  if (n >= int64_t(seq_.size())) return;
+  seq_.resize(size_t(n));
+  fed_ = std::min(fed_, n);
+  gen_->rewind(fed_);
+  logits_ = nullptr;
+}
+
+Reply ModelRunner::generate(const std::vector<int32_t> &tokens, int64_t n_predict, const std::function<void(const std::string &)> &on_text) {
+  Reply r;
+  // What the cache lacks: a sampled token not fed yet, then the new ones.
+  std::vector<int32_t> feed(seq_.begin() + fed_, seq_.end());
+  feed.insert(feed.end(), tokens.begin(), tokens.end());
+  seq_.insert(seq_.end(), tokens.begin(), tokens.end());
+  if (feed.empty() && !logits_) throw Error("nothing to generate from: the sequence is empty");
+  if (int64_t(seq_.size()) >= n_ctx())
+    throw Error("the sequence has " + std::to_string(seq_.size()) + " tokens but the context holds " + std::to_string(n_ctx()) +
+                "; shorten the prompt or raise 'context' in " + cfg_.source);
+  const auto t_prefill = Clock::now();
+  if (!feed.empty()) logits_ = &gen_->feed(feed);  // the generator's buffer: each feed refreshes it
+  fed_ = int64_t(seq_.size());
+  r.prefilled = int64_t(feed.size());
+  r.prefill_s = seconds_since(t_prefill);
+
+  tokenizer::StreamDecoder decoder(*tok_, /*at_sequence_start=*/false);  // the reply continues the sequence
+  const auto t_decode = Clock::now();
+  auto emit = [&](const std::string &piece) {
+    r.text += piece;
+    if (!piece.empty() && on_text) on_text(piece);
+  };
+  while (int64_t(r.ids.size()) < n_predict) {
+    const std::vector<float> &logits = *logits_;
+    const int32_t next = sampler_->sample(logits.data(), int64_t(logits.size()), seq_);
+    if (trace_) trace_->sample(logits.data(), int64_t(logits.size()), next, token_texts_);
+    if (tok_->is_end_of_generation(next)) {
+      r.stop = "eos";
+      break;
+    }
+    seq_.push_back(next);
+    r.ids.push_back(next);
+    r.raw += tok_->token_bytes(next);
+    emit(decoder.push(next));
+    bool stopped = false;
+    for (const auto &s : cfg_.generation.stop)
+      if (!s.empty() && r.text.size() >= s.size() && r.text.compare(r.text.size() - s.size(), s.size(), s) == 0) {
+        r.text.erase(r.text.size() - s.size());
+        stopped = true;
+      }
+    if (stopped) {
+      r.stop = "stop string";
+      break;
+    }
+    if (int64_t(seq_.size()) >= n_ctx()) {
+      r.stop = "context full";
+      break;
+    }
+    if (int64_t(r.ids.size()) < n_predict) {
+      logits_ = &gen_->feed({next});
+      fed_ = int64_t(seq_.size());
+    }
+  }
+  emit(decoder.flush());
+  r.decode_s = seconds_since(t_decode);
+  return r;
+}
+
+void ModelRunner::finish_trace() {
+  if (!trace_) return;
+  trace_->write();
+  std::fprintf(stderr, "trace written to %s (nodes ran one at a time: each timing includes a sync)\n", trace_->path().c_str());
+}
+
+}  // namespace minfer::app
