@@ -117,7 +117,7 @@ if os.path.exists(stories):
 
     # minfer-gguf quantize: bad thread counts, a directory as output (nothing left behind).
     refused([gguf_tool, "quantize", stories, os.path.join(work, "q.gguf"), "q8_0", "--threads", "abc"],
-            "--threads takes a thread count from 1 to 1024, not 'abc'", "quantize --threads abc")
+            "--threads takes an integer from 1 to 1024, not 'abc'", "quantize --threads abc")
     refused([gguf_tool, "quantize", stories, os.path.join(work, "q.gguf"), "q8_0", "--threads", "0"], "not '0'", "quantize --threads 0")
     outdir = os.path.join(work, "outdir")
     os.makedirs(outdir, exist_ok=True)
