@@ -10,7 +10,7 @@
 #include "common/error.hpp"
 #include "config/run_config.hpp"
 #include "runtime/plugin.hpp"
-#include "json_lite.hpp"
+#include <nlohmann/json.hpp>
 #include "models/model.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/placement.hpp"
@@ -33,9 +33,8 @@ std::vector<Reference> read_reference(const std::string &path) {
   std::vector<Reference> out;
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
-    const auto j = minfer::test::Json::parse(line);
-    out.push_back({j["prompt"].str, j["greedy_text"].str, j["prompt_tokens"].ints(), j["greedy_tokens"].ints(),
-                   j["first_step_logits"].floats(), j["min_top2_margin"].num});
+    const auto j = nlohmann::json::parse(line);
+    out.push_back({j["prompt"], j["greedy_text"], j["prompt_tokens"], j["greedy_tokens"], j["first_step_logits"], j["min_top2_margin"]});
   }
   return out;
 }

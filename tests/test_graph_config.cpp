@@ -129,14 +129,16 @@ TEST(RunConfig, BackendKeysSplitIntoCoreAndPluginOptions) {
 // Token pieces are often part of a character ("\xe5\xad" is two thirds of one); the
 // trace and --json must still be valid JSON, so such bytes become U+FFFD (one per maximal
 // ill-formed subpart: test_utf8.cpp).
-TEST(Json, QuoteKeepsValidUtf8AndReplacesBrokenBytes) {
-  using minfer::json::quote;
-  EXPECT_EQ(quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
-  EXPECT_EQ(quote("\xe5\xae\x9e\xe6\x88\x98"), "\"\xe5\xae\x9e\xe6\x88\x98\"");  // 实战
-  EXPECT_EQ(quote("\xf0\x9f\x98\x80"), "\"\xf0\x9f\x98\x80\"");                  // an emoji
-  EXPECT_EQ(quote("\xe5\xad"), "\"\\ufffd\"");                                  // cut short: one subpart
-  EXPECT_EQ(quote("x\x80y"), "\"x\\ufffdy\"");                                // stray continuation
-  EXPECT_EQ(quote("\xc0\xaf"), "\"\\ufffd\\ufffd\"");                          // overlong '/'
-  EXPECT_EQ(quote("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");                 // a surrogate
-  EXPECT_EQ(quote(std::string("\x01", 1)), "\"\\u0001\"");
+TEST(Json, DumpKeepsValidUtf8AndReplacesBrokenBytes) {
+  auto dump = [](const std::string &s) { return minfer::json::dump(minfer::json::Json(s)); };
+  const std::string r = "\xef\xbf\xbd";  // U+FFFD
+  EXPECT_EQ(dump("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
+  EXPECT_EQ(dump("\xe5\xae\x9e\xe6\x88\x98"), "\"\xe5\xae\x9e\xe6\x88\x98\"");  // 实战
+  EXPECT_EQ(dump("\xf0\x9f\x98\x80"), "\"\xf0\x9f\x98\x80\"");                  // an emoji
+  EXPECT_EQ(dump("\xe5\xad"), "\"" + r + "\"");                                   // cut short: one subpart
+  EXPECT_EQ(dump("x\x80y"), "\"x" + r + "y\"");                                   // stray continuation
+  EXPECT_EQ(dump("\xc0\xaf"), "\"" + r + r + "\"");                               // overlong '/'
+  EXPECT_EQ(dump("\xed\xa0\x80"), "\"" + r + r + r + "\"");                        // a surrogate
+  EXPECT_EQ(dump(std::string("\x01", 1)), "\"\\u0001\"");
+  EXPECT_EQ(minfer::json::dump(minfer::json::number(std::nan(""))), "null");
 }

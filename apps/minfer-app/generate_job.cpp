@@ -40,16 +40,6 @@ std::vector<chat::Message> conversation(const RunConfig &cfg, const std::string 
   return msgs;
 }
 
-namespace {
-
-std::string ids_json(const std::vector<int32_t> &ids) {
-  std::string s = "[";
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
-  return s + "]";
-}
-
-}  // namespace
-
 int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   if (opts.interactive) return run_chat(cfg, opts);
   // The prompt first: a missing one fails before seconds of loading. Checked on the text, not
@@ -91,11 +81,17 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   if (opts.json) {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);  // ru_maxrss: the process's peak resident set, in KiB
-    std::printf("{\"prompt_tokens\": %zu, \"tokens\": %zu, \"text\": %s, \"prompt_token_ids\": %s, \"token_ids\": %s, "
-                "\"stop\": %s, \"load_s\": %s, \"prefill_tok_s\": %s, \"decode_tok_s\": %s, \"peak_rss_mb\": %s}\n",
-                prompt.size(), r.ids.size(), json::quote(r.text).c_str(), ids_json(prompt).c_str(), ids_json(r.ids).c_str(),
-                json::quote(r.stop).c_str(), json::number(runner.load_seconds()).c_str(), json::number(prefill_tps).c_str(),
-                json::number(decode_tps).c_str(), json::number(double(usage.ru_maxrss) * 1024 / 1e6).c_str());
+    json::Json j = {{"prompt_tokens", prompt.size()},
+                    {"tokens", r.ids.size()},
+                    {"text", r.text},
+                    {"prompt_token_ids", prompt},
+                    {"token_ids", r.ids},
+                    {"stop", r.stop},
+                    {"load_s", json::number(runner.load_seconds())},
+                    {"prefill_tok_s", json::number(prefill_tps)},
+                    {"decode_tok_s", json::number(decode_tps)},
+                    {"peak_rss_mb", json::number(double(usage.ru_maxrss) * 1024 / 1e6)}};
+    std::printf("%s\n", json::dump(j).c_str());
   } else {
     std::printf("\n");
     std::fprintf(stderr, "load %.2f s | prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s | stop: %s\n",

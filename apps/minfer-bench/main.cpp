@@ -162,17 +162,19 @@ int main(int argc, char **argv) {
     const std::string name = file->get_or<std::string>("general.name", std::filesystem::path(model_path).filename().string());
     const std::string ftype = file->find("general.file_type") ? std::to_string(file->get_int("general.file_type")) : "?";
     if (as_json) {
-      std::printf("[\n");
-      for (size_t i = 0; i < results.size(); ++i) {
-        const Result &r = results[i];
-        std::printf("  {\"model\": %s, \"size_bytes\": %llu, \"params\": %lld, \"backend\": %s, \"threads\": %s, \"test\": %s, "
-                    "\"tokens\": %lld, \"reps\": %lld, \"tps_mean\": %s, \"tps_sd\": %s}%s\n",
-                    minfer::json::quote(name).c_str(), (unsigned long long)std::filesystem::file_size(model_path), (long long)params,
-                    minfer::json::quote(backend_names).c_str(), minfer::json::quote(thread_str).c_str(),
-                    minfer::json::quote(r.test).c_str(), (long long)r.tokens, (long long)reps, minfer::json::number(r.mean()).c_str(),
-                    minfer::json::number(r.sd()).c_str(), i + 1 < results.size() ? "," : "");
-      }
-      std::printf("]\n");
+      minfer::json::Json rows = minfer::json::Json::array();
+      for (const Result &r : results)
+        rows.push_back({{"model", name},
+                        {"size_bytes", std::filesystem::file_size(model_path)},
+                        {"params", params},
+                        {"backend", backend_names},
+                        {"threads", thread_str},
+                        {"test", r.test},
+                        {"tokens", r.tokens},
+                        {"reps", reps},
+                        {"tps_mean", minfer::json::number(r.mean())},
+                        {"tps_sd", minfer::json::number(r.sd())}});
+      std::printf("%s\n", minfer::json::dump(rows, 2).c_str());
     } else {
       std::printf("| model | size | params | backend | threads | test | t/s |\n");
       std::printf("| --- | ---: | ---: | --- | ---: | --- | ---: |\n");

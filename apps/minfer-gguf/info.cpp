@@ -26,17 +26,19 @@ const std::pair<const char *, const char *> kHyper[] = {
     {"rms_eps", "attention.layer_norm_rms_epsilon"},
 };
 
-std::string json_value(const gguf::Value &v) {
+json::Json json_value(const gguf::Value &v) {
   using gguf::ValueType;
   switch (v.type) {
-    case ValueType::STRING: return json::quote(std::get<std::string>(v.v));
-    case ValueType::BOOL: return std::get<bool>(v.v) ? "true" : "false";
+    case ValueType::STRING: return std::get<std::string>(v.v);
+    case ValueType::BOOL: return std::get<bool>(v.v);
     case ValueType::F32: case ValueType::F64: return json::number(std::get<double>(v.v));
     case ValueType::ARRAY:
       // Arrays (token lists, merges) are summarized: the full lists are megabytes.
-      return std::string("{\"type\": \"array\", \"elem\": ") + json::quote(gguf::value_type_name(v.arr().elem)) +
-             ", \"count\": " + std::to_string(v.arr().size()) + "}";
-    default: return v.to_string();
+      return {{"type", "array"}, {"elem", gguf::value_type_name(v.arr().elem)}, {"count", v.arr().size()}};
+    default:
+      if (const auto *u = std::get_if<uint64_t>(&v.v)) return *u;
+      if (const auto *i = std::get_if<int64_t>(&v.v)) return *i;
+      return v.to_string();
   }
 }
 
@@ -72,38 +74,30 @@ int cmd_info(const std::vector<std::string> &args) {
   const size_t n_merges = merges && merges->type == gguf::ValueType::ARRAY ? merges->arr().size() : 0;
 
   if (as_json) {
-    std::printf("{\n  \"file\": %s,\n  \"version\": %u,\n  \"size_bytes\": %" PRIu64 ",\n  \"alignment\": %u,\n",
-                json::quote(path).c_str(), f->version(), f->file_size(), f->alignment());
-    std::printf("  \"architecture\": %s,\n  \"hyperparameters\": {", json::quote(arch).c_str());
-    bool first = true;
+    json::Json hyper = json::Json::object(), meta = json::Json::object(), tensors = json::Json::array(), totals = json::Json::object();
     for (const auto &[label, suffix] : kHyper)
-      if (const gguf::Value *v = f->find(arch + "." + suffix)) {
-        std::printf("%s\n    %s: %s", first ? "" : ",", json::quote(label).c_str(), json_value(*v).c_str());
-        first = false;
-      }
-    std::printf("\n  },\n  \"tokenizer\": {\"model\": %s, \"tokens\": %zu, \"merges\": %zu},\n",
-                json::quote(f->get_or<std::string>("tokenizer.ggml.model", "")).c_str(), n_tokens, n_merges);
-    std::printf("  \"metadata\": {");
-    for (size_t i = 0; i < f->metadata().size(); ++i)
-      std::printf("%s\n    %s: %s", i ? "," : "", json::quote(f->metadata()[i].first).c_str(),
-                  json_value(f->metadata()[i].second).c_str());
-    std::printf("\n  },\n  \"tensors\": [");
-    for (size_t i = 0; i < f->tensors().size(); ++i) {
-      const auto &t = f->tensors()[i];
-      std::string dims;
-      for (int d = 0; d < t.n_dims; ++d) dims += (d ? ", " : "") + std::to_string(t.shape[d]);
-      std::printf("%s\n    {\"name\": %s, \"dims\": [%s], \"type\": %s, \"bytes\": %" PRIu64 ", \"offset\": %" PRIu64 "}",
-                  i ? "," : "", json::quote(t.name).c_str(), dims.c_str(), json::quote(minfer_dtype_name(t.dtype)).c_str(),
-                  t.n_bytes, f->data_offset() + t.offset);
-    }
-    std::printf("\n  ],\n  \"totals\": {");
-    first = true;
-    for (const auto &[type, x] : per_type) {
-      std::printf("%s\n    %s: {\"tensors\": %" PRId64 ", \"params\": %" PRId64 ", \"bytes\": %" PRIu64 "}", first ? "" : ",",
-                  json::quote(type).c_str(), x.tensors, x.params, x.bytes);
-      first = false;
-    }
-    std::printf("\n  },\n  \"n_tensors\": %" PRId64 ",\n  \"n_params\": %" PRId64 "\n}\n", all.tensors, all.params);
+      if (const gguf::Value *v = f->find(arch + "." + suffix)) hyper[label] = json_value(*v);
+    for (const auto &[k, v] : f->metadata()) meta[k] = json_value(v);
+    for (const auto &t : f->tensors())
+      tensors.push_back({{"name", t.name},
+                         {"dims", std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.n_dims)},
+                         {"type", minfer_dtype_name(t.dtype)},
+                         {"bytes", t.n_bytes},
+                         {"offset", f->data_offset() + t.offset}});
+    for (const auto &[type, x] : per_type) totals[type] = {{"tensors", x.tensors}, {"params", x.params}, {"bytes", x.bytes}};
+    const json::Json j = {{"file", path},
+                          {"version", f->version()},
+                          {"size_bytes", f->file_size()},
+                          {"alignment", f->alignment()},
+                          {"architecture", arch},
+                          {"hyperparameters", hyper},
+                          {"tokenizer", {{"model", f->get_or<std::string>("tokenizer.ggml.model", "")}, {"tokens", n_tokens}, {"merges", n_merges}}},
+                          {"metadata", meta},
+                          {"tensors", tensors},
+                          {"totals", totals},
+                          {"n_tensors", all.tensors},
+                          {"n_params", all.params}};
+    std::printf("%s\n", json::dump(j, 2).c_str());
     return 0;
   }
 

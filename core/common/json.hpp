@@ -1,54 +1,20 @@
-// core/common/json.hpp — a minimal JSON writer for the tools' --json output.
+// core/common/json.hpp — JSON for the tools' --json output and the trace, on nlohmann-json.
 #pragma once
 
 #include <cmath>
-#include <cstddef>
-#include <cstdio>
 #include <string>
-#include <string_view>
 
-#include "common/utf8.hpp"
+#include <nlohmann/json.hpp>
 
 namespace minfer::json {
 
-// A JSON string literal. JSON must be valid UTF-8: ill-formed bytes become U+FFFD by the
-// rule the text stream follows too (utf8.hpp), so --json and the stream print the same text.
-inline std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      const utf8::Scan sc = utf8::scan(s, i);
-      if (sc.kind == utf8::Scan::Valid) out.append(s.substr(i, sc.len));
-      else out += "\\ufffd";
-      i += sc.len;
-      continue;
-    }
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20 || c == 0x7F) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += char(c);
-        }
-    }
-    ++i;
-  }
-  return out + "\"";
-}
+using Json = nlohmann::ordered_json;  // keys stay in the order they were written
 
-inline std::string number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
+// One line (indent < 0) or indented. Bytes that are no UTF-8 become U+FFFD, one per maximal
+// ill-formed subpart: the rule of common/utf8.hpp, so --json and the text stream agree.
+inline std::string dump(const Json &j, int indent = -1) { return j.dump(indent, ' ', false, Json::error_handler_t::replace); }
+
+// A number, or null where JSON has none (NaN, infinities).
+inline Json number(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
 
 }  // namespace minfer::json

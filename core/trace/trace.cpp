@@ -15,11 +15,9 @@
 namespace minfer {
 namespace {
 
-std::string shape_json(const Tensor &t) {
-  std::string s = "[";
-  for (int d = 0; d < t.rank; ++d) s += (d ? ", " : "") + std::to_string(t.shape[size_t(d)]);
-  return s + "]";
-}
+json::Json shape_json(const Tensor &t) { return std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.rank); }
+
+json::Json id_or_null(int64_t id) { return id >= 0 ? json::Json(id) : json::Json(nullptr); }
 
 const char *role_name(TensorRole r) {
   switch (r) {
@@ -45,35 +43,29 @@ std::string Trace::path_from(const std::string &config_value) {
 }
 
 void Trace::set_graph(const Graph &g, const Placement &p) {
-  std::string s = "{\n    \"nodes\": [";
+  json::Json nodes = json::Json::array(), tensors = json::Json::array(), copies = json::Json::array();
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node &n = g.nodes()[i];
     const Tensor &out = g.tensor(n.output);
-    std::string inputs;
-    for (TensorId in : n.inputs) inputs += (inputs.empty() ? "" : ", ") + json::quote(g.tensor(in).name);
-    const int layer = layer_of(n.name);
-    s += std::string(i ? "," : "") + "\n      {\"id\": " + std::to_string(i) + ", \"name\": " + json::quote(n.name) +
-         ", \"op\": " + json::quote(minfer_op_name(n.op)) + ", \"layer\": " + (layer >= 0 ? std::to_string(layer) : "null") +
-         ", \"backend\": " + json::quote(p.node_backend[i]) + ", \"inputs\": [" + inputs + "], \"output\": {\"name\": " +
-         json::quote(out.name) + ", \"dtype\": " + json::quote(minfer_dtype_name(out.dtype)) + ", \"shape\": " + shape_json(out) + "}}";
+    json::Json inputs = json::Json::array();
+    for (TensorId in : n.inputs) inputs.push_back(g.tensor(in).name);
+    nodes.push_back({{"id", i},
+                     {"name", n.name},
+                     {"op", minfer_op_name(n.op)},
+                     {"layer", id_or_null(layer_of(n.name))},
+                     {"backend", p.node_backend[i]},
+                     {"inputs", inputs},
+                     {"output", {{"name", out.name}, {"dtype", minfer_dtype_name(out.dtype)}, {"shape", shape_json(out)}}}});
   }
-  s += "\n    ],\n    \"tensors\": [";
-  for (size_t i = 0; i < g.tensors().size(); ++i) {
-    const Tensor &t = g.tensors()[i];
-    s += std::string(i ? "," : "") + "\n      {\"name\": " + json::quote(t.name) + ", \"dtype\": " + json::quote(minfer_dtype_name(t.dtype)) +
-         ", \"shape\": " + shape_json(t) + ", \"role\": " + json::quote(role_name(t.role)) +
-         ", \"producer\": " + (t.producer >= 0 ? std::to_string(t.producer) : "null") + "}";
-  }
-  s += "\n    ],\n    \"copies\": [";
-  bool first = true;
-  for (const auto &st : p.steps) {
-    if (st.kind != minfer::Step::Kind::Copy) continue;
-    s += std::string(first ? "" : ",") + "\n      {\"tensor\": " + json::quote(g.tensor(st.tensor).name) + ", \"from\": " +
-         json::quote(st.from) + ", \"to\": " + json::quote(st.backend) + "}";
-    first = false;
-  }
-  s += "\n    ]\n  }";
-  graph_json_ = s;
+  for (const Tensor &t : g.tensors())
+    tensors.push_back({{"name", t.name},
+                       {"dtype", minfer_dtype_name(t.dtype)},
+                       {"shape", shape_json(t)},
+                       {"role", role_name(t.role)},
+                       {"producer", id_or_null(t.producer)}});
+  for (const auto &st : p.steps)
+    if (st.kind == minfer::Step::Kind::Copy) copies.push_back({{"tensor", g.tensor(st.tensor).name}, {"from", st.from}, {"to", st.backend}});
+  graph_ = {{"nodes", nodes}, {"tensors", tensors}, {"copies", copies}};
 }
 
 void Trace::begin_step(int64_t n_tokens, int64_t n_past) {
@@ -172,48 +164,49 @@ void Trace::sample(const float *logits, int64_t n_vocab, int32_t chosen, const s
 }
 
 void Trace::write() const {
-  std::ofstream f(path_);
-  if (!f) throw Error(path_ + ": cannot write the trace file");
-  f << "{\n  \"format\": \"minfer-trace\",\n  \"version\": 1,\n";
-  f << "  \"model\": {\"name\": " << json::quote(model_) << ", \"arch\": " << json::quote(arch_) << "},\n";
-  f << "  \"config\": " << json::quote(config_) << ",\n";
-  f << "  \"caps\": {\"max_steps\": " << kMaxSteps << ", \"grid\": " << kGrid << ", \"grid_steps\": " << kGridSteps
-    << ", \"top_k\": " << kTopK << "},\n";
-  f << "  \"dropped_steps\": " << dropped_steps_ << ",\n";
-  f << "  \"graph\": " << graph_json_ << ",\n  \"steps\": [";
+  json::Json steps = json::Json::array();
   for (size_t si = 0; si < steps_.size(); ++si) {
     const Step &st = steps_[si];
-    f << (si ? "," : "") << "\n    {\"index\": " << si << ", \"kind\": " << json::quote(st.n_past == 0 && st.n_tokens > 1 ? "prefill" : "decode")
-      << ", \"n_tokens\": " << st.n_tokens << ", \"n_past\": " << st.n_past << ", \"total_ms\": " << json::number(st.total_ms)
-      << ",\n     \"nodes\": [";
-    for (size_t i = 0; i < st.nodes.size(); ++i) {
-      const NodeRecord &r = st.nodes[i];
-      f << (i ? ", " : "") << "\n      {\"id\": " << r.id << ", \"ms\": " << json::number(r.ms) << ", \"clock\": "
-        << (r.device_clock ? "\"device\"" : "\"host\"");
+    json::Json nodes = json::Json::array();
+    for (const NodeRecord &r : st.nodes) {
+      json::Json n = {{"id", r.id}, {"ms", json::number(r.ms)}, {"clock", r.device_clock ? "device" : "host"}};
       if (r.has_stats) {
         const Stats &s = r.stats;
-        f << ", \"stats\": {\"min\": " << json::number(s.min) << ", \"max\": " << json::number(s.max) << ", \"mean\": "
-          << json::number(s.mean) << ", \"std\": " << json::number(s.std) << ", \"nan\": " << s.nan << ", \"inf\": " << s.inf
-          << ", \"count\": " << s.count << "}";
+        n["stats"] = {{"min", json::number(s.min)}, {"max", json::number(s.max)}, {"mean", json::number(s.mean)},
+                      {"std", json::number(s.std)}, {"nan", s.nan},                 {"inf", s.inf},
+                      {"count", s.count}};
         if (!s.grid.empty()) {
-          f << ", \"grid\": {\"rows\": " << s.grid_rows << ", \"cols\": " << s.grid_cols << ", \"values\": [";
-          for (size_t g = 0; g < s.grid.size(); ++g) f << (g ? ", " : "") << json::number(s.grid[g]);
-          f << "]}";
+          json::Json values = json::Json::array();
+          for (float v : s.grid) values.push_back(json::number(v));
+          n["grid"] = {{"rows", s.grid_rows}, {"cols", s.grid_cols}, {"values", values}};
         }
       }
-      f << "}";
+      nodes.push_back(std::move(n));
     }
-    f << "]";
+    json::Json step = {{"index", si},
+                       {"kind", st.n_past == 0 && st.n_tokens > 1 ? "prefill" : "decode"},
+                       {"n_tokens", st.n_tokens},
+                       {"n_past", st.n_past},
+                       {"total_ms", json::number(st.total_ms)},
+                       {"nodes", nodes}};
     if (st.sampled) {
-      f << ",\n     \"sample\": {\"chosen\": " << st.chosen << ", \"top\": [";
-      for (size_t i = 0; i < st.top.size(); ++i)
-        f << (i ? ", " : "") << "{\"id\": " << st.top[i].id << ", \"p\": " << json::number(st.top[i].p) << ", \"text\": "
-          << json::quote(st.top[i].text) << "}";
-      f << "]}";
+      json::Json top = json::Json::array();
+      for (const Candidate &c : st.top) top.push_back({{"id", c.id}, {"p", json::number(c.p)}, {"text", c.text}});
+      step["sample"] = {{"chosen", st.chosen}, {"top", top}};
     }
-    f << "}";
+    steps.push_back(std::move(step));
   }
-  f << "\n  ]\n}\n";
+  const json::Json trace = {{"format", "minfer-trace"},
+                            {"version", 1},
+                            {"model", {{"name", model_}, {"arch", arch_}}},
+                            {"config", config_},
+                            {"caps", {{"max_steps", kMaxSteps}, {"grid", kGrid}, {"grid_steps", kGridSteps}, {"top_k", kTopK}}},
+                            {"dropped_steps", dropped_steps_},
+                            {"graph", graph_},
+                            {"steps", steps}};
+  std::ofstream f(path_);
+  if (!f) throw Error(path_ + ": cannot write the trace file");
+  f << json::dump(trace, 1) << "\n";
   if (!f) throw Error(path_ + ": writing the trace failed");
 }
 

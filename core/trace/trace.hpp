@@ -8,6 +8,7 @@
 // for the first kGridSteps steps (docs/TRACE.md).
 #pragma once
 
+#include "common/json.hpp"
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -80,7 +81,7 @@ class Trace {
   };
 
   std::string path_, model_, arch_, config_;
-  std::string graph_json_;
+  json::Json graph_;
   std::vector<Step> steps_;
   bool recording_ = false;   // the current step is kept (not past kMaxSteps)
   int64_t dropped_steps_ = 0;
