@@ -2,14 +2,14 @@
 # Fuzzes one of minfer's readers with clang's libFuzzer under ASan and UBSan.
 #   bash scripts/fuzz.sh [TARGET=gguf] [SECONDS=600]
 # TARGET: gguf (the GGUF reader), tokenizer (encode/decode with every vocabulary of the test
-# data), config (YAML -> RunConfig). Builds into build-fuzz/TARGET/, seeds it, keeps the
+# data), config (YAML -> RunConfig), template (chat-template text -> parse and render). Builds into build-fuzz/TARGET/, seeds it, keeps the
 # growing corpus in build-fuzz/TARGET/corpus (reused by the next run) and any crash there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=gguf
 if [ $# -gt 0 ] && ! [[ $1 =~ ^[0-9]+$ ]]; then target=$1; shift; fi
 secs=${1:-600}
-case $target in gguf | tokenizer | config) ;; *) echo "fuzz.sh: unknown target '$target' (gguf, tokenizer, config)" >&2; exit 2 ;; esac
+case $target in gguf | tokenizer | config | template) ;; *) echo "fuzz.sh: unknown target '$target' (gguf, tokenizer, config, template)" >&2; exit 2 ;; esac
 
 if ! command -v clang++ >/dev/null || ! dpkg-query -W libclang-rt-14-dev >/dev/null 2>&1 || ! dpkg-query -W libyaml-cpp-dev >/dev/null 2>&1; then
   sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
@@ -49,6 +49,12 @@ EOF
     i=0
     for f in configs/*.yaml examples/*/*.yaml tests/data/*.yaml; do cp "$f" "$out/seeds/s$i.yaml"; i=$((i + 1)); done
     max_len=4096
+    ;;
+  template)
+    clang++ "${flags[@]}" core/chat/jinja/*.cpp core/tokenizer/unicode.cpp core/tokenizer/unicode_tables.cpp \
+      tests/fuzz/template_fuzz.cpp -o "$out/fuzz"
+    cp "$testdata"/templates/*.jinja "$out/seeds/" 2>/dev/null || true
+    max_len=20000
     ;;
 esac
 cd "$out"

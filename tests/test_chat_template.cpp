@@ -161,6 +161,19 @@ TEST(Jinja, ErrorsHaveAPlace) {
   EXPECT_NE(error_of("{% bogus %}").find("unknown tag 'bogus'"), std::string::npos);
 }
 
+TEST(Jinja, DeepNestingIsRefusedNotACrash) {
+  EXPECT_NE(error_of("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}").find("nesting deeper than"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(100000, '-') + "1 }}").find("nesting deeper than"), std::string::npos);
+  std::string blocks;
+  for (int i = 0; i < 5000; ++i) blocks += "{% if true %}";
+  EXPECT_NE(error_of(blocks).find("nesting deeper than"), std::string::npos);
+  // Built at run time: a list wrapped in a list 100,000 times would overflow the stack when printed.
+  EXPECT_NE(error_of("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}")
+                .find("nested deeper than"),
+            std::string::npos);
+}
+
 TEST(Jinja, LimitsStopRunawayTemplates) {
   minfer::jinja::RenderOptions o;
   o.max_steps = 100000;

@@ -279,6 +279,8 @@ class Interpreter {
       // A string that doubles itself in a loop must stop long before memory does.
       if ((v.is_string() && v.as_string().size() > opts_.max_output) || (v.is_list() && v.as_list().size() > opts_.max_output))
         throw TemplateError("a value grew past " + std::to_string(opts_.max_output) + " bytes (the output limit)");
+      if (v.nesting() > opts_.max_depth)
+        throw TemplateError("lists or dicts nested deeper than " + std::to_string(opts_.max_depth) + " levels");
       return v;
     } catch (const TemplateError &err) {
       if (err.line() > 0) throw;

@@ -105,6 +105,7 @@ class Parser {
 
   // The tag keyword has been read.
   std::unique_ptr<Stmt> parse_statement(const Token &kw) {
+    Nest nest(*this, kw);
     const std::string &k = kw.text;
     if (k == "if") return parse_if(kw);
     if (k == "for") return parse_for(kw);
@@ -301,7 +302,19 @@ class Parser {
     return t;
   }
 
+  // Nesting deeper than this (brackets, blocks) is refused: a template from a model file must
+  // not exhaust the stack.
+  static constexpr int kMaxDepth = 200;
+  struct Nest {
+    Parser &p;
+    Nest(Parser &parser, const Token &at) : p(parser) {
+      if (++p.depth_ > kMaxDepth) p.fail(at, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+    }
+    ~Nest() { --p.depth_; }
+  };
+
   ExprPtr parse_expression() {
+    Nest nest(*this, peek());
     ExprPtr e = parse_or();
     if (!is_name("if")) return e;
     auto c = node(Expr::Kind::Cond, next());
@@ -339,6 +352,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    Nest nest(*this, peek());
     if (is_name("not")) {
       auto n = node(Expr::Kind::Not, next());
       n->args.push_back(parse_not());
@@ -413,6 +427,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    Nest nest(*this, peek());
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       const Token &op = next();
@@ -610,6 +625,7 @@ class Parser {
 
   std::vector<Token> t_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 // them, except a namespace() object, whose attributes `set ns.x = ...` assigns.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -37,8 +38,12 @@ class Value {
   Value(double v) : kind_(Kind::Float), float_(v) {}
   Value(std::string s) : kind_(Kind::String), str_(std::make_shared<std::string>(std::move(s))) {}
   Value(const char *s) : Value(std::string(s)) {}
-  Value(List l) : kind_(Kind::List), list_(std::make_shared<List>(std::move(l))) {}
-  Value(Dict d) : kind_(Kind::Dict), dict_(std::make_shared<Dict>(std::move(d))) {}
+  Value(List l) : kind_(Kind::List), list_(std::make_shared<List>(std::move(l))) {
+    for (const Value &v : *list_) depth_ = std::max(depth_, v.depth_ + 1);
+  }
+  Value(Dict d) : kind_(Kind::Dict), dict_(std::make_shared<Dict>(std::move(d))) {
+    for (const auto &kv : *dict_) depth_ = std::max(depth_, kv.second.depth_ + 1);
+  }
   static Value function(std::string name, Function f);
   static Value namespace_object(Dict attrs);  // namespace(): a dict whose attributes can be set
 
@@ -64,6 +69,9 @@ class Value {
   Dict &mutable_dict() const { return *dict_; }  // namespace attributes only
   const Function &as_function() const { return *fn_; }
   const std::string &function_name() const { return *str_; }
+  // How deeply lists and dicts nest inside this value (0 for a scalar): printing, comparing
+  // and JSON recurse that deep, so the interpreter bounds it.
+  int nesting() const { return depth_; }
   const std::string &undefined_hint() const {  // what was looked up, for error messages
     static const std::string empty;
     return str_ ? *str_ : empty;
@@ -85,6 +93,7 @@ class Value {
   }
   Kind kind_ = Kind::Undefined;
   bool namespace_ = false;
+  int depth_ = 0;
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<std::string> str_;  // String; Undefined's hint; Function's name
