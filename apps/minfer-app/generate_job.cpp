@@ -94,6 +94,7 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
     std::printf("%s\n", json::dump(j).c_str());
   } else {
     std::printf("\n");
+    std::fflush(stdout);  // the text ends before the timing line, also when both go to one file
     std::fprintf(stderr, "load %.2f s | prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s | stop: %s\n",
                  runner.load_seconds(), prompt.size(), prefill_tps, r.ids.size(), decode_tps, r.stop.c_str());
   }

@@ -1,0 +1,245 @@
+// plugins/cuda/fusion_plan.cpp — which nodes of a segment run as one step (see fusion_plan.hpp).
+#include "fusion_plan.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/launchers.h"
+#include "minfer/op_contract.hpp"
+
+namespace minfer::cuda {
+namespace {
+
+class Planner {
+ public:
+  Planner(const std::vector<sdk::OwnedNode> &nodes, FusionPlan &plan) : nodes_(nodes), p_(plan) {}
+
+  static bool same(const minfer_tensor &a, const minfer_tensor &b) { return a.buffer == b.buffer && a.offset == b.offset; }
+  static uint64_t bytes_of(const minfer_tensor &t) {
+    const minfer_dtype_traits tr = minfer_dtype_info(t.dtype);
+    uint64_t b = uint64_t(t.shape[0] / tr.block_values) * tr.block_bytes;
+    for (int d = 1; d < t.rank; ++d) b *= uint64_t(t.shape[d]);
+    return b;
+  }
+  static bool overlap(const minfer_tensor &a, const minfer_tensor &b) {
+    return a.buffer == b.buffer && a.offset < b.offset + bytes_of(b) && b.offset < a.offset + bytes_of(a);
+  }
+
+  // A MATMUL whose output only the next node reads, an ADD_ROW_BROADCAST (bias) or ADD
+  // (residual), runs as one kernel with that add in its epilogue: decode then launches one
+  // kernel, not two, for each bias and residual. Conditions: the host marked the output
+  // segment-local, no later node of the segment reads it, and the add's output does not
+  // overlap the matmul's inputs (the fused kernel writes it while they are still read).
+  // Whether a node after node i reads t before another node's output takes its memory (the
+  // host reuses memory once a tensor's last reader has run, and every tensor has one writer).
+  bool read_after(size_t i, const minfer_tensor &t) const {
+    for (size_t j = i + 1; j < nodes_.size(); ++j) {
+      for (int k = 0; k < nodes_[j].node().n_inputs; ++k)
+        if (overlap(*nodes_[j].node().inputs[k], t)) return true;
+      if (overlap(*nodes_[j].node().output, t)) return false;
+    }
+    return false;
+  }
+
+  // Also gate MATMUL, up MATMUL, SWIGLU of the two (same x, dtype and shape; outputs read by
+  // nothing else): one step, a single kernel for a decode token.
+  void run() {
+    p_.fuse_add.assign(nodes_.size(), false);
+    p_.fuse_swiglu.assign(nodes_.size(), false);
+    p_.fuse_rope.assign(nodes_.size(), false);
+    p_.fuse_rope_attention.assign(nodes_.size(), false);
+    p_.owner.resize(nodes_.size());
+    for (size_t i = 0; i < nodes_.size(); ++i) p_.owner[i] = i;
+    p_.fused_away.assign(nodes_.size(), false);
+    // Two ROPEs in a row at the same positions and parameters, the second not reading the
+    // first's output nor writing over its input: one launch (both outputs are written).
+    for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
+      const minfer_node &a = nodes_[i].node(), &b = nodes_[i + 1].node();
+      if (a.op != MINFER_OP_ROPE || b.op != MINFER_OP_ROPE || !same(*a.inputs[1], *b.inputs[1])) continue;
+      if (a.params->struct_size != b.params->struct_size || std::memcmp(a.params, b.params, a.params->struct_size) != 0) continue;
+      if (overlap(*b.inputs[0], *a.output) || overlap(*b.output, *a.inputs[0]) || overlap(*b.output, *a.output)) continue;
+      p_.fuse_rope[i] = true;
+      p_.fused_away[i + 1] = true, p_.owner[i + 1] = i;
+      ++i;
+    }
+    // Such a pair and the ATTENTION after it reading both outputs (as q and k, either order),
+    // which nothing later reads and whose output does not overlap the pair's inputs (the
+    // fused kernel writes it while other blocks may still read them).
+    for (size_t i = 0; i + 2 < nodes_.size(); ++i) {
+      if (!p_.fuse_rope[i]) continue;
+      const minfer_node &a = nodes_[i].node(), &b = nodes_[i + 1].node(), &at = nodes_[i + 2].node();
+      if (at.op != MINFER_OP_ATTENTION) continue;
+      const bool qk = same(*at.inputs[0], *a.output) && same(*at.inputs[1], *b.output);
+      const bool kq = same(*at.inputs[0], *b.output) && same(*at.inputs[1], *a.output);
+      if (!qk && !kq) continue;
+      if (sdk::params_of<minfer_rope_params>(a).head_dim != sdk::params_of<minfer_attention_params>(at).head_dim) continue;
+      if (!(a.output->flags & b.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || read_after(i + 2, *a.output) || read_after(i + 2, *b.output))
+        continue;
+      if (overlap(*at.output, *a.inputs[0]) || overlap(*at.output, *b.inputs[0])) continue;
+      p_.fuse_rope_attention[i] = true;
+      p_.fused_away[i + 2] = true, p_.owner[i + 2] = i;
+    }
+    for (size_t i = 0; i + 2 < nodes_.size(); ++i) {
+      const minfer_node &g = nodes_[i].node(), &u = nodes_[i + 1].node(), &sw = nodes_[i + 2].node();
+      if (g.op != MINFER_OP_MATMUL || u.op != MINFER_OP_MATMUL || sw.op != MINFER_OP_SWIGLU || p_.fused_away[i]) continue;
+      const minfer_tensor &wg = *g.inputs[0], &wu = *u.inputs[0];
+      if (!same(*g.inputs[1], *u.inputs[1]) || wg.dtype != wu.dtype || wg.shape[0] != wu.shape[0] || wg.shape[1] != wu.shape[1]) continue;
+      if (!same(*sw.inputs[0], *g.output) || !same(*sw.inputs[1], *u.output)) continue;
+      if (!(g.output->flags & u.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || read_after(i + 2, *g.output) || read_after(i + 2, *u.output))
+        continue;
+      if (overlap(*sw.output, *g.inputs[1]) || overlap(*sw.output, wg) || overlap(*sw.output, wu)) continue;
+      p_.fuse_swiglu[i] = true;
+      p_.fused_away[i + 1] = p_.fused_away[i + 2] = true, p_.owner[i + 1] = p_.owner[i + 2] = i;
+      i += 2;
+    }
+    for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
+      const minfer_node &mm = nodes_[i].node(), &add = nodes_[i + 1].node();
+      if (mm.op != MINFER_OP_MATMUL || !(mm.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || p_.fused_away[i] || p_.fuse_swiglu[i]) continue;
+      const bool bias = add.op == MINFER_OP_ADD_ROW_BROADCAST && same(*add.inputs[0], *mm.output);
+      const bool residual = add.op == MINFER_OP_ADD && (same(*add.inputs[0], *mm.output) != same(*add.inputs[1], *mm.output));
+      if (!bias && !residual) continue;
+      if (read_after(i + 1, *mm.output) || overlap(*add.output, *mm.inputs[0]) || overlap(*add.output, *mm.inputs[1])) continue;
+      p_.fuse_add[i] = true;
+      p_.fused_away[i + 1] = true, p_.owner[i + 1] = i;
+    }
+    plan_matmul_groups();
+    plan_norm_folds();
+  }
+
+  MatmulStep step_at(size_t i) const { return p_.step_at(nodes_, i); }
+
+  // An RMS_NORM whose output only the steps right after it read — a group, a gate/up/SwiGLU,
+  // or one matmul with or without its add; several when a layer's V has another weight type
+  // than its Q and K — runs inside them: folded into each one-token GEMV (which quantizes
+  // x * w and scales the products by the norm's 1/rms: each step sums x^2 itself, which costs
+  // less than a launch), else just before the first. Inside the steps only matmuls read the
+  // norm's output, as x, and no output overlaps the norm's inputs, which the GEMV's blocks
+  // read while others write.
+  void plan_norm_folds() {
+    p_.norm_of.assign(nodes_.size(), nullptr);
+    const auto last_of = [&](size_t first) {  // a step's last node
+      size_t last = first;
+      for (size_t j = first; j < nodes_.size(); ++j)
+        if (p_.owner[j] == first) last = j;
+      return last;
+    };
+    for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
+      const minfer_node &norm = nodes_[i].node();
+      if (norm.op != MINFER_OP_RMS_NORM || p_.fused_away[i] || !(norm.output->flags & MINFER_TENSOR_SEGMENT_LOCAL)) continue;
+      std::vector<size_t> steps;  // first nodes of the steps reading the norm
+      size_t last = i;
+      for (size_t s = i + 1; s < nodes_.size(); s = last + 1) {
+        const minfer_node &c = nodes_[s].node();
+        if (c.op != MINFER_OP_MATMUL || p_.fused_away[s] || !same(*c.inputs[1], *norm.output)) break;
+        steps.push_back(s);
+        last = last_of(s);
+      }
+      if (steps.empty() || read_after(last, *norm.output)) continue;
+      bool ok = true;
+      for (size_t j = i + 1; j <= last && ok; ++j) {
+        const minfer_node &n = nodes_[j].node();
+        for (int k = 0; k < n.n_inputs; ++k)  // inside the steps only matmuls read the norm's output, as x
+          if (same(*n.inputs[k], *norm.output) && !(n.op == MINFER_OP_MATMUL && k == 1)) ok = false;
+        if (overlap(*n.output, *norm.inputs[0]) || overlap(*n.output, *norm.inputs[1])) ok = false;
+      }
+      if (!ok) continue;
+      for (size_t s : steps) p_.norm_of[s] = &norm;
+      p_.fused_away[i] = true, p_.owner[i] = steps[0];
+    }
+  }
+
+  // Consecutive matmul steps (a MATMUL, or one fused with its add) of the same input and k and
+  // of one weight dtype — a layer's Q, K and V — run as one group (one launch for a decode
+  // token), at most kMinferCudaGemvMaxParts. A second dtype may follow the first where the
+  // one-token GEMV mixes the two (an _M file's V after its Q and K); a prompt then runs the
+  // steps one by one. All of a group's outputs are written at its first node,
+  // so no step may read another's output or write over another's inputs.
+  void plan_matmul_groups() {
+    p_.group.assign(nodes_.size(), {});
+    const auto is_step = [&](size_t i) {
+      return i < nodes_.size() && nodes_[i].node().op == MINFER_OP_MATMUL && !p_.fused_away[i] && !p_.fuse_swiglu[i];
+    };
+    const auto inputs = [](const MatmulStep &st) {
+      std::vector<const minfer_tensor *> v(st.matmul->inputs, st.matmul->inputs + st.matmul->n_inputs);
+      if (st.add) v.insert(v.end(), st.add->inputs, st.add->inputs + st.add->n_inputs);
+      return v;
+    };
+    const auto outputs = [](const MatmulStep &st) {
+      std::vector<const minfer_tensor *> v{st.matmul->output};
+      if (st.add) v.push_back(st.add->output);
+      return v;
+    };
+    const auto independent = [&](const std::vector<MatmulStep> &group, const MatmulStep &next) {
+      for (const MatmulStep &st : group) {
+        // (A fused add reading its own matmul's output is inside one step, not between two.)
+        for (const minfer_tensor *o : outputs(st))
+          for (const minfer_tensor *in : inputs(next))
+            if (!same(*in, *next.matmul->output) && overlap(*o, *in)) return false;
+        for (const minfer_tensor *o : outputs(next))
+          for (const minfer_tensor *in : inputs(st))
+            if (!same(*in, *st.matmul->output) && overlap(*o, *in)) return false;
+      }
+      return true;
+    };
+    for (size_t i = 0; i < nodes_.size();) {
+      if (!is_step(i)) {
+        ++i;
+        continue;
+      }
+      const minfer_node &a = nodes_[i].node();
+      std::vector<MatmulStep> group{step_at(i)};
+      std::vector<size_t> starts{i};
+      size_t next = i + (p_.fuse_add[i] ? 2 : 1);
+      const int32_t a_dtype = a.inputs[0]->dtype;
+      const int64_t k = a.inputs[0]->shape[0];
+      int32_t b_dtype = -1;  // the second dtype, once one joined
+      while (group.size() < size_t(kMinferCudaGemvMaxParts) && is_step(next)) {
+        const minfer_node &b = nodes_[next].node();
+        const int32_t dt = b.inputs[0]->dtype;
+        const bool dtype_ok = b_dtype >= 0 ? dt == b_dtype : dt == a_dtype || minfer_cuda_gemv_mixable(a_dtype, dt, k);
+        if (!same(*a.inputs[1], *b.inputs[1]) || !dtype_ok || b.inputs[0]->shape[0] != k || !independent(group, step_at(next))) break;
+        if (dt != a_dtype) b_dtype = dt;
+        group.push_back(step_at(next));
+        starts.push_back(next);
+        next += p_.fuse_add[next] ? 2 : 1;
+      }
+      if (group.size() > 1) {
+        p_.group[i] = group;
+        for (size_t j = 1; j < starts.size(); ++j) {
+          p_.fused_away[starts[j]] = true, p_.owner[starts[j]] = i;
+          if (p_.fuse_add[starts[j]]) p_.fused_away[starts[j] + 1] = true, p_.owner[starts[j] + 1] = i;
+        }
+      }
+      i = next;
+    }
+  }
+
+  const std::vector<sdk::OwnedNode> &nodes_;
+  FusionPlan &p_;
+};
+
+}  // namespace
+
+MatmulStep FusionPlan::step_at(const std::vector<sdk::OwnedNode> &nodes, size_t i) const {
+  return MatmulStep{&nodes[i].node(), fuse_add[i] ? &nodes[i + 1].node() : nullptr};
+}
+
+std::string FusionPlan::summary() const {
+  const auto count = [](const std::vector<bool> &v) { return std::count(v.begin(), v.end(), true); };
+  const auto groups = std::count_if(group.begin(), group.end(), [](const auto &g) { return !g.empty(); });
+  const auto norms = std::count_if(norm_of.begin(), norm_of.end(), [](const minfer_node *n) { return n != nullptr; });
+  if (count(fused_away) == 0) return "";
+  return "cuda segment of " + std::to_string(fused_away.size()) + " nodes: " + std::to_string(count(fuse_add)) +
+         " matmuls with their bias/residual add, " + std::to_string(count(fuse_swiglu)) + " gate/up/swiglu triples, " +
+         std::to_string(count(fuse_rope)) + " rope pairs (" + std::to_string(count(fuse_rope_attention)) + " with their attention) fused; " +
+         std::to_string(groups) + " groups of matmuls sharing their input, " + std::to_string(norms) +
+         " matmul steps with the RMS norm they read folded in";
+}
+
+FusionPlan plan_fusions(const std::vector<sdk::OwnedNode> &nodes) {
+  FusionPlan plan;
+  Planner(nodes, plan).run();
+  return plan;
+}
+
+}  // namespace minfer::cuda

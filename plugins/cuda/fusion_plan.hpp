@@ -1,0 +1,32 @@
+// plugins/cuda/fusion_plan.hpp — which nodes of a compiled CUDA segment run together as one
+// step: a matmul with its bias or residual add in the epilogue, gate/up/SwiGLU, a pair of
+// RoPEs (with the attention after them), matmuls sharing their input as one group, and RMS
+// norms folded into the matmul steps that read them. Made once at compile from the nodes'
+// tensors alone; the segment runs and explains the steps it describes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "minfer/plugin.hpp"
+#include "ops/op_table.hpp"
+
+namespace minfer::cuda {
+
+struct FusionPlan {
+  // Per node: the step it heads runs matmul+add, gate+up+swiglu, a rope pair (with its
+  // attention); or a step before it already ran it (fused_away).
+  std::vector<bool> fuse_add, fuse_swiglu, fuse_rope, fuse_rope_attention, fused_away;
+  std::vector<std::vector<MatmulStep>> group;  // at a group's first node: its steps
+  std::vector<size_t> owner;                   // per node: the first node of the step that runs it
+  std::vector<const minfer_node *> norm_of;    // per step's first node: the RMS norm it runs, or null
+
+  // Node i as run_matmul_group takes it: with its fused add, if any.
+  MatmulStep step_at(const std::vector<sdk::OwnedNode> &nodes, size_t i) const;
+  // One line for the log: how many of each fusion ("" when there are none).
+  std::string summary() const;
+};
+
+FusionPlan plan_fusions(const std::vector<sdk::OwnedNode> &nodes);
+
+}  // namespace minfer::cuda
