@@ -65,6 +65,16 @@ if os.path.exists(stories):
     rc, out, _ = run([app, *cpu, "-p", "Sam wanted to be a", "-n", "12", "--temp", "0"])
     check(out.startswith(b"Sam wanted to be a good"), f"'Sam wanted to be a' continues with ' good': {out!r}")
 
+    # A stop string ends the text in the stream as in --json, and is shown in neither.
+    stopcfg = os.path.join(work, "stop.yaml")
+    with open(stopcfg, "w") as f:
+        f.write(f"model: {stories}\nbackends: {{cpu: {{}}}}\ngeneration: {{temperature: 0, n_predict: 32, stop: [girl, zzz]}}\n")
+    rc, out, _ = run([app, "--config", stopcfg, "-p", "Once upon a time"])
+    check(rc == 0 and out == b"Once upon a time, there was a little \n", f"the stream stops before the stop string: {out!r}")
+    rc, out, _ = run([app, "--config", stopcfg, "-p", "Once upon a time", "--json"])
+    j = json.loads(out) if rc == 0 else {}
+    check(j.get("text") == ", there was a little " and j.get("stop") == "stop string", f"--json text before the stop string: {j}")
+
     # --- valid UTF-8 whatever the bytes ----------------------------------------------------------
     bad = os.path.join(work, "invalid-utf8.txt")
     raw = b"Sam \xff\xfe wanted \xe2\x82 to \xed\xa0\x80 go"

@@ -107,9 +107,22 @@ Reply ModelRunner::generate(const std::vector<int32_t> &tokens, int64_t n_predic
 
   tokenizer::StreamDecoder decoder(*tok_, /*at_sequence_start=*/false);  // the reply continues the sequence
   const auto t_decode = Clock::now();
-  auto emit = [&](const std::string &piece) {
-    r.text += piece;
-    if (!piece.empty() && on_text) on_text(piece);
+  // Text that may be the start of a stop string is held back until it is not: the stream then
+  // never shows a stop string, and it ends as --json's text does.
+  size_t shown = 0;
+  auto show = [&](size_t upto) {
+    if (upto > shown && on_text) on_text(r.text.substr(shown, upto - shown));
+    shown = std::max(shown, upto);
+  };
+  auto safe_end = [&]() {
+    size_t hold = 0;
+    for (const auto &s : cfg_.generation.stop)
+      for (size_t n = std::min(s.size() - 1, r.text.size()); n > hold; --n)
+        if (r.text.compare(r.text.size() - n, n, s, 0, n) == 0) {
+          hold = n;
+          break;
+        }
+    return r.text.size() - hold;
   };
   while (int64_t(r.ids.size()) < n_predict) {
     const std::vector<float> &logits = *logits_;
@@ -122,17 +135,20 @@ Reply ModelRunner::generate(const std::vector<int32_t> &tokens, int64_t n_predic
     seq_.push_back(next);
     r.ids.push_back(next);
     r.raw += tok_->token_bytes(next);
-    emit(decoder.push(next));
+    r.text += decoder.push(next);
     bool stopped = false;
-    for (const auto &s : cfg_.generation.stop)
-      if (!s.empty() && r.text.size() >= s.size() && r.text.compare(r.text.size() - s.size(), s.size(), s) == 0) {
-        r.text.erase(r.text.size() - s.size());
+    for (const auto &s : cfg_.generation.stop) {
+      const size_t at = s.empty() ? std::string::npos : r.text.find(s, shown > s.size() ? shown - s.size() : 0);
+      if (at != std::string::npos) {
+        r.text.erase(at);
         stopped = true;
       }
+    }
     if (stopped) {
       r.stop = "stop string";
       break;
     }
+    show(safe_end());
     if (int64_t(seq_.size()) >= n_ctx()) {
       r.stop = "context full";
       break;
@@ -142,7 +158,8 @@ Reply ModelRunner::generate(const std::vector<int32_t> &tokens, int64_t n_predic
       fed_ = int64_t(seq_.size());
     }
   }
-  emit(decoder.flush());
+  if (r.stop != "stop string") r.text += decoder.flush();
+  show(r.text.size());
   r.decode_s = seconds_since(t_decode);
   return r;
 }
