@@ -69,7 +69,7 @@ TEST_P(VocabVectors, EveryTextGivesTheExpectedIds) {
   std::printf("%s: %d/%zu texts match\n", GetParam().c_str(), passed, v.texts.size());
 }
 
-INSTANTIATE_TEST_SUITE_P(Vocabularies, VocabVectors, ::testing::Values("llama-spm", "gpt-2", "qwen2", "llama-bpe"),
+INSTANTIATE_TEST_SUITE_P(Vocabularies, VocabVectors, ::testing::Values("llama-spm", "gpt-2", "qwen2", "llama-bpe", "gemma3"),
                          [](const auto &info) {
                            std::string n = info.param;
                            for (char &c : n) c = c == '-' ? '_' : c;
