@@ -229,9 +229,30 @@ void CudaDevice::add_matmul_weights(const std::vector<WeightRef> &weights) {
                                  std::to_string(matmul_weight_bytes_ >> 20) + " MiB >= w16_cache_min_bytes)");
 }
 
+// The fewest tokens at which MMQ beats the few-token GEMV, by weight type. Measured on the
+// H200 (scripts/gpu-fewtoken-sweep.sh: 7B gate, down and QKV shapes at 1-16 tokens): the GEMV
+// costs ~8-11 us more per token on a 7B gate or down matrix, MMQ ~70 us flat (Q4_0) to ~125 us
+// (Q6_K) up to 16 tokens; the crossovers fall at 4-6 tokens for Q4_0/Q8_0, 5-9 for Q4_K and 8-10
+// for Q6_K (before, every step below 16 tokens took the GEMV: 12 tokens cost 118-202 us).
+static int64_t mmq_min_tokens_for(int32_t w_dtype) {
+  switch (w_dtype) {
+    case MINFER_DTYPE_Q4_0:
+    case MINFER_DTYPE_Q4_1:
+    case MINFER_DTYPE_Q5_0:
+    case MINFER_DTYPE_Q5_1:
+    case MINFER_DTYPE_Q8_0: return 5;
+    case MINFER_DTYPE_Q4_K:
+    case MINFER_DTYPE_Q5_K: return 7;
+    case MINFER_DTYPE_Q6_K: return 8;
+    default: return 6;
+  }
+}
+
 CudaDevice::MatmulPath CudaDevice::matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const {
   constexpr int64_t kGemmMinTokens = 16;
-  if (tokens >= kGemmMinTokens && opts_.mmq && minfer_cuda_mmq_supported(w_dtype) && k % 32 == 0) return MatmulPath::Mmq;
+  const int64_t mmq_from = opts_.mmq_min_tokens > 0 ? opts_.mmq_min_tokens : mmq_min_tokens_for(w_dtype);
+  if (tokens >= std::max<int64_t>(2, mmq_from) && opts_.mmq && minfer_cuda_mmq_supported(w_dtype) && k % 32 == 0)
+    return MatmulPath::Mmq;
   if (tokens == 1 && minfer_cuda_gemv_quantizing_supported(w_dtype, k)) return MatmulPath::Gemv;
   if (tokens >= kGemmMinTokens && minfer_dtype_info(w_dtype).is_quantized && k % 16 == 0) return MatmulPath::F16Gemm;
   if (minfer_cuda_mmvq_supported(w_dtype) && k % 32 == 0) return MatmulPath::Mmvq;

@@ -33,6 +33,10 @@ struct DeviceOptions {
   // tensor-core GEMM reading the packed blocks (mmq.cu, no f16 copy); false = weights
   // dequantized to f16 + f16 tensor-core GEMM (the path Q2_K and Q3_K always take).
   bool mmq = true;
+  // Steps of at least this many tokens take MMQ; fewer (but more than one) take the few-token
+  // GEMV (mmvq), whose time grows with the tokens while MMQ's stays flat at few tokens.
+  // 0: the measured crossover of the weight type (mmq_min_tokens_for).
+  int64_t mmq_min_tokens = 0;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
   int64_t w16_cache_min_bytes = int64_t(2) << 30;
