@@ -659,7 +659,7 @@ Value method(const Value &obj, const std::string &name) {
   return Value();
 }
 
-void add_globals(Dict &g, const RenderOptions &opts) {
+void add_globals(Dict &g, const RenderOptions &opts, std::vector<Value> *namespaces) {
   g.emplace_back("range", Value::function("range", [](CallArgs &a) {
                    int64_t start = 0, stop, stride = 1;
                    if (a.args.empty()) fail("range() needs at least one argument");
@@ -672,11 +672,13 @@ void add_globals(Dict &g, const RenderOptions &opts) {
                    for (int64_t i = start; stride > 0 ? i < stop : i > stop; i += stride) out.emplace_back(i);
                    return Value(std::move(out));
                  }));
-  g.emplace_back("namespace", Value::function("namespace", [](CallArgs &a) {
+  g.emplace_back("namespace", Value::function("namespace", [namespaces](CallArgs &a) {
                    Dict attrs;
                    if (!a.args.empty() && a.args[0].is_dict()) attrs = a.args[0].as_dict();
                    for (const auto &[k, v] : a.kwargs) attrs.emplace_back(k, v);
-                   return Value::namespace_object(std::move(attrs));
+                   Value ns = Value::namespace_object(std::move(attrs));
+                   if (namespaces) namespaces->push_back(ns);
+                   return ns;
                  }));
   g.emplace_back("dict", Value::function("dict", [](CallArgs &a) {
                    Dict d;

@@ -15,8 +15,9 @@ Value apply_filter(const std::string &name, const Value &value, const CallArgs &
 bool apply_test(const std::string &name, const Value &value, const CallArgs &args);
 // obj.name as a bound method, or Undefined when obj has no such method.
 Value method(const Value &obj, const std::string &name);
-// range, namespace, dict, raise_exception, strftime_now (at opts.now).
-void add_globals(Dict &globals, const RenderOptions &opts);
+// range, namespace, dict, raise_exception, strftime_now (at opts.now). Each namespace()
+// made is also added to *namespaces, for the render to empty when it ends.
+void add_globals(Dict &globals, const RenderOptions &opts, std::vector<Value> *namespaces);
 
 // The characters of a UTF-8 string (for iteration, indexing, length, slicing).
 std::vector<std::string> characters(const std::string &s);

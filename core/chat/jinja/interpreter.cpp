@@ -107,9 +107,9 @@ class Interpreter {
         scope_.back()->set(s.targets[0], v);
         return Flow::Normal;
       }
-      case Stmt::Kind::Macro: scope_.back()->set(s.name, make_macro(s.name, s.params, s.bodies[0], Value())); return Flow::Normal;
+      case Stmt::Kind::Macro: scope_.back()->set(s.name, make_macro(s.name, s.params, s.bodies[0])); return Flow::Normal;
       case Stmt::Kind::CallBlock: {
-        const Value caller = make_macro("caller", s.params, s.bodies[0], Value());
+        const Value caller = make_macro("caller", s.params, s.bodies[0]);
         emit(eval_call(*s.expr, &caller).str(), s.pos);
         return Flow::Normal;
       }
@@ -231,16 +231,23 @@ class Interpreter {
 
   // A macro (or a call block's caller) as a function: it renders its body in a scope of its
   // own above the one it was defined in.
-  Value make_macro(const std::string &name, const std::vector<MacroParam> &params, const Body &body, Value) {
-    Scope defined_in = scope_;
+  // The macro holds its scope weakly: the frame it is stored in holds the macro, so a strong
+  // reference would be a cycle that outlives the render.
+  Value make_macro(const std::string &name, const std::vector<MacroParam> &params, const Body &body) {
+    std::vector<std::weak_ptr<Frame>> defined_in(scope_.begin(), scope_.end());
     return Value::function(name, [this, name, &params, &body, defined_in](CallArgs &a) -> Value {
+      Scope outer;
+      for (const auto &w : defined_in) {
+        outer.push_back(w.lock());
+        if (!outer.back()) throw TemplateError("macro '" + name + "' is called after the block it was defined in ended");
+      }
       if (++depth_ > opts_.max_depth) {
         --depth_;
         throw TemplateError("macro calls nested deeper than " + std::to_string(opts_.max_depth));
       }
       auto f = std::make_shared<Frame>();
       Scope saved = std::move(scope_);
-      scope_ = defined_in;
+      scope_ = std::move(outer);
       scope_.push_back(f);
       std::string text;
       try {
@@ -621,10 +628,17 @@ Template::~Template() = default;
 
 std::string Template::render(const Dict &vars, const RenderOptions &opts) const {
   auto globals = std::make_shared<Frame>();
-  add_globals(globals->vars, opts);
+  std::vector<Value> namespaces;  // emptied at the end: a namespace may hold itself (ns.x = ns)
+  add_globals(globals->vars, opts, &namespaces);
   auto top = std::make_shared<Frame>();
   top->vars = vars;
   std::string out;
+  struct Clear {
+    std::vector<Value> &ns;
+    ~Clear() {
+      for (Value &v : ns) v.mutable_dict().clear();
+    }
+  } clear{namespaces};
   Interpreter(opts, out).run(body_, {globals, top});
   return out;
 }
