@@ -88,6 +88,28 @@ TEST(Loader, ReasonsFillingTheWholeBufferStayInsideIt) {
   EXPECT_EQ(a.why.find_first_not_of('y'), std::string::npos) << "bytes from beyond the buffer: " << a.why;
 }
 
+// A plugin of ABI 1.3 would read a grouped RMS norm (1.4) as a whole-row one: the host
+// answers for it, naming both versions, and never asks the plugin.
+TEST(Loader, NodesNeedingANewerAbiAreRefusedForOlderPlugins) {
+  const auto p = minfer::Plugin::load(broken("oldminor"));
+  minfer::BackendHandle b(p, 0, {});
+  minfer_tensor x{}, w{}, y{};
+  for (minfer_tensor *t : {&x, &w, &y}) t->struct_size = sizeof(minfer_tensor), t->dtype = MINFER_DTYPE_F32, t->rank = 2;
+  x.shape[0] = y.shape[0] = 128, x.shape[1] = y.shape[1] = 4, w.shape[0] = 32, w.shape[1] = 1;
+  const minfer_tensor *in[] = {&x, &w};
+  minfer_rms_norm_params params{};
+  params.struct_size = sizeof params, params.eps = 1e-6f, params.group = 32;
+  minfer_node node{};
+  node.struct_size = sizeof node, node.op = MINFER_OP_RMS_NORM, node.name = "blk.0.attn_q_norm", node.n_inputs = 2, node.inputs = in;
+  node.output = &y, node.params = reinterpret_cast<const minfer_params_header *>(&params);
+  const minfer::SupportAnswer a = b.supports(node);
+  EXPECT_FALSE(a.yes);
+  EXPECT_NE(a.why.find("needs plugin ABI 1.4 (a grouped RMS norm)"), std::string::npos) << a.why;
+  EXPECT_NE(a.why.find("was built against 1.3"), std::string::npos) << a.why;
+  params.group = 0;  // a whole-row norm: any 1.x plugin reads it right
+  EXPECT_TRUE(b.supports(node).yes);
+}
+
 TEST(Loader, StatusWithoutAMessageSaysSo) {
   const auto p = minfer::Plugin::load(broken("nullmsg"));
   try {

@@ -108,6 +108,12 @@ std::vector<Case> all_cases() {
         g.mark_output(g.dequantize("node", a)); return g.finish(); }, MINFER_OP_DEQUANTIZE, {dt}});
     }
   }
+  // Per-head norms (Qwen3's q and k): each run of `group` values of a row on its own (ABI 1.4).
+  for (auto [rows, group, n] : std::vector<std::tuple<int64_t, int32_t, int64_t>>{{128, 32, 5}, {2048, 128, 3}, {64, 16, 1}}) {
+    cases.push_back({"rms_norm f32 grouped " + std::to_string(group) + shape_str({rows, n}), [rows = rows, group = group, n = n] {
+      GraphBuilder g; auto x = g.input("in0", MINFER_DTYPE_F32, {rows, n}), w = g.input("in1", MINFER_DTYPE_F32, {group});
+      g.mark_output(g.rms_norm("node", x, w, 1e-6f, group)); return g.finish(); }, MINFER_OP_RMS_NORM, {MINFER_DTYPE_F32}});
+  }
   for (const auto &s : std::vector<std::vector<int64_t>>{{1, 1}, {64, 5}, {896, 7}, {4864, 3}}) {
     cases.push_back({"rms_norm f32" + shape_str(s), [s] {
       GraphBuilder g; auto x = g.input("in0", MINFER_DTYPE_F32, s), w = g.input("in1", MINFER_DTYPE_F32, {s[0]});

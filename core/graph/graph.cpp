@@ -236,9 +236,10 @@ TensorId GraphBuilder::state(const std::string &name, int32_t dtype, std::vector
   return new_tensor(described(name, dtype, shape, TensorRole::State));
 }
 
-TensorId GraphBuilder::rms_norm(const std::string &name, TensorId x, TensorId weight, float eps) {
+TensorId GraphBuilder::rms_norm(const std::string &name, TensorId x, TensorId weight, float eps, int32_t group) {
   minfer_rms_norm_params p{};
   p.eps = eps;
+  p.group = group;
   return new_node(name, MINFER_OP_RMS_NORM, {x, weight}, MINFER_DTYPE_F32, t(x).rank, t(x).shape, params_bytes(p));
 }
 

@@ -92,7 +92,8 @@ class GraphBuilder {
   TensorId convert(const std::string &name, TensorId a, int32_t dtype);
   TensorId get_rows(const std::string &name, TensorId table, TensorId ids);
   TensorId dequantize(const std::string &name, TensorId a);
-  TensorId rms_norm(const std::string &name, TensorId x, TensorId weight, float eps);
+  // group > 0: each run of `group` values of a row normalized on its own (per-head norms).
+  TensorId rms_norm(const std::string &name, TensorId x, TensorId weight, float eps, int32_t group = 0);
   TensorId matmul(const std::string &name, TensorId w, TensorId x);
   TensorId rope(const std::string &name, TensorId x, TensorId pos, const minfer_rope_params &p);
   TensorId attention(const std::string &name, TensorId q, TensorId k, TensorId v, TensorId k_cache,

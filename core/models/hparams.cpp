@@ -16,6 +16,7 @@ const std::map<std::string, HparamsReader> &registry() {
   static const std::map<std::string, HparamsReader> r = {
       {"llama", read_llama},
       {"qwen2", read_qwen2},
+      {"qwen3", read_qwen3},
   };
   return r;
 }
@@ -81,10 +82,22 @@ Hparams read_common_hparams(const gguf::File &f, const std::string &arch) {
   }
   if (!std::isfinite(hp.rope_theta) || !(hp.rope_theta > 0))
     fail(p + "rope.freq_base is " + std::to_string(hp.rope_theta) + "; it must be a positive number");
-  if (hp.n_embd % hp.n_head) fail(p + "embedding_length " + std::to_string(hp.n_embd) + " is not a multiple of " + p + "attention.head_count " + std::to_string(hp.n_head));
   if (hp.n_head % hp.n_head_kv)
     fail(p + "attention.head_count " + std::to_string(hp.n_head) + " is not a multiple of head_count_kv " + std::to_string(hp.n_head_kv));
-  hp.head_dim = hp.n_embd / hp.n_head;
+  // The head size: attention.key_length where the file says (Qwen3, Gemma: n_head * head_dim
+  // need not be n_embd), else n_embd / n_head.
+  if (f.find(p + "attention.key_length")) {
+    hp.head_dim = count(p + "attention.key_length", -1);
+    const int64_t v = count(p + "attention.value_length", hp.head_dim);
+    if (v != hp.head_dim)
+      fail(p + "attention.value_length " + std::to_string(v) + " differs from " + p + "attention.key_length " + std::to_string(hp.head_dim) +
+           "; minfer runs K and V heads of one size");
+  } else {
+    if (hp.n_embd % hp.n_head)
+      fail(p + "embedding_length " + std::to_string(hp.n_embd) + " is not a multiple of " + p + "attention.head_count " +
+           std::to_string(hp.n_head) + " (and the file has no " + p + "attention.key_length)");
+    hp.head_dim = hp.n_embd / hp.n_head;
+  }
   hp.rope_dims = f.find(p + "rope.dimension_count") ? f.get_int(p + "rope.dimension_count") : hp.head_dim;
   if (hp.rope_dims <= 0 || hp.rope_dims > hp.head_dim || hp.rope_dims % 2) fail(p + "rope.dimension_count " + std::to_string(hp.rope_dims) + " must be even and at most the head size " + std::to_string(hp.head_dim));
   if (!(hp.rms_eps > 0) || !std::isfinite(hp.rms_eps)) fail(p + "attention.layer_norm_rms_epsilon must be a positive number");

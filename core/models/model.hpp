@@ -23,6 +23,7 @@ struct Hparams {
   float rope_theta = 10000.0f, rope_freq_scale = 1.0f, rms_eps = 1e-5f;
   int32_t rope_mode = MINFER_ROPE_NORMAL;
   bool qkv_bias = false;  // Q/K/V projections carry biases (Qwen2)
+  bool qk_norm = false;   // per-head RMS norms of q and k before RoPE (Qwen3: attn_q_norm, attn_k_norm)
 };
 
 struct BuildOptions {
@@ -51,6 +52,7 @@ std::unique_ptr<Model> load_model(std::shared_ptr<gguf::File> file, const BuildO
 // Each architecture file defines its reader; hparams.cpp lists them by name.
 Hparams read_llama(const gguf::File &f);
 Hparams read_qwen2(const gguf::File &f);
+Hparams read_qwen3(const gguf::File &f);
 std::vector<std::string> architectures();
 
 // Reads what every LLaMA-style architecture stores under "<arch>.*".

@@ -2,6 +2,7 @@
 //
 //   x = embed(tokens)
 //   per layer: x += Wo attn(rope(Wq n(x) + bq), rope(Wk n(x) + bk), Wv n(x) + bv, cache)
+//              (Qwen3: q and k through a per-head RMS norm before their RoPE)
 //              x += Wdown (silu(Wgate n(x)) * Wup n(x))          (n = RMS norm with weight)
 //   logits = Wout n(x[last])            (Wout = token_embd when output.weight is absent)
 #include <cmath>
@@ -46,7 +47,7 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
   const gguf::File &f = *file;
   GraphBuilder gb;
   Builder w(file, gb);
-  const int64_t d = hp.n_embd, kvd = hp.n_head_kv * hp.head_dim, T = o.max_batch;
+  const int64_t d = hp.n_embd, qd = hp.n_head * hp.head_dim, kvd = hp.n_head_kv * hp.head_dim, T = o.max_batch;
   const std::string dims = "n_embd " + std::to_string(d);
 
   const TensorId tokens = gb.input(Model::kTokens, MINFER_DTYPE_I32, {T}, 0);
@@ -74,13 +75,18 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
       if (hp.qkv_bias) y = gb.add_row_broadcast(p + name + "_bias", y, w.weight(p + name + ".bias", {out}, "bias"));
       return y;
     };
-    TensorId q = proj("attn_q", d), k = proj("attn_k", kvd), v = proj("attn_v", kvd);
+    TensorId q = proj("attn_q", qd), k = proj("attn_k", kvd), v = proj("attn_v", kvd);
+    if (hp.qk_norm) {  // each head normalized on its own, one weight of head_dim values
+      const std::string hd = "per-head norm [" + std::to_string(hp.head_dim) + "]";
+      q = gb.rms_norm(p + "attn_q_norm", q, w.weight(p + "attn_q_norm.weight", {hp.head_dim}, hd), hp.rms_eps, int32_t(hp.head_dim));
+      k = gb.rms_norm(p + "attn_k_norm", k, w.weight(p + "attn_k_norm.weight", {hp.head_dim}, hd), hp.rms_eps, int32_t(hp.head_dim));
+    }
     q = gb.rope(p + "attn_q_rope", q, pos, rq);
     k = gb.rope(p + "attn_k_rope", k, pos, rq);
     const TensorId kc = gb.state(p + "cache_k", o.kv_type, {kvd, o.n_ctx});
     const TensorId vc = gb.state(p + "cache_v", o.kv_type, {kvd, o.n_ctx});
     const TensorId a = gb.attention(p + "attn", q, k, v, kc, vc, ap);
-    const TensorId out = gb.matmul(p + "attn_output", w.weight(p + "attn_output.weight", {d, d}, "attention output"), a);
+    const TensorId out = gb.matmul(p + "attn_output", w.weight(p + "attn_output.weight", {qd, d}, "attention output"), a);
     x = gb.add(p + "attn_residual", x, out);
 
     h = gb.rms_norm(p + "ffn_norm", x, w.weight(p + "ffn_norm.weight", {d}, "norm [" + dims + "]"), hp.rms_eps);

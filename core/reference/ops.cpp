@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "minfer/abi.h"
 #include "minfer/dtype.h"
 #include "quant/reference.hpp"
 
@@ -136,8 +137,9 @@ std::vector<uint8_t> run_op(int32_t op, const std::vector<RefTensor> &in, int32_
       }
       return f32_bytes(y);
     case MINFER_OP_RMS_NORM: {
-      const float eps = static_cast<const minfer_rms_norm_params *>(params)->eps;
-      const int64_t d = out_shape[0];
+      const auto *p = static_cast<const minfer_rms_norm_params *>(params);
+      const float eps = p->eps;
+      const int64_t d = p->struct_size >= MINFER_SIZE_UP_TO(minfer_rms_norm_params, group) && p->group > 0 ? p->group : out_shape[0];
       for (int64_t r = 0; r < n / d; ++r) {
         double ss = 0;
         for (int64_t i = 0; i < d; ++i) ss += double(f32(in[0])[r * d + i]) * f32(in[0])[r * d + i];

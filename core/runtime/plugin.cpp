@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "minfer/op_contract.hpp"
 
 #ifndef MINFER_PLUGIN_DIR_FROM_BIN
 #define MINFER_PLUGIN_DIR_FROM_BIN "../lib/minfer"
@@ -247,6 +248,12 @@ std::unique_ptr<DeviceBuffer> BackendHandle::wrap_host(const void *host, uint64_
 }
 
 SupportAnswer BackendHandle::supports(const minfer_node &node) {
+  // A node using a later ABI's field would be misread by an older plugin: refused here.
+  if (const uint32_t need = sdk::abi_minor_needed(node); need > plugin_->api().abi_minor)
+    return {false, "this node needs plugin ABI " + std::to_string(MINFER_ABI_MAJOR) + "." + std::to_string(need) + " (" +
+                       (node.op == MINFER_OP_RMS_NORM ? "a grouped RMS norm" : "a newer field") + "); plugin '" + name() +
+                       "' was built against " + std::to_string(plugin_->api().abi_major) + "." +
+                       std::to_string(plugin_->api().abi_minor) + ": rebuild it against this minfer's SDK"};
   int32_t yes = 0;
   char why[512] = {0};
   plugin_->check(plugin_->api().supports(backend_, &node, &yes, why, sizeof why),

@@ -18,8 +18,8 @@ void run_rms_norm(const minfer_node &n, const RunCtx &ctx) {
   const float eps = sdk::params_of<minfer_rms_norm_params>(n).eps;
   const float *x = ptr<float>(*n.inputs[0]), *w = ptr<float>(*n.inputs[1]);
   float *y = ptr<float>(*n.output);
-  const int64_t d = n.output->shape[0];
-  ctx.pool.run(sdk::run_rows(*n.output, ctx.args), [&](int64_t r0, int64_t r1, int) {
+  const int64_t d = sdk::rms_norm_group(n);  // a row, or a head of it (per-head norms)
+  ctx.pool.run(sdk::run_rows(*n.output, ctx.args) * (n.output->shape[0] / d), [&](int64_t r0, int64_t r1, int) {
     for (int64_t r = r0; r < r1; ++r) {
       const float *xr = x + r * d;
       double ss = 0;

@@ -126,6 +126,7 @@ class Planner {
     for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
       const minfer_node &norm = nodes_[i].node();
       if (norm.op != MINFER_OP_RMS_NORM || p_.fused_away[i] || !(norm.output->flags & MINFER_TENSOR_SEGMENT_LOCAL)) continue;
+      if (sdk::rms_norm_group(norm) != norm.inputs[0]->shape[0]) continue;  // a per-head norm folds into no GEMV
       std::vector<size_t> steps;  // first nodes of the steps reading the norm
       size_t last = i;
       for (size_t s = i + 1; s < nodes_.size(); s = last + 1) {

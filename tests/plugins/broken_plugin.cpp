@@ -4,6 +4,7 @@
 //   BROKEN_NULL   the entry returns no table
 //   BROKEN_LONGWHY   device_count and supports fill every byte of `why`, with no NUL
 //   BROKEN_NULLMSG   device_count fails with a status whose message is NULL
+//   BROKEN_OLDMINOR  built against ABI 1.3: the host must not give it nodes that need 1.4
 #include <cstring>
 #include <memory>
 
@@ -21,7 +22,7 @@ struct Broken {
   }
 };
 
-#if defined(BROKEN_LONGWHY) || defined(BROKEN_NULLMSG)
+#if defined(BROKEN_LONGWHY) || defined(BROKEN_NULLMSG) || defined(BROKEN_OLDMINOR)
 // Raw C entries, past the SDK's helpers (which always terminate): what a careless or hostile
 // plugin written against the bare ABI can do.
 struct Opaque {
@@ -39,6 +40,11 @@ minfer_status *open_any(int32_t, const minfer_host *, const char *const *, const
   return nullptr;
 }
 void close_any(minfer_backend *) {}
+minfer_status *supports_all(minfer_backend *, const minfer_node *, int32_t *yes, char *why, size_t) {
+  *yes = 1;
+  why[0] = '\0';
+  return nullptr;
+}
 minfer_status *supports_fill_why(minfer_backend *, const minfer_node *, int32_t *yes, char *why, size_t why_size) {
   *yes = 0;
   std::memset(why, 'y', why_size);
@@ -66,6 +72,11 @@ extern "C" MINFER_EXPORT const minfer_backend_api *minfer_backend_entry(uint32_t
   api.open = open_any;
   api.close = close_any;
   api.supports = supports_fill_why;
+#elif defined(BROKEN_OLDMINOR)
+  api.abi_minor = 3;
+  api.open = open_any;
+  api.close = close_any;
+  api.supports = supports_all;
 #elif defined(BROKEN_NULLMSG)
   api.device_count = fail_count;
   api.status_code = code_internal;

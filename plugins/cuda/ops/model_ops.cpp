@@ -12,8 +12,9 @@ namespace {
 std::string any(const minfer_node &) { return ""; }
 
 void run_rms_norm(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
-  dev.rms_norm_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output), sdk::run_rows(*n.output, args),
-                   n.output->shape[0], sdk::params_of<minfer_rms_norm_params>(n).eps);
+  const int64_t group = sdk::rms_norm_group(n);  // a row, or a head of it (per-head norms)
+  dev.rms_norm_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output),
+                   sdk::run_rows(*n.output, args) * (n.output->shape[0] / group), group, sdk::params_of<minfer_rms_norm_params>(n).eps);
 }
 
 // The RMS norm (if any) a matmul step reads the output of: folded into the one-token GEMV

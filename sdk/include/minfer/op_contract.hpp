@@ -32,6 +32,20 @@ const P &params_of(const minfer_node &n) {
   return *reinterpret_cast<const P *>(n.params);
 }
 
+// The values an RMS_NORM normalizes together: the params' group (ABI 1.4) or the whole row.
+inline int64_t rms_norm_group(const minfer_node &n) {
+  const auto &p = params_of<minfer_rms_norm_params>(n);
+  if (p.struct_size >= MINFER_SIZE_UP_TO(minfer_rms_norm_params, group) && p.group > 0) return p.group;
+  return n.inputs[0]->shape[0];
+}
+
+// The plugin ABI minor a node needs beyond 1.0 (a plugin of an older minor would read it
+// wrongly: the host does not give it such nodes).
+inline uint32_t abi_minor_needed(const minfer_node &n) {
+  if (n.op == MINFER_OP_RMS_NORM && n.params && rms_norm_group(n) != n.inputs[0]->shape[0]) return 4;
+  return 0;
+}
+
 // "" when the node is a valid instance of its op; otherwise the reason, naming the tensor.
 inline std::string check_op_contract(const minfer_node &n) {
   using detail::need;
@@ -96,8 +110,11 @@ inline std::string check_op_contract(const minfer_node &n) {
       break;
     case MINFER_OP_RMS_NORM: {
       if (in_(0).dtype != MINFER_DTYPE_F32) return need(in_(0), "f32");
-      if (in_(1).dtype != MINFER_DTYPE_F32 || n_elements(in_(1)) != in_(0).shape[0])
-        return need(in_(1), ("f32 with " + std::to_string(in_(0).shape[0]) + " values (one per column)").c_str());
+      const int64_t group = rms_norm_group(n);
+      if (group <= 0 || in_(0).shape[0] % group != 0)
+        return "group " + std::to_string(group) + " does not divide the rows of " + describe(in_(0));
+      if (in_(1).dtype != MINFER_DTYPE_F32 || n_elements(in_(1)) != group)
+        return need(in_(1), ("f32 with " + std::to_string(group) + " values (one per column of a group)").c_str());
       if (!(params_of<minfer_rms_norm_params>(n).eps > 0)) return "eps must be positive";
       break;
     }

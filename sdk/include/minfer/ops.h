@@ -56,6 +56,11 @@ typedef struct minfer_params_header {
 typedef struct minfer_rms_norm_params {
   size_t struct_size;
   float eps;
+  /* ABI 1.4: normalize each run of `group` consecutive values of a row on its own, all with
+   * the same weight of `group` values (per-head norms of q and k: group = head_dim); 0 = the
+   * whole row. A reader whose struct_size does not reach it treats it as 0
+   * (sdk::rms_norm_group). */
+  int32_t group;
 } minfer_rms_norm_params;
 
 typedef enum minfer_rope_mode {
@@ -96,7 +101,7 @@ static inline minfer_op_traits minfer_op_info(int32_t op) {
     case MINFER_OP_CONVERT: t.name = "convert"; t.n_inputs = 1; break;
     case MINFER_OP_GET_ROWS: t.name = "get_rows"; t.n_inputs = 2; break;
     case MINFER_OP_DEQUANTIZE: t.name = "dequantize"; t.n_inputs = 1; break;
-    case MINFER_OP_RMS_NORM: t.name = "rms_norm"; t.n_inputs = 2; t.params_size = sizeof(minfer_rms_norm_params); break;
+    case MINFER_OP_RMS_NORM: t.name = "rms_norm"; t.n_inputs = 2; t.params_size = offsetof(minfer_rms_norm_params, eps) + sizeof(float); break; /* ABI 1.0's part */
     case MINFER_OP_MATMUL: t.name = "matmul"; t.n_inputs = 2; break;
     case MINFER_OP_ROPE: t.name = "rope"; t.n_inputs = 2; t.params_size = sizeof(minfer_rope_params); break;
     case MINFER_OP_ATTENTION: t.name = "attention"; t.n_inputs = 5; t.params_size = sizeof(minfer_attention_params); break;
