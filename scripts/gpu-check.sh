@@ -20,7 +20,7 @@ mkdir -p ../shared && [ -e ../shared/testdata ] || ln -s "$PWD/$bundle/testdata"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
 step list_backends "$bin/minfer-app" --list-backends
 step conformance "$bin/minfer-op-conformance" --gtest_filter='Backends/*cuda*:ConformanceCoverage.*'
-step tests "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.*:KvTypes*:AllTypes/CudaVsCpu*:CudaVsCpuWide.*:Explain.*'
+step tests "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.*:KvTypes*:AllTypes/CudaVsCpu*:CudaVsCpuWide.*:Explain.*:Files/ArchReference*cuda*'
 step ops_demo_cuda "$bin/minfer-app" --config configs/ops-demo-cuda.yaml
 step ops_demo_mixed "$bin/minfer-app" --config configs/ops-demo-mixed.yaml
 step generate_cuda "$bin/minfer-app" --config configs/cuda.yaml -n 48 --temp 0
