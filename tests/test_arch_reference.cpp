@@ -33,7 +33,6 @@ const std::vector<std::pair<std::string, std::string>> kNotYet = {
     {"llama31", "RoPE frequency factors, rope_freqs.weight (issue 18)"},
     {"gemma2", "the gemma2 architecture (issue 18)"},
     {"gemma3", "the gemma3 architecture (issue 18)"},
-    {"phi3", "the phi3 architecture (issue 18)"},
 };
 
 std::string not_yet(const std::string &stem) {

@@ -17,6 +17,7 @@ const std::map<std::string, HparamsReader> &registry() {
       {"llama", read_llama},
       {"qwen2", read_qwen2},
       {"qwen3", read_qwen3},
+      {"phi3", read_phi3},
   };
   return r;
 }

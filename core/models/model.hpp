@@ -24,6 +24,8 @@ struct Hparams {
   int32_t rope_mode = MINFER_ROPE_NORMAL;
   bool qkv_bias = false;  // Q/K/V projections carry biases (Qwen2)
   bool qk_norm = false;   // per-head RMS norms of q and k before RoPE (Qwen3: attn_q_norm, attn_k_norm)
+  bool fused_qkv = false;      // one attn_qkv weight, rows Q then K then V (Phi-3)
+  bool fused_gate_up = false;  // one ffn_up of 2 * n_ff rows, gate then up (Phi-3)
 };
 
 struct BuildOptions {
@@ -53,6 +55,7 @@ std::unique_ptr<Model> load_model(std::shared_ptr<gguf::File> file, const BuildO
 Hparams read_llama(const gguf::File &f);
 Hparams read_qwen2(const gguf::File &f);
 Hparams read_qwen3(const gguf::File &f);
+Hparams read_phi3(const gguf::File &f);
 std::vector<std::string> architectures();
 
 // Reads what every LLaMA-style architecture stores under "<arch>.*".

@@ -2,7 +2,8 @@
 //
 //   x = embed(tokens)
 //   per layer: x += Wo attn(rope(Wq n(x) + bq), rope(Wk n(x) + bk), Wv n(x) + bv, cache)
-//              (Qwen3: q and k through a per-head RMS norm before their RoPE)
+//              (Qwen3: q and k through a per-head RMS norm before their RoPE; Phi-3: Q/K/V
+//              and gate/up read as row ranges of one fused weight each)
 //              x += Wdown (silu(Wgate n(x)) * Wup n(x))          (n = RMS norm with weight)
 //   logits = Wout n(x[last])            (Wout = token_embd when output.weight is absent)
 #include <cmath>
@@ -33,6 +34,22 @@ class Builder {
     const gguf::File *file = &f_;  // kept alive by owner_
     return gb_.weight(name, t->dtype, shape,
                       HostBytes{t->data, t->n_bytes, owner_, [file](const uint8_t *p, uint64_t n) { file->release_pages(p, n); }});
+  }
+
+  // Rows [first, first + count) of a fused 2-D weight (Phi-3's attn_qkv, its gate+up ffn_up)
+  // as a weight of its own: rows are contiguous, so it is a range of the file's bytes.
+  TensorId weight_rows(const std::string &name, int64_t first, int64_t count, int64_t k, int64_t total_rows, const std::string &part,
+                       const std::string &why) {
+    const gguf::TensorInfo *t = f_.find_tensor(name);
+    if (!t) throw Error(f_.path() + ": missing tensor '" + name + "' (" + why + ")");
+    if (t->n_dims != 2 || t->shape[0] != k || t->shape[1] != total_rows)
+      throw Error(f_.path() + ": tensor '" + name + "' has shape [" + std::to_string(t->shape[0]) + ", " + std::to_string(t->shape[1]) +
+                  "], expected [" + std::to_string(k) + ", " + std::to_string(total_rows) + "] (" + why + ")");
+    const uint64_t row_bytes = t->n_bytes / uint64_t(total_rows);
+    const gguf::File *file = &f_;
+    return gb_.weight(name + "[" + part + "]", t->dtype, {k, count},
+                      HostBytes{t->data + uint64_t(first) * row_bytes, uint64_t(count) * row_bytes, owner_,
+                                [file](const uint8_t *p, uint64_t n) { file->release_pages(p, n); }});
   }
 
  private:
@@ -71,7 +88,14 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
     const std::string p = "blk." + std::to_string(l) + ".";
     TensorId h = gb.rms_norm(p + "attn_norm", x, w.weight(p + "attn_norm.weight", {d}, "norm [" + dims + "]"), hp.rms_eps);
     auto proj = [&](const std::string &name, int64_t out) {
-      TensorId y = gb.matmul(p + name, w.weight(p + name + ".weight", {d, out}, "projection"), h);
+      TensorId wt;
+      if (hp.fused_qkv) {  // one attn_qkv: rows Q, then K, then V
+        const int64_t first = name == "attn_q" ? 0 : name == "attn_k" ? qd : qd + kvd;
+        wt = w.weight_rows(p + "attn_qkv.weight", first, out, d, qd + 2 * kvd, name.substr(5), "fused Q/K/V projection");
+      } else {
+        wt = w.weight(p + name + ".weight", {d, out}, "projection");
+      }
+      TensorId y = gb.matmul(p + name, wt, h);
       if (hp.qkv_bias) y = gb.add_row_broadcast(p + name + "_bias", y, w.weight(p + name + ".bias", {out}, "bias"));
       return y;
     };
@@ -90,8 +114,12 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
     x = gb.add(p + "attn_residual", x, out);
 
     h = gb.rms_norm(p + "ffn_norm", x, w.weight(p + "ffn_norm.weight", {d}, "norm [" + dims + "]"), hp.rms_eps);
-    const TensorId g = gb.matmul(p + "ffn_gate", w.weight(p + "ffn_gate.weight", {d, hp.n_ff}, "feed-forward gate"), h);
-    const TensorId u = gb.matmul(p + "ffn_up", w.weight(p + "ffn_up.weight", {d, hp.n_ff}, "feed-forward up"), h);
+    const TensorId wg = hp.fused_gate_up ? w.weight_rows(p + "ffn_up.weight", 0, hp.n_ff, d, 2 * hp.n_ff, "gate", "fused gate+up")
+                                         : w.weight(p + "ffn_gate.weight", {d, hp.n_ff}, "feed-forward gate");
+    const TensorId wu = hp.fused_gate_up ? w.weight_rows(p + "ffn_up.weight", hp.n_ff, hp.n_ff, d, 2 * hp.n_ff, "up", "fused gate+up")
+                                         : w.weight(p + "ffn_up.weight", {d, hp.n_ff}, "feed-forward up");
+    const TensorId g = gb.matmul(p + "ffn_gate", wg, h);
+    const TensorId u = gb.matmul(p + "ffn_up", wu, h);
     const TensorId s = gb.swiglu(p + "ffn_swiglu", g, u);
     const TensorId down = gb.matmul(p + "ffn_down", w.weight(p + "ffn_down.weight", {hp.n_ff, d}, "feed-forward down"), s);
     x = gb.add(p + "ffn_residual", x, down);
