@@ -30,7 +30,6 @@ namespace {
 const std::vector<std::pair<std::string, std::string>> kNotYet = {
     {"qwen3moe", "mixture of experts (issue 19)"},
     {"mixtral", "mixture of experts (issue 19)"},
-    {"llama31", "RoPE frequency factors, rope_freqs.weight (issue 18)"},
     {"gemma2", "the gemma2 architecture (issue 18)"},
     {"gemma3", "the gemma3 architecture (issue 18)"},
 };

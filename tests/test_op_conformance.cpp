@@ -163,6 +163,18 @@ std::vector<Case> all_cases() {
                          return g.finish();
                        },
                        MINFER_OP_ROPE, {MINFER_DTYPE_F32}});
+      // With frequency factors (Llama 3.1+'s rope_freqs, ABI 1.4).
+      cases.push_back({"rope " + std::string(mode ? "neox" : "normal") + " factors hd" + std::to_string(hd) + " x" + std::to_string(heads) +
+                           " dims" + std::to_string(dims) + " n" + std::to_string(n),
+                       [p, heads = heads, n = n] {
+                         GraphBuilder g;
+                         auto x = g.input("in0", MINFER_DTYPE_F32, {int64_t(p.head_dim) * heads, n});
+                         auto pos = g.input("in1", MINFER_DTYPE_I32, {n});
+                         auto f = g.input("in2", MINFER_DTYPE_F32, {int64_t(p.n_dims / 2)});
+                         g.mark_output(g.rope("node", x, pos, p, f));
+                         return g.finish();
+                       },
+                       MINFER_OP_ROPE, {MINFER_DTYPE_F32}});
     }
   for (int32_t cache : {MINFER_DTYPE_F32, MINFER_DTYPE_F16})
     for (auto [hd, nh, nkv, n, ctx, past] : std::vector<std::tuple<int, int, int, int64_t, int64_t, int64_t>>{
@@ -217,6 +229,14 @@ std::vector<uint8_t> input_data(const minfer::Tensor &t, int32_t op, int input, 
       ids[i] = i == 0 ? 0 : i == 1 ? int32_t(table_rows - 1) : int32_t(rng() % uint32_t(table_rows));
     std::vector<uint8_t> out(ids.size() * 4);
     std::memcpy(out.data(), ids.data(), out.size());
+    return out;
+  }
+  if (op == MINFER_OP_ROPE && input == 2) {  // frequency factors: 1 to 8, as Llama 3.1's range
+    std::mt19937 rng(seed);
+    std::vector<float> v(size_t(t.n_elements()));
+    for (float &x : v) x = 1.0f + 7.0f * float(rng() % 1000) / 1000.0f;
+    std::vector<uint8_t> out(v.size() * 4);
+    std::memcpy(out.data(), v.data(), out.size());
     return out;
   }
   const bool elementwise = op == MINFER_OP_ADD || op == MINFER_OP_MUL || op == MINFER_OP_SILU || op == MINFER_OP_CONVERT ||

@@ -248,8 +248,10 @@ TensorId GraphBuilder::matmul(const std::string &name, TensorId w, TensorId x) {
                   t(x).token_dim >= 0 ? 1 : -1);
 }
 
-TensorId GraphBuilder::rope(const std::string &name, TensorId x, TensorId pos, const minfer_rope_params &p) {
-  return new_node(name, MINFER_OP_ROPE, {x, pos}, MINFER_DTYPE_F32, t(x).rank, t(x).shape, params_bytes(p));
+TensorId GraphBuilder::rope(const std::string &name, TensorId x, TensorId pos, const minfer_rope_params &p, TensorId factors) {
+  std::vector<TensorId> in{x, pos};
+  if (factors >= 0) in.push_back(factors);
+  return new_node(name, MINFER_OP_ROPE, in, MINFER_DTYPE_F32, t(x).rank, t(x).shape, params_bytes(p));
 }
 
 TensorId GraphBuilder::attention(const std::string &name, TensorId q, TensorId k, TensorId v, TensorId k_cache,

@@ -95,7 +95,8 @@ class GraphBuilder {
   // group > 0: each run of `group` values of a row normalized on its own (per-head norms).
   TensorId rms_norm(const std::string &name, TensorId x, TensorId weight, float eps, int32_t group = 0);
   TensorId matmul(const std::string &name, TensorId w, TensorId x);
-  TensorId rope(const std::string &name, TensorId x, TensorId pos, const minfer_rope_params &p);
+  // factors >= 0: f32 [n_dims/2] frequency factors dividing each pair's frequency (rope_freqs).
+  TensorId rope(const std::string &name, TensorId x, TensorId pos, const minfer_rope_params &p, TensorId factors = -1);
   TensorId attention(const std::string &name, TensorId q, TensorId k, TensorId v, TensorId k_cache,
                      TensorId v_cache, const minfer_attention_params &p);
   TensorId swiglu(const std::string &name, TensorId gate, TensorId up);

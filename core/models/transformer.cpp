@@ -2,7 +2,8 @@
 //
 //   x = embed(tokens)
 //   per layer: x += Wo attn(rope(Wq n(x) + bq), rope(Wk n(x) + bk), Wv n(x) + bv, cache)
-//              (Qwen3: q and k through a per-head RMS norm before their RoPE; Phi-3: Q/K/V
+//              (Llama 3.1+: RoPE frequencies divided by rope_freqs; Qwen3: q and k through
+//              a per-head RMS norm before their RoPE; Phi-3: Q/K/V
 //              and gate/up read as row ranges of one fused weight each)
 //              x += Wdown (silu(Wgate n(x)) * Wup n(x))          (n = RMS norm with weight)
 //   logits = Wout n(x[last])            (Wout = token_embd when output.weight is absent)
@@ -84,6 +85,11 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
   ap.n_kv_head = int32_t(hp.n_head_kv);
   ap.scale = 1.0f / std::sqrt(float(hp.head_dim));
 
+  // Llama 3.1+: a factor per rotated pair dividing its frequency (rope_freqs), on every layer.
+  const TensorId rope_factors = f.find_tensor("rope_freqs.weight")
+                                    ? w.weight("rope_freqs.weight", {hp.rope_dims / 2}, "RoPE frequency factors [rope_dims / 2]")
+                                    : TensorId(-1);
+
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     TensorId h = gb.rms_norm(p + "attn_norm", x, w.weight(p + "attn_norm.weight", {d}, "norm [" + dims + "]"), hp.rms_eps);
@@ -105,8 +111,8 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
       q = gb.rms_norm(p + "attn_q_norm", q, w.weight(p + "attn_q_norm.weight", {hp.head_dim}, hd), hp.rms_eps, int32_t(hp.head_dim));
       k = gb.rms_norm(p + "attn_k_norm", k, w.weight(p + "attn_k_norm.weight", {hp.head_dim}, hd), hp.rms_eps, int32_t(hp.head_dim));
     }
-    q = gb.rope(p + "attn_q_rope", q, pos, rq);
-    k = gb.rope(p + "attn_k_rope", k, pos, rq);
+    q = gb.rope(p + "attn_q_rope", q, pos, rq, rope_factors);
+    k = gb.rope(p + "attn_k_rope", k, pos, rq, rope_factors);
     const TensorId kc = gb.state(p + "cache_k", o.kv_type, {kvd, o.n_ctx});
     const TensorId vc = gb.state(p + "cache_v", o.kv_type, {kvd, o.n_ctx});
     const TensorId a = gb.attention(p + "attn", q, k, v, kc, vc, ap);

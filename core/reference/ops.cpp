@@ -173,7 +173,8 @@ std::vector<uint8_t> run_op(int32_t op, const std::vector<RefTensor> &in, int32_
           float *row = y.data() + t * width + h * p.head_dim;
           const float *src = f32(in[0]) + t * width + h * p.head_dim;
           for (int64_t i = 0; i < p.n_dims / 2; ++i) {
-            const double theta = double(pos[t]) * std::pow(double(p.theta_base), -2.0 * double(i) / p.n_dims) * p.freq_scale;
+            double theta = double(pos[t]) * std::pow(double(p.theta_base), -2.0 * double(i) / p.n_dims) * p.freq_scale;
+            if (in.size() > 2) theta /= double(f32(in[2])[i]);  // frequency factors (ABI 1.4)
             const int64_t a = p.mode == MINFER_ROPE_NEOX ? i : 2 * i, b = p.mode == MINFER_ROPE_NEOX ? i + p.n_dims / 2 : 2 * i + 1;
             row[a] = float(src[a] * std::cos(theta) - src[b] * std::sin(theta));
             row[b] = float(src[a] * std::sin(theta) + src[b] * std::cos(theta));

@@ -251,7 +251,7 @@ SupportAnswer BackendHandle::supports(const minfer_node &node) {
   // A node using a later ABI's field would be misread by an older plugin: refused here.
   if (const uint32_t need = sdk::abi_minor_needed(node); need > plugin_->api().abi_minor)
     return {false, "this node needs plugin ABI " + std::to_string(MINFER_ABI_MAJOR) + "." + std::to_string(need) + " (" +
-                       (node.op == MINFER_OP_RMS_NORM ? "a grouped RMS norm" : "a newer field") + "); plugin '" + name() +
+                       (node.op == MINFER_OP_RMS_NORM ? "a grouped RMS norm" : node.op == MINFER_OP_ROPE ? "RoPE frequency factors" : "a newer field") + "); plugin '" + name() +
                        "' was built against " + std::to_string(plugin_->api().abi_major) + "." +
                        std::to_string(plugin_->api().abi_minor) + ": rebuild it against this minfer's SDK"};
   int32_t yes = 0;

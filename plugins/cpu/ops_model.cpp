@@ -40,7 +40,9 @@ void run_rope(const minfer_node &n, const RunCtx &ctx) {
   const int half = p.n_dims / 2;
   thread_local std::vector<double> inv_freq;  // double: positions reach 10^5; reused, no allocation per step
   inv_freq.resize(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(double(p.theta_base), -2.0 * i / p.n_dims) * p.freq_scale;
+  const float *factors = n.n_inputs > 2 ? ptr<float>(*n.inputs[2]) : nullptr;  // Llama 3.1+'s rope_freqs
+  for (int i = 0; i < half; ++i)
+    inv_freq[size_t(i)] = std::pow(double(p.theta_base), -2.0 * i / p.n_dims) * p.freq_scale / (factors ? double(factors[i]) : 1.0);
   const double *freq = inv_freq.data();  // the workers read this thread's table
   ctx.pool.run(tokens, [&](int64_t t0, int64_t t1, int) {
     thread_local std::vector<float> c, s;

@@ -128,9 +128,9 @@ void CudaDevice::rms_norm_f32(const float *x, const float *w, float *y, int64_t 
 }
 
 void CudaDevice::rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads,
-                          const minfer_rope_params &p, const float *x2, float *y2, int64_t heads2) {
-  check_launch(minfer_cuda_rope_f32(&cfg_, x, pos, y, tokens, heads, p.head_dim, p.n_dims, p.mode, p.theta_base, p.freq_scale, x2, y2,
-                                    heads2));
+                          const minfer_rope_params &p, const float *freq_factors, const float *x2, float *y2, int64_t heads2) {
+  check_launch(minfer_cuda_rope_f32(&cfg_, x, pos, y, tokens, heads, p.head_dim, p.n_dims, p.mode, p.theta_base, p.freq_scale,
+                                    freq_factors, x2, y2, heads2));
 }
 
 void CudaDevice::swiglu_f32(const float *g, const float *u, float *y, int64_t n) {
@@ -143,7 +143,7 @@ bool CudaDevice::attention_rotates(int64_t tokens, const minfer_attention_params
 
 void CudaDevice::attention(const float *q, const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, float *out,
                            int64_t tokens, const minfer_attention_params &p, int64_t n_ctx, const int32_t *rope_pos,
-                           const minfer_rope_params *rope) {
+                           const minfer_rope_params *rope, const float *rope_factors) {
   if (rope && !attention_rotates(tokens, p))
     throw sdk::Error(MINFER_ERR_INTERNAL, "attention with its RoPE fused for a step the one-token kernel does not run");
   const int64_t kvd = int64_t(p.n_kv_head) * p.head_dim;
@@ -152,7 +152,8 @@ void CudaDevice::attention(const float *q, const float *k, const float *v, void 
   if (minfer_cuda_flash_attention_supports(p.head_dim)) {
     const int64_t bytes = minfer_cuda_flash_attention_partials_bytes(tokens, p.n_head, p.n_kv_head, p.head_dim, n_ctx, sm_count_);
     auto *partials = bytes > 0 ? static_cast<float *>(scratch(4, size_t(bytes))) : nullptr;
-    const minfer_cuda_rope r = rope ? minfer_cuda_rope{rope->n_dims, rope->mode, rope->theta_base, rope->freq_scale} : minfer_cuda_rope{};
+    const minfer_cuda_rope r =
+        rope ? minfer_cuda_rope{rope->n_dims, rope->mode, rope->theta_base, rope->freq_scale, rope_factors} : minfer_cuda_rope{};
     return check_launch(minfer_cuda_flash_attention(&cfg_, q, k, v, kc, vc, cache_dtype, out, partials, attention_counters_, tokens,
                                                     p.n_head, p.n_kv_head, p.head_dim, step_args_, n_ctx, p.scale, sm_count_, rope_pos,
                                                     rope ? &r : nullptr));

@@ -71,14 +71,15 @@ class CudaDevice {
   void dequantize_f16(int32_t dtype, const void *x, uint16_t *y, int64_t n);
   void rms_norm_f32(const float *x, const float *w, float *y, int64_t rows, int64_t d, float eps);
   // x2/y2/heads2: optionally a second tensor at the same positions, in the same launch.
+  // freq_factors (device, n_dims/2; null: none): each pair's frequency divided by its factor.
   void rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads, const minfer_rope_params &p,
-                const float *x2 = nullptr, float *y2 = nullptr, int64_t heads2 = 0);
+                const float *freq_factors, const float *x2 = nullptr, float *y2 = nullptr, int64_t heads2 = 0);
   void swiglu_f32(const float *g, const float *u, float *y, int64_t n);
   // Writes this step's K and V rows into the caches, then attends (the one-token kernel does both).
   // rope (only where attention_rotates): q and k arrive unrotated and are rotated at rope_pos.
   void attention(const float *q, const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, float *out,
                  int64_t tokens, const minfer_attention_params &p, int64_t n_ctx, const int32_t *rope_pos = nullptr,
-                 const minfer_rope_params *rope = nullptr);
+                 const minfer_rope_params *rope = nullptr, const float *rope_factors = nullptr);
   // Whether attention() can apply the RoPE of q and k itself for a step of `tokens`.
   bool attention_rotates(int64_t tokens, const minfer_attention_params &p) const;
 

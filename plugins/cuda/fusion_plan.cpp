@@ -56,6 +56,7 @@ class Planner {
     for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
       const minfer_node &a = nodes_[i].node(), &b = nodes_[i + 1].node();
       if (a.op != MINFER_OP_ROPE || b.op != MINFER_OP_ROPE || !same(*a.inputs[1], *b.inputs[1])) continue;
+      if (a.n_inputs != b.n_inputs || (a.n_inputs > 2 && !same(*a.inputs[2], *b.inputs[2]))) continue;  // one set of factors
       if (a.params->struct_size != b.params->struct_size || std::memcmp(a.params, b.params, a.params->struct_size) != 0) continue;
       if (overlap(*b.inputs[0], *a.output) || overlap(*b.output, *a.inputs[0]) || overlap(*b.output, *a.output)) continue;
       p_.fuse_rope[i] = true;

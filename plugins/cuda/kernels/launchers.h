@@ -54,6 +54,7 @@ cudaError_t minfer_cuda_rms_norm_f32(minfer_cuda_launch_cfg *cfg, const float *x
 typedef struct {
   int32_t n_dims, mode;
   float theta_base, freq_scale;
+  const float *freq_factors; /* device, n_dims/2: each pair's frequency divided by its factor; NULL: none */
 } minfer_cuda_rope;
 
 /* rope.cu: rotary embedding of tokens x heads x head_dim; mode 0 = pairs (2i, 2i+1), 2 = NeoX.
@@ -61,7 +62,7 @@ typedef struct {
  * same launch into y2 (a step's queries and keys). */
 cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, const int32_t *pos, float *y,
                                  int64_t tokens, int64_t heads, int32_t head_dim, int32_t n_dims, int32_t mode,
-                                 float theta_base, float freq_scale,
+                                 float theta_base, float freq_scale, const float *freq_factors,
                                  const float *x2, float *y2, int64_t heads2);
 
 /* elementwise.cu: y = silu(gate) * up */

@@ -44,11 +44,12 @@ using namespace minfer::cuda;
 
 extern "C" cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, const int32_t *pos, float *y,
                                             int64_t tokens, int64_t heads, int32_t hd, int32_t n_dims, int32_t mode,
-                                            float theta_base, float freq_scale, const float *x2, float *y2, int64_t heads2) {
+                                            float theta_base, float freq_scale, const float *freq_factors, const float *x2,
+                                            float *y2, int64_t heads2) {
   if (n_dims / 2 > kMaxPairs || n_dims > hd) return cudaErrorInvalidValue;
   const int64_t most_heads = x2 && heads2 > heads ? heads2 : heads;
   const dim3 grid(grid_for(cfg, tokens * most_heads * 32), x2 ? 2 : 1);  // a warp per row
-  const minfer_cuda_rope r{n_dims, mode, theta_base, freq_scale};
+  const minfer_cuda_rope r{n_dims, mode, theta_base, freq_scale, freq_factors};
   rope_f32_kernel<<<grid, kBlock, 0, cfg->stream>>>(x, y, heads, x2, y2, heads2, pos, tokens, hd, r);
   return launched(cfg, "rope_f32_kernel");
 }

@@ -14,7 +14,8 @@ namespace minfer::cuda {
 // sin and cos cost microseconds of latency in the one-token attention kernel).
 // The frequency is split out so a kernel rotating many positions computes each pair's once.
 __device__ __forceinline__ double rope_frequency(int32_t i, const minfer_cuda_rope &r) {
-  return exp(-2.0 * double(i) / double(r.n_dims) * log(double(r.theta_base))) * double(r.freq_scale);
+  const double f = exp(-2.0 * double(i) / double(r.n_dims) * log(double(r.theta_base))) * double(r.freq_scale);
+  return r.freq_factors ? f / double(r.freq_factors[i]) : f;  // Llama 3.1+'s rope_freqs
 }
 __device__ __forceinline__ void rope_cos_sin_at(int32_t pos, double frequency, float &c, float &s) {
   constexpr double kTwoPi = 6.283185307179586;

@@ -31,10 +31,13 @@ std::optional<CudaDevice::RmsNormIn> fold_or_run_norm(CudaDevice &dev, StepNorm 
   return std::nullopt;
 }
 
+// A ROPE's frequency factors (its optional third input, ABI 1.4), or null.
+const float *rope_factors(const minfer_node &n) { return n.n_inputs > 2 ? dptr<float>(*n.inputs[2]) : nullptr; }
+
 void run_rope(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
   const auto &p = sdk::params_of<minfer_rope_params>(n);
   dev.rope_f32(dptr<float>(*n.inputs[0]), dptr<int32_t>(*n.inputs[1]), dptr<float>(*n.output), sdk::run_rows(*n.output, args),
-               n.output->shape[0] / p.head_dim, p);
+               n.output->shape[0] / p.head_dim, p, rope_factors(n));
 }
 
 void run_swiglu(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
@@ -55,7 +58,7 @@ std::string check_attention(const minfer_node &n) {
 
 // q and k: the attention's own inputs, or (RoPE fused) the RoPEs' unrotated inputs.
 void attend(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, const float *q, const float *k,
-            const int32_t *rope_pos = nullptr, const minfer_rope_params *rope = nullptr) {
+            const int32_t *rope_pos = nullptr, const minfer_rope_params *rope = nullptr, const float *factors = nullptr) {
   const auto &p = sdk::params_of<minfer_attention_params>(n);
   const int64_t tokens = sdk::run_rows(*n.inputs[0], args), n_ctx = n.inputs[3]->shape[1];
   if (args.n_past < 0 || args.n_past + tokens > n_ctx)
@@ -63,7 +66,7 @@ void attend(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args,
                                                       std::to_string(args.n_past + tokens - 1) + " do not fit the KV cache of " +
                                                       std::to_string(n_ctx));
   dev.attention(q, k, dptr<float>(*n.inputs[2]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), n.inputs[3]->dtype, dptr<float>(*n.output), tokens, p,
-                n_ctx, rope_pos, rope);
+                n_ctx, rope_pos, rope, factors);
 }
 
 void run_attention(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
@@ -88,7 +91,8 @@ void run_matmul(CudaDevice &dev, const minfer_node &n, const minfer_step_args &a
 void run_rope_pair(CudaDevice &dev, const minfer_node &a, const minfer_node &b, const minfer_step_args &args) {
   const auto &p = sdk::params_of<minfer_rope_params>(a);
   dev.rope_f32(dptr<float>(*a.inputs[0]), dptr<int32_t>(*a.inputs[1]), dptr<float>(*a.output), sdk::run_rows(*a.output, args),
-               a.output->shape[0] / p.head_dim, p, dptr<float>(*b.inputs[0]), dptr<float>(*b.output), b.output->shape[0] / p.head_dim);
+               a.output->shape[0] / p.head_dim, p, rope_factors(a), dptr<float>(*b.inputs[0]), dptr<float>(*b.output),
+               b.output->shape[0] / p.head_dim);
 }
 
 void run_rope_attention(CudaDevice &dev, const minfer_node &rope_a, const minfer_node &rope_b, const minfer_node &attn,
@@ -101,7 +105,7 @@ void run_rope_attention(CudaDevice &dev, const minfer_node &rope_a, const minfer
   const bool a_is_q = attn.inputs[0]->buffer == rope_a.output->buffer && attn.inputs[0]->offset == rope_a.output->offset;
   const minfer_node &rq = a_is_q ? rope_a : rope_b, &rk = a_is_q ? rope_b : rope_a;
   attend(dev, attn, args, dptr<float>(*rq.inputs[0]), dptr<float>(*rk.inputs[0]), dptr<int32_t>(*rq.inputs[1]),
-         &sdk::params_of<minfer_rope_params>(rq));
+         &sdk::params_of<minfer_rope_params>(rq), rope_factors(rq));
 }
 
 void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &swiglu,

@@ -43,6 +43,7 @@ inline int64_t rms_norm_group(const minfer_node &n) {
 // wrongly: the host does not give it such nodes).
 inline uint32_t abi_minor_needed(const minfer_node &n) {
   if (n.op == MINFER_OP_RMS_NORM && n.params && rms_norm_group(n) != n.inputs[0]->shape[0]) return 4;
+  if (n.op == MINFER_OP_ROPE && n.n_inputs == 3) return 4;
   return 0;
 }
 
@@ -52,7 +53,8 @@ inline std::string check_op_contract(const minfer_node &n) {
   using detail::same_shape;
   const minfer_op_traits op = minfer_op_info(n.op);
   if (!op.name) return "unknown op id " + std::to_string(n.op);
-  if (n.n_inputs != op.n_inputs)
+  const bool rope_factors = n.op == MINFER_OP_ROPE && n.n_inputs == 3;  // ABI 1.4: frequency factors
+  if (n.n_inputs != op.n_inputs && !rope_factors)
     return std::string("op ") + op.name + " takes " + std::to_string(op.n_inputs) + " inputs, got " +
            std::to_string(n.n_inputs);
   if (op.params_size == 0 && n.params) return std::string("op ") + op.name + " takes no params";
@@ -139,6 +141,8 @@ inline std::string check_op_contract(const minfer_node &n) {
       if (p.mode != MINFER_ROPE_NORMAL && p.mode != MINFER_ROPE_NEOX) return "unknown rope mode " + std::to_string(p.mode);
       if (pos.dtype != MINFER_DTYPE_I32 || pos.rank != 1 || pos.shape[0] != x.shape[1])
         return need(pos, ("i32 [" + std::to_string(x.shape[1]) + "]").c_str());
+      if (n.n_inputs == 3 && (in_(2).dtype != MINFER_DTYPE_F32 || n_elements(in_(2)) != p.n_dims / 2))
+        return need(in_(2), ("f32 [" + std::to_string(p.n_dims / 2) + "] (a frequency factor per rotated pair)").c_str());
       break;
     }
     case MINFER_OP_ATTENTION: {

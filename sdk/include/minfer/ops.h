@@ -37,7 +37,9 @@ typedef enum minfer_op {
   MINFER_OP_MATMUL = 9,
   /* rotary position embedding: x f32 [n_heads * head_dim, n], pos i32 [n] -> out like x;
      minfer_rope_params */
-  MINFER_OP_ROPE = 10,
+  MINFER_OP_ROPE = 10, /* ABI 1.4: an optional third input, f32 [n_dims/2] frequency factors:
+                        pair i turns by pos * theta_base^(-2i/n_dims) * freq_scale / factor[i]
+                        (Llama 3.1+'s rope_freqs) */
   /* causal grouped-query attention with a KV cache: q f32 [n_head*hd, n], k, v f32 [n_kv*hd, n],
      k_cache, v_cache (f16 or f32) [n_kv*hd, n_ctx] -> out f32 [n_head*hd, n]. Writes k, v into
      the caches at positions n_past..n_past+n-1 (n_past: the step's), then token t attends to
