@@ -53,11 +53,11 @@ Logits run(const std::shared_ptr<minfer::gguf::File> &file, const std::string &b
 // Synthesizes `preset` at `type`, then compares the CPU's and CUDA's logits: one prefill step of
 // n_prefill tokens and n_decode single-token steps (graph replays).
 void expect_backends_agree(const std::string &preset, const std::string &type, int64_t n_prefill, int64_t n_decode,
-                           double max_rel_diff, int64_t layers = 0) {
-  const fs::path path = fs::temp_directory_path() / ("minfer-" + preset + "-" + type + ".gguf");
+                           double max_rel_diff, int64_t layers = 0, const std::string &arch = "qwen2") {
+  const fs::path path = fs::temp_directory_path() / ("minfer-" + arch + "-" + preset + "-" + type + ".gguf");
   minfer::synth::Options o;
   o.layers = layers;
-  o.arch = "qwen2";
+  o.arch = arch;
   o.preset = preset;
   o.type = type;
   o.seed = 5;
@@ -127,6 +127,14 @@ TEST_P(CudaVsCpu, TeacherForcedLogitsAgree) {
 TEST(CudaVsCpuWide, DecodeStepsAgree) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
   for (const char *type : {"q8_0", "q4_0", "q4_k_m"}) expect_backends_agree("1.5b", type, 16, 8, 0.2, 2);
+}
+
+// The other architectures' tiny presets (Qwen3: per-head norms, 128-value heads; Phi-3: fused
+// weights read as row ranges) through the quantized paths.
+TEST(CudaVsCpuArchs, TinyModelsAgree) {
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  for (const char *arch : {"qwen3", "phi3"})
+    for (const char *type : {"q8_0", "q4_k_m"}) expect_backends_agree("tiny", type, 64, 16, 0.1, 0, arch);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaVsCpu,

@@ -26,6 +26,13 @@ const Preset kPresets[] = {
     {"llama", "0.5b", 896, 24, 14, 2, 4864, 32000, false, false, 10000.0f, 1e-5f, 4096},
     {"llama", "1.5b", 1536, 28, 12, 2, 8960, 32000, false, false, 10000.0f, 1e-5f, 4096},
     {"llama", "7b", 4096, 32, 32, 32, 11008, 32000, false, false, 10000.0f, 1e-5f, 4096},
+    // Qwen3 shapes: heads of 128 values (n_head * 128 != n_embd), per-head q/k norms, no biases.
+    {"qwen3", "tiny", 256, 2, 4, 2, 512, 151936, true, false, 1e6f, 1e-6f, 40960, 128, true},
+    {"qwen3", "0.6b", 1024, 28, 16, 8, 3072, 151936, true, false, 1e6f, 1e-6f, 40960, 128, true},
+    {"qwen3", "8b", 4096, 36, 32, 8, 12288, 151936, false, false, 1e6f, 1e-6f, 40960, 128, true},
+    // Phi-3-mini shapes: fused QKV and gate+up, 32064-token vocabulary, separate output.
+    {"phi3", "tiny", 256, 2, 4, 4, 512, 32064, false, false, 10000.0f, 1e-5f, 4096, 0, false, true},
+    {"phi3", "mini", 3072, 32, 32, 32, 8192, 32064, false, false, 10000.0f, 1e-5f, 4096, 0, false, true},
 };
 
 // splitmix64: decorrelates (seed, tensor, row) into independent generator states.
@@ -163,7 +170,7 @@ Preset find_preset(const std::string &arch, const std::string &preset) {
   for (const auto &p : kPresets)
     if (p.arch == arch && p.name == preset) return p;
   throw Error("no preset '" + preset + "' for architecture '" + arch +
-              "'; architectures: qwen2, llama; presets: tiny, 0.5b, 1.5b, 7b");
+              "'; presets: qwen2 and llama: tiny, 0.5b, 1.5b, 7b; qwen3: tiny, 0.6b, 8b; phi3: tiny, mini");
 }
 
 Report synthesize(const Options &o) {
@@ -198,16 +205,21 @@ Report synthesize(const Options &o) {
   w.set(a + ".attention.head_count_kv", Value::u32(uint32_t(p.n_head_kv)));
   w.set(a + ".rope.freq_base", Value::f32(p.rope_theta));
   w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(p.rms_eps));
-  if (a == "llama") {
-    w.set(a + ".rope.dimension_count", Value::u32(uint32_t(p.n_embd / p.n_head)));
+  const int64_t head_dim = p.head_dim ? p.head_dim : p.n_embd / p.n_head, q_dim = p.n_head * head_dim;
+  if (a != "qwen2") {
+    w.set(a + ".rope.dimension_count", Value::u32(uint32_t(head_dim)));
     w.set(a + ".vocab_size", Value::u32(uint32_t(p.n_vocab)));
+  }
+  if (p.head_dim) {  // the key llama.cpp reads for heads that are not n_embd / n_head
+    w.set(a + ".attention.key_length", Value::u32(uint32_t(head_dim)));
+    w.set(a + ".attention.value_length", Value::u32(uint32_t(head_dim)));
   }
   w.set("minfer.synth.preset", Value::str(a + "/" + p.name));
   w.set("minfer.synth.seed", Value::u64(o.seed));
   add_vocab(w, o, p);
   if (!o.chat_template.empty()) w.set("tokenizer.chat_template", gguf::Value::str(o.chat_template));
 
-  const int64_t kv_dim = p.n_embd / p.n_head * p.n_head_kv;
+  const int64_t kv_dim = head_dim * p.n_head_kv;
   std::vector<Planned> plan;
   auto add = [&](const std::string &name, std::vector<int64_t> shape, bool is_norm = false) {
     const quant::TypeChoice c = quant::choose_type(ft, name, shape, MINFER_DTYPE_F32, int(p.n_layer), !p.tied_embeddings);
@@ -220,18 +232,30 @@ Report synthesize(const Options &o) {
   for (int64_t i = 0; i < p.n_layer; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     add(b + "attn_norm.weight", {p.n_embd}, true);
-    add(b + "attn_q.weight", {p.n_embd, p.n_embd});
-    add(b + "attn_k.weight", {p.n_embd, kv_dim});
-    add(b + "attn_v.weight", {p.n_embd, kv_dim});
+    if (p.fused) {
+      add(b + "attn_qkv.weight", {p.n_embd, q_dim + 2 * kv_dim});
+    } else {
+      add(b + "attn_q.weight", {p.n_embd, q_dim});
+      add(b + "attn_k.weight", {p.n_embd, kv_dim});
+      add(b + "attn_v.weight", {p.n_embd, kv_dim});
+    }
+    if (p.qk_norm) {
+      add(b + "attn_q_norm.weight", {head_dim}, true);
+      add(b + "attn_k_norm.weight", {head_dim}, true);
+    }
     if (p.qkv_bias) {
       add(b + "attn_q.bias", {p.n_embd});
       add(b + "attn_k.bias", {kv_dim});
       add(b + "attn_v.bias", {kv_dim});
     }
-    add(b + "attn_output.weight", {p.n_embd, p.n_embd});
+    add(b + "attn_output.weight", {q_dim, p.n_embd});
     add(b + "ffn_norm.weight", {p.n_embd}, true);
-    add(b + "ffn_gate.weight", {p.n_embd, p.n_ff});
-    add(b + "ffn_up.weight", {p.n_embd, p.n_ff});
+    if (p.fused) {
+      add(b + "ffn_up.weight", {p.n_embd, 2 * p.n_ff});  // gate rows, then up rows
+    } else {
+      add(b + "ffn_gate.weight", {p.n_embd, p.n_ff});
+      add(b + "ffn_up.weight", {p.n_embd, p.n_ff});
+    }
     add(b + "ffn_down.weight", {p.n_ff, p.n_embd});
   }
 

@@ -18,9 +18,13 @@ struct Preset {
   bool qkv_bias;          // Qwen2 has Q/K/V biases
   float rope_theta, rms_eps;
   uint32_t context_length;
+  int64_t head_dim = 0;  // 0: n_embd / n_head; else attention.key_length (Qwen3: n_head * head_dim != n_embd)
+  bool qk_norm = false;  // per-head q/k RMS norms (Qwen3)
+  bool fused = false;    // one attn_qkv and one ffn_up of gate+up (Phi-3)
 };
 
-// arch "qwen2" or "llama"; preset "tiny", "0.5b", "1.5b", "7b". Throws listing the choices.
+// arch "qwen2" or "llama" (presets "tiny", "0.5b", "1.5b", "7b"), "qwen3" ("tiny", "0.6b",
+// "8b") or "phi3" ("tiny", "mini"). Throws listing the choices.
 Preset find_preset(const std::string &arch, const std::string &preset);
 
 struct Options {
