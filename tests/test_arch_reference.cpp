@@ -65,18 +65,6 @@ std::vector<Case> cases() {
   return out;
 }
 
-bool usable(const minfer::RunConfig &cfg, std::string &why) {
-  for (const auto &b : cfg.backends) {
-    try {
-      auto p = minfer::find_plugin(b.name, b.plugin_path, minfer::plugin_search_dirs(""));
-      if (p->device_count(&why) == 0) return false;
-    } catch (const minfer::Error &e) {
-      why = e.what();
-      return false;
-    }
-  }
-  return true;
-}
 
 class ArchReference : public ::testing::TestWithParam<Case> {};
 
@@ -86,7 +74,7 @@ TEST_P(ArchReference, MatchesLlamaCpp) {
   if (const std::string why = not_yet(c.stem); !why.empty()) GTEST_SKIP() << c.stem << ": not run yet: " << why;
   const minfer::RunConfig cfg = minfer::parse_run_config(c.backends, "test.yaml");
   std::string why;
-  if (!usable(cfg, why)) GTEST_SKIP() << c.label << ": " << why;
+  if (!minfer::test::backends_usable(cfg, why)) GTEST_SKIP() << c.label << ": " << why;
   const fs::path dir = fs::path(minfer::test::testdata_dir()) / "arch";
   const bool f16_weights = c.stem.find("-f16") != std::string::npos;
   auto file = minfer::gguf::File::open((dir / (c.stem + ".gguf")).string());

@@ -47,19 +47,6 @@ struct Case {
   const char *label;
 };
 
-// True when the run config can be opened here (the CUDA cases need a GPU).
-bool usable(const minfer::RunConfig &cfg, std::string &why) {
-  for (const auto &b : cfg.backends) {
-    try {
-      auto p = minfer::find_plugin(b.name, b.plugin_path, minfer::plugin_search_dirs(""));
-      if (p->device_count(&why) == 0) return false;
-    } catch (const minfer::Error &e) {
-      why = e.what();
-      return false;
-    }
-  }
-  return true;
-}
 
 // gtest prints a test's parameter in listings: the label and KV type, not the struct's bytes.
 void PrintTo(const Case &c, std::ostream *os) { *os << c.label << ", " << minfer_dtype_name(c.kv_type) << " KV"; }
@@ -82,7 +69,7 @@ TEST_P(Stories, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
   const auto model = minfer::models::load_model(file, bo);
   const minfer::RunConfig cfg = minfer::parse_run_config(c.backends, "test.yaml");
   std::string why;
-  if (!usable(cfg, why)) GTEST_SKIP() << c.label << ": " << why;
+  if (!minfer::test::backends_usable(cfg, why)) GTEST_SKIP() << c.label << ": " << why;
   minfer::BackendSet backends = minfer::open_backends(cfg);
   minfer::Session session(model->graph, cfg, backends);
 

@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
+#include "config/run_config.hpp"
 #include "minfer/blocks.h"
+#include "runtime/plugin.hpp"
 #include "minfer/dtype.h"
 #include "quant/reference.hpp"
 
@@ -27,6 +30,21 @@ inline std::string testdata_dir() {
 #endif
   const fs::path bundled = fs::canonical("/proc/self/exe").parent_path().parent_path().parent_path() / "testdata";
   return fs::exists(bundled) ? bundled.string() : "";
+}
+
+// True when every backend of the run config opens here with a device (the CUDA cases need a
+// GPU); else why says why not.
+inline bool backends_usable(const RunConfig &cfg, std::string &why) {
+  for (const auto &b : cfg.backends) {
+    try {
+      auto p = find_plugin(b.name, b.plugin_path, plugin_search_dirs(""));
+      if (p->device_count(&why) == 0) return false;
+    } catch (const Error &e) {
+      why = e.what();
+      return false;
+    }
+  }
+  return true;
 }
 
 // Every block dtype the ABI defines (the coverage checks iterate this list).
