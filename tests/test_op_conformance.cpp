@@ -6,11 +6,13 @@
 // Filter with MINFER_CONFORMANCE_OPS=add,get_rows (op names); backends with --gtest_filter.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -39,7 +41,8 @@ struct Case {
   std::function<Graph()> build;  // a one-node graph; inputs named in0, in1
   int32_t op;
   std::vector<int32_t> dtypes;   // input dtypes, for the coverage check
-  int64_t n_past = 0;            // the step's n_past (attention)
+  minfer::StepShape step{};      // the step's shape (attention: its sequences)
+  std::map<size_t, std::vector<int32_t>> fixed;  // inputs with given values (attention's indices)
 };
 
 enum class Fill { Normal, Specials, Ids, Blocks };
@@ -176,30 +179,95 @@ std::vector<Case> all_cases() {
                        },
                        MINFER_OP_ROPE, {MINFER_DTYPE_F32}});
     }
-  for (int32_t cache : {MINFER_DTYPE_F32, MINFER_DTYPE_F16})
+  // Attention over pages: each Seq is a slot with its page table row and the positions this
+  // step brings (count tokens from `from`); pages are out of order and, where a case says so,
+  // shared by two slots. The reference writes its copy of the caches; the backend's must end
+  // up byte for byte the same (shared pages untouched).
+  struct Seq { std::vector<int32_t> pages; int64_t from, count; };
+  auto paged = [&](const std::string &what, int32_t cache, int hd, int nh, int nkv, int32_t page_size, int64_t pool,
+                   std::vector<Seq> seqs) {
+    minfer_attention_params p{};
+    p.head_dim = hd, p.n_head = nh, p.n_kv_head = nkv, p.scale = 1.0f / std::sqrt(float(hd)), p.page_size = page_size;
+    int64_t width = 1, n = 0;
+    for (const Seq &q : seqs) width = std::max<int64_t>(width, int64_t(q.pages.size())), n += q.count;
+    std::vector<int32_t> pos, slot, table(size_t(width * int64_t(seqs.size())), 0);
+    for (size_t si = 0; si < seqs.size(); ++si) {
+      for (int64_t i = 0; i < seqs[si].count; ++i) pos.push_back(int32_t(seqs[si].from + i)), slot.push_back(int32_t(si));
+      std::copy(seqs[si].pages.begin(), seqs[si].pages.end(), table.begin() + int64_t(si) * width);
+    }
+    Case c{"attention " + std::string(minfer_dtype_name(cache)) + " cache hd" + std::to_string(hd) + " heads " + std::to_string(nh) + "/" +
+               std::to_string(nkv) + " pages of " + std::to_string(page_size) + ": " + what,
+           [p, cache, n, pool, width, ns = int64_t(seqs.size())] {
+             GraphBuilder g;
+             const int64_t qd = int64_t(p.n_head) * p.head_dim, kvd = int64_t(p.n_kv_head) * p.head_dim;
+             auto q = g.input("in0", MINFER_DTYPE_F32, {qd, n}, 1), k = g.input("in1", MINFER_DTYPE_F32, {kvd, n}, 1);
+             auto v = g.input("in2", MINFER_DTYPE_F32, {kvd, n}, 1);
+             auto kc = g.input("in3", cache, {kvd, pool * p.page_size}), vc = g.input("in4", cache, {kvd, pool * p.page_size});
+             auto pos = g.input("in5", MINFER_DTYPE_I32, {n}, 0), slot = g.input("in6", MINFER_DTYPE_I32, {n}, 0);
+             auto table = g.input("in7", MINFER_DTYPE_I32, {width, ns});
+             g.mark_output(g.attention("node", q, k, v, kc, vc, pos, slot, table, p));
+             return g.finish();
+           },
+           MINFER_OP_ATTENTION, {cache}};
+    c.step = {n, 0, n, int64_t(seqs.size())};
+    c.fixed = {{5, pos}, {6, slot}, {7, table}};
+    cases.push_back(std::move(c));
+  };
+  // Pages 0..count-1 in order (one sequence alone), or a fixed shuffle of [first, first + count).
+  auto in_order = [](int64_t count) {
+    std::vector<int32_t> r(static_cast<size_t>(count));
+    for (size_t i = 0; i < r.size(); ++i) r[i] = int32_t(i);
+    return r;
+  };
+  auto shuffled = [](int64_t first, int64_t count, uint32_t seed) {
+    std::vector<int32_t> r(static_cast<size_t>(count));
+    for (size_t i = 0; i < r.size(); ++i) r[i] = int32_t(first + int64_t(i));
+    std::shuffle(r.begin(), r.end(), std::mt19937(seed));
+    return r;
+  };
+  for (int32_t cache : {MINFER_DTYPE_F32, MINFER_DTYPE_F16}) {
+    // One sequence over pages in order: prefill chunks and decode steps after `past` positions.
     for (auto [hd, nh, nkv, n, ctx, past] : std::vector<std::tuple<int, int, int, int64_t, int64_t, int64_t>>{
              {8, 8, 4, 5, 16, 0}, {8, 8, 4, 1, 64, 37}, {64, 14, 2, 7, 32, 3}, {128, 4, 4, 3, 512, 300},
              {12, 6, 2, 4, 16, 2},  // hd 12: the vector loops' tails
-             // Fused CUDA kernel: several row tiles of a 7-query-head group, a decode split
+             // Fused CUDA kernels: several row tiles of a 7-query-head group, a decode split
              // over a long cache, hd 128 with GQA 7.
-             {64, 14, 2, 100, 256, 20}, {64, 14, 2, 1, 2048, 1500}, {128, 28, 4, 37, 600, 200},
+             {64, 14, 2, 100, 256, 20}, {64, 14, 2, 1, 2048, 1500}, {128, 28, 4, 37, 608, 200},
              // One-token decode kernel: one chunk, and chunks merged by the last block.
-             {128, 28, 4, 1, 600, 300}, {128, 28, 4, 1, 4096, 3000}, {64, 16, 2, 1, 1024, 0}}) {
-      minfer_attention_params p{};
-      p.head_dim = hd, p.n_head = nh, p.n_kv_head = nkv, p.scale = 1.0f / std::sqrt(float(hd));
-      cases.push_back({"attention " + std::string(minfer_dtype_name(cache)) + " cache hd" + std::to_string(hd) + " heads " + std::to_string(nh) + "/" +
-                           std::to_string(nkv) + " n" + std::to_string(n) + " past " + std::to_string(past),
-                       [p, cache = cache, n = n, ctx = ctx] {
-                         GraphBuilder g;
-                         const int64_t qd = int64_t(p.n_head) * p.head_dim, kvd = int64_t(p.n_kv_head) * p.head_dim;
-                         auto q = g.input("in0", MINFER_DTYPE_F32, {qd, n}), k = g.input("in1", MINFER_DTYPE_F32, {kvd, n});
-                         auto v = g.input("in2", MINFER_DTYPE_F32, {kvd, n});
-                         auto kc = g.input("in3", cache, {kvd, ctx}), vc = g.input("in4", cache, {kvd, ctx});
-                         g.mark_output(g.attention("node", q, k, v, kc, vc, p));
-                         return g.finish();
-                       },
-                       MINFER_OP_ATTENTION, {cache}, past});
+             {128, 28, 4, 1, 608, 300}, {128, 28, 4, 1, 4096, 3000}, {64, 16, 2, 1, 1024, 0}}) {
+      const int64_t pages = ctx / 16;
+      paged("one sequence, n" + std::to_string(n) + " past " + std::to_string(past), cache, hd, nh, nkv, 16, pages,
+            {{in_order(pages), past, n}});
     }
+    // Pages scattered out of order, and a page size of 64 (a key tile spans pages of 16, not of 64).
+    paged("scattered, n7 past 40", cache, 64, 14, 2, 16, 8, {{shuffled(0, 8, 1), 40, 7}});
+    paged("scattered pages of 64, n70 past 100", cache, 128, 28, 4, 64, 6, {{shuffled(0, 6, 2), 100, 70}});
+    // Sequences of different lengths in one step: prefill chunks mixed with decode tokens.
+    for (auto [hd, nh, nkv] : std::vector<std::tuple<int, int, int>>{{64, 14, 2}, {128, 28, 4}, {8, 8, 4}, {12, 6, 2}})
+      paged("4 sequences, chunks and decode tokens", cache, hd, nh, nkv, 16, 40,
+            {{shuffled(0, 8, 3), 0, 5}, {shuffled(8, 8, 4), 100, 1}, {shuffled(16, 8, 5), 33, 20}, {shuffled(24, 8, 6), 7, 1}});
+    // Decode steps: one token of each sequence (the CUDA one-token kernel for many sequences),
+    // short and long ones, and a long one split over chunks.
+    for (auto [hd, nh, nkv] : std::vector<std::tuple<int, int, int>>{{128, 28, 4}, {64, 16, 2}, {64, 14, 2}}) {
+      std::vector<Seq> seqs;
+      int64_t used = 0;
+      for (int64_t at : {0, 1, 15, 16, 300, 1000, 77, 2500}) {
+        const int64_t pages = at / 16 + 1;
+        seqs.push_back({shuffled(used, pages, uint32_t(7 + used)), at, 1});
+        used += pages;
+      }
+      paged("decode of 8 sequences", cache, hd, nh, nkv, 16, used, seqs);
+    }
+    // A page shared by two sequences (a common prefix of 32 positions): both read it, neither
+    // writes it.
+    {
+      const std::vector<int32_t> prefix = {5, 2};
+      std::vector<int32_t> a = prefix, b = prefix;
+      for (int32_t x : {0, 7, 3}) a.push_back(x);
+      for (int32_t x : {1, 6, 4}) b.push_back(x);
+      paged("a shared prefix page, decode and chunk", cache, 64, 14, 2, 16, 8, {{a, 40, 1}, {b, 32, 4}});
+    }
+  }
   return cases;
 }
 
@@ -409,8 +477,14 @@ class Conformance : public ::testing::TestWithParam<Target> {
     std::vector<std::vector<uint8_t>> data;
     std::vector<minfer::reference::RefTensor> ref_in;
     const int64_t table_rows = c.op == MINFER_OP_ROPE ? 32768 : g.tensor(node.inputs[0]).shape[1];
-    for (size_t i = 0; i < node.inputs.size(); ++i)
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (auto f = c.fixed.find(i); f != c.fixed.end()) {
+        data.emplace_back(f->second.size() * 4);
+        std::memcpy(data.back().data(), f->second.data(), data.back().size());
+        continue;
+      }
       data.push_back(input_data(g.tensor(node.inputs[i]), c.op, int(i), table_rows, seed + uint32_t(i)));
+    }
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const auto &t = g.tensor(node.inputs[i]);
       ref_in.push_back({t.dtype, t.shape, data[i].data()});
@@ -421,7 +495,7 @@ class Conformance : public ::testing::TestWithParam<Target> {
     std::vector<std::vector<uint8_t>> ref_data = data;
     for (size_t i = 0; i < ref_in.size(); ++i) ref_in[i].data = ref_data[i].data();
     const std::vector<uint8_t> want = minfer::reference::run_op(c.op, ref_in, out.dtype, out.shape,
-                                                                node.params.empty() ? nullptr : node.params.data(), c.n_past);
+                                                                node.params.empty() ? nullptr : node.params.data());
 
     std::vector<Placed> ins;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -434,7 +508,7 @@ class Conformance : public ::testing::TestWithParam<Target> {
     desc.output().offset = kGuard;
 
     auto seg = backend_->compile({&desc.node()});
-    backend_->execute(*seg, 0, 0, c.n_past);
+    backend_->execute(*seg, 0, c.step);
     backend_->synchronize();
 
     std::vector<uint8_t> got_all(o.image.size());
@@ -521,7 +595,7 @@ TEST_P(Conformance, DequantizeAbove2To31Values) {
   node.inputs = inputs;
   node.output = &y;
   auto seg = backend_->compile({&node});
-  backend_->execute(*seg, 0, 0, 0);
+  backend_->execute(*seg, 0, {});
   backend_->synchronize();
   // Check blocks at the start, around 2^31/32 (where 32-bit math wraps) and at the end.
   std::vector<int64_t> probes;

@@ -70,11 +70,11 @@ OpBenchResult run_op_bench(const OpBenchSpec &spec, const RunConfig &cfg) {
   auto seg = backend.compile({&desc.node()});
 
   // Warm-up (first-call set-up, caches, clocks), then reps calls queued back to back.
-  for (int i = 0; i < 3; ++i) backend.execute(*seg, 0, 0, 0);
+  for (int i = 0; i < 3; ++i) backend.execute(*seg, 0, {});
   backend.synchronize();
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  for (int64_t i = 0; i < spec.reps; ++i) backend.execute(*seg, 0, 0, 0);
+  for (int64_t i = 0; i < spec.reps; ++i) backend.execute(*seg, 0, {});
   backend.synchronize();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / double(spec.reps);
 

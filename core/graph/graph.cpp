@@ -49,6 +49,7 @@ minfer_tensor to_abi(const Tensor &t) {
   }
   d.name = t.name.c_str();
   d.token_dim = t.token_dim;
+  if (t.token_dim >= 0 && t.output_rows) d.flags |= MINFER_TENSOR_OUTPUT_ROWS;
   return d;
 }
 
@@ -146,15 +147,16 @@ TensorId GraphBuilder::new_node(const std::string &name, int32_t op, std::vector
   out.producer = NodeId(g_.nodes_.size());
   // By default the output follows the token count along the dim of the first input that does
   // (elementwise ops keep shapes); ops that move the token dim pass it explicitly.
-  if (token_dim == -2) {
-    token_dim = -1;
-    for (TensorId id : inputs)
-      if (t(id).token_dim >= 0) {
-        token_dim = t(id).token_dim;
-        break;
-      }
-  }
+  // Which count it follows (tokens or output rows): that of the first input with a token dim.
+  const Tensor *follows = nullptr;
+  for (TensorId id : inputs)
+    if (t(id).token_dim >= 0) {
+      follows = &t(id);
+      break;
+    }
+  if (token_dim == -2) token_dim = follows ? follows->token_dim : -1;
   out.token_dim = token_dim;
+  out.output_rows = token_dim >= 0 && follows && follows->output_rows;
   const std::string ctx = std::string("node '") + name + "' (" + minfer_op_name(op) + ")";
   // The op's contract is the SDK's, the same one every backend checks.
   std::vector<minfer_tensor> desc_tensors;
@@ -211,8 +213,10 @@ TensorId GraphBuilder::convert(const std::string &name, TensorId a, int32_t dtyp
 }
 
 TensorId GraphBuilder::get_rows(const std::string &name, TensorId table, TensorId ids) {
-  return new_node(name, MINFER_OP_GET_ROWS, {table, ids}, MINFER_DTYPE_F32, 2,
-                  {t(table).shape[0], t(ids).shape[0], 1, 1}, {}, t(ids).token_dim >= 0 ? 1 : -1);
+  const TensorId out = new_node(name, MINFER_OP_GET_ROWS, {table, ids}, MINFER_DTYPE_F32, 2,
+                                {t(table).shape[0], t(ids).shape[0], 1, 1}, {}, t(ids).token_dim >= 0 ? 1 : -1);
+  g_.tensors_[size_t(out)].output_rows = t(ids).token_dim >= 0 && t(ids).output_rows;  // its rows are the ids', not the table's
+  return out;
 }
 
 namespace {
@@ -229,6 +233,13 @@ TensorId GraphBuilder::input(const std::string &name, int32_t dtype, std::vector
   const TensorId id = input(name, dtype, std::move(shape));
   if (token_dim < -1 || token_dim >= g_.tensors_[size_t(id)].rank) throw Error("input '" + name + "': token_dim out of range");
   g_.tensors_[size_t(id)].token_dim = token_dim;
+  return id;
+}
+
+TensorId GraphBuilder::output_rows_input(const std::string &name, int32_t dtype, std::vector<int64_t> shape) {
+  const int last = int(shape.size()) - 1;
+  const TensorId id = input(name, dtype, std::move(shape), last);
+  g_.tensors_[size_t(id)].output_rows = true;
   return id;
 }
 
@@ -255,8 +266,9 @@ TensorId GraphBuilder::rope(const std::string &name, TensorId x, TensorId pos, c
 }
 
 TensorId GraphBuilder::attention(const std::string &name, TensorId q, TensorId k, TensorId v, TensorId k_cache,
-                                 TensorId v_cache, const minfer_attention_params &p) {
-  return new_node(name, MINFER_OP_ATTENTION, {q, k, v, k_cache, v_cache}, MINFER_DTYPE_F32, t(q).rank, t(q).shape,
+                                 TensorId v_cache, TensorId positions, TensorId slots, TensorId page_table,
+                                 const minfer_attention_params &p) {
+  return new_node(name, MINFER_OP_ATTENTION, {q, k, v, k_cache, v_cache, positions, slots, page_table}, MINFER_DTYPE_F32, t(q).rank, t(q).shape,
                   params_bytes(p), t(q).token_dim);
 }
 

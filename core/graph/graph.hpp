@@ -45,6 +45,7 @@ struct Tensor {
   bool is_output = false;  // read by the host after a run
   HostBytes weight;        // Weight only
   int token_dim = -1;      // the dim whose run-time extent is the step's token count (-1: none)
+  bool output_rows = false;  // that dim follows the step's output count instead (logit rows)
   NodeId producer = -1;    // Intermediate only
 
   int64_t n_elements() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
@@ -83,6 +84,8 @@ class GraphBuilder {
                   HostBytes bytes);
   // An input whose dim token_dim holds the step's token count (shape: the maximum).
   TensorId input(const std::string &name, int32_t dtype, std::vector<int64_t> shape, int token_dim);
+  // An input whose last dim holds the step's output count (the rows whose logits it wants).
+  TensorId output_rows_input(const std::string &name, int32_t dtype, std::vector<int64_t> shape);
   TensorId state(const std::string &name, int32_t dtype, std::vector<int64_t> shape);
 
   TensorId add(const std::string &name, TensorId a, TensorId b);
@@ -97,8 +100,11 @@ class GraphBuilder {
   TensorId matmul(const std::string &name, TensorId w, TensorId x);
   // factors >= 0: f32 [n_dims/2] frequency factors dividing each pair's frequency (rope_freqs).
   TensorId rope(const std::string &name, TensorId x, TensorId pos, const minfer_rope_params &p, TensorId factors = -1);
+  // Paged: caches [kvd, n_pages * page_size]; positions and slots i32 per token; page_table
+  // i32 [max_pages, n_slots] (minfer/ops.h).
   TensorId attention(const std::string &name, TensorId q, TensorId k, TensorId v, TensorId k_cache,
-                     TensorId v_cache, const minfer_attention_params &p);
+                     TensorId v_cache, TensorId positions, TensorId slots, TensorId page_table,
+                     const minfer_attention_params &p);
   TensorId swiglu(const std::string &name, TensorId gate, TensorId up);
 
   void mark_output(TensorId t);

@@ -122,6 +122,12 @@ std::unique_ptr<Model> load_model(std::shared_ptr<gguf::File> file, const BuildO
   if (m->opts.n_ctx <= 0) m->opts.n_ctx = std::min<int64_t>(m->hp.n_ctx_train, 4096);
   if (m->opts.max_batch <= 0) throw Error("max_batch must be positive");
   m->opts.max_batch = std::min(m->opts.max_batch, m->opts.n_ctx);
+  BuildOptions &o = m->opts;
+  if (o.max_seqs < 1) throw Error("max_seqs (parallel sequences) must be at least 1, not " + std::to_string(o.max_seqs));
+  if (o.page_size < 1 || o.page_size > 1024 || (o.page_size & (o.page_size - 1)))
+    throw Error("kv_page_size must be a power of two from 1 to 1024, not " + std::to_string(o.page_size));
+  if (o.kv_pages < 0) throw Error("kv_pages must not be negative");
+  if (o.kv_pages == 0) o.kv_pages = o.max_seqs * o.pages_per_seq();  // every slot a full context
   m->graph = build_transformer(file, m->hp, m->opts);
   return m;
 }

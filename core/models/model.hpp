@@ -5,6 +5,7 @@
 // transformer.cpp, plus its line in the table in hparams.cpp.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,10 +30,17 @@ struct Hparams {
 };
 
 struct BuildOptions {
-  int64_t n_ctx = 0;      // KV cache positions; 0 = min(training context, 4096)
+  int64_t n_ctx = 0;      // positions one sequence may hold; 0 = min(training context, 4096)
   int64_t max_batch = 512;  // most tokens one step takes (prefill runs in chunks of this)
   int32_t kv_type = MINFER_DTYPE_F16;
   bool all_logits = false;  // logits for every token of a step, not just the last
+  // The paged KV cache (SERVING.md): max_seqs sequence slots, pages of page_size positions,
+  // kv_pages pages per layer (0 = room for max_seqs full contexts).
+  int64_t max_seqs = 1;
+  int32_t page_size = 16;
+  int64_t kv_pages = 0;
+  int64_t pages_per_seq() const { return (n_ctx + page_size - 1) / page_size; }  // a page table row
+  int64_t max_outputs() const { return std::max<int64_t>(1, std::min(max_seqs, max_batch)); }  // logit rows per step
 };
 
 struct Model {
@@ -41,8 +49,10 @@ struct Model {
   BuildOptions opts;
   Graph graph;
   // Graph input/output names.
-  static constexpr const char *kTokens = "tokens", *kPositions = "positions", *kLastToken = "last_token",
-                              *kLogits = "logits";
+  // kSlots: each token's sequence slot; kPageTable: i32 [pages_per_seq, max_seqs]; kLogitRows:
+  // the step's rows whose logits are wanted (absent with all_logits).
+  static constexpr const char *kTokens = "tokens", *kPositions = "positions", *kSlots = "kv_slots", *kPageTable = "kv_page_table",
+                              *kLogitRows = "logit_rows", *kLogits = "logits";
 };
 
 // Reads hyperparameters with the architecture's reader and builds the graph; errors name the

@@ -6,7 +6,9 @@
 //              a per-head RMS norm before their RoPE; Phi-3: Q/K/V
 //              and gate/up read as row ranges of one fused weight each)
 //              x += Wdown (silu(Wgate n(x)) * Wup n(x))          (n = RMS norm with weight)
-//   logits = Wout n(x[last])            (Wout = token_embd when output.weight is absent)
+//   logits = Wout n(x[rows])            (rows: the step's tokens that need logits;
+//                                        Wout = token_embd when output.weight is absent)
+// The KV caches are paged (SERVING.md): every layer's attention reads the same page table.
 #include <cmath>
 
 #include "common/error.hpp"
@@ -70,6 +72,9 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
 
   const TensorId tokens = gb.input(Model::kTokens, MINFER_DTYPE_I32, {T}, 0);
   const TensorId pos = gb.input(Model::kPositions, MINFER_DTYPE_I32, {T}, 0);
+  const TensorId slots = gb.input(Model::kSlots, MINFER_DTYPE_I32, {T}, 0);
+  const TensorId page_table = gb.input(Model::kPageTable, MINFER_DTYPE_I32, {o.pages_per_seq(), o.max_seqs});
+  const int64_t cache_rows = o.kv_pages * o.page_size;
   const TensorId tok_embd = w.weight("token_embd.weight", {d, hp.n_vocab}, "token embedding [" + dims + ", n_vocab]");
   TensorId x = gb.get_rows("token_embd", tok_embd, tokens);
 
@@ -84,6 +89,7 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
   ap.n_head = int32_t(hp.n_head);
   ap.n_kv_head = int32_t(hp.n_head_kv);
   ap.scale = 1.0f / std::sqrt(float(hp.head_dim));
+  ap.page_size = o.page_size;
 
   // Llama 3.1+: a factor per rotated pair dividing its frequency (rope_freqs), on every layer.
   const TensorId rope_factors = f.find_tensor("rope_freqs.weight")
@@ -113,9 +119,9 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
     }
     q = gb.rope(p + "attn_q_rope", q, pos, rq, rope_factors);
     k = gb.rope(p + "attn_k_rope", k, pos, rq, rope_factors);
-    const TensorId kc = gb.state(p + "cache_k", o.kv_type, {kvd, o.n_ctx});
-    const TensorId vc = gb.state(p + "cache_v", o.kv_type, {kvd, o.n_ctx});
-    const TensorId a = gb.attention(p + "attn", q, k, v, kc, vc, ap);
+    const TensorId kc = gb.state(p + "cache_k", o.kv_type, {kvd, cache_rows});
+    const TensorId vc = gb.state(p + "cache_v", o.kv_type, {kvd, cache_rows});
+    const TensorId a = gb.attention(p + "attn", q, k, v, kc, vc, pos, slots, page_table, ap);
     const TensorId out = gb.matmul(p + "attn_output", w.weight(p + "attn_output.weight", {qd, d}, "attention output"), a);
     x = gb.add(p + "attn_residual", x, out);
 
@@ -131,9 +137,9 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
     x = gb.add(p + "ffn_residual", x, down);
   }
 
-  if (!o.all_logits) {  // only the last token's logits feed the sampler
-    const TensorId last = gb.input(Model::kLastToken, MINFER_DTYPE_I32, {1});
-    x = gb.get_rows("last_hidden", x, last);
+  if (!o.all_logits) {  // only the rows that end a sequence's part of the step feed samplers
+    const TensorId rows = gb.output_rows_input(Model::kLogitRows, MINFER_DTYPE_I32, {o.max_outputs()});
+    x = gb.get_rows("last_hidden", x, rows);
   }
   x = gb.rms_norm("output_norm", x, w.weight("output_norm.weight", {d}, "final norm"), hp.rms_eps);
   const TensorId out_w = f.find_tensor("output.weight") ? w.weight("output.weight", {d, hp.n_vocab}, "output projection") : tok_embd;

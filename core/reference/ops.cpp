@@ -51,26 +51,46 @@ void store(const RefTensor &t, int64_t i, float v) {
   }
 }
 
-std::vector<float> attention(const std::vector<RefTensor> &in, const minfer_attention_params &p, int64_t n_past) {
-  const RefTensor &q = in[0], &k = in[1], &v = in[2], &kc = in[3], &vc = in[4];
-  const int64_t n = q.shape[1], hd = p.head_dim, kvd = int64_t(p.n_kv_head) * hd, n_ctx = kc.shape[1];
-  if (n_past + n > n_ctx)
-    throw Error("attention: " + std::to_string(n_past + n) + " positions exceed the cache's " + std::to_string(n_ctx));
-  for (int64_t t = 0; t < n; ++t)  // write this step's keys and values (rounded to the cache type)
+const int32_t *i32(const RefTensor &t) { return reinterpret_cast<const int32_t *>(t.data); }
+
+// Paged attention as minfer/ops.h defines it: every token writes its k and v at its slot's
+// position, then attends to positions 0..its own of that slot (the step's earlier tokens of
+// the slot included).
+std::vector<float> attention(const std::vector<RefTensor> &in, const minfer_attention_params &p) {
+  const RefTensor &q = in[0], &k = in[1], &v = in[2], &kc = in[3], &vc = in[4], &pos = in[5], &slot = in[6], &table = in[7];
+  const int64_t n = q.shape[1], hd = p.head_dim, kvd = int64_t(p.n_kv_head) * hd, rows = kc.shape[1];
+  const int64_t max_pages = table.shape[0], n_slots = table.shape[1], P = p.page_size;
+  auto row_of = [&](int64_t t, int64_t position) {
+    const int64_t s = i32(slot)[t];
+    if (s < 0 || s >= n_slots) throw Error("attention: token " + std::to_string(t) + " has slot " + std::to_string(s) + ", not below " + std::to_string(n_slots));
+    if (position < 0 || position / P >= max_pages)
+      throw Error("attention: position " + std::to_string(position) + " is beyond the page table's " + std::to_string(max_pages * P));
+    const int64_t page = i32(table)[s * max_pages + position / P];
+    if (page < 0 || (page + 1) * P > rows) throw Error("attention: page " + std::to_string(page) + " is outside the cache");
+    return page * P + position % P;
+  };
+  for (int64_t t = 0; t < n; ++t) {  // write this step's keys and values (rounded to the cache type)
+    const int64_t r = row_of(t, i32(pos)[t]);
     for (int64_t i = 0; i < kvd; ++i) {
-      store(kc, (n_past + t) * kvd + i, f32(k)[t * kvd + i]);
-      store(vc, (n_past + t) * kvd + i, f32(v)[t * kvd + i]);
+      store(kc, r * kvd + i, f32(k)[t * kvd + i]);
+      store(vc, r * kvd + i, f32(v)[t * kvd + i]);
     }
+  }
   const int64_t group = p.n_head / p.n_kv_head;
   std::vector<float> out(size_t(n * p.n_head * hd));
-  std::vector<double> score(size_t(n_past + n));
-  for (int64_t t = 0; t < n; ++t)
+  std::vector<double> score;
+  std::vector<int64_t> at;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t last = i32(pos)[t];
+    at.resize(size_t(last + 1));
+    for (int64_t j = 0; j <= last; ++j) at[size_t(j)] = row_of(t, j);
+    score.resize(size_t(last + 1));
     for (int64_t h = 0; h < p.n_head; ++h) {
-      const int64_t kvh = h / group, last = n_past + t;
+      const int64_t kvh = h / group;
       double mx = -1e300;
       for (int64_t j = 0; j <= last; ++j) {
         double dot = 0;
-        for (int64_t d = 0; d < hd; ++d) dot += double(f32(q)[(t * p.n_head + h) * hd + d]) * load(kc, j * kvd + kvh * hd + d);
+        for (int64_t d = 0; d < hd; ++d) dot += double(f32(q)[(t * p.n_head + h) * hd + d]) * load(kc, at[size_t(j)] * kvd + kvh * hd + d);
         score[size_t(j)] = dot * p.scale;
         mx = std::max(mx, score[size_t(j)]);
       }
@@ -78,17 +98,18 @@ std::vector<float> attention(const std::vector<RefTensor> &in, const minfer_atte
       for (int64_t j = 0; j <= last; ++j) sum += score[size_t(j)] = std::exp(score[size_t(j)] - mx);
       for (int64_t d = 0; d < hd; ++d) {
         double acc = 0;
-        for (int64_t j = 0; j <= last; ++j) acc += score[size_t(j)] * load(vc, j * kvd + kvh * hd + d);
+        for (int64_t j = 0; j <= last; ++j) acc += score[size_t(j)] * load(vc, at[size_t(j)] * kvd + kvh * hd + d);
         out[size_t((t * p.n_head + h) * hd + d)] = float(acc / sum);
       }
     }
+  }
   return out;
 }
 
 }  // namespace
 
 std::vector<uint8_t> run_op(int32_t op, const std::vector<RefTensor> &in, int32_t out_dtype,
-                            const std::array<int64_t, 4> &out_shape, const void *params, int64_t n_past) {
+                            const std::array<int64_t, 4> &out_shape, const void *params) {
   const int64_t n = count(out_shape);
   std::vector<float> y(static_cast<size_t>(n));
   switch (op) {
@@ -183,7 +204,7 @@ std::vector<uint8_t> run_op(int32_t op, const std::vector<RefTensor> &in, int32_
       return f32_bytes(y);
     }
     case MINFER_OP_ATTENTION:
-      return f32_bytes(attention(in, *static_cast<const minfer_attention_params *>(params), n_past));
+      return f32_bytes(attention(in, *static_cast<const minfer_attention_params *>(params)));
     default:
       break;
   }
@@ -214,7 +235,7 @@ std::map<std::string, std::vector<uint8_t>> evaluate(
       in.push_back({g.tensor(id).dtype, g.tensor(id).shape, values[size_t(id)].data()});
     const Tensor &out = g.tensor(node.output);
     values[size_t(node.output)] = run_op(node.op, in, out.dtype, out.shape,
-                                         node.params.empty() ? nullptr : node.params.data(), 0);
+                                         node.params.empty() ? nullptr : node.params.data());
   }
   std::map<std::string, std::vector<uint8_t>> outputs;
   for (size_t i = 0; i < g.tensors().size(); ++i)

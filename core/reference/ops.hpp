@@ -21,11 +21,10 @@ struct RefTensor {
 };
 
 // Computes one op. out_dtype/out_shape describe the output; returns its bytes. params: the
-// op's parameter struct (NULL for ops without); n_past: the step's (ATTENTION).
+// op's parameter struct (NULL for ops without). ATTENTION writes its cache inputs.
 // Throws minfer::Error for a bad input (an id out of the table's range, say).
 std::vector<uint8_t> run_op(int32_t op, const std::vector<RefTensor> &inputs, int32_t out_dtype,
-                            const std::array<int64_t, 4> &out_shape, const void *params = nullptr,
-                            int64_t n_past = 0);
+                            const std::array<int64_t, 4> &out_shape, const void *params = nullptr);
 
 // Evaluates a whole graph. inputs: bytes of every Input tensor by name.
 // Returns the bytes of every output tensor by name.

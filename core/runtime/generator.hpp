@@ -13,7 +13,8 @@ namespace minfer {
 
 class Generator {
  public:
-  Generator(const models::Model &model, Session &session) : model_(model), session_(session) {}
+  // The model is built for one sequence (max_seqs 1); the batched session runs many.
+  Generator(const models::Model &model, Session &session);
 
   // Runs tokens (any count) after those already fed; returns the logits after the last one
   // (n_vocab floats). With a model built with all_logits, every token's logits, in order. The
@@ -32,6 +33,7 @@ class Generator {
   Session &session_;
   int64_t n_past_ = 0;
   std::vector<float> logits_;
+  std::vector<int32_t> identity_pages_;  // the page table of slot 0: pages 0, 1, 2, ...
 };
 
 }  // namespace minfer

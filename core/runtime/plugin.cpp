@@ -249,9 +249,9 @@ std::unique_ptr<DeviceBuffer> BackendHandle::wrap_host(const void *host, uint64_
 
 SupportAnswer BackendHandle::supports(const minfer_node &node) {
   // A node using a later ABI's field would be misread by an older plugin: refused here.
-  if (const uint32_t need = sdk::abi_minor_needed(node); need > plugin_->api().abi_minor)
-    return {false, "this node needs plugin ABI " + std::to_string(MINFER_ABI_MAJOR) + "." + std::to_string(need) + " (" +
-                       (node.op == MINFER_OP_RMS_NORM ? "a grouped RMS norm" : node.op == MINFER_OP_ROPE ? "RoPE frequency factors" : "a newer field") + "); plugin '" + name() +
+  if (const sdk::AbiNeed need = sdk::abi_needed(node); need.minor > plugin_->api().abi_minor)
+    return {false, "this node needs plugin ABI " + std::to_string(MINFER_ABI_MAJOR) + "." + std::to_string(need.minor) + " (" + need.what +
+                       "); plugin '" + name() +
                        "' was built against " + std::to_string(plugin_->api().abi_major) + "." +
                        std::to_string(plugin_->api().abi_minor) + ": rebuild it against this minfer's SDK"};
   int32_t yes = 0;
@@ -267,12 +267,14 @@ std::unique_ptr<CompiledSegment> BackendHandle::compile(const std::vector<const 
   return std::make_unique<CompiledSegment>(plugin_, s);
 }
 
-void BackendHandle::execute(CompiledSegment &seg, int64_t step, int64_t n_tokens, int64_t n_past, bool node_times) {
+void BackendHandle::execute(CompiledSegment &seg, int64_t step, const StepShape &shape, bool node_times) {
   minfer_step_args args{};
   args.struct_size = sizeof args;
   args.step = step;
-  args.n_tokens = n_tokens;
-  args.n_past = n_past;
+  args.n_tokens = shape.n_tokens;
+  args.n_past = shape.n_past;
+  args.n_outputs = shape.n_outputs;
+  args.n_seqs = shape.n_seqs;
   args.node_times = node_times ? 1 : 0;
   plugin_->check(plugin_->api().execute(backend_, seg.raw(), &args), "execute");
 }

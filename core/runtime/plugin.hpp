@@ -101,6 +101,13 @@ struct SupportAnswer {
   std::string why;
 };
 
+// What one step runs over (minfer_step_args): its tokens (0 = the graph's full shapes), the
+// positions before them (single-sequence graphs), the rows that produce logits, and the
+// sequences its tokens belong to (n_seqs == n_tokens: one token of each, a decode step).
+struct StepShape {
+  int64_t n_tokens = 0, n_past = 0, n_outputs = 0, n_seqs = 1;
+};
+
 // One opened device of a plugin.
 class BackendHandle {
  public:
@@ -120,7 +127,7 @@ class BackendHandle {
   std::unique_ptr<DeviceBuffer> wrap_host(const void *host, uint64_t bytes);
   SupportAnswer supports(const minfer_node &node);
   std::unique_ptr<CompiledSegment> compile(const std::vector<const minfer_node *> &nodes);
-  void execute(CompiledSegment &seg, int64_t step, int64_t n_tokens, int64_t n_past, bool node_times = false);
+  void execute(CompiledSegment &seg, int64_t step, const StepShape &shape, bool node_times = false);
   // The device time of each node of the last execute with node_times (ABI 1.1); empty when
   // the plugin cannot say.
   std::vector<double> node_times(CompiledSegment &seg, int32_t n_nodes);

@@ -31,7 +31,8 @@ Session::Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends,
     // Per-step byte counts assume the token dim is the outermost one (rows of whole tokens).
     if (t.token_dim != t.rank - 1)
       throw Error("tensor '" + t.name + "': its token dim must be its last dim");
-    max_tokens_ = max_tokens_ ? std::min(max_tokens_, t.shape[size_t(t.token_dim)]) : t.shape[size_t(t.token_dim)];
+    int64_t &most = t.output_rows ? max_outputs_ : max_tokens_;
+    most = most ? std::min(most, t.shape[size_t(t.token_dim)]) : t.shape[size_t(t.token_dim)];
   }
   placement_ = place(graph_, cfg_, backends_);
   if (trace_) {  // one node per segment: each is timed and read on its own
@@ -189,9 +190,10 @@ void Session::zero_states() {
   }
 }
 
-uint64_t Session::bytes_for(const Tensor &t, int64_t n_tokens) const {
-  if (t.token_dim < 0 || n_tokens <= 0) return t.n_bytes();
-  return t.n_bytes() / uint64_t(t.shape[size_t(t.token_dim)]) * uint64_t(n_tokens);
+uint64_t Session::bytes_for(const Tensor &t, const StepShape &s) const {
+  const int64_t n = t.output_rows ? s.n_outputs : s.n_tokens;
+  if (t.token_dim < 0 || n <= 0) return t.n_bytes();
+  return t.n_bytes() / uint64_t(t.shape[size_t(t.token_dim)]) * uint64_t(n);
 }
 
 const Session::Location &Session::at(TensorId t, const std::string &backend) const {
@@ -246,12 +248,18 @@ void Session::set_input(const std::string &name, const void *data, uint64_t byte
   if (!any) spdlog::warn("input '{}' is not used by any node", name);
 }
 
-void Session::run(int64_t n_tokens, int64_t n_past) {
+void Session::run(const StepShape &shape) {
+  const int64_t n_tokens = shape.n_tokens, n_past = shape.n_past;
   if (n_tokens < 0 || (max_tokens_ && n_tokens > max_tokens_) || n_past < 0)
     throw Error("run: " + std::to_string(n_tokens) + " tokens at position " + std::to_string(n_past) +
                 "; this graph takes at most " + std::to_string(max_tokens_) + " tokens per step");
+  if (shape.n_outputs < 0 || (max_outputs_ && shape.n_outputs > max_outputs_) || (n_tokens > 0 && shape.n_outputs > n_tokens))
+    throw Error("run: " + std::to_string(shape.n_outputs) + " output rows in a step of " + std::to_string(n_tokens) +
+                " tokens; this graph gives at most " + std::to_string(max_outputs_));
+  if (shape.n_seqs < 1 || (n_tokens > 0 && shape.n_seqs > n_tokens))
+    throw Error("run: " + std::to_string(shape.n_seqs) + " sequences in a step of " + std::to_string(n_tokens) + " tokens");
   const int64_t step = step_counter_++;
-  last_tokens_ = n_tokens;
+  last_ = shape;
   using Clock = std::chrono::steady_clock;
   const auto step_start = Clock::now();
   if (trace_) trace_->begin_step(n_tokens, n_past);
@@ -260,11 +268,11 @@ void Session::run(int64_t n_tokens, int64_t n_past) {
     if (s.kind == Step::Kind::Segment) {
       BackendHandle &b = *backends_.at(s.backend);
       if (!trace_ || !trace_->recording()) {
-        b.execute(*segments_[si], step, n_tokens, n_past);
+        b.execute(*segments_[si], step, shape);
         continue;
       }
       const auto t0 = Clock::now();
-      b.execute(*segments_[si], step, n_tokens, n_past, /*node_times=*/true);
+      b.execute(*segments_[si], step, shape, /*node_times=*/true);
       b.synchronize();
       // The backend's own clock when it has one (CUDA events), else the host's around a sync.
       const std::vector<double> device_ms = b.node_times(*segments_[si], 1);
@@ -273,7 +281,7 @@ void Session::run(int64_t n_tokens, int64_t n_past) {
       const NodeId id = s.nodes.front();
       const Tensor &out = graph_.tensor(graph_.node(id).output);
       const Location &l = at(graph_.node(id).output, s.backend);
-      std::vector<uint8_t> bytes(bytes_for(out, n_tokens));
+      std::vector<uint8_t> bytes(bytes_for(out, shape));
       l.buffer->read(l.offset, bytes.data(), bytes.size());
       trace_->node(id, ms, on_device, out, bytes);
       continue;
@@ -281,7 +289,7 @@ void Session::run(int64_t n_tokens, int64_t n_past) {
     // Copy through host memory: the source must be finished before it is read.
     const Tensor &t = graph_.tensor(s.tensor);
     const Location &src = at(s.tensor, s.from), &dst = at(s.tensor, s.backend);
-    staging_.resize(bytes_for(t, n_tokens));
+    staging_.resize(bytes_for(t, shape));
     src.buffer->read(src.offset, staging_.data(), staging_.size());
     dst.buffer->write(dst.offset, staging_.data(), staging_.size());
   }
@@ -296,11 +304,11 @@ TensorId Session::output_id(const std::string &name) const {
   return id;
 }
 
-uint64_t Session::output_bytes(const std::string &name) const { return bytes_for(graph_.tensor(output_id(name)), last_tokens_); }
+uint64_t Session::output_bytes(const std::string &name) const { return bytes_for(graph_.tensor(output_id(name)), last_); }
 
 void Session::read_output(const std::string &name, void *dst, uint64_t bytes) const {
   const TensorId id = output_id(name);
-  const uint64_t have = bytes_for(graph_.tensor(id), last_tokens_);
+  const uint64_t have = bytes_for(graph_.tensor(id), last_);
   if (bytes != have)
     throw Error("read_output: '" + name + "' holds " + std::to_string(have) + " bytes after the last step, not " + std::to_string(bytes));
   const Location &l = at(id, placement_.home[size_t(id)]);

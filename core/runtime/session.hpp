@@ -30,9 +30,9 @@ class Session {
   // For an input with a token dim, bytes may cover fewer tokens than the maximum: as many as
   // the next run's n_tokens.
   void set_input(const std::string &name, const void *data, uint64_t bytes);
-  // Runs every step in order, then waits for all backends. n_tokens: the token count of this
-  // step (0 = the graph's full shapes); n_past: tokens already in the KV caches.
-  void run(int64_t n_tokens = 0, int64_t n_past = 0);
+  // Runs every step in order, then waits for all backends (StepShape: its tokens, output rows
+  // and sequences; all 0 = the graph's full shapes).
+  void run(const StepShape &shape = {});
   // An output's bytes (for a token-dim output, as many tokens as the last run had).
   std::vector<uint8_t> output(const std::string &name) const;
   // The same bytes straight into dst (output_bytes of them): no intermediate copy, for the
@@ -40,6 +40,7 @@ class Session {
   uint64_t output_bytes(const std::string &name) const;
   void read_output(const std::string &name, void *dst, uint64_t bytes) const;
   int64_t max_tokens() const { return max_tokens_; }  // the largest n_tokens a run accepts
+  int64_t max_outputs() const { return max_outputs_; }  // the largest n_outputs (0: no output rows)
 
   const Placement &placement() const { return placement_; }
   std::string explain() const;  // the placement report of --explain
@@ -61,7 +62,7 @@ class Session {
   void plan_memory();
   void upload_weights();
   void zero_states();
-  uint64_t bytes_for(const Tensor &t, int64_t n_tokens) const;  // bytes of n_tokens tokens
+  uint64_t bytes_for(const Tensor &t, const StepShape &s) const;  // bytes in a step of that shape
   void compile_segments();
   const Location &at(TensorId t, const std::string &backend) const;
 
@@ -75,7 +76,8 @@ class Session {
   std::vector<uint8_t> staging_;                             // host bounce for copies
   int64_t step_counter_ = 0;
   int64_t max_tokens_ = 0;   // 0 when no tensor follows the token count
-  int64_t last_tokens_ = 0;  // n_tokens of the last run
+  int64_t max_outputs_ = 0;
+  StepShape last_{};  // the last run's
   Trace *trace_ = nullptr;
   std::function<void(double, const std::string &)> progress_;
 };

@@ -1,8 +1,10 @@
-// plugins/cpu/ops_attention.cpp — causal grouped-query attention over a KV cache.
+// plugins/cpu/ops_attention.cpp — causal grouped-query attention over a paged KV cache.
 //
-// Writes this step's K and V into the caches (rounded to f16 for an f16 cache), then each
-// (token, head) pair computes softmax(q.K^T * scale) V over positions 0..n_past+t, reading
-// K and V back from the cache so both cache types see exactly what later steps will see.
+// Writes this step's K and V into the caches at each token's (slot, position) (rounded to
+// f16 for an f16 cache), then each (token, head) pair computes softmax(q.K^T * scale) V over
+// positions 0..its own of its slot, reading K and V back from the cache so both cache types
+// see exactly what later steps will see. A page's rows are contiguous: the loops walk the
+// sequence page by page.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -41,18 +43,37 @@ Scratch &scratch() {
   return s;
 }
 
-// One query head over rows 0..rows-1 of its KV head (AVX-512, head_dim a multiple of 16):
-// K and V are read in their cache type, f16 converted in registers.
-template <class T>
-MINFER_AVX512 void head_avx512(const float *qv, const T *krows, const T *vrows, int64_t stride, int64_t rows, int64_t hd, float scale,
-                               float *score, float *out) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < rows; ++j) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t d = 0; d < hd; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qv + d), load16(krows + j * stride + d), acc);
-    score[j] = _mm512_reduce_add_ps(acc) * scale;
-    mx = std::max(mx, score[j]);
+// Where a token's positions live: the rows of its slot's pages, page_size at a time.
+struct PageWalk {
+  const int32_t *pages;  // the slot's page table row
+  int64_t page_size;
+  // Calls f(first position, first cache row, count) for each page's part of 0..last.
+  template <class F>
+  void each(int64_t last, F &&f) const {
+    for (int64_t j0 = 0; j0 <= last; j0 += page_size) f(j0, int64_t(pages[j0 / page_size]) * page_size, std::min(page_size, last + 1 - j0));
   }
+};
+
+// One query head over positions 0..last of its KV head (AVX-512, head_dim a multiple of 16):
+// K and V are read in their cache type, f16 converted in registers. kbase/vbase: the caches
+// offset to this KV head; stride: values between cache rows.
+template <class T>
+MINFER_AVX512 void head_avx512(const float *qv, const T *kbase, const T *vbase, int64_t stride, const PageWalk &walk, int64_t last,
+                               int64_t hd, float scale, float *score, float *out) {
+  // (Plain loops over the pages: a lambda would not inherit this function's target ISA.)
+  const int64_t P = walk.page_size;
+  float mx = -INFINITY;
+  for (int64_t j0 = 0; j0 <= last; j0 += P) {
+    const int64_t row = int64_t(walk.pages[j0 / P]) * P, count = std::min(P, last + 1 - j0);
+    for (int64_t j = 0; j < count; ++j) {
+      const T *kr = kbase + (row + j) * stride;
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t d = 0; d < hd; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qv + d), load16(kr + d), acc);
+      score[j0 + j] = _mm512_reduce_add_ps(acc) * scale;
+      mx = std::max(mx, score[j0 + j]);
+    }
+  }
+  const int64_t rows = last + 1;
   __m512 sum = _mm512_setzero_ps();
   for (int64_t j = 0; j < rows; j += 16) {
     const __mmask16 live = rows - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (rows - j)) - 1);
@@ -63,7 +84,10 @@ MINFER_AVX512 void head_avx512(const float *qv, const T *krows, const T *vrows, 
   const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
   for (int64_t d = 0; d < hd; d += 16) {
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t j = 0; j < rows; ++j) acc = _mm512_fmadd_ps(_mm512_set1_ps(score[j]), load16(vrows + j * stride + d), acc);
+    for (int64_t j0 = 0; j0 <= last; j0 += P) {
+      const int64_t row = int64_t(walk.pages[j0 / P]) * P, count = std::min(P, last + 1 - j0);
+      for (int64_t j = 0; j < count; ++j) acc = _mm512_fmadd_ps(_mm512_set1_ps(score[j0 + j]), load16(vbase + (row + j) * stride + d), acc);
+    }
     _mm512_storeu_ps(out + d, _mm512_mul_ps(acc, inv));
   }
 }
@@ -73,77 +97,94 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
   const auto &p = sdk::params_of<minfer_attention_params>(n);
   const float *q = ptr<float>(*n.inputs[0]), *k = ptr<float>(*n.inputs[1]), *v = ptr<float>(*n.inputs[2]);
   T *kc = ptr<T>(*n.inputs[3]), *vc = ptr<T>(*n.inputs[4]);
+  const int32_t *pos = ptr<int32_t>(*n.inputs[5]), *slot = ptr<int32_t>(*n.inputs[6]), *table = ptr<int32_t>(*n.inputs[7]);
   float *out = ptr<float>(*n.output);
-  const int64_t tokens = sdk::run_rows(*n.inputs[0], ctx.args), n_past = ctx.args.n_past;
-  const int64_t hd = p.head_dim, kvd = int64_t(p.n_kv_head) * hd, n_ctx = n.inputs[3]->shape[1];
-  if (n_past < 0 || n_past + tokens > n_ctx)
-    throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "positions " + std::to_string(n_past) + ".." + std::to_string(n_past + tokens - 1) +
-                                                      " do not fit the KV cache of " + std::to_string(n_ctx));
-  for (int64_t t = 0; t < tokens; ++t)
+  const int64_t tokens = sdk::run_rows(*n.inputs[0], ctx.args);
+  const int64_t hd = p.head_dim, kvd = int64_t(p.n_kv_head) * hd, P = p.page_size;
+  const int64_t n_pages = n.inputs[3]->shape[1] / P, max_pages = n.inputs[7]->shape[0], n_slots = n.inputs[7]->shape[1];
+  // Every index the step gives is checked before anything is written: a bad one is the host's
+  // error, never a write outside the caches.
+  int64_t longest = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slot[t] < 0 || slot[t] >= n_slots || pos[t] < 0 || pos[t] / P >= max_pages)
+      throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "token " + std::to_string(t) + ": slot " + std::to_string(slot[t]) + " position " +
+                                                        std::to_string(pos[t]) + " is outside the page table [" + std::to_string(max_pages) +
+                                                        " pages of " + std::to_string(P) + ", " + std::to_string(n_slots) + " slots]");
+    const int32_t *row = table + slot[t] * max_pages;
+    for (int64_t j = 0; j <= pos[t] / P; ++j)
+      if (row[j] < 0 || row[j] >= n_pages)
+        throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "slot " + std::to_string(slot[t]) + ": page " + std::to_string(row[j]) +
+                                                          " is outside the pool of " + std::to_string(n_pages));
+    longest = std::max<int64_t>(longest, pos[t] + 1);
+  }
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t at = (int64_t(table[slot[t] * max_pages + pos[t] / P]) * P + pos[t] % P) * kvd;
     for (int64_t i = 0; i < kvd; ++i) {
-      const int64_t at = (n_past + t) * kvd + i;
       if constexpr (sizeof(T) == 2) {
-        kc[at] = sdk::float_to_half(k[t * kvd + i]);
-        vc[at] = sdk::float_to_half(v[t * kvd + i]);
+        kc[at + i] = sdk::float_to_half(k[t * kvd + i]);
+        vc[at + i] = sdk::float_to_half(v[t * kvd + i]);
       } else {
-        kc[at] = k[t * kvd + i];
-        vc[at] = v[t * kvd + i];
+        kc[at + i] = k[t * kvd + i];
+        vc[at + i] = v[t * kvd + i];
       }
     }
+  }
   const int64_t group = p.n_head / p.n_kv_head;
+  auto walk_of = [&](int64_t t) { return PageWalk{table + slot[t] * max_pages, P}; };
+  // Later tokens of a slot attend over more rows; pairing early with late tokens gives each
+  // thread's contiguous range about the same work.
+  auto token_of = [&](int64_t ti) { return ti % 2 == 0 ? ti / 2 : tokens - 1 - ti / 2; };
   if (ctx.isa >= Isa::Avx512Vnni && hd % 16 == 0) {
     ctx.pool.run(tokens * p.n_kv_head, [&](int64_t w0, int64_t w1, int) {
       Scratch &s = scratch();
-      s.score.resize(size_t(n_past + tokens));
+      s.score.resize(size_t(longest));
       for (int64_t w = w0; w < w1; ++w) {
-        const int64_t ti = w / p.n_kv_head, kvh = w % p.n_kv_head;  // early and late tokens paired, as below
-        const int64_t t = ti % 2 == 0 ? ti / 2 : tokens - 1 - ti / 2;
+        const int64_t t = token_of(w / p.n_kv_head), kvh = w % p.n_kv_head;
+        const PageWalk walk = walk_of(t);
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-          head_avx512(q + (t * p.n_head + h) * hd, kc + kvh * hd, vc + kvh * hd, kvd, n_past + t + 1, hd, p.scale, s.score.data(),
+          head_avx512(q + (t * p.n_head + h) * hd, kc + kvh * hd, vc + kvh * hd, kvd, walk, pos[t], hd, p.scale, s.score.data(),
                       out + (t * p.n_head + h) * hd);
       }
     });
     return;
   }
   // One work item per (token, KV head): the `group` query heads sharing a KV head use one
-  // f32 copy of its K and V rows (an f16 cache is converted once per item, not per head).
+  // f32 copy of its K and V rows, gathered from the pages (an f16 cache converted once per
+  // item, not per head).
   ctx.pool.run(tokens * p.n_kv_head, [&](int64_t w0, int64_t w1, int) {
     Scratch &s = scratch();
-    const size_t rows = size_t(n_past + tokens);
-    s.score.resize(rows);
+    s.score.resize(size_t(longest));
     s.acc.resize(size_t(hd));
-    if constexpr (sizeof(T) == 2) {
-      s.k.resize(rows * size_t(hd));
-      s.v.resize(rows * size_t(hd));
-    }
+    s.k.resize(size_t(longest * hd));
+    s.v.resize(size_t(longest * hd));
     for (int64_t w = w0; w < w1; ++w) {
-      // Later tokens attend over more rows; pairing early with late tokens gives each
-      // thread's contiguous range about the same work.
-      const int64_t ti = w / p.n_kv_head, kvh = w % p.n_kv_head;
-      const int64_t t = ti % 2 == 0 ? ti / 2 : tokens - 1 - ti / 2, last = n_past + t;
-      const float *krows, *vrows;
-      int64_t stride;
-      if constexpr (sizeof(T) == 2) {
-        for (int64_t j = 0; j <= last; ++j) {
-          halves_to_floats(kc + j * kvd + kvh * hd, s.k.data() + j * hd, hd, ctx.isa);
-          halves_to_floats(vc + j * kvd + kvh * hd, s.v.data() + j * hd, hd, ctx.isa);
+      const int64_t t = token_of(w / p.n_kv_head), kvh = w % p.n_kv_head, last = pos[t];
+      walk_of(t).each(last, [&](int64_t j0, int64_t row, int64_t count) {
+        for (int64_t j = 0; j < count; ++j) {
+          const T *kr = kc + (row + j) * kvd + kvh * hd, *vr = vc + (row + j) * kvd + kvh * hd;
+          float *kd = s.k.data() + (j0 + j) * hd, *vd = s.v.data() + (j0 + j) * hd;
+          if constexpr (sizeof(T) == 2) {
+            halves_to_floats(kr, kd, hd, ctx.isa);
+            halves_to_floats(vr, vd, hd, ctx.isa);
+          } else {
+            std::copy(kr, kr + hd, kd);
+            std::copy(vr, vr + hd, vd);
+          }
         }
-        krows = s.k.data(), vrows = s.v.data(), stride = hd;
-      } else {
-        krows = kc + kvh * hd, vrows = vc + kvh * hd, stride = kvd;
-      }
+      });
+      const float *krows = s.k.data(), *vrows = s.v.data();
       for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
         const float *qv = q + (t * p.n_head + h) * hd;
         float *score = s.score.data(), *acc = s.acc.data(), mx = -INFINITY;
         for (int64_t j = 0; j <= last; ++j) {
-          score[j] = dot(qv, krows + j * stride, hd) * p.scale;
+          score[j] = dot(qv, krows + j * hd, hd) * p.scale;
           mx = std::max(mx, score[j]);
         }
         float sum = 0;
         for (int64_t j = 0; j <= last; ++j) sum += score[j] = std::exp(score[j] - mx);
         std::fill(acc, acc + hd, 0.0f);
         for (int64_t j = 0; j <= last; ++j) {
-          const float wj = score[j], *vr = vrows + j * stride;
+          const float wj = score[j], *vr = vrows + j * hd;
           for (int64_t d = 0; d < hd; ++d) acc[d] += wj * vr[d];
         }
         const float inv = 1.0f / sum;

@@ -36,8 +36,6 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   const size_t counter_bytes = size_t(minfer_cuda_flash_attention_counters()) * sizeof(int);
   attention_counters_ = static_cast<int *>(alloc(counter_bytes));
   check_cuda(cudaMemset(attention_counters_, 0, counter_bytes), "clearing the attention counters");
-  step_args_ = static_cast<int64_t *>(alloc(sizeof(int64_t)));
-  check_cuda(cudaMemset(step_args_, 0, sizeof(int64_t)), "clearing the step arguments");
 }
 
 CudaDevice::~CudaDevice() {
@@ -47,7 +45,6 @@ CudaDevice::~CudaDevice() {
   if (error_flag_host_) cudaFreeHost(error_flag_host_);
   for (void *p : scratch_)
     if (p) cudaFree(p);
-  if (step_args_) cudaFree(step_args_);
   if (attention_counters_) cudaFree(attention_counters_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -137,34 +134,30 @@ void CudaDevice::swiglu_f32(const float *g, const float *u, float *y, int64_t n)
   check_launch(minfer_cuda_swiglu_f32(&cfg_, g, u, y, n));
 }
 
-bool CudaDevice::attention_rotates(int64_t tokens, const minfer_attention_params &p) const {
-  return minfer_cuda_flash_attention_writes_kv(tokens, p.n_head, p.n_kv_head, p.head_dim) != 0;
+bool CudaDevice::attention_rotates(int64_t tokens, bool decode, const minfer_attention_params &p) const {
+  return minfer_cuda_flash_attention_writes_kv(tokens, decode, p.n_head, p.n_kv_head, p.head_dim) != 0;
 }
 
 void CudaDevice::attention(const float *q, const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, float *out,
-                           int64_t tokens, const minfer_attention_params &p, int64_t n_ctx, const int32_t *rope_pos,
-                           const minfer_rope_params *rope, const float *rope_factors) {
-  if (rope && !attention_rotates(tokens, p))
+                           int64_t tokens, bool decode, const minfer_attention_params &p, const minfer_cuda_kv_pages &kv,
+                           int64_t max_positions, const int32_t *rope_pos, const minfer_rope_params *rope, const float *rope_factors) {
+  if (rope && !attention_rotates(tokens, decode, p))
     throw sdk::Error(MINFER_ERR_INTERNAL, "attention with its RoPE fused for a step the one-token kernel does not run");
   const int64_t kvd = int64_t(p.n_kv_head) * p.head_dim;
-  if (!minfer_cuda_flash_attention_writes_kv(tokens, p.n_head, p.n_kv_head, p.head_dim))
-    check_launch(minfer_cuda_kv_write(&cfg_, k, v, kc, vc, cache_dtype, tokens, kvd, step_args_));
+  if (!minfer_cuda_flash_attention_writes_kv(tokens, decode, p.n_head, p.n_kv_head, p.head_dim))
+    check_launch(minfer_cuda_kv_write(&cfg_, k, v, kc, vc, cache_dtype, tokens, kvd, kv));
   if (minfer_cuda_flash_attention_supports(p.head_dim)) {
-    const int64_t bytes = minfer_cuda_flash_attention_partials_bytes(tokens, p.n_head, p.n_kv_head, p.head_dim, n_ctx, sm_count_);
+    const int64_t bytes =
+        minfer_cuda_flash_attention_partials_bytes(tokens, decode, p.n_head, p.n_kv_head, p.head_dim, max_positions, sm_count_);
     auto *partials = bytes > 0 ? static_cast<float *>(scratch(4, size_t(bytes))) : nullptr;
     const minfer_cuda_rope r =
         rope ? minfer_cuda_rope{rope->n_dims, rope->mode, rope->theta_base, rope->freq_scale, rope_factors} : minfer_cuda_rope{};
-    return check_launch(minfer_cuda_flash_attention(&cfg_, q, k, v, kc, vc, cache_dtype, out, partials, attention_counters_, tokens,
-                                                    p.n_head, p.n_kv_head, p.head_dim, step_args_, n_ctx, p.scale, sm_count_, rope_pos,
+    return check_launch(minfer_cuda_flash_attention(&cfg_, q, k, v, kc, vc, cache_dtype, out, partials, attention_counters_, tokens, decode,
+                                                    p.n_head, p.n_kv_head, p.head_dim, kv, max_positions, p.scale, sm_count_, rope_pos,
                                                     rope ? &r : nullptr));
   }
-  check_launch(minfer_cuda_attention(&cfg_, q, kc, vc, cache_dtype, out, tokens, p.n_head, p.n_kv_head, p.head_dim, step_args_,
-                                     n_ctx, p.scale));
-}
-
-void CudaDevice::set_step(int64_t n_past) {
-  // A pageable source: the copy is staged before this returns, so n_past may go out of scope.
-  check_cuda(cudaMemcpyAsync(step_args_, &n_past, sizeof n_past, cudaMemcpyHostToDevice, stream_), "setting the step's n_past");
+  check_launch(minfer_cuda_attention(&cfg_, q, kc, vc, cache_dtype, out, tokens, p.n_head, p.n_kv_head, p.head_dim, kv, max_positions,
+                                     p.scale));
 }
 
 void CudaDevice::begin_capture() {

@@ -75,16 +75,16 @@ class CudaDevice {
   void rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads, const minfer_rope_params &p,
                 const float *freq_factors, const float *x2 = nullptr, float *y2 = nullptr, int64_t heads2 = 0);
   void swiglu_f32(const float *g, const float *u, float *y, int64_t n);
-  // Writes this step's K and V rows into the caches, then attends (the one-token kernel does both).
-  // rope (only where attention_rotates): q and k arrive unrotated and are rotated at rope_pos.
+  // Writes this step's K and V rows into the paged caches, then attends (the one-token kernel
+  // does both). decode: each token is a different sequence's (n_seqs == n_tokens).
+  // max_positions: a sequence's most. rope (only where attention_rotates): q and k arrive
+  // unrotated and are rotated at rope_pos.
   void attention(const float *q, const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, float *out,
-                 int64_t tokens, const minfer_attention_params &p, int64_t n_ctx, const int32_t *rope_pos = nullptr,
-                 const minfer_rope_params *rope = nullptr, const float *rope_factors = nullptr);
-  // Whether attention() can apply the RoPE of q and k itself for a step of `tokens`.
-  bool attention_rotates(int64_t tokens, const minfer_attention_params &p) const;
+                 int64_t tokens, bool decode, const minfer_attention_params &p, const minfer_cuda_kv_pages &kv, int64_t max_positions,
+                 const int32_t *rope_pos = nullptr, const minfer_rope_params *rope = nullptr, const float *rope_factors = nullptr);
+  // Whether attention() can apply the RoPE of q and k itself for such a step.
+  bool attention_rotates(int64_t tokens, bool decode, const minfer_attention_params &p) const;
 
-  // The step's n_past in device memory, read by kernels (enqueued before the step's work).
-  void set_step(int64_t n_past);
   const DeviceOptions &options() const { return opts_; }
   // Changes whenever a buffer captured graphs point to is reallocated: graphs made before are stale.
   uint64_t layout_generation() const { return layout_generation_; }
@@ -173,8 +173,7 @@ class CudaDevice {
   void *scratch_[6] = {};
   size_t scratch_bytes_[6] = {};
   int32_t sm_count_ = 0;
-  int *attention_counters_ = nullptr;  // per KV head: blocks of a split decode step done (flash_attention.cu)
-  int64_t *step_args_ = nullptr;  // device: n_past of the current step
+  int *attention_counters_ = nullptr;  // per (token, KV head): blocks of a split decode step done (flash_attention.cu)
   std::vector<std::pair<const void *, void *>> w16_cache_;  // weight -> its f16 copy (rows padded to 128)
   std::vector<WeightRef> pending_weights_;                  // counted, not cached yet
   uint64_t matmul_weight_bytes_ = 0, w16_cache_bytes_ = 0;

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -45,7 +46,7 @@ class CudaSegment : public sdk::Segment {
   }
 
   ~CudaSegment() override {
-    if (graph_) cudaGraphExecDestroy(graph_);
+    drop_graphs();
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
   }
 
@@ -69,7 +70,7 @@ class CudaSegment : public sdk::Segment {
     const minfer_node &n = nodes_[i].node();
     const size_t o = plan_.owner[i];
     if (n.op == MINFER_OP_ATTENTION)
-      return explain_attention(n, tokens, o != i && dev_.attention_rotates(tokens, sdk::params_of<minfer_attention_params>(n)));
+      return explain_attention(n, tokens, o != i && dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(n)));
     if (o != i) {  // run by the step of node o: inside its kernel, or as a kernel of that step
       const minfer_node &head = nodes_[o].node();
       bool inside = false;
@@ -78,7 +79,7 @@ class CudaSegment : public sdk::Segment {
         const bool is_add = n.op == MINFER_OP_ADD || n.op == MINFER_OP_ADD_ROW_BROADCAST;
         inside = path == CudaDevice::MatmulPath::Gemv || (is_add && path == CudaDevice::MatmulPath::Mmq && plan_.fuse_add[o]);
       } else if (head.op == MINFER_OP_ROPE && plan_.fuse_rope_attention[o] &&
-                 dev_.attention_rotates(tokens, sdk::params_of<minfer_attention_params>(nodes_[o + 2].node()))) {
+                 dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(nodes_[o + 2].node()))) {
         return "inside the kernel of " + nodes_[o + 2].name();
       }
       return std::string(inside ? "inside the kernel of " : "a kernel of the step at ") + nodes_[o].name();
@@ -86,33 +87,34 @@ class CudaSegment : public sdk::Segment {
     if (n.op == MINFER_OP_MATMUL) return explain_matmul(i, tokens);
     if (n.op == MINFER_OP_ROPE && plan_.fuse_rope[i]) {
       const minfer_node &at = nodes_[i + 2].node();
-      if (plan_.fuse_rope_attention[i] && dev_.attention_rotates(tokens, sdk::params_of<minfer_attention_params>(at)))
+      if (plan_.fuse_rope_attention[i] && dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(at)))
         return "inside the kernel of " + nodes_[i + 2].name() + " (with the other RoPE of the pair)";
       return "rope_f32_kernel (the pair in one launch)";
     }
     return "";
   }
 
-  // Single-token steps (decode) replay one captured CUDA Graph: the same kernels on the same
-  // buffers every time, with n_past read from device memory. The first such step runs
-  // directly (so scratch buffers reach their size), the second is captured.
+  // Decode steps (one token of each of n_seqs sequences) replay a CUDA Graph captured for their
+  // shape (tokens, output rows): the same kernels on the same buffers every time, positions,
+  // slots and page tables read from device memory. A shape's first step runs directly (so
+  // scratch buffers reach their size), its second is captured.
   void execute(const minfer_step_args &args) override {
     if (args.n_tokens < 0 || args.n_tokens > max_tokens_)
       throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "step of " + std::to_string(args.n_tokens) +
                                                         " tokens; this segment was compiled for at most " + std::to_string(max_tokens_));
     DeviceScope scope(dev_.id());
-    dev_.set_step(args.n_past);
     timed_ = sdk::wants_node_times(args);
     if (timed_) return run_nodes(args);  // events between nodes: no graph
-    const bool graphable = dev_.options().cuda_graphs && !dev_.options().debug_sync && args.n_tokens == 1;
+    const bool graphable = dev_.options().cuda_graphs && !dev_.options().debug_sync && args.n_tokens >= 1 &&
+                           args.n_tokens <= kMaxGraphTokens && is_decode(args, args.n_tokens);
     if (!graphable) return run_nodes(args);
-    if (graph_ && graph_generation_ != dev_.layout_generation()) {  // a buffer moved: recapture
-      cudaGraphExecDestroy(graph_);
-      graph_ = nullptr;
-      decode_runs_ = 0;
+    if (graph_generation_ != dev_.layout_generation()) {  // a buffer moved: recapture every shape
+      drop_graphs();
+      graph_generation_ = dev_.layout_generation();
     }
-    if (graph_) return dev_.launch_graph(graph_);
-    if (decode_runs_++ == 0) return run_nodes(args);
+    Captured &c = graphs_[{args.n_tokens, sdk::step_outputs(args)}];
+    if (c.exec) return dev_.launch_graph(c.exec);
+    if (c.runs++ == 0) return run_nodes(args);
     dev_.begin_capture();
     try {
       run_nodes(args);
@@ -123,9 +125,9 @@ class CudaSegment : public sdk::Segment {
       }
       throw;
     }
-    graph_ = dev_.end_capture();
+    c.exec = dev_.end_capture();
     graph_generation_ = dev_.layout_generation();
-    dev_.launch_graph(graph_);
+    dev_.launch_graph(c.exec);
   }
 
  private:
@@ -197,7 +199,7 @@ class CudaSegment : public sdk::Segment {
 
   std::string explain_attention(const minfer_node &at, int64_t tokens, bool rotating) const {
     const auto &p = sdk::params_of<minfer_attention_params>(at);
-    const char *k = minfer_cuda_flash_attention_kernel(tokens, p.n_head, p.n_kv_head, p.head_dim, at.inputs[3]->dtype);
+    const char *k = minfer_cuda_flash_attention_kernel(tokens, tokens == 1, p.n_head, p.n_kv_head, p.head_dim, at.inputs[3]->dtype);
     std::string t = k ? k : "kv_write_kernel + attention_kernel (scores in shared memory)";
     if (k && std::string(k) == "flash_decode_kernel") t += rotating ? " (writes the KV row, rotates q and k)" : " (writes the KV row)";
     else if (k) t = "kv_write_kernel + " + t;
@@ -218,9 +220,18 @@ class CudaSegment : public sdk::Segment {
   const minfer_node *norm_ran_ = nullptr;        // this run: the norm whose kernel ran (StepNorm)
   std::vector<cudaEvent_t> events_;  // around each node, for node_times
   bool timed_ = false;
-  cudaGraphExec_t graph_ = nullptr;
+  static constexpr int64_t kMaxGraphTokens = 256;  // decode steps of up to this many sequences are captured
+  struct Captured {
+    cudaGraphExec_t exec = nullptr;
+    int64_t runs = 0;  // steps of this shape so far
+  };
+  void drop_graphs() {
+    for (auto &[shape, c] : graphs_)
+      if (c.exec) cudaGraphExecDestroy(c.exec);
+    graphs_.clear();
+  }
+  std::map<std::pair<int64_t, int64_t>, Captured> graphs_;  // by (tokens, output rows)
   uint64_t graph_generation_ = 0;
-  int64_t decode_runs_ = 0;
   std::vector<sdk::OwnedNode> nodes_;
   std::vector<void (*)(CudaDevice &, const minfer_node &, const minfer_step_args &, int32_t)> run_;
   std::vector<int32_t> tags_;

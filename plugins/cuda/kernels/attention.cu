@@ -1,11 +1,13 @@
-// plugins/cuda/kernels/attention.cu — KV-cache write and causal grouped-query attention.
+// plugins/cuda/kernels/attention.cu — paged KV-cache write and causal grouped-query attention.
 //
-// First version, for correctness: one block per (token, head); scores for every position sit
-// in shared memory, then softmax, then each thread sums one output dim over the positions.
-// The fused (flash-style) prefill and split-K decode kernels replace it for speed.
+// The plain kernel, for head dims the fused ones are not built for: one block per (token,
+// head); scores for every position of the token's sequence sit in shared memory, then
+// softmax, then each thread sums one output dim over the positions, each read through the
+// sequence's page table. flash_attention.cu holds the fast kernels.
 #include <cuda_fp16.h>
 
 #include "grid.cuh"
+#include "kv_pages.cuh"
 #include "minfer/dtype.h"
 #include "reduce.cuh"
 
@@ -17,23 +19,19 @@ __device__ __forceinline__ float ld(const __half *p, int64_t i) { return __half2
 __device__ __forceinline__ void st(float *p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(__half *p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 
-// n_past comes from device memory (the step's arguments) so a captured CUDA Graph replays
-// for every position.
 template <class T>
-__global__ void kv_write_kernel(const float *k, const float *v, T *kc, T *vc, int64_t tokens, int64_t kvd,
-                                const int64_t *n_past_ptr) {
-  const int64_t n_past = *n_past_ptr;
+__global__ void kv_write_kernel(const float *k, const float *v, T *kc, T *vc, int64_t tokens, int64_t kvd, minfer_cuda_kv_pages kv) {
   MINFER_GRID_STRIDE(i, tokens * kvd) {
-    st(kc, n_past * kvd + i, k[i]);
-    st(vc, n_past * kvd + i, v[i]);
+    const int64_t t = i / kvd, at = kv_row(kv, kv.slots[t], kv.positions[t]) * kvd + i % kvd;
+    st(kc, at, k[i]);
+    st(vc, at, v[i]);
   }
 }
 
 template <class T>
 __global__ void attention_kernel(const float *q, const T *kc, const T *vc, float *out, int64_t tokens, int n_head,
-                                 int n_kv, int hd, const int64_t *n_past_ptr, float scale) {
+                                 int n_kv, int hd, minfer_cuda_kv_pages kv, float scale) {
   extern __shared__ float smem[];
-  const int64_t n_past = *n_past_ptr;
   __shared__ float scratch[32];
   float *qs = smem, *sc = smem + hd;
   const int64_t kvd = int64_t(n_kv) * hd;
@@ -41,12 +39,13 @@ __global__ void attention_kernel(const float *q, const T *kc, const T *vc, float
   for (int64_t w = blockIdx.x; w < tokens * n_head; w += gridDim.x) {
     const int64_t t = w / n_head;
     const int h = int(w % n_head), kvh = h / group;
-    const int64_t last = n_past + t;
+    const int64_t last = kv.positions[t];
+    const int32_t slot = kv.slots[t];
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[(t * n_head + h) * hd + d];
     __syncthreads();
     float mx = -INFINITY;
     for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) {
-      const int64_t base = j * kvd + int64_t(kvh) * hd;
+      const int64_t base = kv_row(kv, slot, j) * kvd + int64_t(kvh) * hd;
       float s = 0;
       for (int d = 0; d < hd; ++d) s += qs[d] * ld(kc, base + d);
       s *= scale;
@@ -60,7 +59,7 @@ __global__ void attention_kernel(const float *q, const T *kc, const T *vc, float
     __syncthreads();  // every score is final before any thread reads them all
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
       float acc = 0;
-      for (int64_t j = 0; j <= last; ++j) acc += sc[j] * ld(vc, j * kvd + int64_t(kvh) * hd + d);
+      for (int64_t j = 0; j <= last; ++j) acc += sc[j] * ld(vc, kv_row(kv, slot, j) * kvd + int64_t(kvh) * hd + d);
       out[(t * n_head + h) * hd + d] = acc / sum;
     }
     __syncthreads();  // qs and sc are reused by the next (token, head)
@@ -75,13 +74,13 @@ constexpr int kAttnThreads = 128;
 using namespace minfer::cuda;
 
 extern "C" cudaError_t minfer_cuda_kv_write(minfer_cuda_launch_cfg *cfg, const float *k, const float *v, void *kc, void *vc,
-                                            int32_t dtype, int64_t tokens, int64_t kvd, const int64_t *n_past) {
+                                            int32_t dtype, int64_t tokens, int64_t kvd, minfer_cuda_kv_pages kv) {
   if (dtype == MINFER_DTYPE_F16)
     kv_write_kernel<__half><<<grid_for(cfg, tokens * kvd), kBlock, 0, cfg->stream>>>(
-        k, v, static_cast<__half *>(kc), static_cast<__half *>(vc), tokens, kvd, n_past);
+        k, v, static_cast<__half *>(kc), static_cast<__half *>(vc), tokens, kvd, kv);
   else if (dtype == MINFER_DTYPE_F32)
     kv_write_kernel<float><<<grid_for(cfg, tokens * kvd), kBlock, 0, cfg->stream>>>(
-        k, v, static_cast<float *>(kc), static_cast<float *>(vc), tokens, kvd, n_past);
+        k, v, static_cast<float *>(kc), static_cast<float *>(vc), tokens, kvd, kv);
   else
     return cudaErrorNotSupported;
   return launched(cfg, "kv_write_kernel", dtype);
@@ -95,7 +94,7 @@ extern "C" int64_t minfer_cuda_attention_max_positions(int device) {
 
 extern "C" cudaError_t minfer_cuda_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc,
                                              int32_t dtype, float *out, int64_t tokens, int32_t n_head, int32_t n_kv,
-                                             int32_t hd, const int64_t *n_past, int64_t max_positions, float scale) {
+                                             int32_t hd, minfer_cuda_kv_pages kv, int64_t max_positions, float scale) {
   // Shared memory for every position the cache holds, not just this step's: a graph captured
   // once must fit every later step.
   const size_t smem = size_t(hd + max_positions) * sizeof(float);
@@ -105,12 +104,12 @@ extern "C" cudaError_t minfer_cuda_attention(minfer_cuda_launch_cfg *cfg, const 
     if (smem > 48 * 1024) cudaFuncSetAttribute(attention_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     attention_kernel<__half><<<grid, kAttnThreads, smem, cfg->stream>>>(q, static_cast<const __half *>(kc),
                                                                          static_cast<const __half *>(vc), out, tokens,
-                                                                         n_head, n_kv, hd, n_past, scale);
+                                                                         n_head, n_kv, hd, kv, scale);
   } else if (dtype == MINFER_DTYPE_F32) {
     if (smem > 48 * 1024) cudaFuncSetAttribute(attention_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     attention_kernel<float><<<grid, kAttnThreads, smem, cfg->stream>>>(q, static_cast<const float *>(kc),
                                                                         static_cast<const float *>(vc), out, tokens, n_head,
-                                                                        n_kv, hd, n_past, scale);
+                                                                        n_kv, hd, kv, scale);
   } else {
     return cudaErrorNotSupported;
   }

@@ -9,11 +9,18 @@
 // Split-K: when (KV heads x row tiles) would not fill the GPU — decode above all — the keys
 // are cut into `splits` chunks; each block writes its rows' unnormalized output with their
 // max and sum, and a second kernel merges the chunks. The split count depends only on the
-// token count and the cache length, never on n_past, so a captured graph stays valid.
+// token count and a sequence's most positions, never on where the sequences are, so a
+// captured graph stays valid.
+//
+// Pages (kv_pages.cuh): every key is read through its sequence's page table. A row tile may
+// hold tokens of several sequences (a step mixes them; a sequence's tokens are consecutive):
+// the block walks each sequence's keys in turn, the rows of the others masked, so each row
+// sees only its own sequence.
 #include <cuda_fp16.h>
 
 #include "async_copy.cuh"
 #include "grid.cuh"
+#include "kv_pages.cuh"
 #include "minfer/dtype.h"
 #include "reduce.cuh"
 #include "rope.cuh"
@@ -48,12 +55,11 @@ struct PrefillItem {
 
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *q, const T *kc, const T *vc, float *out, float *partials,
-                                                                   int64_t tokens, int n_head, int n_kv, const int64_t *n_past_ptr,
+                                                                   int64_t tokens, int n_head, int n_kv, minfer_cuda_kv_pages kv,
                                                                    float scale, int64_t row_tiles, int splits, int64_t chunk) {
   constexpr int KS = k_stride<HD>(), D = HD / 32;  // dims per lane in P·V
   extern __shared__ float4 smem4[];
   float *qs = reinterpret_cast<float *>(smem4), *ks = qs + kRows * HD, *vs = ks + kKeys * KS;
-  const int64_t n_past = *n_past_ptr;
   const int group = n_head / n_kv, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t rows = tokens * group, kvd = int64_t(n_kv) * HD;
   const int64_t items = int64_t(n_kv) * row_tiles * splits;
@@ -73,64 +79,72 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *
       }
       reinterpret_cast<float4 *>(qs)[i] = v;
     }
-    // The last key each of this warp's rows may see (causal); -1 for rows past the end.
-    int64_t limit[kRowsPerWarp];
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int64_t row = r0 + warp * kRowsPerWarp + r;
-      limit[r] = row < rows ? n_past + row / group : -1;
-    }
     const int64_t last_row = (r0 + kRows < rows ? r0 + kRows : rows) - 1;
-    const int64_t begin = int64_t(z) * chunk, end_all = n_past + last_row / group + 1;
-    const int64_t end = begin + chunk < end_all ? begin + chunk : end_all;
     float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][D];
     for (int r = 0; r < kRowsPerWarp; ++r) {
       m[r] = -INFINITY, l[r] = 0;
       for (int i = 0; i < D; ++i) acc[r][i] = 0;
     }
-    for (int64_t k0 = begin; k0 < end; k0 += kKeys) {
-      __syncthreads();  // the previous tile is consumed (and qs written, the first time)
-      for (int i = threadIdx.x; i < kKeys * HD / 2; i += kThreads) {
-        const int j = i / (HD / 2), d = 2 * (i % (HD / 2));
-        const int64_t pos = k0 + j;
-        float2 kv = make_float2(0, 0), vv = make_float2(0, 0);
-        if (pos < end) {
-          kv = load2(kc + pos * kvd + int64_t(kvh) * HD + d);
-          vv = load2(vc + pos * kvd + int64_t(kvh) * HD + d);
-        }
-        ks[j * KS + d] = kv.x, ks[j * KS + d + 1] = kv.y;
-        vs[j * HD + d] = vv.x, vs[j * HD + d + 1] = vv.y;
-      }
-      __syncthreads();
-      float s[kRowsPerWarp];
-      for (int r = 0; r < kRowsPerWarp; ++r) s[r] = 0;
-#pragma unroll 4
-      for (int d = 0; d < HD; d += 4) {
-        const float4 kk = *reinterpret_cast<const float4 *>(ks + lane * KS + d);
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-          const float4 qq = *reinterpret_cast<const float4 *>(qs + (warp * kRowsPerWarp + r) * HD + d);
-          s[r] += qq.x * kk.x + qq.y * kk.y + qq.z * kk.z + qq.w * kk.w;
-        }
-      }
-      const int64_t pos = k0 + lane;
+    // The tile's sequences in turn: tokens t0..t1 of one slot.
+    for (int64_t t0 = r0 / group; t0 <= last_row / group;) {
+      const int32_t slot = kv.slots[t0];
+      int64_t t1 = t0;
+      while (t1 < last_row / group && kv.slots[t1 + 1] == slot) ++t1;
+      // The last key each of this warp's rows may see (causal); -1 for rows of other sequences.
+      int64_t limit[kRowsPerWarp];
       for (int r = 0; r < kRowsPerWarp; ++r) {
-        if (pos > limit[r] || pos >= end) s[r] = -INFINITY;
-        const float m_new = fmaxf(m[r], warp_max(s[r]));
-        // A row with no visible key yet keeps m = -inf: its weights are 0, not exp(nan).
-        const float p = m_new == -INFINITY ? 0.0f : expf(s[r] - m_new);
-        const float corr = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
-        l[r] = l[r] * corr + warp_sum(p);
-        m[r] = m_new;
-        for (int i = 0; i < D; ++i) acc[r][i] *= corr;
-        s[r] = p;
+        const int64_t row = r0 + warp * kRowsPerWarp + r, t = row / group;
+        limit[r] = row <= last_row && t >= t0 && t <= t1 ? kv.positions[t] : -1;
       }
-      for (int j = 0; j < kKeys; ++j) {
-        float v[D];
-        for (int i = 0; i < D; ++i) v[i] = vs[j * HD + lane + 32 * i];
+      const int64_t begin = int64_t(z) * chunk, end_all = int64_t(kv.positions[t1]) + 1;
+      const int64_t end = begin + chunk < end_all ? begin + chunk : end_all;
+      for (int64_t k0 = begin; k0 < end; k0 += kKeys) {
+        __syncthreads();  // the previous tile is consumed (and qs written, the first time)
+        for (int i = threadIdx.x; i < kKeys * HD / 2; i += kThreads) {
+          const int j = i / (HD / 2), d = 2 * (i % (HD / 2));
+          const int64_t pos = k0 + j;
+          float2 kk = make_float2(0, 0), vv = make_float2(0, 0);
+          if (pos < end) {
+            const int64_t at = kv_row(kv, slot, pos) * kvd + int64_t(kvh) * HD + d;
+            kk = load2(kc + at);
+            vv = load2(vc + at);
+          }
+          ks[j * KS + d] = kk.x, ks[j * KS + d + 1] = kk.y;
+          vs[j * HD + d] = vv.x, vs[j * HD + d + 1] = vv.y;
+        }
+        __syncthreads();
+        float s[kRowsPerWarp];
+        for (int r = 0; r < kRowsPerWarp; ++r) s[r] = 0;
+#pragma unroll 4
+        for (int d = 0; d < HD; d += 4) {
+          const float4 kk = *reinterpret_cast<const float4 *>(ks + lane * KS + d);
+          for (int r = 0; r < kRowsPerWarp; ++r) {
+            const float4 qq = *reinterpret_cast<const float4 *>(qs + (warp * kRowsPerWarp + r) * HD + d);
+            s[r] += qq.x * kk.x + qq.y * kk.y + qq.z * kk.z + qq.w * kk.w;
+          }
+        }
+        const int64_t pos = k0 + lane;
         for (int r = 0; r < kRowsPerWarp; ++r) {
-          const float pj = __shfl_sync(0xffffffffu, s[r], j);
-          for (int i = 0; i < D; ++i) acc[r][i] += pj * v[i];
+          if (pos > limit[r] || pos >= end) s[r] = -INFINITY;
+          const float m_new = fmaxf(m[r], warp_max(s[r]));
+          // A row with no visible key yet keeps m = -inf: its weights are 0, not exp(nan).
+          const float p = m_new == -INFINITY ? 0.0f : expf(s[r] - m_new);
+          const float corr = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
+          l[r] = l[r] * corr + warp_sum(p);
+          m[r] = m_new;
+          for (int i = 0; i < D; ++i) acc[r][i] *= corr;
+          s[r] = p;
+        }
+        for (int j = 0; j < kKeys; ++j) {
+          float v[D];
+          for (int i = 0; i < D; ++i) v[i] = vs[j * HD + lane + 32 * i];
+          for (int r = 0; r < kRowsPerWarp; ++r) {
+            const float pj = __shfl_sync(0xffffffffu, s[r], j);
+            for (int i = 0; i < D; ++i) acc[r][i] += pj * v[i];
+          }
         }
       }
+      t0 = t1 + 1;
     }
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int64_t row = r0 + warp * kRowsPerWarp + r;
@@ -176,12 +190,11 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], u
 template <int HD>
 __global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const float *q, const __half *kc, const __half *vc, float *out,
                                                                         float *partials, int64_t tokens, int n_head, int n_kv,
-                                                                        const int64_t *n_past_ptr, float scale, int64_t row_tiles,
+                                                                        minfer_cuda_kv_pages kv, float scale, int64_t row_tiles,
                                                                         int splits, int64_t chunk) {
   constexpr int KP = HD + 8, VP = kTcKeys + 8, NB = HD / 8;  // padded rows; n-blocks of the output
   extern __shared__ uint4 tc_smem[];
   __half *ks = reinterpret_cast<__half *>(tc_smem), *vt = ks + kTcKeys * KP;
-  const int64_t n_past = *n_past_ptr;
   const int group = n_head / n_kv, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
   const int64_t rows = tokens * group, kvd = int64_t(n_kv) * HD;
   const int64_t items = int64_t(n_kv) * row_tiles * splits;
@@ -189,12 +202,10 @@ __global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const fl
     const PrefillItem it(item, splits, row_tiles);
     const int z = it.z, kvh = it.kvh;
     const int64_t r0 = it.tile * kTcRows, wr = r0 + warp * 16;  // this warp's rows: wr + g, wr + g + 8
-    int64_t limit[2];
     uint32_t qa[HD / 16][4], qb[HD / 16][4];  // Q = qa + qb: f16 high part and the f16 rest
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t row = wr + g + 8 * h;
-      limit[h] = row < rows ? n_past + row / group : -1;
       const float *qr = row < rows ? q + ((row / group) * n_head + int64_t(kvh) * group + row % group) * HD : nullptr;
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk)
@@ -209,78 +220,92 @@ __global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const fl
         }
     }
     const int64_t last_row = (r0 + kTcRows < rows ? r0 + kTcRows : rows) - 1;
-    const int64_t begin = int64_t(z) * chunk, end_all = n_past + last_row / group + 1;
-    const int64_t end = begin + chunk < end_all ? begin + chunk : end_all;
     float o[NB][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};  // l: this thread's part of the row sums
-    for (int64_t k0 = begin; k0 < end; k0 += kTcKeys) {
-      __syncthreads();  // the previous tile is consumed
-      // Consecutive threads take consecutive keys of one 8-dim piece: V's transposed stores then
-      // go to consecutive halves of one row of vt (with threads on consecutive pieces of a key
-      // instead, 16 of them hit one bank, 8 times per piece).
-      for (int i = threadIdx.x; i < kTcKeys * HD / 8; i += kTcThreads) {
-        const int j = i % kTcKeys, piece = i / kTcKeys;
-        const int64_t pos = k0 + j;
-        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-        if (pos < end) {
-          kv = *reinterpret_cast<const uint4 *>(kc + pos * kvd + int64_t(kvh) * HD + piece * 8);
-          vv = *reinterpret_cast<const uint4 *>(vc + pos * kvd + int64_t(kvh) * HD + piece * 8);
-        }
-        *reinterpret_cast<uint4 *>(ks + j * KP + piece * 8) = kv;
-        const __half *vh = reinterpret_cast<const __half *>(&vv);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) vt[(piece * 8 + e) * VP + j] = vh[e];
-      }
-      __syncthreads();
-      float sc[kTcKeys / 8][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk)
-#pragma unroll
-        for (int n = 0; n < kTcKeys / 8; ++n) {
-          const __half *kr = ks + (8 * n + g) * KP + kk * 16 + 2 * tg;
-          const uint32_t b0 = *reinterpret_cast<const uint32_t *>(kr), b1 = *reinterpret_cast<const uint32_t *>(kr + 8);
-          mma_f16(sc[n], qa[kk], b0, b1);
-          mma_f16(sc[n], qb[kk], b0, b1);
-        }
-      float corr[2];
+    // The tile's sequences in turn: tokens t0..t1 of one slot.
+    for (int64_t t0 = r0 / group; t0 <= last_row / group;) {
+      const int32_t slot = kv.slots[t0];
+      int64_t t1 = t0;
+      while (t1 < last_row / group && kv.slots[t1 + 1] == slot) ++t1;
+      int64_t limit[2];  // the last key each of this thread's rows may see; -1 for other sequences'
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = m[h];
-#pragma unroll
-        for (int n = 0; n < kTcKeys / 8; ++n)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int64_t key = k0 + 8 * n + 2 * tg + c;
-            if (key > limit[h] || key >= end) sc[n][2 * h + c] = -INFINITY;
-            mx = fmaxf(mx, sc[n][2 * h + c]);
-          }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // A row with no visible key yet keeps m = -inf: its weights are 0, not exp(nan).
-        corr[h] = mx == -INFINITY ? 1.0f : expf(m[h] - mx);
-        float sum = 0;
-#pragma unroll
-        for (int n = 0; n < kTcKeys / 8; ++n)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float p = mx == -INFINITY ? 0.0f : expf(sc[n][2 * h + c] - mx);
-            sc[n][2 * h + c] = p;
-            sum += p;
-          }
-        l[h] = l[h] * corr[h] + sum;
-        m[h] = mx;
+        const int64_t row = wr + g + 8 * h, t = row / group;
+        limit[h] = row <= last_row && t >= t0 && t <= t1 ? kv.positions[t] : -1;
       }
+      const int64_t begin = int64_t(z) * chunk, end_all = int64_t(kv.positions[t1]) + 1;
+      const int64_t end = begin + chunk < end_all ? begin + chunk : end_all;
+      for (int64_t k0 = begin; k0 < end; k0 += kTcKeys) {
+        __syncthreads();  // the previous tile is consumed
+        // Consecutive threads take consecutive keys of one 8-dim piece: V's transposed stores then
+        // go to consecutive halves of one row of vt (with threads on consecutive pieces of a key
+        // instead, 16 of them hit one bank, 8 times per piece).
+        for (int i = threadIdx.x; i < kTcKeys * HD / 8; i += kTcThreads) {
+          const int j = i % kTcKeys, piece = i / kTcKeys;
+          const int64_t pos = k0 + j;
+          uint4 kk = make_uint4(0, 0, 0, 0), vv = kk;
+          if (pos < end) {
+            const int64_t at = kv_row(kv, slot, pos) * kvd + int64_t(kvh) * HD + piece * 8;
+            kk = *reinterpret_cast<const uint4 *>(kc + at);
+            vv = *reinterpret_cast<const uint4 *>(vc + at);
+          }
+          *reinterpret_cast<uint4 *>(ks + j * KP + piece * 8) = kk;
+          const __half *vh = reinterpret_cast<const __half *>(&vv);
 #pragma unroll
-      for (int n = 0; n < NB; ++n) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+          for (int e = 0; e < 8; ++e) vt[(piece * 8 + e) * VP + j] = vh[e];
+        }
+        __syncthreads();
+        float sc[kTcKeys / 8][4] = {};
 #pragma unroll
-      for (int kk = 0; kk < kTcKeys / 16; ++kk) {
-        const uint32_t pa[4] = {pack_half2(sc[2 * kk][0], sc[2 * kk][1]), pack_half2(sc[2 * kk][2], sc[2 * kk][3]),
-                                pack_half2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_half2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+        for (int kk = 0; kk < HD / 16; ++kk)
 #pragma unroll
-        for (int n = 0; n < NB; ++n) {
-          const __half *vr = vt + (8 * n + g) * VP + kk * 16 + 2 * tg;
-          mma_f16(o[n], pa, *reinterpret_cast<const uint32_t *>(vr), *reinterpret_cast<const uint32_t *>(vr + 8));
+          for (int n = 0; n < kTcKeys / 8; ++n) {
+            const __half *kr = ks + (8 * n + g) * KP + kk * 16 + 2 * tg;
+            const uint32_t b0 = *reinterpret_cast<const uint32_t *>(kr), b1 = *reinterpret_cast<const uint32_t *>(kr + 8);
+            mma_f16(sc[n], qa[kk], b0, b1);
+            mma_f16(sc[n], qb[kk], b0, b1);
+          }
+        float corr[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float mx = m[h];
+#pragma unroll
+          for (int n = 0; n < kTcKeys / 8; ++n)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int64_t key = k0 + 8 * n + 2 * tg + c;
+              if (key > limit[h] || key >= end) sc[n][2 * h + c] = -INFINITY;
+              mx = fmaxf(mx, sc[n][2 * h + c]);
+            }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          // A row with no visible key yet keeps m = -inf: its weights are 0, not exp(nan).
+          corr[h] = mx == -INFINITY ? 1.0f : expf(m[h] - mx);
+          float sum = 0;
+#pragma unroll
+          for (int n = 0; n < kTcKeys / 8; ++n)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const float p = mx == -INFINITY ? 0.0f : expf(sc[n][2 * h + c] - mx);
+              sc[n][2 * h + c] = p;
+              sum += p;
+            }
+          l[h] = l[h] * corr[h] + sum;
+          m[h] = mx;
+        }
+#pragma unroll
+        for (int n = 0; n < NB; ++n) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+#pragma unroll
+        for (int kk = 0; kk < kTcKeys / 16; ++kk) {
+          const uint32_t pa[4] = {pack_half2(sc[2 * kk][0], sc[2 * kk][1]), pack_half2(sc[2 * kk][2], sc[2 * kk][3]),
+                                  pack_half2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_half2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+          for (int n = 0; n < NB; ++n) {
+            const __half *vr = vt + (8 * n + g) * VP + kk * 16 + 2 * tg;
+            mma_f16(o[n], pa, *reinterpret_cast<const uint32_t *>(vr), *reinterpret_cast<const uint32_t *>(vr + 8));
+          }
         }
       }
+      t0 = t1 + 1;
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -329,7 +354,7 @@ __global__ void flash_merge_kernel(const float *partials, float *out, int64_t to
   }
 }
 
-// Decode (one token): query heads sharing a KV head (<= 8) are the rows — the whole group per
+// Decode (one token of each sequence in the step): per token, query heads sharing a KV head (<= 8) are the rows — the whole group per
 // block (kRows 8), or one head per block while the caches are short (kRows 1: plan_for) — and
 // the block's 8 warps take one 32-key tile each of its chunk (256 keys) — the rows are few, the
 // keys many, so a step spreads over many blocks. Every load of a tile is issued before its
@@ -339,9 +364,10 @@ __global__ void flash_merge_kernel(const float *partials, float *out, int64_t to
 // running (max, sum, output) are merged in shared memory.
 // Split over chunks, the partials go to global memory and the last block of a KV head to
 // finish (an atomic counter per head, reset by it) merges them: one launch per step. The
-// blocks whose chunk holds the step's own key (position n_past) first write it from
+// blocks whose chunk holds the token's own key (its position) first write it from
 // k_new/v_new into the caches (the same values from each of a KV head's blocks) and then read
-// it back like any other: no separate KV write.
+// it back like any other: no separate KV write. Tokens are items like the KV heads: token t's
+// blocks read only its sequence's pages.
 constexpr int kDecodeWarps = 8, kDecodeRows = 8, kDecodeThreads = kDecodeWarps * 32;
 constexpr int64_t kDecodeChunk = 4 * kDecodeWarps * 32;  // keys per block at least: up to four tiles per warp
 
@@ -363,43 +389,51 @@ __device__ __forceinline__ void unpack16(const uint4 &u, const float *, float (&
 
 template <class T, int HD, int kRows>
 __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const float *q, const float *k_new, const float *v_new, T *kc, T *vc,
-                                                                      float *out, float *partials, int *counters, int n_head, int n_kv,
-                                                                      const int64_t *n_past_ptr, float scale, int splits, int64_t chunk,
+                                                                      float *out, float *partials, int *counters, int64_t tokens, int n_head,
+                                                                      int n_kv, minfer_cuda_kv_pages kv, float scale, int splits, int64_t chunk,
                                                                       const int32_t *rope_pos, minfer_cuda_rope rope) {
   constexpr int D = HD / 32, kPieces = HD * int(sizeof(T)) / 16;  // 16-byte pieces of a row
   __shared__ __align__(16) float qs[kRows][HD];
   __shared__ float wm[kDecodeWarps][kRows], wl[kDecodeWarps][kRows];
   __shared__ float wacc[kDecodeWarps][kRows][HD];
   __shared__ int last_block;
-  __shared__ float2 rope_cs[HD / 2];  // (cos, sin) of each rotated pair at this step's position
+  __shared__ float2 rope_cs[HD / 2];  // (cos, sin) of each rotated pair at the item's token's position
   extern __shared__ uint4 vtiles[];
-  const int64_t n_past = *n_past_ptr, kvd = int64_t(n_kv) * HD;
+  const int64_t kvd = int64_t(n_kv) * HD;
   const int group = n_head / n_kv, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   T *vt = reinterpret_cast<T *>(vtiles) + warp * 32 * HD;
-  // rope.n_dims > 0: q and the new key arrive unrotated; rotate them here (no RoPE launch).
-  // Each pair's angle once per block: its double-precision exp and log are the costly part.
-  if (rope.n_dims > 0) {
-    const int32_t pos = rope_pos[0];
-    for (int i = threadIdx.x; i < rope.n_dims / 2; i += kDecodeThreads) rope_cos_sin(pos, i, rope, rope_cs[i].x, rope_cs[i].y);
-  }
   const int row_blocks = (group + kRows - 1) / kRows;
-  for (int64_t item = blockIdx.x; item < int64_t(n_kv) * row_blocks * splits; item += gridDim.x) {
-    const int z = int(item % splits), rb = int(item / splits % row_blocks), kvh = int(item / splits / row_blocks);
+  int64_t rope_token = -1;  // the token rope_cs holds
+  for (int64_t item = blockIdx.x; item < tokens * n_kv * row_blocks * splits; item += gridDim.x) {
+    const int z = int(item % splits), rb = int(item / splits % row_blocks), kvh = int(item / splits / row_blocks % n_kv);
+    const int64_t t = item / splits / row_blocks / n_kv;
     const int h0 = kvh * group + rb * kRows, nrows = group - rb * kRows < kRows ? group - rb * kRows : kRows;  // the block's query heads
-    const int tally = kvh * row_blocks + rb;  // its counter
-    __syncthreads();  // the previous item's shared state is consumed (and rope_cs is ready)
+    const int64_t qh0 = t * n_head + h0;  // their rows of q and out
+    const int64_t tally = (t * n_kv + kvh) * row_blocks + rb;  // its counter
+    const int64_t n_past = kv.positions[t];  // the token's position: keys 0..n_past
+    const int32_t slot = kv.slots[t];
+    const float *kt = k_new + t * kvd, *vt_new = v_new + t * kvd;
+    __syncthreads();  // the previous item's shared state is consumed
+    // rope.n_dims > 0: q and the new key arrive unrotated; rotate them here (no RoPE launch).
+    // Each pair's angle once per token: its double-precision exp and log are the costly part.
+    if (rope.n_dims > 0 && t != rope_token) {
+      for (int i = threadIdx.x; i < rope.n_dims / 2; i += kDecodeThreads) rope_cos_sin(rope_pos[t], i, rope, rope_cs[i].x, rope_cs[i].y);
+      rope_token = t;
+      __syncthreads();
+    }
     for (int i = threadIdx.x; i < kRows * HD; i += kDecodeThreads) {
       const int r = i / HD, d = i % HD;
-      const float *qh = q + (int64_t(h0) + r) * HD;
+      const float *qh = q + (qh0 + r) * HD;
       qs[r][d] = r < nrows ? (rope.n_dims > 0 ? rope_value(qh, d, rope, rope_cs) : qh[d]) * scale : 0.0f;
     }
     const int64_t begin = int64_t(z) * chunk, end = begin + chunk < n_past + 1 ? begin + chunk : n_past + 1;
-    if (begin <= n_past && n_past < end)  // this chunk holds the new key: into the caches, read back below
+    if (begin <= n_past && n_past < end) {  // this chunk holds the new key: into the caches, read back below
+      const int64_t at = kv_row(kv, slot, n_past) * kvd + int64_t(kvh) * HD;
       for (int i = threadIdx.x; i < HD; i += kDecodeThreads) {
-        st(kc + n_past * kvd + int64_t(kvh) * HD + i,
-           rope.n_dims > 0 ? rope_value(k_new + int64_t(kvh) * HD, i, rope, rope_cs) : k_new[int64_t(kvh) * HD + i]);
-        st(vc + n_past * kvd + int64_t(kvh) * HD + i, v_new[int64_t(kvh) * HD + i]);
+        st(kc + at + i, rope.n_dims > 0 ? rope_value(kt + int64_t(kvh) * HD, i, rope, rope_cs) : kt[int64_t(kvh) * HD + i]);
+        st(vc + at + i, vt_new[int64_t(kvh) * HD + i]);
       }
+    }
     __syncthreads();  // q in shared memory; the new row visible to the block's loads
     float m[kRows], l[kRows], acc[kRows][D];
 #pragma unroll
@@ -413,7 +447,8 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
       // V rows of the tile on their way into shared memory.
       for (int c = lane; c < keys * kPieces; c += 32) {
         const int j = c / kPieces, piece = c % kPieces;
-        cp_async16(reinterpret_cast<uint4 *>(vt + j * HD) + piece, reinterpret_cast<const uint4 *>(vc + (k0 + j) * kvd + int64_t(kvh) * HD) + piece);
+        cp_async16(reinterpret_cast<uint4 *>(vt + j * HD) + piece,
+                   reinterpret_cast<const uint4 *>(vc + kv_row(kv, slot, k0 + j) * kvd + int64_t(kvh) * HD) + piece);
       }
       const int64_t pos = k0 + lane;
       float s[kRows];
@@ -422,7 +457,7 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
       if (pos < end) {
         // The key row as raw 16-byte pieces, up to 16 in flight at once (all of an f16 row).
         constexpr int kPass = kPieces < 16 ? kPieces : 16, kPer = 16 / int(sizeof(T));
-        const uint4 *kr = reinterpret_cast<const uint4 *>(kc + pos * kvd + int64_t(kvh) * HD);
+        const uint4 *kr = reinterpret_cast<const uint4 *>(kc + kv_row(kv, slot, pos) * kvd + int64_t(kvh) * HD);
 #pragma unroll
         for (int p0 = 0; p0 < kPieces; p0 += kPass) {
           uint4 raw[kPass];
@@ -488,9 +523,9 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
           num += e * wacc[w][r][d], den += e * wl[w][r];
         }
       if (splits == 1) {
-        out[(int64_t(h0) + r) * HD + d] = den > 0 ? num / den : 0.0f;
+        out[(qh0 + r) * HD + d] = den > 0 ? num / den : 0.0f;
       } else {
-        float *p = partials + (int64_t(z) * n_head + h0 + r) * (HD + 2);
+        float *p = partials + (int64_t(z) * tokens * n_head + qh0 + r) * (HD + 2);
         p[d] = num;
         if (d == 0) p[HD] = mx, p[HD + 1] = den;
       }
@@ -508,14 +543,14 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
       // One pass with a running max: every split's loads can be in flight together.
       float mx = -INFINITY, num = 0, den = 0;
       for (int zz = 0; zz < splits; ++zz) {
-        const float *p = partials + (int64_t(zz) * n_head + h0 + r) * (HD + 2);
+        const float *p = partials + (int64_t(zz) * tokens * n_head + qh0 + r) * (HD + 2);
         const float mz = __ldcg(p + HD), lz = __ldcg(p + HD + 1), az = __ldcg(p + d);
         if (lz > 0) {
           const float m_new = fmaxf(mx, mz), a = expf(mx - m_new), b = expf(mz - m_new);
           num = num * a + az * b, den = den * a + lz * b, mx = m_new;
         }
       }
-      out[(int64_t(h0) + r) * HD + d] = den > 0 ? num / den : 0.0f;
+      out[(qh0 + r) * HD + d] = den > 0 ? num / den : 0.0f;
     }
     if (threadIdx.x == 0) counters[tally] = 0;  // ready for the next step (and graph replay)
   }
@@ -524,29 +559,33 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
 struct Plan {
   int64_t row_tiles, chunk;
   int splits;
-  bool decode;     // flash_decode_kernel: one token, <= 8 query heads per KV head
+  bool decode;     // flash_decode_kernel: one token per sequence, <= 8 query heads per KV head
   int decode_rows;  // its query heads per block: a KV head's group (8), or one each (1)
 };
 
-constexpr int kMaxDecodeKvHeads = 1024;  // the counters the device keeps (minfer_cuda_flash_counters)
-constexpr int64_t kOneRowPositions = 4096;  // caches up to this many positions: a block per query head
+constexpr int kMaxDecodeCounters = 16384;  // the counters the device keeps (minfer_cuda_flash_counters)
+constexpr int64_t kOneRowPositions = 4096;  // a step's caches up to this many positions: a block per query head
 
 // Splits so that about two blocks per SM are busy, each chunk at least kMinChunk keys.
-// tile_rows: the prefill kernel's rows per block (kRows, or kTcRows for the tensor-core one).
-Plan plan_for(int64_t tokens, int n_head, int n_kv, int64_t max_positions, int sm_count, int tile_rows = kRows) {
+// decode: one token of each sequence (the one-token kernel's case). max_positions: a
+// sequence's most. tile_rows: the prefill kernel's rows per block (kRows, or kTcRows for the
+// tensor-core one).
+Plan plan_for(int64_t tokens, bool decode, int n_head, int n_kv, int64_t max_positions, int sm_count, int tile_rows = kRows) {
   Plan p{};
-  if (tokens == 1 && n_head / n_kv <= kDecodeRows && n_kv <= kMaxDecodeKvHeads) {
+  // A block per query head while the step's caches fit L2 (each head rereads its KV head's
+  // rows): a lane's dot products are one head's, not the group's — the group made a serial
+  // chain that cost a 7B ~16 us a layer even at a handful of keys.
+  const int rows = tokens * max_positions <= kOneRowPositions ? 1 : kDecodeRows;
+  const int64_t counters = tokens * n_head;  // the most it may need (one block row per query head), whatever max_positions
+  if (decode && n_head / n_kv <= kDecodeRows && counters <= kMaxDecodeCounters) {
     // Chunks of kDecodeChunk keys at least, up to about two blocks per SM.
-    const int64_t most = (2 * int64_t(sm_count > 0 ? sm_count : 132) + n_kv - 1) / n_kv;
+    const int64_t base = tokens * n_kv, most = (2 * int64_t(sm_count > 0 ? sm_count : 132) + base - 1) / base;
     int64_t splits = (max_positions + kDecodeChunk - 1) / kDecodeChunk;
     if (splits > most) splits = most;
     if (splits < 1) splits = 1;
     p.decode = true, p.row_tiles = 1, p.splits = int(splits);
     p.chunk = ((max_positions + splits - 1) / splits + 31) / 32 * 32;
-    // A block per query head while a layer's cache fits L2 (each head rereads its KV head's
-    // rows): a lane's dot products are one head's, not the group's — the group made a serial
-    // chain that cost a 7B ~16 us a layer even at a handful of keys.
-    p.decode_rows = max_positions <= kOneRowPositions && n_head <= kMaxDecodeKvHeads ? 1 : kDecodeRows;
+    p.decode_rows = rows;
     return p;
   }
   p.row_tiles = (tokens * (n_head / n_kv) + tile_rows - 1) / tile_rows;
@@ -566,33 +605,33 @@ Plan plan_for(int64_t tokens, int n_head, int n_kv, int64_t max_positions, int s
 
 template <class T, int HD, int kRows>
 cudaError_t launch_decode_rows(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new, void *kc, void *vc, float *out,
-                          float *partials, int *counters, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p,
-                          const int32_t *rope_pos, const minfer_cuda_rope &rope) {
-  const int64_t items = int64_t(n_kv) * ((n_head / n_kv + kRows - 1) / kRows) * p.splits;
+                               float *partials, int *counters, int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, float scale,
+                               const Plan &p, const int32_t *rope_pos, const minfer_cuda_rope &rope) {
+  const int64_t items = tokens * n_kv * ((n_head / n_kv + kRows - 1) / kRows) * p.splits;
   const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
   // Static and dynamic shared memory together pass the 48 KiB a kernel gets without asking.
   constexpr size_t smem = decode_smem_bytes<T, HD>();
   const cudaError_t e = cudaFuncSetAttribute(flash_decode_kernel<T, HD, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   flash_decode_kernel<T, HD, kRows><<<grid, kDecodeThreads, smem, cfg->stream>>>(q, k_new, v_new, static_cast<T *>(kc), static_cast<T *>(vc), out,
-                                                                       partials, counters, n_head, n_kv, n_past, scale, p.splits, p.chunk,
-                                                                       rope_pos, rope);
+                                                                                 partials, counters, tokens, n_head, n_kv, kv, scale, p.splits,
+                                                                                 p.chunk, rope_pos, rope);
   return cudaGetLastError();
 }
 
 template <class T, int HD>
 cudaError_t launch_decode(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new, void *kc, void *vc, float *out,
-                          float *partials, int *counters, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p,
-                          const int32_t *rope_pos, const minfer_cuda_rope &rope) {
+                          float *partials, int *counters, int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, float scale,
+                          const Plan &p, const int32_t *rope_pos, const minfer_cuda_rope &rope) {
   if (p.decode_rows == 1)
-    return launch_decode_rows<T, HD, 1>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, rope);
-  return launch_decode_rows<T, HD, kDecodeRows>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos,
-                                                rope);
+    return launch_decode_rows<T, HD, 1>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scale, p, rope_pos, rope);
+  return launch_decode_rows<T, HD, kDecodeRows>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scale, p,
+                                                rope_pos, rope);
 }
 
 template <int HD>
 cudaError_t launch_tc(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc, float *out, float *partials,
-                      int64_t tokens, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p) {
+                      int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, float scale, const Plan &p) {
   constexpr size_t smem = tc_smem_bytes<HD>();
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(flash_attention_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -601,14 +640,14 @@ cudaError_t launch_tc(minfer_cuda_launch_cfg *cfg, const float *q, const void *k
   const int64_t items = int64_t(n_kv) * p.row_tiles * p.splits;
   const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
   flash_attention_tc_kernel<HD><<<grid, kTcThreads, smem, cfg->stream>>>(q, static_cast<const __half *>(kc), static_cast<const __half *>(vc),
-                                                                         out, partials, tokens, n_head, n_kv, n_past, scale, p.row_tiles,
+                                                                         out, partials, tokens, n_head, n_kv, kv, scale, p.row_tiles,
                                                                          p.splits, p.chunk);
   return cudaGetLastError();
 }
 
 template <class T, int HD>
 cudaError_t launch(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc, float *out, float *partials,
-                   int64_t tokens, int n_head, int n_kv, const int64_t *n_past, float scale, const Plan &p) {
+                   int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, float scale, const Plan &p) {
   const size_t smem = smem_bytes<HD>();
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(flash_attention_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -617,7 +656,7 @@ cudaError_t launch(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, 
   const int64_t items = int64_t(n_kv) * p.row_tiles * p.splits;
   const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
   flash_attention_kernel<T, HD><<<grid, kThreads, smem, cfg->stream>>>(q, static_cast<const T *>(kc), static_cast<const T *>(vc), out,
-                                                                       partials, tokens, n_head, n_kv, n_past, scale, p.row_tiles,
+                                                                       partials, tokens, n_head, n_kv, kv, scale, p.row_tiles,
                                                                        p.splits, p.chunk);
   return cudaGetLastError();
 }
@@ -629,53 +668,54 @@ using namespace minfer::cuda;
 
 extern "C" int minfer_cuda_flash_attention_supports(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
-extern "C" int32_t minfer_cuda_flash_attention_counters() { return kMaxDecodeKvHeads; }
+extern "C" int32_t minfer_cuda_flash_attention_counters() { return kMaxDecodeCounters; }
 
-extern "C" const char *minfer_cuda_flash_attention_kernel(int64_t tokens, int32_t n_head, int32_t n_kv, int32_t head_dim, int32_t dtype) {
+extern "C" const char *minfer_cuda_flash_attention_kernel(int64_t tokens, int decode, int32_t n_head, int32_t n_kv, int32_t head_dim,
+                                                          int32_t dtype) {
   if (!minfer_cuda_flash_attention_supports(head_dim) || (dtype != MINFER_DTYPE_F16 && dtype != MINFER_DTYPE_F32)) return nullptr;
-  if (plan_for(tokens, n_head, n_kv, 1, 1).decode) return "flash_decode_kernel";
+  if (plan_for(tokens, decode != 0, n_head, n_kv, 1, 1).decode) return "flash_decode_kernel";
   return dtype == MINFER_DTYPE_F16 ? "flash_attention_tc_kernel" : "flash_attention_kernel";
 }
 
-extern "C" int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int32_t n_head, int32_t n_kv, int32_t head_dim,
+extern "C" int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int decode, int32_t n_head, int32_t n_kv, int32_t head_dim,
                                                               int64_t max_positions, int32_t sm_count) {
-  int64_t splits = 1;  // the larger of the two prefill kernels' plans
+  int64_t splits = 1;  // the larger of the two prefill kernels' plans (or the decode one's)
   for (int tile_rows : {kRows, kTcRows}) {
-    const Plan p = plan_for(tokens, n_head, n_kv, max_positions, sm_count, tile_rows);
+    const Plan p = plan_for(tokens, decode != 0, n_head, n_kv, max_positions, sm_count, tile_rows);
     splits = p.splits > splits ? p.splits : splits;
   }
   return splits == 1 ? 0 : splits * tokens * n_head * (head_dim + 2) * int64_t(sizeof(float));
 }
 
-extern "C" int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int32_t n_head, int32_t n_kv, int32_t head_dim) {
-  return minfer_cuda_flash_attention_supports(head_dim) && plan_for(tokens, n_head, n_kv, 1, 1).decode;
+extern "C" int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int decode, int32_t n_head, int32_t n_kv, int32_t head_dim) {
+  return minfer_cuda_flash_attention_supports(head_dim) && plan_for(tokens, decode != 0, n_head, n_kv, 1, 1).decode;
 }
 
 extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new,
-                                                   void *kc, void *vc, int32_t dtype, float *out, float *partials, int *counters, int64_t tokens,
-                                                   int32_t n_head, int32_t n_kv, int32_t hd, const int64_t *n_past,
-                                                   int64_t max_positions, float scale, int32_t sm_count, const int32_t *rope_pos,
-                                                   const minfer_cuda_rope *rope) {
-  const Plan p = plan_for(tokens, n_head, n_kv, max_positions, sm_count);
+                                                   void *kc, void *vc, int32_t dtype, float *out, float *partials, int *counters,
+                                                   int64_t tokens, int decode, int32_t n_head, int32_t n_kv, int32_t hd,
+                                                   minfer_cuda_kv_pages kv, int64_t max_positions, float scale, int32_t sm_count,
+                                                   const int32_t *rope_pos, const minfer_cuda_rope *rope) {
+  const Plan p = plan_for(tokens, decode != 0, n_head, n_kv, max_positions, sm_count);
   cudaError_t e = cudaErrorNotSupported;
   if (rope && !p.decode) return cudaErrorInvalidValue;  // only the one-token kernel rotates
   if (p.decode) {
     const minfer_cuda_rope r = rope ? *rope : minfer_cuda_rope{0, 0, 0, 0};
-    if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_decode<__half, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, r);
-    if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_decode<__half, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, r);
-    if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch_decode<float, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, r);
-    if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch_decode<float, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, n_head, n_kv, n_past, scale, p, rope_pos, r);
-    cfg->kernel_name = minfer_cuda_flash_attention_kernel(tokens, n_head, n_kv, hd, dtype);
+    if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_decode<__half, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scale, p, rope_pos, r);
+    if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_decode<__half, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scale, p, rope_pos, r);
+    if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch_decode<float, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scale, p, rope_pos, r);
+    if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch_decode<float, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scale, p, rope_pos, r);
+    cfg->kernel_name = minfer_cuda_flash_attention_kernel(tokens, decode, n_head, n_kv, hd, dtype);
     cfg->kernel_dtype = dtype;
     return e;
   }
   // f16 caches on tensor cores; f32 caches keep f32 arithmetic throughout.
-  const Plan pt = plan_for(tokens, n_head, n_kv, max_positions, sm_count, dtype == MINFER_DTYPE_F16 ? kTcRows : kRows);
-  if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_tc<64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, pt);
-  if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_tc<128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, pt);
-  if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch<float, 64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, pt);
-  if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch<float, 128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, n_past, scale, pt);
-  cfg->kernel_name = minfer_cuda_flash_attention_kernel(tokens, n_head, n_kv, hd, dtype);
+  const Plan pt = plan_for(tokens, false, n_head, n_kv, max_positions, sm_count, dtype == MINFER_DTYPE_F16 ? kTcRows : kRows);
+  if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_tc<64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scale, pt);
+  if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_tc<128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scale, pt);
+  if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch<float, 64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scale, pt);
+  if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch<float, 128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scale, pt);
+  cfg->kernel_name = minfer_cuda_flash_attention_kernel(tokens, decode, n_head, n_kv, hd, dtype);
   cfg->kernel_dtype = dtype;
   if (e != cudaSuccess || pt.splits == 1) return e;
   const int64_t rows = tokens * n_head;

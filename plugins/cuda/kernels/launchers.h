@@ -69,15 +69,27 @@ cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, co
 cudaError_t minfer_cuda_swiglu_f32(minfer_cuda_launch_cfg *cfg, const float *gate, const float *up, float *y,
                                    int64_t n);
 
-/* attention.cu: write this step's K and V rows into the caches (f16 or f32) at n_past..
- * n_past is read from device memory (*n_past), so captured graphs replay for any position. */
+/* The paged KV cache as the attention kernels read it (minfer/ops.h): token t sits at
+ * positions[t] of sequence slots[t]; position p of slot s lives in cache row
+ * table[s * max_pages + p / page_size] * page_size + p % page_size. All device pointers,
+ * rewritten by the host before each step, so a captured graph replays for any step. */
+typedef struct minfer_cuda_kv_pages {
+  const int32_t *positions; /* [tokens] */
+  const int32_t *slots;     /* [tokens] */
+  const int32_t *table;     /* [n_slots][max_pages] */
+  int64_t max_pages;        /* a slot's row of the table */
+  int32_t page_shift;       /* log2(page_size) */
+} minfer_cuda_kv_pages;
+
+/* attention.cu: write this step's K and V rows into the caches (f16 or f32) at each token's
+ * (slot, position). */
 cudaError_t minfer_cuda_kv_write(minfer_cuda_launch_cfg *cfg, const float *k, const float *v, void *k_cache,
-                                 void *v_cache, int32_t cache_dtype, int64_t tokens, int64_t kv_dim, const int64_t *n_past);
-/* attention.cu: causal GQA over the caches; one block per (token, head); max_positions: the
- * caches' length (sizes shared memory once for every step). */
+                                 void *v_cache, int32_t cache_dtype, int64_t tokens, int64_t kv_dim, minfer_cuda_kv_pages kv);
+/* attention.cu: causal GQA over the caches; one block per (token, head); max_positions: a
+ * sequence's most positions (sizes shared memory once for every step). */
 cudaError_t minfer_cuda_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *k_cache,
                                   const void *v_cache, int32_t cache_dtype, float *out, int64_t tokens,
-                                  int32_t n_head, int32_t n_kv_head, int32_t head_dim, const int64_t *n_past,
+                                  int32_t n_head, int32_t n_kv_head, int32_t head_dim, minfer_cuda_kv_pages kv,
                                   int64_t max_positions, float scale);
 /* The most positions attention handles (its scores live in shared memory). */
 int64_t minfer_cuda_attention_max_positions(int device);
@@ -86,23 +98,27 @@ int64_t minfer_cuda_attention_max_positions(int device);
  * no length limit) for the head dims it is built for; split over the keys when the rows
  * alone would not fill sm_count SMs, the chunks merged through `partials`
  * (minfer_cuda_flash_attention_partials_bytes; 0 = no split, may be NULL) by a second kernel,
- * or for one token by the last block of each KV head, which `counters` (that many ints,
- * zeroed once; the kernel leaves them zero) tells. */
+ * or in a decode step by the last block of each (token, KV head), which `counters` (that many
+ * ints, zeroed once; the kernel leaves them zero) tells. decode: every token of the step is
+ * a different sequence's (n_seqs == n_tokens), which the one-token kernel needs: it writes
+ * each token's K and V itself, as it reads. max_positions: a sequence's most positions. */
 int minfer_cuda_flash_attention_supports(int32_t head_dim);
 int32_t minfer_cuda_flash_attention_counters(void);
 /* The kernel minfer_cuda_flash_attention runs for such a call; NULL when it runs none. */
-const char *minfer_cuda_flash_attention_kernel(int64_t tokens, int32_t n_head, int32_t n_kv_head, int32_t head_dim, int32_t cache_dtype);
+const char *minfer_cuda_flash_attention_kernel(int64_t tokens, int decode, int32_t n_head, int32_t n_kv_head, int32_t head_dim,
+                                               int32_t cache_dtype);
 /* 1 when this call writes the step's K and V rows (k_new, v_new) into the caches itself (the
  * one-token kernel); otherwise minfer_cuda_kv_write must run first. The same calls take
- * `rope` (else NULL): q and k_new arrive unrotated and the kernel rotates them at position
- * rope_pos[0], so a decode step needs no RoPE launch. */
-int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int32_t n_head, int32_t n_kv_head, int32_t head_dim);
-int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int32_t n_head, int32_t n_kv_head, int32_t head_dim,
+ * `rope` (else NULL): q and k_new arrive unrotated and the kernel rotates each token's at
+ * rope_pos[t], so a decode step needs no RoPE launch. */
+int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int decode, int32_t n_head, int32_t n_kv_head, int32_t head_dim);
+int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int decode, int32_t n_head, int32_t n_kv_head, int32_t head_dim,
                                                    int64_t max_positions, int32_t sm_count);
 cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new,
-                                        void *k_cache, void *v_cache, int32_t cache_dtype, float *out, float *partials, int *counters, int64_t tokens, int32_t n_head,
-                                        int32_t n_kv_head, int32_t head_dim, const int64_t *n_past, int64_t max_positions,
-                                        float scale, int32_t sm_count, const int32_t *rope_pos, const minfer_cuda_rope *rope);
+                                        void *k_cache, void *v_cache, int32_t cache_dtype, float *out, float *partials, int *counters,
+                                        int64_t tokens, int decode, int32_t n_head, int32_t n_kv_head, int32_t head_dim,
+                                        minfer_cuda_kv_pages kv, int64_t max_positions, float scale, int32_t sm_count,
+                                        const int32_t *rope_pos, const minfer_cuda_rope *rope);
 
 /* gemv.cu: one token, x in f32: the kernel quantizes x itself (no quantize launch before it);
  * for the int8 block types (qblock.cuh: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) and k

@@ -44,29 +44,38 @@ void run_swiglu(CudaDevice &dev, const minfer_node &n, const minfer_step_args &a
   dev.swiglu_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output), sdk::run_elements(*n.output, args));
 }
 
+// A sequence's most positions: its page table row's pages.
+int64_t max_positions(const minfer_node &n) {
+  return n.inputs[7]->shape[0] * int64_t(sdk::params_of<minfer_attention_params>(n).page_size);
+}
+
 std::string check_attention(const minfer_node &n) {
   const auto &p = sdk::params_of<minfer_attention_params>(n);
   if (p.head_dim > 256) return "head_dim " + std::to_string(p.head_dim) + " is above the CUDA attention kernel's 256";
   if (minfer_cuda_flash_attention_supports(p.head_dim)) return "";  // fused kernel: any length
-  // Other head dims: scores for every cache position live in shared memory (H100/H200: up to ~56k positions).
+  // Other head dims: scores for every position of a sequence live in shared memory (H100/H200: up to ~56k positions).
   const int64_t max = minfer_cuda_attention_max_positions(0);
-  if (n.inputs[3]->shape[1] > max)
-    return "a KV cache of " + std::to_string(n.inputs[3]->shape[1]) + " positions exceeds the CUDA attention kernel's " +
-           std::to_string(max) + "; lower 'context'";
+  if (max_positions(n) > max)
+    return "sequences of " + std::to_string(max_positions(n)) + " positions exceed the CUDA attention kernel's " + std::to_string(max) +
+           " for head_dim " + std::to_string(p.head_dim) + "; lower 'context'";
   return "";
+}
+
+// The step's paged KV cache as the kernels read it.
+minfer_cuda_kv_pages kv_pages(const minfer_node &n) {
+  const auto &p = sdk::params_of<minfer_attention_params>(n);
+  int32_t shift = 0;
+  while ((1 << shift) < p.page_size) ++shift;
+  return {dptr<int32_t>(*n.inputs[5]), dptr<int32_t>(*n.inputs[6]), dptr<int32_t>(*n.inputs[7]), n.inputs[7]->shape[0], shift};
 }
 
 // q and k: the attention's own inputs, or (RoPE fused) the RoPEs' unrotated inputs.
 void attend(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, const float *q, const float *k,
             const int32_t *rope_pos = nullptr, const minfer_rope_params *rope = nullptr, const float *factors = nullptr) {
   const auto &p = sdk::params_of<minfer_attention_params>(n);
-  const int64_t tokens = sdk::run_rows(*n.inputs[0], args), n_ctx = n.inputs[3]->shape[1];
-  if (args.n_past < 0 || args.n_past + tokens > n_ctx)
-    throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "positions " + std::to_string(args.n_past) + ".." +
-                                                      std::to_string(args.n_past + tokens - 1) + " do not fit the KV cache of " +
-                                                      std::to_string(n_ctx));
-  dev.attention(q, k, dptr<float>(*n.inputs[2]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), n.inputs[3]->dtype, dptr<float>(*n.output), tokens, p,
-                n_ctx, rope_pos, rope, factors);
+  const int64_t tokens = sdk::run_rows(*n.inputs[0], args);
+  dev.attention(q, k, dptr<float>(*n.inputs[2]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), n.inputs[3]->dtype, dptr<float>(*n.output), tokens,
+                is_decode(args, tokens), p, kv_pages(n), max_positions(n), rope_pos, rope, factors);
 }
 
 void run_attention(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
@@ -98,7 +107,8 @@ void run_rope_pair(CudaDevice &dev, const minfer_node &a, const minfer_node &b, 
 void run_rope_attention(CudaDevice &dev, const minfer_node &rope_a, const minfer_node &rope_b, const minfer_node &attn,
                         const minfer_step_args &args) {
   const auto &ap = sdk::params_of<minfer_attention_params>(attn);
-  if (!dev.attention_rotates(sdk::run_rows(*attn.inputs[0], args), ap)) {
+  const int64_t tokens = sdk::run_rows(*attn.inputs[0], args);
+  if (!dev.attention_rotates(tokens, is_decode(args, tokens), ap)) {
     run_rope_pair(dev, rope_a, rope_b, args);
     return run_attention(dev, attn, args, 0);
   }

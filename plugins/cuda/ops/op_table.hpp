@@ -22,6 +22,10 @@ struct CudaOp {
   void (*run)(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t node_tag);
 };
 
+// A decode step: each of its tokens is a different sequence's (ABI 1.5's n_seqs), as the
+// one-token attention kernel needs.
+inline bool is_decode(const minfer_step_args &args, int64_t tokens) { return sdk::step_seqs(args) == tokens; }
+
 // A matmul fused with the add that follows it (plugin.cpp finds the pairs at compile): the
 // add's other input (a bias or a residual) goes into the matmul's epilogue and the add's
 // output is written directly; the matmul's own output, read by nothing else, is scratch.

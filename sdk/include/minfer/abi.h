@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 #define MINFER_ABI_MAJOR 1 /* changes only when something is removed, reordered or retyped */
-#define MINFER_ABI_MINOR 4 /* grows when a field or an entry is appended */
+#define MINFER_ABI_MINOR 5 /* grows when a field or an entry is appended */
 
 /* The one symbol a plugin exports. */
 #define MINFER_ENTRY_SYMBOL "minfer_backend_entry"
@@ -84,6 +84,9 @@ typedef struct minfer_device_info {
  * segment, a copy or the host — so a plugin that fuses its producer into those nodes may
  * leave it unwritten. Without the bit a plugin must write every output. */
 #define MINFER_TENSOR_SEGMENT_LOCAL 1u
+/* ABI 1.5: the tensor's token_dim follows the step's n_outputs (the rows that produce logits),
+ * not its n_tokens. */
+#define MINFER_TENSOR_OUTPUT_ROWS 2u
 typedef struct minfer_tensor {
   size_t struct_size;
   int32_t dtype; /* minfer_dtype == GGUF type id */
@@ -119,6 +122,12 @@ typedef struct minfer_step_args {
   /* ABI 1.1: nonzero asks the plugin to time each node of this execution on its device, for
    * segment_node_times. A reader whose struct_size does not reach it treats it as 0. */
   int32_t node_times;
+  /* ABI 1.5 (a reader whose struct_size does not reach them takes n_outputs = n_tokens and
+   * n_seqs = 1; sdk::step_outputs, sdk::step_seqs). n_outputs: the run-time extent of every
+   * MINFER_TENSOR_OUTPUT_ROWS tensor's token_dim. n_seqs: the sequences (slots) this step's
+   * tokens belong to; n_seqs == n_tokens means one token of each (a decode step). */
+  int64_t n_outputs;
+  int64_t n_seqs;
 } minfer_step_args;
 
 typedef struct minfer_backend_api {

@@ -39,12 +39,22 @@ inline int64_t rms_norm_group(const minfer_node &n) {
   return n.inputs[0]->shape[0];
 }
 
-// The plugin ABI minor a node needs beyond 1.0 (a plugin of an older minor would read it
-// wrongly: the host does not give it such nodes).
-inline uint32_t abi_minor_needed(const minfer_node &n) {
-  if (n.op == MINFER_OP_RMS_NORM && n.params && rms_norm_group(n) != n.inputs[0]->shape[0]) return 4;
-  if (n.op == MINFER_OP_ROPE && n.n_inputs == 3) return 4;
-  return 0;
+// The plugin ABI minor a node needs beyond 1.0, and what needs it (a plugin of an older minor
+// would read it wrongly: the host does not give it such nodes).
+struct AbiNeed {
+  uint32_t minor = 0;
+  const char *what = "";
+};
+inline AbiNeed abi_needed(const minfer_node &n) {
+  if (n.op == MINFER_OP_ATTENTION) return {5, "paged attention"};
+  for (int i = 0; i <= n.n_inputs; ++i) {
+    const minfer_tensor *t = i < n.n_inputs ? (n.inputs ? n.inputs[i] : nullptr) : n.output;
+    if (t && t->struct_size >= MINFER_SIZE_UP_TO(minfer_tensor, flags) && (t->flags & MINFER_TENSOR_OUTPUT_ROWS))
+      return {5, "a tensor of the step's output rows"};
+  }
+  if (n.op == MINFER_OP_RMS_NORM && n.params && n.n_inputs > 0 && rms_norm_group(n) != n.inputs[0]->shape[0]) return {4, "a grouped RMS norm"};
+  if (n.op == MINFER_OP_ROPE && n.n_inputs == 3) return {4, "RoPE frequency factors"};
+  return {};
 }
 
 // "" when the node is a valid instance of its op; otherwise the reason, naming the tensor.
@@ -150,15 +160,21 @@ inline std::string check_op_contract(const minfer_node &n) {
       if (p.head_dim <= 0 || p.n_head <= 0 || p.n_kv_head <= 0 || p.n_head % p.n_kv_head)
         return "heads: n_head must be a positive multiple of n_kv_head";
       const int64_t qd = int64_t(p.n_head) * p.head_dim, kvd = int64_t(p.n_kv_head) * p.head_dim;
-      const minfer_tensor &q = in_(0), &k = in_(1), &v = in_(2), &kc = in_(3), &vc = in_(4);
+      if (p.struct_size < MINFER_SIZE_UP_TO(minfer_attention_params, page_size) || p.page_size <= 0 || (p.page_size & (p.page_size - 1)))
+        return "page_size must be a power of two (ABI 1.5 params)";
+      const minfer_tensor &q = in_(0), &k = in_(1), &v = in_(2), &kc = in_(3), &vc = in_(4), &pos = in_(5), &slot = in_(6), &table = in_(7);
       if (q.dtype != MINFER_DTYPE_F32 || q.rank != 2 || q.shape[0] != qd) return need(q, ("f32 [" + std::to_string(qd) + ", n]").c_str());
       for (const minfer_tensor *t : {&k, &v})
         if (t->dtype != MINFER_DTYPE_F32 || t->rank != 2 || t->shape[0] != kvd || t->shape[1] != q.shape[1])
           return need(*t, ("f32 [" + std::to_string(kvd) + ", " + std::to_string(q.shape[1]) + "]").c_str());
       for (const minfer_tensor *t : {&kc, &vc})
         if ((t->dtype != MINFER_DTYPE_F16 && t->dtype != MINFER_DTYPE_F32) || t->rank != 2 || t->shape[0] != kvd || t->dtype != kc.dtype ||
-            t->shape[1] != kc.shape[1])
-          return need(*t, ("f16 or f32 [" + std::to_string(kvd) + ", n_ctx], both caches alike").c_str());
+            t->shape[1] != kc.shape[1] || t->shape[1] % p.page_size)
+          return need(*t, ("f16 or f32 [" + std::to_string(kvd) + ", n_pages * " + std::to_string(p.page_size) + "], both caches alike").c_str());
+      for (const minfer_tensor *t : {&pos, &slot})
+        if (t->dtype != MINFER_DTYPE_I32 || t->rank != 1 || t->shape[0] != q.shape[1] || (t->token_dim >= 0) != (q.token_dim >= 0))
+          return need(*t, ("i32 [" + std::to_string(q.shape[1]) + "] following the step's tokens like q").c_str());
+      if (table.dtype != MINFER_DTYPE_I32 || table.rank != 2 || table.token_dim != -1) return need(table, "i32 [max_pages, n_slots]");
       if (out.dtype != MINFER_DTYPE_F32 || !same_shape(out, q)) return need(out, "f32 shaped like q");
       return "";
     }

@@ -40,10 +40,15 @@ typedef enum minfer_op {
   MINFER_OP_ROPE = 10, /* ABI 1.4: an optional third input, f32 [n_dims/2] frequency factors:
                         pair i turns by pos * theta_base^(-2i/n_dims) * freq_scale / factor[i]
                         (Llama 3.1+'s rope_freqs) */
-  /* causal grouped-query attention with a KV cache: q f32 [n_head*hd, n], k, v f32 [n_kv*hd, n],
-     k_cache, v_cache (f16 or f32) [n_kv*hd, n_ctx] -> out f32 [n_head*hd, n]. Writes k, v into
-     the caches at positions n_past..n_past+n-1 (n_past: the step's), then token t attends to
-     positions 0..n_past+t. minfer_attention_params */
+  /* causal grouped-query attention over a paged KV cache (ABI 1.5; docs/PLUGIN-ABI.md):
+     inputs q f32 [n_head*hd, n], k, v f32 [n_kv*hd, n], k_cache, v_cache (f16 or f32)
+     [n_kv*hd, n_pages*page_size], positions i32 [n], slots i32 [n], page_table i32
+     [max_pages, n_slots] -> out f32 [n_head*hd, n]. Position p of slot s lives in cache row
+     page_table[s][p / page_size] * page_size + p % page_size. Token t writes its k, v at
+     (slots[t], positions[t]), then attends to positions 0..positions[t] of its own slot. The
+     tokens of one slot are consecutive in a step, in position order. minfer_attention_params.
+     (ABI 1.0-1.4 had a 5-input form over one contiguous cache; hosts of 1.5 send only this
+     one, and only to plugins of 1.5 or later.) */
   MINFER_OP_ATTENTION = 11,
   /* out = silu(gate) * up; gate, up, out f32, same shape */
   MINFER_OP_SWIGLU = 12,
@@ -85,6 +90,7 @@ typedef struct minfer_attention_params {
   int32_t n_head;
   int32_t n_kv_head; /* n_head is a multiple of it: query head h reads kv head h / (n_head/n_kv_head) */
   float scale;       /* applied to q.k, usually 1/sqrt(head_dim) */
+  int32_t page_size; /* ABI 1.5: positions per KV page, a power of two */
 } minfer_attention_params;
 
 typedef struct minfer_op_traits {
@@ -106,7 +112,7 @@ static inline minfer_op_traits minfer_op_info(int32_t op) {
     case MINFER_OP_RMS_NORM: t.name = "rms_norm"; t.n_inputs = 2; t.params_size = offsetof(minfer_rms_norm_params, eps) + sizeof(float); break; /* ABI 1.0's part */
     case MINFER_OP_MATMUL: t.name = "matmul"; t.n_inputs = 2; break;
     case MINFER_OP_ROPE: t.name = "rope"; t.n_inputs = 2; t.params_size = sizeof(minfer_rope_params); break;
-    case MINFER_OP_ATTENTION: t.name = "attention"; t.n_inputs = 5; t.params_size = sizeof(minfer_attention_params); break;
+    case MINFER_OP_ATTENTION: t.name = "attention"; t.n_inputs = 8; t.params_size = sizeof(minfer_attention_params); break;
     case MINFER_OP_SWIGLU: t.name = "swiglu"; t.n_inputs = 2; break;
     default: break;
   }

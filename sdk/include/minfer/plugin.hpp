@@ -181,7 +181,8 @@ inline minfer_tensor read_tensor(const minfer_tensor &src) {
 }
 
 // The compile-time checks every plugin makes of a node's tensors: each lies inside its
-// buffer. Returns the most tokens the node takes per step (INT64_MAX when none follows it).
+// buffer. Returns the most tokens the node takes per step (INT64_MAX when none follows it;
+// tensors of the step's output rows follow n_outputs, which the host bounds).
 inline int64_t check_compiled_node(const minfer_node &n) {
   int64_t max_tokens = INT64_MAX;
   for (int i = 0; i <= n.n_inputs; ++i) {
@@ -192,7 +193,8 @@ inline int64_t check_compiled_node(const minfer_node &n) {
       for (int d = 1; d < t.rank; ++d) bytes *= t.shape[d];
     }
     check_fits(n, t, bytes);
-    if (t.token_dim >= 0 && t.shape[t.token_dim] < max_tokens) max_tokens = t.shape[t.token_dim];
+    const bool output_rows = t.struct_size >= MINFER_SIZE_UP_TO(minfer_tensor, flags) && (t.flags & MINFER_TENSOR_OUTPUT_ROWS);
+    if (t.token_dim >= 0 && !output_rows && t.shape[t.token_dim] < max_tokens) max_tokens = t.shape[t.token_dim];
   }
   return max_tokens;
 }

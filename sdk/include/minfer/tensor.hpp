@@ -45,8 +45,17 @@ inline bool is_contiguous(const minfer_tensor &t) {
 
 // Extent of dim d in this step: the step's n_tokens for the tensor's token dim (when the step
 // gives one), else the compiled shape.
+inline int64_t step_outputs(const minfer_step_args &a) {
+  return a.struct_size >= MINFER_SIZE_UP_TO(minfer_step_args, n_outputs) ? a.n_outputs : a.n_tokens;
+}
+inline int64_t step_seqs(const minfer_step_args &a) {
+  return a.struct_size >= MINFER_SIZE_UP_TO(minfer_step_args, n_seqs) && a.n_seqs > 0 ? a.n_seqs : 1;
+}
+// A tensor's token dim follows the step's n_tokens, or (MINFER_TENSOR_OUTPUT_ROWS) its n_outputs.
 inline int64_t run_extent(const minfer_tensor &t, int d, const minfer_step_args &a) {
-  return d == t.token_dim && a.n_tokens > 0 ? a.n_tokens : t.shape[d];
+  if (d != t.token_dim) return t.shape[d];
+  const int64_t n = (t.flags & MINFER_TENSOR_OUTPUT_ROWS) ? step_outputs(a) : a.n_tokens;
+  return n > 0 ? n : t.shape[d];
 }
 inline int64_t run_rows(const minfer_tensor &t, const minfer_step_args &a) {
   int64_t r = 1;
