@@ -20,7 +20,8 @@ mkdir -p ../shared && [ -e ../shared/testdata ] || ln -s "$PWD/$bundle/testdata"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
 step list_backends "$bin/minfer-app" --list-backends
 step conformance "$bin/minfer-op-conformance" --gtest_filter='Backends/*cuda*:ConformanceCoverage.*'
-step tests "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.*:KvTypes*:AllTypes/CudaVsCpu*:CudaVsCpuWide.*:Explain.*:Files/ArchReference*cuda*'
+step tests "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.*:KvTypes*:AllTypes/CudaVsCpu*:CudaVsCpuWide.*:Explain.*:Files/ArchReference*cuda*:*StoriesBatch*:*SynthBatch*cuda*'
+command -v python3 >/dev/null && step app_batch_cuda python3 tests/check_app_batch.py "$bin/minfer-app" /tmp/minfer-app-batch configs/cuda.yaml
 step ops_demo_cuda "$bin/minfer-app" --config configs/ops-demo-cuda.yaml
 step ops_demo_mixed "$bin/minfer-app" --config configs/ops-demo-mixed.yaml
 step generate_cuda "$bin/minfer-app" --config configs/cuda.yaml -n 48 --temp 0
@@ -41,6 +42,12 @@ if command -v compute-sanitizer >/dev/null; then
     > /tmp/minfer-tiny.yaml
   step memcheck_model compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$bin/minfer-app" --config /tmp/minfer-tiny.yaml -m /tmp/minfer-tiny-q4_0.gguf
+  # The same model with six prompts, four at a time: batched steps over the paged cache
+  # (mixed prefill chunks and decode tokens, several sequences per decode step).
+  printf 'one two three\nfour five six seven eight nine ten eleven\ntwelve\nthirteen fourteen fifteen sixteen\nseventeen\neighteen nineteen twenty\n' \
+    > /tmp/minfer-tiny-prompts.txt
+  step memcheck_batch compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$bin/minfer-app" --config /tmp/minfer-tiny.yaml -m /tmp/minfer-tiny-q4_0.gguf --prompt-file /tmp/minfer-tiny-prompts.txt --parallel 4 -n 12
 fi
 if [ "${MINFER_GPU_BENCH:-1}" != 0 ]; then
   step synth "$bin/minfer-gguf" synth --arch qwen2 --preset 0.5b --type q4_0 --seed 1 \
@@ -49,7 +56,7 @@ if [ "${MINFER_GPU_BENCH:-1}" != 0 ]; then
   step bench_cuda "$bin/minfer-bench" -m /tmp/qwen2-0.5b-q4_0.gguf --config /tmp/cuda-bench.yaml -p 512 -n 128 -r 3
 fi
 cat "$out/gpu.txt"
-grep -h -E '^conformance\[|PASSED|FAILED|ERROR SUMMARY|cuda_f|mixed_f|agreement' "$out"/conformance.log "$out"/tests.log "$out"/memcheck.log "$out"/memcheck_model.log 2>/dev/null | grep -v "^\[ *OK" | head -40
+grep -h -E '^conformance\[|PASSED|FAILED|ERROR SUMMARY|cuda_f|mixed_f|agreement' "$out"/conformance.log "$out"/tests.log "$out"/memcheck.log "$out"/memcheck_model.log "$out"/memcheck_batch.log 2>/dev/null | grep -v "^\[ *OK" | head -40
 tail -n 3 "$out/generate_cuda.log" "$out/generate_mixed.log" "$out/bench_cuda.log" "$out/trace_schema.log" 2>/dev/null
 command -v python3 >/dev/null && python3 -c "import json,sys; t=json.load(open(sys.argv[1])); r=t['steps'][1]['nodes']; print('cuda trace clocks:', sorted(set(x['clock'] for x in r)), 'decode step node ms total: %.3f' % sum(x['ms'] for x in r))" "$out/trace_cuda.json"
 printf '%s\n' "${summary[@]}"

@@ -42,6 +42,7 @@ std::vector<chat::Message> conversation(const RunConfig &cfg, const std::string 
 
 int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   if (opts.interactive) return run_chat(cfg, opts);
+  if (!cfg.prompts.empty()) return run_batch(cfg, opts);
   // The prompt first: a missing one fails before seconds of loading. Checked on the text, not
   // the tokens: an SPM vocabulary turns "" into BOS alone.
   const std::string user = opts.explain ? std::string() : read_prompt(cfg);
@@ -51,6 +52,7 @@ int run_generate(const RunConfig &cfg, const GenerateOptions &opts) {
   ModelRunner runner(cfg);
   if (opts.explain) {
     std::fputs(runner.session().explain().c_str(), stdout);
+    std::printf("%s\n", runner.kv_summary().c_str());
     return 0;
   }
   const tokenizer::Tokenizer &tok = runner.tokenizer();

@@ -18,6 +18,8 @@ struct GenerateOptions {
 
 // Returns the process exit code.
 int run_generate(const RunConfig &cfg, const GenerateOptions &opts);
+// Many prompts at once (batch_job.cpp): cfg.prompts, cfg.parallel at a time.
+int run_batch(const RunConfig &cfg, const GenerateOptions &opts);
 // The interactive chat (chat_job.cpp).
 int run_chat(const RunConfig &cfg, const GenerateOptions &opts);
 

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <map>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -31,12 +33,15 @@ const char *kUsage =
     "  --config FILE        run config (YAML): model, backends, placement, generation\n"
     "  -m, --model FILE     GGUF model (overrides the config's 'model')\n"
     "  -p, --prompt TEXT    prompt (overrides 'prompt' and 'prompt_file')\n"
-    "  -f, --file FILE      prompt file\n"
+    "  -f, --file FILE      prompt file (the whole file is one prompt)\n"
+    "  --prompt-file FILE   many prompts, one per line (blank lines skipped), run together\n"
+    "  -np, --parallel N    sequences at once for 'prompts:' or --prompt-file (default: min(prompts, 16))\n"
     "  -n N                 tokens to generate\n"
     "  --temp T             temperature (0 = greedy)\n"
     "  --seed N             sampling seed\n"
     "  --threads N          CPU threads (the cpu backend's 'threads' option)\n"
-    "  --json               print one JSON object (prompt_tokens, tokens, text, token ids, timings, peak_rss_mb)\n"
+    "  --json               print one JSON object (prompt_tokens, tokens, text, token ids, timings, peak_rss_mb);\n"
+    "                       with many prompts, one object per line in input order (index, prompt, text, counts, stop)\n"
     "  -i, --interactive    chat through the model's template (also -cnv): a line per message (a trailing \\\n"
     "                       continues it), /clear starts over, Ctrl-D ends; the KV cache is kept between turns\n"
     "  --explain            print the placement report (node -> backend, copies, memory) and exit\n"
@@ -46,7 +51,7 @@ const char *kUsage =
     "  --version            print the version\n";
 
 struct Args {
-  std::string config, plugin_dir, log_level, model, prompt, prompt_file, n_predict, temp, seed, threads;
+  std::string config, plugin_dir, log_level, model, prompt, prompt_file, prompt_lines, parallel, n_predict, temp, seed, threads;
   bool explain = false, list_backends = false, json = false, have_prompt = false, interactive = false;
   bool n_predict_set = false, temp_set = false, seed_set = false, threads_set = false;  // given, even as "" (an error then)
 };
@@ -68,6 +73,8 @@ Args parse_args(int argc, char **argv) {
     else if (arg == "-m" || arg == "--model") a.model = value("--model");
     else if (arg == "-p" || arg == "--prompt") a.prompt = value("--prompt"), a.have_prompt = true;
     else if (arg == "-f" || arg == "--file") a.prompt_file = value("--file");
+    else if (arg == "--prompt-file") a.prompt_lines = value("--prompt-file");
+    else if (arg == "-np" || arg == "--parallel") a.parallel = value("--parallel");
     else if (arg == "-n" || arg == "--n-predict") a.n_predict = value("-n"), a.n_predict_set = true;
     else if (arg == "--temp") a.temp = value("--temp"), a.temp_set = true;
     else if (arg == "--seed") a.seed = value("--seed"), a.seed_set = true;
@@ -143,11 +150,32 @@ float to_float(const std::string &flag, const std::string &v) {
   return x;
 }
 
+// --prompt-file: a prompt per line; blank lines (whitespace only) are skipped.
+std::vector<std::string> read_prompt_lines(const std::string &path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw minfer::Error(path + ": --prompt-file names a directory; give a text file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw minfer::Error(path + ": cannot open the prompt file (--prompt-file)");
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
+    if (line.find_first_not_of(" \t") != std::string::npos) out.push_back(line);
+  }
+  if (out.empty()) throw minfer::Error(path + ": the prompt file holds no prompts (--prompt-file takes one per line)");
+  return out;
+}
+
 // Command-line flags win over the run config, and follow its rules (check_generation).
 void apply_overrides(const Args &a, minfer::RunConfig &cfg) {
   if (!a.model.empty()) cfg.model = a.model, cfg.job = "generate";
-  if (a.have_prompt) cfg.prompt = a.prompt, cfg.prompt_file.clear();
-  if (!a.prompt_file.empty()) cfg.prompt_file = a.prompt_file;
+  if (a.have_prompt) cfg.prompt = a.prompt, cfg.prompt_file.clear(), cfg.prompts.clear();
+  if (!a.prompt_file.empty()) cfg.prompt_file = a.prompt_file, cfg.prompts.clear();
+  if (!a.prompt_lines.empty()) {
+    if (a.have_prompt || !a.prompt_file.empty()) throw minfer::Error("--prompt-file runs many prompts; leave out -p and -f beside it");
+    cfg.prompts = read_prompt_lines(a.prompt_lines);
+    cfg.prompt.clear(), cfg.prompt_file.clear();
+  }
+  if (!a.parallel.empty()) cfg.parallel = to_int("--parallel", a.parallel, 1, 1024);
   if (a.n_predict_set) cfg.generation.n_predict = int32_t(to_int("-n", a.n_predict, 0, INT32_MAX));
   if (a.seed_set) cfg.generation.seed = to_seed(a.seed);
   if (a.temp_set) cfg.generation.temperature = to_float("--temp", a.temp);

@@ -40,7 +40,30 @@ void synthesize_if_missing(const RunConfig &cfg) {
 
 }  // namespace
 
-ModelRunner::ModelRunner(const RunConfig &cfg) : cfg_(cfg) {
+// KV bytes per page: every layer's K and V rows of page_size positions.
+uint64_t kv_page_bytes(const models::Model &m) {
+  const uint64_t value = m.opts.kv_type == MINFER_DTYPE_F32 ? 4 : 2;
+  return uint64_t(m.hp.n_layer) * 2 * uint64_t(m.hp.n_head_kv * m.hp.head_dim) * uint64_t(m.opts.page_size) * value;
+}
+
+// The pool's default for several sequences: a full context each, or what fits beside the
+// weights on the smallest device that reports its free memory (the whole file counted on each,
+// 1 GiB kept for activations and scratch, 90% of the rest).
+int64_t default_kv_pages(const models::Model &m, const BackendSet &backends, uint64_t file_bytes) {
+  const int64_t full = m.opts.max_seqs * m.opts.pages_per_seq();
+  uint64_t room = UINT64_MAX;
+  for (const auto &[name, b] : backends) {
+    const minfer_device_info info = b->plugin().device_info(b->device());
+    if (info.free_bytes == 0) continue;
+    const uint64_t reserve = file_bytes + (uint64_t(1) << 30);
+    room = std::min(room, info.free_bytes > reserve ? (info.free_bytes - reserve) / 10 * 9 : 0);
+  }
+  if (room == UINT64_MAX) return full;
+  const int64_t fits = int64_t(room / kv_page_bytes(m));
+  return std::max(m.opts.pages_per_seq(), std::min(full, fits));  // one full context at least: else the build says what is short
+}
+
+ModelRunner::ModelRunner(const RunConfig &cfg, int64_t max_seqs) : cfg_(cfg) {
   const auto t_load = Clock::now();
   synthesize_if_missing(cfg);
   if (!fs::exists(cfg.model))
@@ -51,11 +74,18 @@ ModelRunner::ModelRunner(const RunConfig &cfg) : cfg_(cfg) {
   bo.n_ctx = cfg.context;
   bo.max_batch = cfg.batch;
   bo.kv_type = cfg.kv_type == "f32" ? MINFER_DTYPE_F32 : MINFER_DTYPE_F16;
+  bo.max_seqs = max_seqs;
+  bo.page_size = int32_t(cfg.kv_page_size);
+  bo.kv_pages = cfg.kv_pages;
+  backends_ = open_backends(cfg);
   model_ = models::load_model(file_, bo);
+  if (max_seqs > 1 && cfg.kv_pages == 0) {  // sized by memory: the graph is built again with the pool's size
+    bo.kv_pages = default_kv_pages(*model_, backends_, fs::file_size(cfg.model));
+    model_ = models::load_model(file_, bo);
+  }
   if (cfg.context > model_->hp.n_ctx_train)
     spdlog::warn("context {} is more than the {} positions {} was trained on; past those its output usually degrades", cfg.context,
                  model_->hp.n_ctx_train, cfg.model);
-  backends_ = open_backends(cfg);
   if (const std::string tp = Trace::path_from(cfg.trace); !tp.empty()) {
     trace_ = std::make_unique<Trace>(tp);
     trace_->set_model(file_->get_or<std::string>("general.name", cfg.model), model_->hp.arch, cfg.source);
@@ -68,7 +98,7 @@ ModelRunner::ModelRunner(const RunConfig &cfg) : cfg_(cfg) {
     uploaded = true;
   });
   if (uploaded) load_bar.done(cfg.model + ": weights copied to the backends");
-  gen_ = std::make_unique<Generator>(*model_, *session_);
+  if (max_seqs == 1) gen_ = std::make_unique<Generator>(*model_, *session_);
   sampling::Config sc;
   sc.temperature = cfg.generation.temperature;
   sc.top_k = cfg.generation.top_k;
@@ -79,6 +109,15 @@ ModelRunner::ModelRunner(const RunConfig &cfg) : cfg_(cfg) {
   sc.seed = cfg.generation.seed;
   sampler_ = std::make_unique<sampling::Sampler>(sc);
   load_s_ = seconds_since(t_load);
+}
+
+std::string ModelRunner::kv_summary() const {
+  const models::BuildOptions &o = model_->opts;
+  const uint64_t bytes = uint64_t(o.kv_pages) * kv_page_bytes(*model_);
+  return "kv cache: " + std::to_string(o.kv_pages) + " pages of " + std::to_string(o.page_size) + " positions (" +
+         std::to_string(o.kv_pages * o.page_size) + " positions, " + human_bytes(bytes) + " in " + std::to_string(model_->hp.n_layer) +
+         " layers, " + minfer_dtype_name(o.kv_type) + ") for " + std::to_string(o.max_seqs) + " sequence" + (o.max_seqs > 1 ? "s" : "") +
+         " of up to " + std::to_string(o.n_ctx) + " positions";
 }
 
 void ModelRunner::rewind(int64_t n) {

@@ -31,8 +31,10 @@ struct Reply {
 
 class ModelRunner {
  public:
-  // Loads the model (synthesizing it when the config says so) onto the backends.
-  explicit ModelRunner(const RunConfig &cfg);
+  // Loads the model (synthesizing it when the config says so) onto the backends, built for
+  // max_seqs sequences at once (more than one: run them with a BatchSession; generate() and
+  // the single-sequence calls are for one).
+  explicit ModelRunner(const RunConfig &cfg, int64_t max_seqs = 1);
 
   const tokenizer::Tokenizer &tokenizer() const { return *tok_; }
   const gguf::File &file() const { return *file_; }
@@ -40,6 +42,8 @@ class ModelRunner {
   Session &session() { return *session_; }
   double load_seconds() const { return load_s_; }
   int64_t n_ctx() const { return model_->opts.n_ctx; }
+  // The KV pool in words: pages, positions, bytes (for --explain and the batch summary).
+  std::string kv_summary() const;
 
   // Every token of the sequence so far: fed to the cache, plus the last sampled one (fed with
   // the next call). The cache's positions follow this order.

@@ -18,6 +18,7 @@
 #include "common/log.hpp"
 #include "config/run_config.hpp"
 #include "minfer/dtype.h"
+#include "batched_bench.hpp"
 #include "op_bench.hpp"
 #include "models/model.hpp"
 #include "runtime/generator.hpp"
@@ -29,6 +30,10 @@ namespace {
 const char *kUsage =
     "usage: minfer-bench -m MODEL.gguf [--config RUN.yaml] [-p N] [-n N] [-r N] [-t THREADS] [--json]\n"
     "       minfer-bench --op matmul --type TYPE -k K --rows M --tokens N [--config RUN.yaml] [-r N]\n"
+    "       minfer-bench -m MODEL.gguf --parallel 1,4,16,64 [--npp 512] [--ntg 128] [-b N] [--config RUN.yaml] [--json]\n"
+    "  --parallel B,...  many sequences at once (continuous batching), as llama-batched-bench prints it:\n"
+    "                 B sequences of --npp random prompt tokens each generate --ntg tokens; -b: tokens per\n"
+    "                 step at most (default min(B * npp, 8192))\n"
     "  --op matmul    time one matmul alone on the config's first backend: y (N x M) = W (M x K,\n"
     "                 of TYPE: f32, f16, q4_0, q8_0, q4_k, ...) x (N x K); -r calls (default 20)\n"
     "  -m FILE        model to measure\n"
@@ -67,7 +72,8 @@ int main(int argc, char **argv) {
     int64_t p = 512, n = 128, reps = 5;
     bool as_json = false, reps_given = false;
     minfer::bench::OpBenchSpec op;
-    bool op_mode = false;
+    bool op_mode = false, batched = false;
+    minfer::bench::BatchedSpec bs;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       auto value = [&]() -> std::string {
@@ -80,6 +86,21 @@ int main(int argc, char **argv) {
       else if (a == "-n") n = std::stoll(value());
       else if (a == "-r") reps = std::stoll(value()), reps_given = true;
       else if (a == "--op") op.op = value(), op_mode = true;
+      else if (a == "--parallel" || a == "-np") {
+        batched = true;
+        bs.parallel.clear();
+        const std::string list = value();
+        for (size_t at = 0; at <= list.size();) {
+          const size_t comma = std::min(list.find(',', at), list.size());
+          const long long b = std::stoll(list.substr(at, comma - at));
+          if (b < 1 || b > 1024) throw minfer::Error("--parallel takes counts from 1 to 1024, not " + std::to_string(b));
+          bs.parallel.push_back(b);
+          at = comma + 1;
+        }
+      }
+      else if (a == "--npp") bs.npp = std::stoll(value());
+      else if (a == "--ntg") bs.ntg = std::stoll(value());
+      else if (a == "-b") bs.batch = std::stoll(value());
       else if (a == "--type") op.type = value();
       else if (a == "-k") op.k = std::stoll(value());
       else if (a == "--rows") op.rows = std::stoll(value());
@@ -112,6 +133,27 @@ int main(int argc, char **argv) {
         }
 
     auto file = minfer::gguf::File::open(model_path);
+    if (batched) {
+      bs.kv_type = kv;
+      const auto rows = minfer::bench::run_batched_bench(bs, cfg, file);
+      if (as_json) {
+        minfer::json::Json out = minfer::json::Json::array();
+        for (const auto &r : rows)
+          out.push_back({{"pp", r.pp}, {"tg", r.tg}, {"pl", r.b}, {"n_kv", r.n_kv}, {"t_pp", minfer::json::number(r.t_pp)},
+                         {"speed_pp", minfer::json::number(r.s_pp)}, {"t_tg", minfer::json::number(r.t_tg)},
+                         {"speed_tg", minfer::json::number(r.s_tg)}, {"t", minfer::json::number(r.t)}, {"speed", minfer::json::number(r.s)},
+                         {"steps", r.steps}, {"kv_peak_pages", r.peak_pages}, {"kv_peak_bytes", minfer::json::number(r.peak_kv_bytes)}});
+        std::printf("%s\n", minfer::json::dump(out, 2).c_str());
+      } else {
+        std::printf("|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s | KV peak |\n");
+        std::printf("|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|---------|\n");
+        for (const auto &r : rows)
+          std::printf("| %5lld | %6lld | %4lld | %6lld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f | %4.0f MiB |\n", (long long)r.pp,
+                      (long long)r.tg, (long long)r.b, (long long)r.n_kv, r.t_pp, r.s_pp, r.t_tg, r.s_tg, r.t, r.s,
+                      r.peak_kv_bytes / (1024.0 * 1024));
+      }
+      return 0;
+    }
     minfer::models::BuildOptions bo;
     bo.n_ctx = std::max<int64_t>(p, n) + 16;
     bo.max_batch = std::max<int64_t>(p, 1);

@@ -215,7 +215,8 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
   if (!root.IsMap()) r.fail(root, "a run config must be a mapping with at least 'backends'");
   refuse_duplicate_keys(r, root);
   r.only_keys(root, {"backends", "placement", "plugin_dir", "log_level", "job", "demo", "model", "synthesize", "prompt",
-                     "prompt_file", "system", "chat", "chat_template", "messages", "context", "batch", "kv_type", "generation", "trace"},
+                     "prompt_file", "prompts", "parallel", "system", "chat", "chat_template", "messages", "context", "batch", "kv_type",
+                     "kv_pages", "kv_page_size", "generation", "trace"},
               "the run config");
 
   RunConfig cfg;
@@ -229,6 +230,27 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
   if (root["synthesize"]) read_synthesize(r, root["synthesize"], cfg.synthesize);
   if (root["prompt"]) cfg.prompt = r.scalar(root["prompt"], "prompt");
   if (root["prompt_file"]) cfg.prompt_file = r.scalar(root["prompt_file"], "prompt_file");
+  if (const YAML::Node ps = root["prompts"]) {
+    if (!ps.IsSequence() || ps.size() == 0) r.fail(ps, "'prompts' must be a non-empty list of prompts, run together");
+    for (const auto &x : ps) {
+      cfg.prompts.push_back(r.scalar(x, "a prompt of 'prompts'"));
+      if (cfg.prompts.back().empty()) r.fail(x, "a prompt of 'prompts' is empty");
+    }
+    if (root["prompt"] || root["prompt_file"]) r.fail(ps, "'prompts' runs a list; leave out 'prompt' and 'prompt_file' beside it");
+  }
+  if (root["parallel"]) {
+    cfg.parallel = r.as<int64_t>(root["parallel"], "parallel", "a sequence count");
+    if (cfg.parallel < 1 || cfg.parallel > 1024) r.fail(root["parallel"], "'parallel' is " + std::to_string(cfg.parallel) + "; it must be 1 to 1024");
+  }
+  if (root["kv_pages"]) {
+    cfg.kv_pages = r.as<int64_t>(root["kv_pages"], "kv_pages", "a page count");
+    if (cfg.kv_pages < 1) r.fail(root["kv_pages"], "'kv_pages' must be at least 1 (leave it out to size the pool by the devices' memory)");
+  }
+  if (root["kv_page_size"]) {
+    cfg.kv_page_size = r.as<int64_t>(root["kv_page_size"], "kv_page_size", "positions per page");
+    if (cfg.kv_page_size < 1 || cfg.kv_page_size > 1024 || (cfg.kv_page_size & (cfg.kv_page_size - 1)))
+      r.fail(root["kv_page_size"], "'kv_page_size' is " + std::to_string(cfg.kv_page_size) + "; it must be a power of two up to 1024 (16-64 usual)");
+  }
   if (root["system"]) cfg.system = r.scalar(root["system"], "system");
   if (root["chat"]) cfg.chat = r.as<bool>(root["chat"], "chat", "true or false");
   if (root["chat_template"]) cfg.chat_template = r.scalar(root["chat_template"], "chat_template");

@@ -65,6 +65,10 @@ struct RunConfig {
   std::string model;               // GGUF path (relative to the working directory)
   SynthesizeConfig synthesize;
   std::string prompt, prompt_file, system;
+  std::vector<std::string> prompts;  // run together (continuous batching); also --prompt-file's lines
+  int64_t parallel = 0;            // sequences at once; 0 = min(prompts, 16)
+  int64_t kv_pages = 0;            // KV pool pages per layer; 0 = sized by the devices' free memory
+  int64_t kv_page_size = 16;       // positions per KV page
   bool chat = false;               // render system, messages and the prompt through the chat template
   std::string chat_template;       // a .jinja file or the template text; empty = the model's own
   std::vector<ChatMessage> messages;  // a scripted conversation before the prompt

@@ -1,0 +1,119 @@
+#include "runtime/batch_session.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+
+namespace minfer {
+
+BatchSession::BatchSession(const models::Model &model, Session &session, std::function<bool(int32_t)> is_end)
+    : model_(model),
+      session_(session),
+      is_end_(std::move(is_end)),
+      pool_(int32_t(model.opts.kv_pages), model.opts.page_size),
+      sched_(pool_, {model.opts.max_batch, model.opts.max_seqs, model.opts.n_ctx}),
+      slot_owner_(size_t(model.opts.max_seqs), -1) {
+  if (model.opts.all_logits) throw Error("the batched session reads one row of logits per sequence; build the model without all_logits");
+  table_.assign(size_t(model.opts.pages_per_seq() * model.opts.max_seqs), 0);
+}
+
+void BatchSession::submit(SeqRequest r) {
+  if (seqs_.count(r.id)) throw Error("request " + std::to_string(r.id) + " is queued or running already");
+  Seq s{sampling::Sampler(r.sampling), r.prompt, -1};
+  sched_.submit({r.id, std::move(r.prompt), r.max_tokens});
+  seqs_.emplace(r.id, std::move(s));
+}
+
+void BatchSession::cancel(int64_t id) {
+  sched_.cancel(id);
+  for (sched::Finished &f : sched_.take_finished()) {
+    release_slot(f.id);
+    seqs_.erase(f.id);
+    finished_.push_back(std::move(f));
+  }
+}
+
+int32_t BatchSession::slot_for(int64_t id) {
+  Seq &s = seqs_.at(id);
+  if (s.slot >= 0) return s.slot;
+  const auto free = std::find(slot_owner_.begin(), slot_owner_.end(), int64_t(-1));
+  if (free == slot_owner_.end()) throw Error("internal: the scheduler ran more sequences than the model has slots");
+  *free = id;
+  return s.slot = int32_t(free - slot_owner_.begin());
+}
+
+void BatchSession::release_slot(int64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.slot < 0) return;
+  slot_owner_[size_t(it->second.slot)] = -1;
+  it->second.slot = -1;
+}
+
+std::vector<SeqToken> BatchSession::step() {
+  const sched::StepPlan plan = sched_.plan();
+  for (int64_t id : plan.preempted) release_slot(id);  // recomputed later, in whatever slot is free then
+  if (plan.empty()) return {};
+  tokens_.clear(), positions_.clear(), slots_.clear(), rows_.clear();
+  const int64_t width = model_.opts.pages_per_seq();
+  for (const sched::StepItem &item : plan.items) {
+    const int32_t slot = slot_for(item.seq);
+    for (size_t i = 0; i < item.tokens.size(); ++i) {
+      tokens_.push_back(item.tokens[i]);
+      positions_.push_back(int32_t(item.pos + int64_t(i)));
+      slots_.push_back(slot);
+    }
+    if (item.wants_logits) rows_.push_back(int32_t(tokens_.size() - 1));
+    const std::vector<kv::PageId> &pages = pool_.pages(item.seq);
+    std::copy(pages.begin(), pages.end(), table_.begin() + int64_t(slot) * width);
+    (item.tokens.size() == 1 && item.pos + 1 == int64_t(seqs_.at(item.seq).history.size()) ? stats_.decode_tokens
+                                                                                          : stats_.prefill_tokens) += int64_t(item.tokens.size());
+  }
+  const int64_t n = int64_t(tokens_.size()), outputs = int64_t(rows_.size());
+  session_.set_input(models::Model::kTokens, tokens_.data(), uint64_t(n) * 4);
+  session_.set_input(models::Model::kPositions, positions_.data(), uint64_t(n) * 4);
+  session_.set_input(models::Model::kSlots, slots_.data(), uint64_t(n) * 4);
+  session_.set_input(models::Model::kPageTable, table_.data(), table_.size() * 4);
+  // A step of prompt chunks that end no prompt still computes one row (the graph always has
+  // its output head); its logits are not read.
+  if (outputs == 0) rows_.push_back(0);
+  session_.set_input(models::Model::kLogitRows, rows_.data(), rows_.size() * 4);
+  session_.run({n, 0, int64_t(rows_.size()), int64_t(plan.items.size())});
+  ++stats_.steps;
+  stats_.most_seqs = std::max<int64_t>(stats_.most_seqs, int64_t(plan.items.size()));
+
+  std::vector<int32_t> sampled;
+  std::vector<SeqToken> out;
+  if (outputs > 0) {
+    const uint64_t bytes = session_.output_bytes(models::Model::kLogits);
+    logits_.resize(bytes / 4);
+    session_.read_output(models::Model::kLogits, logits_.data(), bytes);
+    const int64_t vocab = int64_t(logits_.size()) / outputs;
+    size_t k = 0;
+    for (const sched::StepItem &item : plan.items) {
+      if (!item.wants_logits) continue;
+      Seq &s = seqs_.at(item.seq);
+      const float *row = logits_.data() + int64_t(k++) * vocab;
+      if (on_logits_) on_logits_(item.seq, {row, size_t(vocab)});
+      const int32_t t = s.sampler.sample(row, vocab, s.history);
+      sampled.push_back(t);
+      if (is_end_ && is_end_(t)) continue;
+      s.history.push_back(t);
+      out.push_back({item.seq, t});
+    }
+  }
+  sched_.complete(plan, sampled, is_end_);
+  for (sched::Finished &f : sched_.take_finished()) {
+    release_slot(f.id);
+    seqs_.erase(f.id);
+    finished_.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::vector<sched::Finished> BatchSession::take_finished() {
+  std::vector<sched::Finished> r = std::move(finished_);
+  finished_.clear();
+  return r;
+}
+
+}  // namespace minfer

@@ -1,0 +1,94 @@
+// core/runtime/batch_session.hpp — many sequences through one model at once: the scheduler's
+// plans run as steps of a session whose graph was built for `max_seqs` slots over a paged KV
+// cache, each sequence sampled with its own parameters and seed.
+//
+// The three rooms of continuous batching (SERVING.md; vLLM's split): the scheduler decides
+// what runs (core/runtime/scheduler), the page pool keeps the KV accounting
+// (core/runtime/page_pool), and this runner turns a plan into the step's inputs — tokens,
+// positions, slots, the page table, the rows whose logits are read — runs it and samples.
+// It knows no kernels (the session's backends run them) and no HTTP.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "models/model.hpp"
+#include "runtime/page_pool.hpp"
+#include "runtime/scheduler.hpp"
+#include "runtime/session.hpp"
+#include "sampling/sampler.hpp"
+
+namespace minfer {
+
+struct SeqRequest {
+  int64_t id = 0;
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 0;  // tokens to generate at most
+  sampling::Config sampling;  // its own parameters and seed: its output does not depend on the others
+};
+
+// A token a step produced for a sequence (the end-of-generation token is not one).
+struct SeqToken {
+  int64_t id = 0;
+  int32_t token = 0;
+};
+
+struct BatchStats {
+  int64_t steps = 0, prefill_tokens = 0, decode_tokens = 0;  // tokens run (prefill: prompt and recomputed ones)
+  int64_t most_seqs = 0;  // the most sequences one step carried
+};
+
+class BatchSession {
+ public:
+  // model: built with max_seqs slots (BuildOptions); session: its graph made runnable.
+  // is_end: whether a sampled token ends its sequence (the tokenizer's end-of-generation ids).
+  BatchSession(const models::Model &model, Session &session, std::function<bool(int32_t)> is_end);
+
+  // Queues a request; throws minfer::Error naming it when it can never run.
+  void submit(SeqRequest r);
+  // Ends a request wherever it is; its pages and slot return at once.
+  void cancel(int64_t id);
+  bool idle() const { return sched_.waiting() == 0 && sched_.running() == 0; }
+
+  // Runs one step of what the scheduler plans (nothing when idle) and samples every sequence
+  // that reached a token; returns those tokens in plan order.
+  std::vector<SeqToken> step();
+  // Requests finished since the last call, in the order they finished.
+  std::vector<sched::Finished> take_finished();
+
+  // Called with each sequence's logits as they are sampled (logprobs, tests); the span lives
+  // for the call.
+  void on_logits(std::function<void(int64_t id, std::span<const float> logits)> f) { on_logits_ = std::move(f); }
+
+  const kv::PagePool &pool() const { return pool_; }
+  const sched::Scheduler &scheduler() const { return sched_; }
+  const BatchStats &stats() const { return stats_; }
+
+ private:
+  struct Seq {
+    sampling::Sampler sampler;
+    std::vector<int32_t> history;  // prompt and generated tokens, for the repetition penalty
+    int32_t slot = -1;             // while running
+  };
+  int32_t slot_for(int64_t id);
+  void release_slot(int64_t id);
+
+  const models::Model &model_;
+  Session &session_;
+  std::function<bool(int32_t)> is_end_;
+  std::function<void(int64_t, std::span<const float>)> on_logits_;
+  kv::PagePool pool_;
+  sched::Scheduler sched_;
+  std::map<int64_t, Seq> seqs_;
+  std::vector<int64_t> slot_owner_;  // request id per slot, -1 when free
+  std::vector<sched::Finished> finished_;
+  BatchStats stats_;
+  // The step's inputs, reused from step to step (no allocation once they reached their size).
+  std::vector<int32_t> tokens_, positions_, slots_, rows_, table_;
+  std::vector<float> logits_;
+};
+
+}  // namespace minfer

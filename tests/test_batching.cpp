@@ -1,0 +1,293 @@
+// Many sequences at once (core/runtime/batch_session): the scheduler's steps over the paged
+// KV cache on real models must give each sequence the tokens it gets alone.
+//   - stories260K: llama.cpp's greedy tokens for the four reference prompts, run as one batch
+//     (CPU, CUDA, mixed placement);
+//   - synthetic Qwen2 of several weight types: 1, 7 and 32 sequences of different prompt
+//     lengths that join and finish at different steps, each against its solo run (the
+//     single-sequence Generator); a pool too small for all of them (preemptions); two
+//     sequences sharing a 200-token prefix (one prefix's pages, asserted from the accounting).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "config/run_config.hpp"
+#include "models/model.hpp"
+#include "runtime/batch_session.hpp"
+#include "runtime/generator.hpp"
+#include "runtime/placement.hpp"
+#include "runtime/plugin.hpp"
+#include "runtime/session.hpp"
+#include "sampling/sampler.hpp"
+#include "synth/synth.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+minfer::sampling::Config greedy() {
+  minfer::sampling::Config c;
+  c.temperature = 0;
+  return c;
+}
+
+bool never_ends(int32_t) { return false; }
+
+// Runs steps until every request finished (bounded: a stuck scheduler fails, never hangs).
+// arrivals[i]: the step before which request i is submitted.
+std::map<int64_t, std::vector<int32_t>> run_all(minfer::BatchSession &b, const std::vector<minfer::SeqRequest> &reqs,
+                                                const std::vector<int64_t> &arrivals,
+                                                const std::function<void(int64_t step)> &after_step = {}, int64_t max_steps = 20000) {
+  std::map<int64_t, std::vector<int32_t>> got;
+  size_t submitted = 0, done = 0;
+  for (int64_t step = 0; done < reqs.size(); ++step) {
+    if (step >= max_steps) {
+      ADD_FAILURE() << "not finished after " << max_steps << " steps";
+      break;
+    }
+    for (size_t i = 0; i < reqs.size(); ++i)
+      if (arrivals[i] == step) b.submit(reqs[i]), ++submitted;
+    for (const minfer::SeqToken &t : b.step()) got[t.id].push_back(t.token);
+    if (after_step) after_step(step);
+    for (const minfer::sched::Finished &f : b.take_finished()) {
+      EXPECT_EQ(f.tokens, got[f.id]) << "request " << f.id << ": the streamed tokens and the finished ones differ";
+      EXPECT_EQ(f.reason, "length") << "request " << f.id;
+      ++done;
+    }
+  }
+  EXPECT_TRUE(b.idle());
+  EXPECT_EQ(b.pool().stats().used, 0) << "every page returns when its sequences end";
+  return got;
+}
+
+// ---- stories260K: llama.cpp's greedy tokens, four prompts in one batch -----------------------
+
+struct Backends {
+  const char *yaml, *label;
+};
+class StoriesBatch : public ::testing::TestWithParam<Backends> {};
+
+TEST_P(StoriesBatch, FourPromptsTogetherGiveLlamaCppsGreedyTokens) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const minfer::RunConfig cfg = minfer::parse_run_config(GetParam().yaml, "test.yaml");
+  std::string why;
+  if (!minfer::test::backends_usable(cfg, why)) GTEST_SKIP() << GetParam().label << ": " << why;
+  std::ifstream in(td + "/reference/stories260K.greedy.jsonl");
+  std::vector<minfer::SeqRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    want.push_back(j["greedy_tokens"].get<std::vector<int32_t>>());
+    reqs.push_back({int64_t(reqs.size()), j["prompt_tokens"].get<std::vector<int32_t>>(), int64_t(want.back().size()), greedy()});
+  }
+  ASSERT_EQ(reqs.size(), 4u);
+  auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
+  minfer::models::BuildOptions bo;
+  bo.n_ctx = 256, bo.max_batch = 64, bo.max_seqs = 4;
+  const auto model = minfer::models::load_model(file, bo);
+  minfer::BackendSet backends = minfer::open_backends(cfg);
+  minfer::Session session(model->graph, cfg, backends);
+  minfer::BatchSession batch(*model, session, never_ends);
+  const auto got = run_all(batch, reqs, {0, 0, 0, 0});
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got.at(int64_t(i)), want[i]) << GetParam().label << ": prompt " << i;
+  EXPECT_EQ(batch.stats().most_seqs, 4) << "the four ran in the same steps";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoriesBatch,
+                         ::testing::Values(Backends{"backends: {cpu: {threads: 2}}\n", "cpu"}, Backends{"backends: {cuda: {}}\n", "cuda"},
+                                           Backends{"backends: {cpu: {threads: 2}, cuda: {}}\nplacement:\n  default: cpu\n  rules:\n"
+                                                    "    - {match: 'token_embd', backend: cuda}\n    - {match: 'blk.[01].*', backend: cuda}\n",
+                                                    "mixed"}),
+                         [](const auto &info) { return std::string(info.param.label); });
+
+// ---- synthetic Qwen2: batched against solo ---------------------------------------------------
+
+std::string synth_model(const std::string &type) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("minfer-batch-tiny-" + type + ".gguf");
+  if (!std::filesystem::exists(path)) {
+    minfer::synth::Options o;
+    o.arch = "qwen2", o.preset = "tiny", o.type = type, o.seed = 11, o.out = path.string();
+    minfer::synth::synthesize(o);
+  }
+  return path.string();
+}
+
+// Prompts of different lengths (token ids within the tiny vocabulary), with a shared prefix
+// when `prefix` > 0.
+std::vector<int32_t> prompt(int64_t id, int64_t length, int64_t prefix = 0) {
+  std::vector<int32_t> p;
+  for (int64_t i = 0; i < length; ++i) p.push_back(int32_t(((i < prefix ? 0 : id + 1) * 7919 + i * 131) % 1000) + 1);
+  return p;
+}
+
+struct SynthCase {
+  std::string type, backends, label;
+};
+
+class SynthBatch : public ::testing::TestWithParam<SynthCase> {
+ protected:
+  void SetUp() override {
+    cfg_ = minfer::parse_run_config(GetParam().backends, "test.yaml");
+    std::string why;
+    if (!minfer::test::backends_usable(cfg_, why)) GTEST_SKIP() << GetParam().label << ": " << why;
+    file_ = minfer::gguf::File::open(synth_model(GetParam().type));
+    backends_ = std::make_unique<minfer::BackendSet>(minfer::open_backends(cfg_));
+  }
+
+  // The greedy tokens of one sequence alone (the single-sequence Generator).
+  std::vector<int32_t> solo(const minfer::SeqRequest &r) {
+    if (!solo_) {
+      minfer::models::BuildOptions bo;
+      bo.n_ctx = 512, bo.max_batch = 64;
+      solo_model_ = minfer::models::load_model(file_, bo);
+      solo_ = std::make_unique<minfer::Session>(solo_model_->graph, cfg_, *backends_);
+    }
+    minfer::Generator gen(*solo_model_, *solo_);
+    minfer::sampling::Sampler s(r.sampling);
+    std::vector<int32_t> history = r.prompt, out;
+    std::vector<float> logits = gen.feed(r.prompt);
+    std::vector<std::vector<float>> &steps = solo_logits_[r.id];
+    steps.clear();
+    for (int64_t i = 0; i < r.max_tokens; ++i) {
+      steps.push_back(logits);
+      out.push_back(s.sample(logits.data(), int64_t(logits.size()), history));
+      history.push_back(out.back());
+      if (i + 1 < r.max_tokens) logits = gen.feed({out.back()});
+    }
+    return out;
+  }
+
+  std::unique_ptr<minfer::Session> batched(int64_t max_seqs, int64_t kv_pages, std::unique_ptr<minfer::models::Model> &model) {
+    minfer::models::BuildOptions bo;
+    bo.n_ctx = 512, bo.max_batch = 64, bo.max_seqs = max_seqs, bo.kv_pages = kv_pages;
+    model = minfer::models::load_model(file_, bo);
+    return std::make_unique<minfer::Session>(model->graph, cfg_, *backends_);
+  }
+
+  // Each sequence's greedy tokens equal its solo run's. The CPU runs one-token and many-token
+  // steps with different matmul kernels (activations rounded differently), so, as TESTING.md's
+  // clear-position rule says, a step may differ only where the solo run's top-2 margin is
+  // within twice the two runs' largest logit difference there; that sequence's comparison
+  // stops at it (the runs continue from different tokens). Before it, the logits stay within
+  // 10% of their RMS.
+  // Returns the largest difference, relative to the logits' RMS.
+  double expect_solo(const std::vector<minfer::SeqRequest> &reqs, const std::map<int64_t, std::vector<int32_t>> &got) {
+    int64_t whole = 0;
+    double worst = 0;
+    for (const auto &r : reqs) {
+      const std::vector<int32_t> want = solo(r), &have = got.at(r.id);
+      const auto &mine = solo_logits_.at(r.id), &theirs = batch_logits_[r.id];
+      if (have.size() != want.size() || theirs.size() != want.size()) {
+        ADD_FAILURE() << "request " << r.id << ": " << have.size() << " tokens and " << theirs.size() << " logit rows, solo " << want.size();
+        continue;
+      }
+      size_t i = 0;
+      for (; i < want.size(); ++i) {
+        double diff = 0, sq = 0;
+        for (size_t v = 0; v < mine[i].size(); ++v) diff = std::max(diff, std::fabs(double(mine[i][v]) - theirs[i][v])), sq += double(mine[i][v]) * mine[i][v];
+        const double rms = std::sqrt(sq / double(mine[i].size()));
+        worst = std::max(worst, diff / rms);
+        EXPECT_LT(diff, 0.1 * rms) << GetParam().label << ": request " << r.id << " step " << i;
+        if (want[i] != have[i]) {
+          EXPECT_LE(top2_margin(mine[i]), 2 * diff) << GetParam().label << ": request " << r.id << " (prompt " << r.prompt.size()
+                                                     << ") leaves its solo tokens at step " << i << " of " << want.size()
+                                                     << " where the solo run's choice was clear";
+          break;
+        }
+      }
+      whole += i == want.size();
+    }
+    std::printf("%s: %lld of %zu sequences equal their solo runs token for token (the rest up to a near-tie); max |batched - solo| / rms(logits) = %.3g\n",
+                GetParam().label.c_str(), (long long)whole, reqs.size(), worst);
+    return worst;
+  }
+
+  // A batched session whose sampled logits are kept per request.
+  std::unique_ptr<minfer::BatchSession> batch(minfer::models::Model &model, minfer::Session &session) {
+    auto b = std::make_unique<minfer::BatchSession>(model, session, never_ends);
+    batch_logits_.clear();
+    b->on_logits([this](int64_t id, std::span<const float> l) { batch_logits_[id].emplace_back(l.begin(), l.end()); });
+    return b;
+  }
+
+  static double top2_margin(const std::vector<float> &l) {
+    float a = -INFINITY, b = -INFINITY;
+    for (float x : l)
+      if (x > a) b = a, a = x;
+      else if (x > b) b = x;
+    return double(a) - double(b);
+  }
+  std::map<int64_t, std::vector<std::vector<float>>> solo_logits_, batch_logits_;  // per request, per sampled token
+
+  minfer::RunConfig cfg_;
+  std::shared_ptr<minfer::gguf::File> file_;
+  std::unique_ptr<minfer::BackendSet> backends_;
+  std::unique_ptr<minfer::models::Model> solo_model_;
+  std::unique_ptr<minfer::Session> solo_;
+};
+
+TEST_P(SynthBatch, SequencesJoiningAndFinishingAtDifferentStepsMatchTheirSoloRuns) {
+  // f16 weights take the same CPU kernels at any token count: exact there (and 32 sequences
+  // of f16 matmuls would be slow on two cores).
+  const bool f16 = GetParam().type == "f16";
+  for (int64_t n : {1, 7, 32}) {
+    if (f16 && n == 32) continue;
+    std::vector<minfer::SeqRequest> reqs;
+    std::vector<int64_t> arrivals;
+    for (int64_t i = 0; i < n; ++i) {
+      reqs.push_back({i, prompt(i, 3 + (i * 37) % 150), 4 + (i * 5) % 21, greedy()});
+      arrivals.push_back((i * 3) % 11);  // several join while others run
+    }
+    std::unique_ptr<minfer::models::Model> model;
+    auto session = batched(32, 0, model);
+    auto b = batch(*model, *session);
+    const auto got = run_all(*b, reqs, arrivals);
+    const double worst = expect_solo(reqs, got);
+    if (f16) EXPECT_EQ(worst, 0.0) << "f16 weights: the batched logits equal the solo ones bit for bit";
+    if (n > 1) EXPECT_GT(b->stats().most_seqs, 1) << "sequences shared steps";
+  }
+}
+
+TEST_P(SynthBatch, APoolTooSmallPreemptsAndEverySequenceStillCompletes) {
+  std::vector<minfer::SeqRequest> reqs;
+  for (int64_t i = 0; i < 8; ++i) reqs.push_back({i, prompt(i, 40 + i * 9), 40, greedy()});
+  std::unique_ptr<minfer::models::Model> model;
+  auto session = batched(8, 24, model);  // 24 pages of 16: room for about three of the eight at their end
+  auto b = batch(*model, *session);
+  const auto got = run_all(*b, reqs, std::vector<int64_t>(reqs.size(), 0));
+  EXPECT_GT(b->scheduler().preemptions(), 0) << "the pool was meant to run dry";
+  expect_solo(reqs, got);
+}
+
+TEST_P(SynthBatch, TwoSequencesSharingAPrefixUseOnePrefixsPages) {
+  const std::vector<minfer::SeqRequest> reqs = {{0, prompt(0, 230, 200), 12, greedy()}, {1, prompt(1, 215, 200), 12, greedy()}};
+  std::unique_ptr<minfer::models::Model> model;
+  auto session = batched(4, 0, model);
+  auto b = batch(*model, *session);
+  // The second arrives once the first's prompt is in the cache (its full pages registered).
+  const int64_t page = model->opts.page_size;
+  int32_t most_shared = 0;
+  const auto got = run_all(*b, reqs, {0, 6}, [&](int64_t) { most_shared = std::max(most_shared, b->pool().stats().shared); });
+  EXPECT_EQ(most_shared, 200 / page) << "while both run, the prefix's full pages are held by both";
+  EXPECT_EQ(b->scheduler().reused_positions(), 200 / page * page) << "the second reads the first's full prefix pages";
+  expect_solo(reqs, got);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, SynthBatch,
+                         ::testing::Values(SynthCase{"q4_0", "backends: {cpu: {threads: 2}}\n", "cpu_q4_0"},
+                                           SynthCase{"q8_0", "backends: {cpu: {threads: 2}}\n", "cpu_q8_0"},
+                                           SynthCase{"q4_k_m", "backends: {cpu: {threads: 2}}\n", "cpu_q4_k_m"},
+                                           SynthCase{"f16", "backends: {cpu: {threads: 2}}\n", "cpu_f16"},
+                                           // CUDA against its own solo runs (one-token and many-token kernels differ there too).
+                                           SynthCase{"q4_0", "backends: {cuda: {}}\n", "cuda_q4_0"},
+                                           SynthCase{"q4_k_m", "backends: {cuda: {}}\n", "cuda_q4_k_m"},
+                                           SynthCase{"q8_0", "backends: {cuda: {cuda_graphs: false}}\n", "cuda_nographs_q8_0"}),
+                         [](const auto &info) { return info.param.label; });
+
+}  // namespace
