@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <ostream>
 #include <nlohmann/json.hpp>
 
 #include "config/run_config.hpp"
@@ -97,6 +98,7 @@ TEST_P(StoriesBatch, FourPromptsTogetherGiveLlamaCppsGreedyTokens) {
   const auto got = run_all(batch, reqs, {0, 0, 0, 0});
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got.at(int64_t(i)), want[i]) << GetParam().label << ": prompt " << i;
   EXPECT_EQ(batch.stats().most_seqs, 4) << "the four ran in the same steps";
+  EXPECT_EQ(batch.stats().greedy_steps, batch.stats().steps) << "greedy sequences take the backend's arg-max, not the logits";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoriesBatch,
@@ -129,6 +131,8 @@ std::vector<int32_t> prompt(int64_t id, int64_t length, int64_t prefix = 0) {
 struct SynthCase {
   std::string type, backends, label;
 };
+
+void PrintTo(const SynthCase &c, std::ostream *os) { *os << c.label; }
 
 class SynthBatch : public ::testing::TestWithParam<SynthCase> {
  protected:

@@ -179,6 +179,12 @@ std::vector<Case> all_cases() {
                        },
                        MINFER_OP_ROPE, {MINFER_DTYPE_F32}});
     }
+  // Argmax: rows of the specials (NaN never wins, +inf does), a vocabulary-long row set.
+  for (const auto &sh : std::vector<std::vector<int64_t>>{{5, 3}, {33, 1}, {1000, 64}, {151936, 7}}) {
+    cases.push_back({"argmax f32" + shape_str(sh), [sh] {
+      GraphBuilder g; auto x = g.input("in0", MINFER_DTYPE_F32, sh);
+      g.mark_output(g.argmax("node", x)); return g.finish(); }, MINFER_OP_ARGMAX, {MINFER_DTYPE_F32}});
+  }
   // Attention over pages: each Seq is a slot with its page table row and the positions this
   // step brings (count tokens from `from`); pages are out of order and, where a case says so,
   // shared by two slots. The reference writes its copy of the caches; the backend's must end
@@ -308,7 +314,7 @@ std::vector<uint8_t> input_data(const minfer::Tensor &t, int32_t op, int input, 
     return out;
   }
   const bool elementwise = op == MINFER_OP_ADD || op == MINFER_OP_MUL || op == MINFER_OP_SILU || op == MINFER_OP_CONVERT ||
-                           op == MINFER_OP_ADD_ROW_BROADCAST || op == MINFER_OP_SWIGLU;
+                           op == MINFER_OP_ADD_ROW_BROADCAST || op == MINFER_OP_SWIGLU || op == MINFER_OP_ARGMAX;
   if (t.dtype == MINFER_DTYPE_F32) return f32_data(t.n_elements(), seed, elementwise && input == 0);
   if (t.dtype == MINFER_DTYPE_F16 || t.dtype == MINFER_DTYPE_BF16) {
     std::vector<uint8_t> f = f32_data(t.n_elements(), seed, false), out(size_t(t.n_elements()) * 2);
@@ -366,6 +372,15 @@ double tolerance(int32_t op, int32_t in_dtype, float want, double rms) {
 // "" when got matches want; else the first bad value.
 std::string compare(const std::vector<uint8_t> &got, const std::vector<uint8_t> &want, int32_t out_dtype,
                     int32_t op, int32_t in_dtype, int64_t n) {
+  if (out_dtype == MINFER_DTYPE_I32) {  // indices (argmax): exact
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t g, w;
+      std::memcpy(&g, &got[size_t(i) * 4], 4);
+      std::memcpy(&w, &want[size_t(i) * 4], 4);
+      if (g != w) return "index " + std::to_string(i) + " of " + std::to_string(n) + ": got " + std::to_string(g) + ", reference " + std::to_string(w);
+    }
+    return "";
+  }
   double ss = 0;
   int64_t finite = 0;
   for (int64_t i = 0; i < n; ++i) {

@@ -40,7 +40,7 @@ std::vector<BatchedRow> run_batched_bench(const BatchedSpec &spec, const RunConf
       for (auto &t : prompt) t = int32_t(rng() % uint32_t(model->hp.n_vocab));
       batch.submit({i, std::move(prompt), spec.ntg, greedy});
     }
-    BatchedRow r{spec.npp, spec.ntg, B, B * (spec.npp + spec.ntg), 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    BatchedRow r{spec.npp, spec.ntg, B, B * (spec.npp + spec.ntg), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     std::vector<bool> started(size_t(B), false);
     int64_t n_started = 0, after_pp = 0;
     const auto t0 = Clock::now();
@@ -56,6 +56,7 @@ std::vector<BatchedRow> run_batched_bench(const BatchedSpec &spec, const RunConf
     }
     const auto t1 = Clock::now();
     r.steps = batch.stats().steps;
+    r.run_s = batch.stats().run_s, r.logits_s = batch.stats().logits_s, r.sample_s = batch.stats().sample_s;
     r.t_pp = std::chrono::duration<double>(t_pp - t0).count();
     r.t_tg = std::chrono::duration<double>(t1 - t_pp).count();
     r.t = r.t_pp + r.t_tg;

@@ -24,6 +24,7 @@ struct BatchedRow {
   double t_pp, s_pp, t_tg, s_tg, t, s;
   int64_t steps, peak_pages;     // steps run; the most KV pages in use at once
   double peak_kv_bytes;          // their bytes (every layer's K and V)
+  double run_s, logits_s, sample_s;  // of T: in the model's steps, reading logits, sampling
 };
 
 // Runs each B once after a warm-up run of the largest: B sequences of npp random tokens

@@ -276,6 +276,10 @@ TensorId GraphBuilder::swiglu(const std::string &name, TensorId gate, TensorId u
   return new_node(name, MINFER_OP_SWIGLU, {gate, up}, MINFER_DTYPE_F32, t(gate).rank, t(gate).shape);
 }
 
+TensorId GraphBuilder::argmax(const std::string &name, TensorId x) {
+  return new_node(name, MINFER_OP_ARGMAX, {x}, MINFER_DTYPE_I32, 1, {t(x).shape[1], 1, 1, 1}, {}, t(x).token_dim >= 0 ? 0 : -1);
+}
+
 TensorId GraphBuilder::dequantize(const std::string &name, TensorId a) {
   return new_node(name, MINFER_OP_DEQUANTIZE, {a}, MINFER_DTYPE_F16, t(a).rank, t(a).shape);
 }

@@ -106,6 +106,8 @@ class GraphBuilder {
                      TensorId v_cache, TensorId positions, TensorId slots, TensorId page_table,
                      const minfer_attention_params &p);
   TensorId swiglu(const std::string &name, TensorId gate, TensorId up);
+  // i32 [rows]: the index of each row's largest value (greedy sampling on the backend).
+  TensorId argmax(const std::string &name, TensorId x);
 
   void mark_output(TensorId t);
   Graph finish();

@@ -50,9 +50,11 @@ struct Model {
   Graph graph;
   // Graph input/output names.
   // kSlots: each token's sequence slot; kPageTable: i32 [pages_per_seq, max_seqs]; kLogitRows:
-  // the step's rows whose logits are wanted (absent with all_logits).
+  // the step's rows whose logits are wanted (absent with all_logits); kGreedy: each of those
+  // rows' arg-max token, computed on the backend (a greedy step reads it, not the logits;
+  // models built for several sequences).
   static constexpr const char *kTokens = "tokens", *kPositions = "positions", *kSlots = "kv_slots", *kPageTable = "kv_page_table",
-                              *kLogitRows = "logit_rows", *kLogits = "logits";
+                              *kLogitRows = "logit_rows", *kLogits = "logits", *kGreedy = "greedy_tokens";
 };
 
 // Reads hyperparameters with the architecture's reader and builds the graph; errors name the

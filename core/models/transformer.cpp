@@ -143,7 +143,10 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
   }
   x = gb.rms_norm("output_norm", x, w.weight("output_norm.weight", {d}, "final norm"), hp.rms_eps);
   const TensorId out_w = f.find_tensor("output.weight") ? w.weight("output.weight", {d, hp.n_vocab}, "output projection") : tok_embd;
-  gb.mark_output(gb.matmul(Model::kLogits, out_w, x));
+  const TensorId logits = gb.matmul(Model::kLogits, out_w, x);
+  gb.mark_output(logits);
+  // Greedy tokens on the backend for the batched session (a one-sequence run reads logits).
+  if (!o.all_logits && o.max_seqs > 1) gb.mark_output(gb.argmax(Model::kGreedy, logits));
   return gb.finish();
 }
 

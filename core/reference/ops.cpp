@@ -148,6 +148,20 @@ std::vector<uint8_t> run_op(int32_t op, const std::vector<RefTensor> &in, int32_
       }
       return f32_bytes(y);
     }
+    case MINFER_OP_ARGMAX: {  // the first largest value of each row; NaN never wins
+      const int64_t d = in[0].shape[0], rows = in[0].shape[1];
+      std::vector<uint8_t> out(size_t(rows) * 4);
+      for (int64_t r = 0; r < rows; ++r) {
+        int32_t best = 0;
+        float bv = NAN;
+        for (int64_t i = 0; i < d; ++i) {
+          const float v = f32(in[0])[r * d + i];
+          if (!std::isnan(v) && (std::isnan(bv) || v > bv)) bv = v, best = int32_t(i);
+        }
+        std::memcpy(&out[size_t(r) * 4], &best, 4);
+      }
+      return out;
+    }
     case MINFER_OP_DEQUANTIZE:
       quant::dequantize_row(in[0].dtype, in[0].data, y.data(), n);
       return f16_bytes(y);

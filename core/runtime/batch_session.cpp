@@ -1,10 +1,16 @@
 #include "runtime/batch_session.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "common/error.hpp"
+#include "common/parallel.hpp"
 
 namespace minfer {
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
 
 BatchSession::BatchSession(const models::Model &model, Session &session, std::function<bool(int32_t)> is_end)
     : model_(model),
@@ -77,29 +83,61 @@ std::vector<SeqToken> BatchSession::step() {
   // its output head); its logits are not read.
   if (outputs == 0) rows_.push_back(0);
   session_.set_input(models::Model::kLogitRows, rows_.data(), rows_.size() * 4);
+  auto t0 = Clock::now();
   session_.run({n, 0, int64_t(rows_.size()), int64_t(plan.items.size())});
+  stats_.run_s += seconds_since(t0);
   ++stats_.steps;
   stats_.most_seqs = std::max<int64_t>(stats_.most_seqs, int64_t(plan.items.size()));
 
   std::vector<int32_t> sampled;
   std::vector<SeqToken> out;
-  if (outputs > 0) {
-    const uint64_t bytes = session_.output_bytes(models::Model::kLogits);
-    logits_.resize(bytes / 4);
-    session_.read_output(models::Model::kLogits, logits_.data(), bytes);
-    const int64_t vocab = int64_t(logits_.size()) / outputs;
+  // Every sequence that samples this step is greedy (and no one watches the logits): the
+  // backend's arg-max gives the tokens, a few bytes instead of the logits' rows.
+  bool all_greedy = outputs > 0 && !on_logits_ && session_.has_output(models::Model::kGreedy);
+  for (const sched::StepItem &item : plan.items)
+    if (item.wants_logits) all_greedy = all_greedy && seqs_.at(item.seq).sampler.greedy();
+  if (all_greedy) {
+    ++stats_.greedy_steps;
+    t0 = Clock::now();
+    sampled.resize(size_t(outputs));
+    session_.read_output(models::Model::kGreedy, sampled.data(), sampled.size() * 4);
+    stats_.logits_s += seconds_since(t0);
     size_t k = 0;
     for (const sched::StepItem &item : plan.items) {
       if (!item.wants_logits) continue;
-      Seq &s = seqs_.at(item.seq);
-      const float *row = logits_.data() + int64_t(k++) * vocab;
-      if (on_logits_) on_logits_(item.seq, {row, size_t(vocab)});
-      const int32_t t = s.sampler.sample(row, vocab, s.history);
-      sampled.push_back(t);
+      const int32_t t = sampled[k++];
       if (is_end_ && is_end_(t)) continue;
-      s.history.push_back(t);
+      seqs_.at(item.seq).history.push_back(t);
       out.push_back({item.seq, t});
     }
+  } else if (outputs > 0) {
+    t0 = Clock::now();
+    const uint64_t bytes = session_.output_bytes(models::Model::kLogits);
+    logits_.resize(bytes / 4);
+    session_.read_output(models::Model::kLogits, logits_.data(), bytes);
+    stats_.logits_s += seconds_since(t0);
+    t0 = Clock::now();
+    const int64_t vocab = int64_t(logits_.size()) / outputs;
+    // Each sequence samples its own row; many rows are sampled on several threads (a sampler
+    // and its history belong to one sequence, so the rows are independent).
+    std::vector<std::pair<int64_t, const float *>> rows;
+    for (const sched::StepItem &item : plan.items)
+      if (item.wants_logits) rows.emplace_back(item.seq, logits_.data() + int64_t(rows.size()) * vocab);
+    if (on_logits_)
+      for (const auto &[id, row] : rows) on_logits_(id, {row, size_t(vocab)});
+    sampled.resize(rows.size());
+    std::vector<Seq *> seq_of(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) seq_of[i] = &seqs_.at(rows[i].first);
+    parallel_ranges(int64_t(rows.size()), rows.size() >= 8 ? std::min(8, resolve_threads(0)) : 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sampled[size_t(i)] = seq_of[size_t(i)]->sampler.sample(rows[size_t(i)].second, vocab, seq_of[size_t(i)]->history);
+    });
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int32_t t = sampled[i];
+      if (is_end_ && is_end_(t)) continue;
+      seq_of[i]->history.push_back(t);
+      out.push_back({rows[i].first, t});
+    }
+    stats_.sample_s += seconds_since(t0);
   }
   sched_.complete(plan, sampled, is_end_);
   for (sched::Finished &f : sched_.take_finished()) {

@@ -39,6 +39,8 @@ struct SeqToken {
 struct BatchStats {
   int64_t steps = 0, prefill_tokens = 0, decode_tokens = 0;  // tokens run (prefill: prompt and recomputed ones)
   int64_t most_seqs = 0;  // the most sequences one step carried
+  int64_t greedy_steps = 0;  // steps whose tokens came from the backend's arg-max (no logits read)
+  double run_s = 0, logits_s = 0, sample_s = 0;  // seconds in the session's steps, reading logits, sampling
 };
 
 class BatchSession {

@@ -304,6 +304,11 @@ TensorId Session::output_id(const std::string &name) const {
   return id;
 }
 
+bool Session::has_output(const std::string &name) const {
+  const TensorId id = graph_.find_tensor(name);
+  return id >= 0 && graph_.tensor(id).is_output;
+}
+
 uint64_t Session::output_bytes(const std::string &name) const { return bytes_for(graph_.tensor(output_id(name)), last_); }
 
 void Session::read_output(const std::string &name, void *dst, uint64_t bytes) const {

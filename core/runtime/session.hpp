@@ -38,6 +38,7 @@ class Session {
   // The same bytes straight into dst (output_bytes of them): no intermediate copy, for the
   // per-token logits.
   uint64_t output_bytes(const std::string &name) const;
+  bool has_output(const std::string &name) const;
   void read_output(const std::string &name, void *dst, uint64_t bytes) const;
   int64_t max_tokens() const { return max_tokens_; }  // the largest n_tokens a run accepts
   int64_t max_outputs() const { return max_outputs_; }  // the largest n_outputs (0: no output rows)

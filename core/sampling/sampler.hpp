@@ -27,6 +27,8 @@ class Sampler {
   // history: the tokens so far (prompt and generated), for the repetition penalty.
   int32_t sample(const float *logits, int64_t n_vocab, const std::vector<int32_t> &history);
   const Config &config() const { return cfg_; }
+  // The arg-max of the logits, whatever the history: temperature 0 and no repetition penalty.
+  bool greedy() const { return cfg_.temperature <= 0.0f && (cfg_.repeat_penalty == 1.0f || cfg_.repeat_last_n == 0); }
 
  private:
   Config cfg_;

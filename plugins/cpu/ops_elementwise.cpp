@@ -48,7 +48,24 @@ void run_convert(const minfer_node &n, const RunCtx &ctx) {
   for (int64_t i = 0; i < count; ++i) y[i] = sdk::float_to_half(x[i]);
 }
 
+// out[r] = the first index of row r's largest value (NaN never wins): rows in parallel.
+void run_argmax(const minfer_node &n, const RunCtx &ctx) {
+  const float *x = ptr<float>(*n.inputs[0]);
+  int32_t *out = ptr<int32_t>(*n.output);
+  const int64_t d = n.inputs[0]->shape[0], rows = sdk::run_rows(*n.inputs[0], ctx.args);
+  ctx.pool.run(rows, [&](int64_t r0, int64_t r1, int) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float *row = x + r * d;
+      int64_t best = -1;
+      for (int64_t i = 0; i < d; ++i)
+        if (row[i] == row[i] && (best < 0 || row[i] > row[best])) best = i;  // row[i] == row[i]: not NaN
+      out[r] = int32_t(best < 0 ? 0 : best);
+    }
+  });
+}
+
 const CpuOp kOps[] = {
+    {MINFER_OP_ARGMAX, any, run_argmax},
     {MINFER_OP_ADD, any, run_add},
     {MINFER_OP_MUL, any, run_mul},
     {MINFER_OP_SILU, any, run_silu},

@@ -130,6 +130,10 @@ void CudaDevice::rope_f32(const float *x, const int32_t *pos, float *y, int64_t 
                                     freq_factors, x2, y2, heads2));
 }
 
+void CudaDevice::argmax_f32(const float *x, int32_t *out, int64_t d, int64_t rows) {
+  check_launch(minfer_cuda_argmax_f32(&cfg_, x, out, d, rows, scratch(6, minfer_cuda_argmax_scratch_bytes(d, rows))));
+}
+
 void CudaDevice::swiglu_f32(const float *g, const float *u, float *y, int64_t n) {
   check_launch(minfer_cuda_swiglu_f32(&cfg_, g, u, y, n));
 }
@@ -294,7 +298,7 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
   if (path == MatmulPath::Mmvq) {  // integer path: activations to 8 bits once
     void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));
     check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
-    check_launch(minfer_cuda_mmvq(&cfg_, w_dtype, w, q, y, k, m, tokens));
+    check_launch(minfer_cuda_mmvq(&cfg_, w_dtype, w, q, y, k, m, tokens, sm_count_));
     return;
   }
   check_launch(minfer_cuda_matmul(&cfg_, w_dtype, w, x, y, k, m, tokens));

@@ -75,6 +75,7 @@ class CudaDevice {
   void rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads, const minfer_rope_params &p,
                 const float *freq_factors, const float *x2 = nullptr, float *y2 = nullptr, int64_t heads2 = 0);
   void swiglu_f32(const float *g, const float *u, float *y, int64_t n);
+  void argmax_f32(const float *x, int32_t *out, int64_t d, int64_t rows);
   // Writes this step's K and V rows into the paged caches, then attends (the one-token kernel
   // does both). decode: each token is a different sequence's (n_seqs == n_tokens).
   // max_positions: a sequence's most. rope (only where attention_rotates): q and k arrive
@@ -163,15 +164,15 @@ class CudaDevice {
   int64_t attention_max_positions_ = 0;
   // Scratch memory that grows and is reused: [0] quantized activations, [1] f16 weights,
   // [2] f16 activations, [3] the padded f32 GEMM result, [4] split attention's partial rows,
-  // [5] split-K MMQ's partial sums.
+  // [5] split-K MMQ's partial sums, [6] argmax's partial bests.
   void *scratch(int slot, size_t bytes);
   // x quantized once for MMQ, then the parts in one launch, split over k where the tiles
   // would not fill the GPU.
   void mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const float *x, int64_t k, int64_t tokens);
   // x (tokens x k) quantized for MMQ into scratch[0]; valid until the next call.
   const void *quantize_for_mmq(const float *x, int64_t k, int64_t tokens);
-  void *scratch_[6] = {};
-  size_t scratch_bytes_[6] = {};
+  void *scratch_[7] = {};
+  size_t scratch_bytes_[7] = {};
   int32_t sm_count_ = 0;
   int *attention_counters_ = nullptr;  // per (token, KV head): blocks of a split decode step done (flash_attention.cu)
   std::vector<std::pair<const void *, void *>> w16_cache_;  // weight -> its f16 copy (rows padded to 128)

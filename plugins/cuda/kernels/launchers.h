@@ -65,6 +65,11 @@ cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, co
                                  float theta_base, float freq_scale, const float *freq_factors,
                                  const float *x2, float *y2, int64_t heads2);
 
+/* argmax.cu: out[r] = the first index of row r's largest value (NaN never), x f32 [d, rows];
+ * scratch: minfer_cuda_argmax_scratch_bytes of device memory for the chunks' partial bests. */
+size_t minfer_cuda_argmax_scratch_bytes(int64_t d, int64_t rows);
+cudaError_t minfer_cuda_argmax_f32(minfer_cuda_launch_cfg *cfg, const float *x, int32_t *out, int64_t d, int64_t rows, void *scratch);
+
 /* elementwise.cu: y = silu(gate) * up */
 cudaError_t minfer_cuda_swiglu_f32(minfer_cuda_launch_cfg *cfg, const float *gate, const float *up, float *y,
                                    int64_t n);
@@ -193,7 +198,7 @@ size_t minfer_cuda_q8_act_bytes(int64_t k, int64_t tokens);
 cudaError_t minfer_cuda_quantize_q8_act(minfer_cuda_launch_cfg *cfg, const float *x, void *q, int64_t n);
 int minfer_cuda_mmvq_supported(int32_t dtype);
 cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
-                             int64_t m, int64_t tokens);
+                             int64_t m, int64_t tokens, int32_t sm_count);
 
 /* gemm_f16.cu: C[n][m] = X[n][k] W[m][k]^T on tensor cores (f16 in, f32 out); n and m
  * multiples of 64, k a multiple of 16 (cudaErrorInvalidValue otherwise); multiples of 128,

@@ -3,10 +3,15 @@
 // dot products, and the kernel that quantizes activations for it and for MMQ (mmq.cu).
 //
 // The activations are quantized once per call to 32-value blocks (int8 + scale, and the
-// scaled sum the types with a minimum need). One warp per output row: each lane takes whole
-// 32-value sub-blocks (qblock.cuh) and dots four bytes per dp4a; a tile of up to
-// kTokens tokens reuses each loaded weight block, so a few tokens read the weights once.
-// One token takes gemv.cu's kernel instead, which quantizes x itself.
+// scaled sum the types with a minimum need). A block copies up to kTokens tokens of them into
+// shared memory, then its warps take rows: each lane whole 32-value sub-blocks (qblock.cuh),
+// kUnroll of them loaded before any is used (enough bytes in flight to keep memory busy), each
+// dotted with every token's activations four bytes per dp4a — a few tokens read the weights
+// once. (Reading the activations from global memory per row, as the first version did, made
+// a 4-token 7B FFN matmul 2.6x the one-token one.) One token takes gemv.cu's kernel instead,
+// which quantizes x itself.
+#include <algorithm>
+
 #include "grid.cuh"
 #include "int8_dot.cuh"
 #include "minfer/blocks.h"
@@ -72,23 +77,41 @@ __global__ void quantize_q8_act_kernel(const float *x, int64_t n_slots, Out out)
   quantize_blocks(x, n_slots, out);
 }
 
+constexpr int kUnroll = 4;
+
+// tpc: tokens per pass (<= kTokens), as many as the shared memory holds; more tokens take
+// several passes over the weights.
 template <class Block>
-__global__ void mmvq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *y, int64_t k, int64_t m, int64_t tokens) {
+__global__ void __launch_bounds__(kWarps * 32) mmvq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *y, int64_t k, int64_t m,
+                                                          int64_t tokens, int tpc) {
+  extern __shared__ minfer_cuda_q8_act xs[];  // tpc tokens' activation blocks, token-major
   const int lane = threadIdx.x & 31;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs);  // sub-blocks, blocks per row
-  for (int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); o < m; o += int64_t(gridDim.x) * kWarps) {
-    const Block *row = w + o * nb;
-    for (int64_t t0 = 0; t0 < tokens; t0 += kTokens) {
-      const int nt = int(tokens - t0 < kTokens ? tokens - t0 : kTokens);
+  static_assert(sizeof(minfer_cuda_q8_act) % 4 == 0, "copied as 4-byte words");
+  for (int64_t t0 = 0; t0 < tokens; t0 += tpc) {
+    const int nt = int(tokens - t0 < tpc ? tokens - t0 : tpc);
+    __syncthreads();  // the previous pass's rows are done with xs
+    const int64_t words = int64_t(nt) * ns * int64_t(sizeof(minfer_cuda_q8_act) / 4);
+    const int32_t *src = reinterpret_cast<const int32_t *>(x + t0 * ns);
+    for (int64_t i = threadIdx.x; i < words; i += blockDim.x) reinterpret_cast<int32_t *>(xs)[i] = src[i];
+    __syncthreads();
+    for (int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); o < m; o += int64_t(gridDim.x) * kWarps) {
+      const Block *row = w + o * nb;
       float acc[kTokens];
 #pragma unroll
       for (int j = 0; j < kTokens; ++j) acc[j] = 0;
-      for (int64_t sb = lane; sb < ns; sb += 32) {
-        SubBlock s;
-        unpack_sub(row, sb, s);
+      for (int64_t s0 = lane; s0 < ns; s0 += 32 * kUnroll) {
+        SubBlock s[kUnroll];
 #pragma unroll
-        for (int j = 0; j < kTokens; ++j)
-          if (j < nt) acc[j] += sub_dot<Block>(s, x[(t0 + j) * ns + sb]);
+        for (int u = 0; u < kUnroll; ++u)
+          if (s0 + 32 * u < ns) unpack_sub(row, s0 + 32 * u, s[u]);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (s0 + 32 * u >= ns) break;
+#pragma unroll
+          for (int j = 0; j < kTokens; ++j)
+            if (j < nt) acc[j] += sub_dot<Block>(s[u], xs[j * ns + s0 + 32 * u]);
+        }
       }
 #pragma unroll
       for (int j = 0; j < kTokens; ++j) {
@@ -133,14 +156,27 @@ extern "C" int minfer_cuda_mmvq_supported(int32_t dtype) {
 }
 
 extern "C" cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y,
-                                        int64_t k, int64_t m, int64_t tokens) {
-  const int64_t blocks = (m + kWarps - 1) / kWarps;
+                                        int64_t k, int64_t m, int64_t tokens, int32_t sm_count) {
+  // As many tokens per pass as fit the shared memory a block may opt into (7B ffn_down:
+  // 592 blocks of 36 bytes a token, 8 tokens in 170 KiB).
+  int device = 0, optin = 48 * 1024;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  const size_t per_token = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
+  const int tpc = int(std::min<int64_t>({kTokens, tokens, int64_t(size_t(optin) / per_token)}));
+  if (tpc < 1) return cudaErrorNotSupported;  // one token's activations do not fit: k beyond ~200k
+  const size_t smem = size_t(tpc) * per_token;
+  // About two blocks per SM, each walking many rows: the activations are copied once per block.
+  const int64_t blocks = std::min<int64_t>((m + kWarps - 1) / kWarps, int64_t(sm_count > 0 ? sm_count : 132) * 2);
   const unsigned grid = unsigned(blocks < cfg->max_blocks ? blocks : cfg->max_blocks);
   const auto *xa = static_cast<const minfer_cuda_q8_act *>(xq);
+  cudaError_t e = cudaSuccess;
   const bool known = visit_int8_block(dtype, [&](auto tag) {
     using Block = decltype(tag);
-    mmvq_kernel<Block><<<grid, kWarps * 32, 0, cfg->stream>>>(static_cast<const Block *>(w), xa, y, k, m, tokens);
+    if (smem > 48 * 1024) e = cudaFuncSetAttribute(mmvq_kernel<Block>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e == cudaSuccess)
+      mmvq_kernel<Block><<<grid, kWarps * 32, smem, cfg->stream>>>(static_cast<const Block *>(w), xa, y, k, m, tokens, tpc);
   });
   if (!known) return cudaErrorNotSupported;
+  if (e != cudaSuccess) return e;
   return launched(cfg, "mmvq_kernel", dtype);
 }

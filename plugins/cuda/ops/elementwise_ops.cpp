@@ -1,4 +1,4 @@
-// plugins/cuda/ops/elementwise_ops.cpp — handlers for the f32 elementwise family and convert.
+// plugins/cuda/ops/elementwise_ops.cpp — handlers for the f32 elementwise family, convert and argmax.
 #include "ops/op_table.hpp"
 
 namespace minfer::cuda {
@@ -29,7 +29,12 @@ void run_convert(CudaDevice &dev, const minfer_node &n, const minfer_step_args &
   dev.convert_f32_f16(dptr<float>(*n.inputs[0]), dptr<uint16_t>(*n.output), sdk::run_elements(*n.output, args));
 }
 
+void run_argmax(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  dev.argmax_f32(dptr<float>(*n.inputs[0]), dptr<int32_t>(*n.output), n.inputs[0]->shape[0], sdk::run_rows(*n.inputs[0], args));
+}
+
 const CudaOp kOps[] = {
+    {MINFER_OP_ARGMAX, any, run_argmax},
     {MINFER_OP_ADD, any, run_add},
     {MINFER_OP_MUL, any, run_mul},
     {MINFER_OP_SILU, any, run_silu},

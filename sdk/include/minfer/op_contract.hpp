@@ -47,6 +47,7 @@ struct AbiNeed {
 };
 inline AbiNeed abi_needed(const minfer_node &n) {
   if (n.op == MINFER_OP_ATTENTION) return {5, "paged attention"};
+  if (n.op == MINFER_OP_ARGMAX) return {5, "argmax"};
   for (int i = 0; i <= n.n_inputs; ++i) {
     const minfer_tensor *t = i < n.n_inputs ? (n.inputs ? n.inputs[i] : nullptr) : n.output;
     if (t && t->struct_size >= MINFER_SIZE_UP_TO(minfer_tensor, flags) && (t->flags & MINFER_TENSOR_OUTPUT_ROWS))
@@ -154,6 +155,13 @@ inline std::string check_op_contract(const minfer_node &n) {
       if (n.n_inputs == 3 && (in_(2).dtype != MINFER_DTYPE_F32 || n_elements(in_(2)) != p.n_dims / 2))
         return need(in_(2), ("f32 [" + std::to_string(p.n_dims / 2) + "] (a frequency factor per rotated pair)").c_str());
       break;
+    }
+    case MINFER_OP_ARGMAX: {
+      const minfer_tensor &x = in_(0);
+      if (x.dtype != MINFER_DTYPE_F32 || x.rank != 2) return need(x, "f32 [d, rows]");
+      if (out.dtype != MINFER_DTYPE_I32 || out.rank != 1 || out.shape[0] != x.shape[1])
+        return need(out, ("i32 [" + std::to_string(x.shape[1]) + "]").c_str());
+      return "";
     }
     case MINFER_OP_ATTENTION: {
       const auto &p = params_of<minfer_attention_params>(n);

@@ -52,7 +52,11 @@ typedef enum minfer_op {
   MINFER_OP_ATTENTION = 11,
   /* out = silu(gate) * up; gate, up, out f32, same shape */
   MINFER_OP_SWIGLU = 12,
-  MINFER_OP_COUNT_ = 13 /* one past the largest id; not an op */
+  /* ABI 1.5: out[r] = the index of the largest value of row r; x f32 [d, rows] -> out i32
+     [rows]. The first of equal values wins; NaN is never the largest (a row of NaN alone
+     gives 0). Greedy sampling on the device: a step reads a token per row, not its logits. */
+  MINFER_OP_ARGMAX = 13,
+  MINFER_OP_COUNT_ = 14 /* one past the largest id; not an op */
 } minfer_op;
 
 /* The common head of every parameter struct. */
@@ -114,6 +118,7 @@ static inline minfer_op_traits minfer_op_info(int32_t op) {
     case MINFER_OP_ROPE: t.name = "rope"; t.n_inputs = 2; t.params_size = sizeof(minfer_rope_params); break;
     case MINFER_OP_ATTENTION: t.name = "attention"; t.n_inputs = 8; t.params_size = sizeof(minfer_attention_params); break;
     case MINFER_OP_SWIGLU: t.name = "swiglu"; t.n_inputs = 2; break;
+    case MINFER_OP_ARGMAX: t.name = "argmax"; t.n_inputs = 1; break;
     default: break;
   }
   return t;
