@@ -70,6 +70,7 @@ std::map<int64_t, std::vector<int32_t>> run_all(minfer::BatchSession &b, const s
 struct Backends {
   const char *yaml, *label;
 };
+void PrintTo(const Backends &b, std::ostream *os) { *os << b.label; }
 class StoriesBatch : public ::testing::TestWithParam<Backends> {};
 
 TEST_P(StoriesBatch, FourPromptsTogetherGiveLlamaCppsGreedyTokens) {

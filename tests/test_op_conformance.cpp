@@ -427,7 +427,7 @@ std::vector<Target> targets() {
                            {"cuda_clamped_grid", "cuda", "", {{"max_grid_blocks", "3"}}, {}},
                            // The example plugin (ctest builds it from the installed SDK): runs
                            // add/mul, and must say "unsupported" for the rest, never crash.
-                           {"template", "template", "", {}, {MINFER_OP_ADD, MINFER_OP_MUL}}};
+                           {"template", "template", "", {}, {MINFER_OP_ADD, MINFER_OP_MUL, MINFER_OP_ATTENTION}}};
   return t;
 }
 

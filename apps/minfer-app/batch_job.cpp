@@ -121,6 +121,7 @@ int run_batch(const RunConfig &cfg, const GenerateOptions &opts) {
     write_ready();
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  runner.finish_trace();
   const BatchStats &st = batch.stats();
   std::fprintf(stderr,
                "load %.2f s | %zu prompts, %lld at once | prompt %lld tokens | generated %lld tokens in %.2f s, %.1f tok/s | %lld steps, "
