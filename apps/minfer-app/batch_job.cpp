@@ -47,10 +47,8 @@ int run_batch(const RunConfig &cfg, const GenerateOptions &opts) {
   if (cfg.chat) tmpl = std::make_unique<chat::ChatTemplate>(chat::ChatTemplate::for_model(runner.file(), tok, cfg.chat_template));
 
   BatchSession batch(model, runner.session(), [&](int32_t t) { return tok.is_end_of_generation(t); });
-  sampling::Config sc;
-  sc.temperature = cfg.generation.temperature, sc.top_k = cfg.generation.top_k, sc.top_p = cfg.generation.top_p;
-  sc.min_p = cfg.generation.min_p, sc.repeat_penalty = cfg.generation.repeat_penalty, sc.repeat_last_n = cfg.generation.repeat_last_n;
-  sc.seed = cfg.generation.seed;  // the same seed for each: a prompt's output is the one it gets alone
+  // The same seed for each: a prompt's output is the one it gets alone.
+  const sampling::Config sc = sampling_config(cfg.generation);
 
   std::vector<Job> jobs(cfg.prompts.size());
   int64_t submitted = 0, prompt_tokens = 0;

@@ -38,14 +38,6 @@ void synthesize_if_missing(const RunConfig &cfg) {
   bar.done(cfg.model + ": " + o.arch + "/" + o.preset + " " + o.type + ", " + human_bytes(r.file_bytes) + " (made once, then reused)");
 }
 
-}  // namespace
-
-// KV bytes per page: every layer's K and V rows of page_size positions.
-uint64_t kv_page_bytes(const models::Model &m) {
-  const uint64_t value = m.opts.kv_type == MINFER_DTYPE_F32 ? 4 : 2;
-  return uint64_t(m.hp.n_layer) * 2 * uint64_t(m.hp.n_head_kv * m.hp.head_dim) * uint64_t(m.opts.page_size) * value;
-}
-
 // The pool's default for several sequences: a full context each, or what fits beside the
 // weights on the smallest device that reports its free memory (the whole file counted on each,
 // 1 GiB kept for activations and scratch, 90% of the rest).
@@ -59,8 +51,17 @@ int64_t default_kv_pages(const models::Model &m, const BackendSet &backends, uin
     room = std::min(room, info.free_bytes > reserve ? (info.free_bytes - reserve) / 10 * 9 : 0);
   }
   if (room == UINT64_MAX) return full;
-  const int64_t fits = int64_t(room / kv_page_bytes(m));
+  const int64_t fits = int64_t(room / m.kv_page_bytes());
   return std::max(m.opts.pages_per_seq(), std::min(full, fits));  // one full context at least: else the build says what is short
+}
+
+}  // namespace
+
+sampling::Config sampling_config(const GenerationConfig &g) {
+  sampling::Config sc;
+  sc.temperature = g.temperature, sc.top_k = g.top_k, sc.top_p = g.top_p, sc.min_p = g.min_p;
+  sc.repeat_penalty = g.repeat_penalty, sc.repeat_last_n = g.repeat_last_n, sc.seed = g.seed;
+  return sc;
 }
 
 ModelRunner::ModelRunner(const RunConfig &cfg, int64_t max_seqs) : cfg_(cfg) {
@@ -99,21 +100,13 @@ ModelRunner::ModelRunner(const RunConfig &cfg, int64_t max_seqs) : cfg_(cfg) {
   });
   if (uploaded) load_bar.done(cfg.model + ": weights copied to the backends");
   if (max_seqs == 1) gen_ = std::make_unique<Generator>(*model_, *session_);
-  sampling::Config sc;
-  sc.temperature = cfg.generation.temperature;
-  sc.top_k = cfg.generation.top_k;
-  sc.top_p = cfg.generation.top_p;
-  sc.min_p = cfg.generation.min_p;
-  sc.repeat_penalty = cfg.generation.repeat_penalty;
-  sc.repeat_last_n = cfg.generation.repeat_last_n;
-  sc.seed = cfg.generation.seed;
-  sampler_ = std::make_unique<sampling::Sampler>(sc);
+  if (max_seqs == 1) sampler_ = std::make_unique<sampling::Sampler>(sampling_config(cfg.generation));
   load_s_ = seconds_since(t_load);
 }
 
 std::string ModelRunner::kv_summary() const {
   const models::BuildOptions &o = model_->opts;
-  const uint64_t bytes = uint64_t(o.kv_pages) * kv_page_bytes(*model_);
+  const uint64_t bytes = uint64_t(o.kv_pages) * model_->kv_page_bytes();
   return "kv cache: " + std::to_string(o.kv_pages) + " pages of " + std::to_string(o.page_size) + " positions (" +
          std::to_string(o.kv_pages * o.page_size) + " positions, " + human_bytes(bytes) + " in " + std::to_string(model_->hp.n_layer) +
          " layers, " + minfer_dtype_name(o.kv_type) + ") for " + std::to_string(o.max_seqs) + " sequence" + (o.max_seqs > 1 ? "s" : "") +

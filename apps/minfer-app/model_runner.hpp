@@ -29,6 +29,9 @@ struct Reply {
   double prefill_s = 0, decode_s = 0;
 };
 
+// The run config's generation settings as the sampler takes them.
+sampling::Config sampling_config(const GenerationConfig &g);
+
 class ModelRunner {
  public:
   // Loads the model (synthesizing it when the config says so) onto the backends, built for

@@ -25,8 +25,7 @@ std::vector<BatchedRow> run_batched_bench(const BatchedSpec &spec, const RunConf
   const auto model = models::load_model(file, bo);
   BackendSet backends = open_backends(cfg);
   Session session(model->graph, cfg, backends);
-  const double page_bytes = double(model->hp.n_layer) * 2 * double(model->hp.n_head_kv * model->hp.head_dim) * double(bo.page_size) *
-                            (bo.kv_type == MINFER_DTYPE_F32 ? 4 : 2);
+  const double page_bytes = double(model->kv_page_bytes());
 
   std::mt19937 rng(1234);
   sampling::Config greedy;

@@ -48,6 +48,11 @@ struct Model {
   Hparams hp;
   BuildOptions opts;
   Graph graph;
+  // KV cache bytes of one page: every layer's K and V rows of page_size positions.
+  uint64_t kv_page_bytes() const {
+    return uint64_t(hp.n_layer) * 2 * uint64_t(hp.n_head_kv * hp.head_dim) * uint64_t(opts.page_size) *
+           (opts.kv_type == MINFER_DTYPE_F32 ? 4 : 2);
+  }
   // Graph input/output names.
   // kSlots: each token's sequence slot; kPageTable: i32 [pages_per_seq, max_seqs]; kLogitRows:
   // the step's rows whose logits are wanted (absent with all_logits); kGreedy: each of those

@@ -23,7 +23,7 @@ void RequestStream::push(EngineEvent e) {
 }
 
 Engine::Engine(const models::Model &model, Session &session, std::function<bool(int32_t)> is_end, EngineLimits limits)
-    : model_(model), limits_(limits), batch_(model, session, std::move(is_end)) {
+    : limits_(limits), batch_(model, session, std::move(is_end)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -37,16 +37,7 @@ Engine::~Engine() {
 }
 
 std::string Engine::check(const SeqRequest &r) const {
-  if (r.prompt.empty()) return "the prompt is empty";
-  if (r.max_tokens < 1) return "max_tokens must be at least 1";
-  const int64_t need = int64_t(r.prompt.size()) + r.max_tokens, ctx = model_.opts.n_ctx;
-  if (need > ctx)
-    return "the prompt's " + std::to_string(r.prompt.size()) + " tokens and max_tokens " + std::to_string(r.max_tokens) + " need " +
-           std::to_string(need) + " positions; the context holds " + std::to_string(ctx);
-  const int64_t pages = (need + model_.opts.page_size - 1) / model_.opts.page_size;
-  if (pages > model_.opts.kv_pages)
-    return "it needs " + std::to_string(pages) + " KV pages; the whole pool has " + std::to_string(model_.opts.kv_pages);
-  return "";
+  return batch_.scheduler().why_never({r.id, r.prompt, r.max_tokens});  // it reads nothing a step changes
 }
 
 std::shared_ptr<RequestStream> Engine::submit(SeqRequest r) {

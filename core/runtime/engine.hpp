@@ -74,7 +74,6 @@ class Engine {
  private:
   void loop();
 
-  const models::Model &model_;
   EngineLimits limits_;
   BatchSession batch_;  // the engine thread's alone
   mutable std::mutex m_;

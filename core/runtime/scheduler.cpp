@@ -11,17 +11,21 @@ Scheduler::Scheduler(kv::PagePool &pool, SchedulerLimits limits) : pool_(pool), 
     throw Error("scheduler: batch, slots and context must be positive");
 }
 
-void Scheduler::submit(Request r) {
-  const std::string what = "request " + std::to_string(r.id);
-  if (r.prompt.empty()) throw Error(what + ": the prompt is empty");
-  if (r.max_tokens < 1) throw Error(what + ": max_tokens must be at least 1");
+std::string Scheduler::why_never(const Request &r) const {
+  if (r.prompt.empty()) return "the prompt is empty";
+  if (r.max_tokens < 1) return "max_tokens must be at least 1";
   const int64_t need = int64_t(r.prompt.size()) + r.max_tokens;
   if (need > lim_.n_ctx)
-    throw Error(what + ": its prompt of " + std::to_string(r.prompt.size()) + " tokens and " + std::to_string(r.max_tokens) +
-                " tokens to generate need " + std::to_string(need) + " positions; the context holds " + std::to_string(lim_.n_ctx));
+    return "its prompt of " + std::to_string(r.prompt.size()) + " tokens and " + std::to_string(r.max_tokens) + " tokens to generate need " +
+           std::to_string(need) + " positions; the context holds " + std::to_string(lim_.n_ctx);
   if (pool_.pages_for(need) > pool_.n_pages())
-    throw Error(what + ": it needs " + std::to_string(pool_.pages_for(need)) + " KV pages; the whole pool has " +
-                std::to_string(pool_.n_pages()));
+    return "it needs " + std::to_string(pool_.pages_for(need)) + " KV pages; the whole pool has " + std::to_string(pool_.n_pages());
+  return "";
+}
+
+void Scheduler::submit(Request r) {
+  const std::string what = "request " + std::to_string(r.id);
+  if (const std::string why = why_never(r); !why.empty()) throw Error(what + ": " + why);
   if (running_.count(r.id) || std::any_of(queue_.begin(), queue_.end(), [&](const Seq &s) { return s.req.id == r.id; }))
     throw Error(what + " is queued or running already");
   Seq s;

@@ -60,8 +60,11 @@ class Scheduler {
  public:
   Scheduler(kv::PagePool &pool, SchedulerLimits limits);
 
-  // Queues a request. Throws minfer::Error when it can never run: an empty prompt, or prompt +
-  // max_tokens beyond the context or beyond the whole pool.
+  // Why a request can never run ("" when it can): an empty prompt, max_tokens below 1, or
+  // prompt + max_tokens beyond the context or the whole pool. Reads only what never changes
+  // after construction, so another thread may ask while steps run (the engine does).
+  std::string why_never(const Request &r) const;
+  // Queues a request. Throws minfer::Error naming it when why_never refuses it.
   void submit(Request r);
   // Ends a request wherever it is (queued or running); its pages return at once.
   void cancel(int64_t id);
