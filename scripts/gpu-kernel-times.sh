@@ -3,6 +3,7 @@
 #   export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64
 #   bash scripts/gpu-kernel-times.sh .gpu 7b:q4_0 512 1 OUTDIR     # a 512-token prefill (+1 decode step)
 #   bash scripts/gpu-kernel-times.sh .gpu 0.5b:q4_k_m 0 8 OUTDIR    # 8 decode steps
+#   PARALLEL=4 bash scripts/gpu-kernel-times.sh .gpu 7b:q4_0 16 3 OUTDIR  # batched: 4 sequences, --npp 16 --ntg 3
 # Prints each kernel's launches, total time and share, biggest first. CUDA Graphs are off so
 # every launch is seen; the models are synthesized once into /tmp/minfer-models.
 set -uo pipefail
@@ -13,8 +14,10 @@ preset=${spec%%:*}; type=${spec##*:}; model=/tmp/minfer-models/qwen2-$preset-$ty
 [ -f "$model" ] || "$bin/minfer-gguf" synth --arch qwen2 --preset "$preset" --type "$type" --seed 1 \
   --vocab "$bundle/testdata/vocab/ggml-vocab-qwen2.gguf" -o "$model" > /dev/null
 printf 'backends: {cuda: {cuda_graphs: false}}\n' > "$out/nographs.yaml"
+args=(-p "$p" -n "$n" -r 1)
+[ -n "${PARALLEL:-}" ] && args=(--parallel "$PARALLEL" --npp "$p" --ntg "$n")
 ncu --clock-control none --metrics gpu__time_duration.sum --print-units base --csv \
-  "$bin/minfer-bench" -m "$model" --config "$out/nographs.yaml" -p "$p" -n "$n" -r 1 > "$out/kernels.csv" 2> "$out/ncu.log"
+  "$bin/minfer-bench" -m "$model" --config "$out/nographs.yaml" "${args[@]}" > "$out/kernels.csv" 2> "$out/ncu.log"
 python3 - "$out/kernels.csv" <<'PY'
 import collections, csv, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]

@@ -45,9 +45,10 @@ std::vector<BatchedRow> run_batched_bench(const BatchedSpec &spec, const RunConf
     const auto t0 = Clock::now();
     auto t_pp = t0;
     while (!batch.idle()) {
+      const bool decoding = t_pp != t0;  // every prompt was read: this step's tokens are TG's
       for (const SeqToken &t : batch.step()) {
         if (!started[size_t(t.id)]) started[size_t(t.id)] = true, ++n_started;
-        else ++after_pp;
+        else if (decoding) ++after_pp;
       }
       r.peak_pages = std::max<int64_t>(r.peak_pages, batch.pool().stats().used);
       if (n_started == B && t_pp == t0) t_pp = Clock::now();

@@ -121,9 +121,11 @@ std::unique_ptr<Model> load_model(std::shared_ptr<gguf::File> file, const BuildO
   m->opts = opts;
   if (m->opts.n_ctx <= 0) m->opts.n_ctx = std::min<int64_t>(m->hp.n_ctx_train, 4096);
   if (m->opts.max_batch <= 0) throw Error("max_batch must be positive");
-  m->opts.max_batch = std::min(m->opts.max_batch, m->opts.n_ctx);
   BuildOptions &o = m->opts;
   if (o.max_seqs < 1) throw Error("max_seqs (parallel sequences) must be at least 1, not " + std::to_string(o.max_seqs));
+  // A step holds at most every sequence's whole context (capping it at one context, as a
+  // single sequence needs, held 64 sequences' prefill to 640-token steps).
+  o.max_batch = std::min(o.max_batch, o.n_ctx * o.max_seqs);
   if (o.page_size < 1 || o.page_size > 1024 || (o.page_size & (o.page_size - 1)))
     throw Error("kv_page_size must be a power of two from 1 to 1024, not " + std::to_string(o.page_size));
   if (o.kv_pages < 0) throw Error("kv_pages must not be negative");

@@ -227,29 +227,20 @@ void CudaDevice::add_matmul_weights(const std::vector<WeightRef> &weights) {
                                  std::to_string(matmul_weight_bytes_ >> 20) + " MiB >= w16_cache_min_bytes)");
 }
 
-// The fewest tokens at which MMQ beats the few-token GEMV, by weight type. Measured on the
-// H200 (scripts/gpu-fewtoken-sweep.sh: 7B gate, down and QKV shapes at 1-16 tokens): the GEMV
-// costs ~8-11 us more per token on a 7B gate or down matrix, MMQ ~70 us flat (Q4_0) to ~125 us
-// (Q6_K) up to 16 tokens; the crossovers fall at 4-6 tokens for Q4_0/Q8_0, 5-9 for Q4_K and 8-10
-// for Q6_K (before, every step below 16 tokens took the GEMV: 12 tokens cost 118-202 us).
-static int64_t mmq_min_tokens_for(int32_t w_dtype) {
-  switch (w_dtype) {
-    case MINFER_DTYPE_Q4_0:
-    case MINFER_DTYPE_Q4_1:
-    case MINFER_DTYPE_Q5_0:
-    case MINFER_DTYPE_Q5_1:
-    case MINFER_DTYPE_Q8_0: return 5;
-    case MINFER_DTYPE_Q4_K:
-    case MINFER_DTYPE_Q5_K: return 7;
-    case MINFER_DTYPE_Q6_K: return 8;
-    default: return 6;
-  }
+// Whether the few-token dp4a GEMV (mmvq.cu) beats MMQ at this many tokens. Measured on the
+// H200 (scripts/gpu-fewtoken-sweep.sh: 7B gate, down and QKV shapes; Q4_0, Q8_0, Q4_K, Q6_K;
+// 1-12 tokens): MMQ costs about the same from 2 to 64 tokens (66-122 us on a gate or down
+// matrix, by type), the GEMV ~4-9 us more per token while its activations leave room for two
+// blocks an SM, then ~18 us more per token. So: up to 8 tokens while 96 KiB holds them (a 7B
+// gate at 8 tokens: 41.8 vs 66.9 us for Q4_0), else up to 4 (a 7B down at 6 tokens: 77.7 vs 67.7).
+static bool mmvq_beats_mmq(int64_t k, int64_t tokens) {
+  return tokens <= 4 || (tokens <= 8 && minfer_cuda_q8_act_bytes(k, tokens) <= size_t(96) << 10);
 }
 
 CudaDevice::MatmulPath CudaDevice::matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const {
   constexpr int64_t kGemmMinTokens = 16;
-  const int64_t mmq_from = opts_.mmq_min_tokens > 0 ? opts_.mmq_min_tokens : mmq_min_tokens_for(w_dtype);
-  if (tokens >= std::max<int64_t>(2, mmq_from) && opts_.mmq && minfer_cuda_mmq_supported(w_dtype) && k % 32 == 0)
+  const bool few = opts_.mmq_min_tokens > 0 ? tokens < opts_.mmq_min_tokens : mmvq_beats_mmq(k, tokens);
+  if (tokens >= 2 && !few && opts_.mmq && minfer_cuda_mmq_supported(w_dtype) && k % 32 == 0)
     return MatmulPath::Mmq;
   if (tokens == 1 && minfer_cuda_gemv_quantizing_supported(w_dtype, k)) return MatmulPath::Gemv;
   if (tokens >= kGemmMinTokens && minfer_dtype_info(w_dtype).is_quantized && k % 16 == 0) return MatmulPath::F16Gemm;
@@ -272,6 +263,10 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
   }
   if (path == MatmulPath::Gemv)  // decode: one launch, the add in it
     return matmul_group(x, k, tokens, {{w_dtype, w, y, m, add, add_broadcast, unfused}});
+  if (path == MatmulPath::Mmvq) {  // the add in the launch too
+    const minfer_cuda_mmq_part part{w, y, add, m, add_broadcast ? 1 : 0};
+    return mmvq(w_dtype, &part, 1, nullptr, x, k, tokens);
+  }
   if (add) {  // a path without an epilogue: the product, then the add
     matmul(w_dtype, w, x, unfused, k, m, tokens);
     if (add_broadcast) add_row_broadcast_f32(unfused, add, y, tokens, m);
@@ -293,12 +288,6 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
     check_launch(minfer_cuda_gemm_f16(&cfg_, x16, w16, c, n_pad, m_pad, k));
     check_cuda(cudaMemcpy2DAsync(y, size_t(m) * 4, c, size_t(m_pad) * 4, size_t(m) * 4, size_t(tokens), cudaMemcpyDeviceToDevice, stream_),
                "copying the GEMM result");
-    return;
-  }
-  if (path == MatmulPath::Mmvq) {  // integer path: activations to 8 bits once
-    void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));
-    check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
-    check_launch(minfer_cuda_mmvq(&cfg_, w_dtype, w, q, y, k, m, tokens, sm_count_));
     return;
   }
   check_launch(minfer_cuda_matmul(&cfg_, w_dtype, w, x, y, k, m, tokens));
@@ -331,10 +320,12 @@ void CudaDevice::matmul_group(const float *x, int64_t k, int64_t tokens, const s
     return check_launch(minfer_cuda_gemv_quantizing_mixed(&cfg_, dtypes[0], dtypes[first_b], gp, int32_t(parts.size()), int32_t(first_b), x, k,
                                                           nw, eps, sm_count_));
   }
-  if (first_b == parts.size() && parts.size() <= size_t(kMinferCudaMmqMaxParts) && matmul_path(dtypes[0], k, tokens) == MatmulPath::Mmq) {
+  const MatmulPath path = matmul_path(dtypes[0], k, tokens);
+  if (first_b == parts.size() && parts.size() <= size_t(kMinferCudaMmqMaxParts) && (path == MatmulPath::Mmq || path == MatmulPath::Mmvq)) {
     // x quantized once, the group's weights in one launch: a layer's K and V alone would not fill the GPU
     minfer_cuda_mmq_part mp[kMinferCudaMmqMaxParts];
     for (size_t i = 0; i < parts.size(); ++i) mp[i] = {parts[i].w, parts[i].y, parts[i].add, parts[i].m, parts[i].add_broadcast ? 1 : 0};
+    if (path == MatmulPath::Mmvq) return mmvq(dtypes[0], mp, int32_t(parts.size()), nullptr, x, k, tokens);
     return mmq(dtypes[0], mp, int32_t(parts.size()), x, k, tokens);
   }
   for (const MatmulPart &p : parts) matmul(p.dtype, p.w, x, p.y, k, p.m, tokens, p.add, p.add_broadcast, p.unfused);
@@ -345,6 +336,13 @@ void CudaDevice::mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t
   const size_t partial_bytes = minfer_cuda_mmq_partials_bytes(w_dtype, parts, n_parts, k, tokens, sm_count_);
   const minfer_cuda_mmq_split split{sm_count_, partial_bytes ? static_cast<float *>(scratch(5, partial_bytes)) : nullptr};
   check_launch(minfer_cuda_mmq(&cfg_, w_dtype, parts, n_parts, xq, k, tokens, &split));
+}
+
+void CudaDevice::mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, const float *x, int64_t k,
+                      int64_t tokens) {
+  void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));  // activations to 8 bits once
+  check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
+  check_launch(minfer_cuda_mmvq(&cfg_, w_dtype, parts, n_parts, up, q, k, tokens, sm_count_));
 }
 
 const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t tokens) {
@@ -361,6 +359,10 @@ void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up
     const minfer_cuda_gemv_part part{gate, y, nullptr, m};
     return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, &part, 1, up, x, k, norm ? norm->w : nullptr, norm ? norm->eps : 0.0f,
                                                     sm_count_));
+  }
+  if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmvq) {  // one launch, y written once
+    const minfer_cuda_mmq_part part{gate, y, nullptr, m, 0};
+    return mmvq(w_dtype, &part, 1, up, x, k, tokens);
   }
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq && minfer_cuda_mmq_swiglu_supported(w_dtype))  // one launch, y written once
     return check_launch(minfer_cuda_mmq_swiglu(&cfg_, w_dtype, gate, up, quantize_for_mmq(x, k, tokens), y, k, m, tokens));

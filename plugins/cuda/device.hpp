@@ -35,7 +35,7 @@ struct DeviceOptions {
   bool mmq = true;
   // Steps of at least this many tokens take MMQ; fewer (but more than one) take the few-token
   // GEMV (mmvq), whose time grows with the tokens while MMQ's stays flat at few tokens.
-  // 0: the measured crossover of the weight type (mmq_min_tokens_for).
+  // 0: the measured crossover (mmvq_beats_mmq: by token count and k).
   int64_t mmq_min_tokens = 0;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
@@ -169,6 +169,8 @@ class CudaDevice {
   // x quantized once for MMQ, then the parts in one launch, split over k where the tiles
   // would not fill the GPU.
   void mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const float *x, int64_t k, int64_t tokens);
+  // The few-token dp4a path (mmvq.cu): x quantized once, the parts (or a gate with its up) in one launch.
+  void mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, const float *x, int64_t k, int64_t tokens);
   // x (tokens x k) quantized for MMQ into scratch[0]; valid until the next call.
   const void *quantize_for_mmq(const float *x, int64_t k, int64_t tokens);
   void *scratch_[7] = {};

@@ -192,13 +192,16 @@ cudaError_t minfer_cuda_mmq_swiglu(minfer_cuda_launch_cfg *cfg, int32_t dtype, c
 cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x,
                                float *y, int64_t k, int64_t m, int64_t tokens);
 
-/* mmvq.cu: the int8 block types with 8-bit activations (dp4a). Quantize x (n values, a multiple
- * of 32) into q (minfer_cuda_q8_act_bytes), then y = W x for `tokens` tokens. */
+/* mmvq.cu: the int8 block types with 8-bit activations (dp4a), for a few tokens. Quantize x (n
+ * values, a multiple of 32) into q (minfer_cuda_q8_act_bytes), then for each of up to
+ * kMinferCudaMmqMaxParts parts (MMQ's part struct: the same dtype and k, sharing x) y = w x
+ * (+ add) for `tokens` tokens, in one launch. up: NULL, or a second weight of the one part's
+ * shape: y = silu(w x) * (up x), an FFN's gate, up and SwiGLU (no add). */
 size_t minfer_cuda_q8_act_bytes(int64_t k, int64_t tokens);
 cudaError_t minfer_cuda_quantize_q8_act(minfer_cuda_launch_cfg *cfg, const float *x, void *q, int64_t n);
 int minfer_cuda_mmvq_supported(int32_t dtype);
-cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y, int64_t k,
-                             int64_t m, int64_t tokens, int32_t sm_count);
+cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts,
+                             const void *up, const void *xq, int64_t k, int64_t tokens, int32_t sm_count);
 
 /* gemm_f16.cu: C[n][m] = X[n][k] W[m][k]^T on tensor cores (f16 in, f32 out); n and m
  * multiples of 64, k a multiple of 16 (cudaErrorInvalidValue otherwise); multiples of 128,

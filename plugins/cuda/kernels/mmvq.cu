@@ -4,12 +4,11 @@
 //
 // The activations are quantized once per call to 32-value blocks (int8 + scale, and the
 // scaled sum the types with a minimum need). A block copies up to kTokens tokens of them into
-// shared memory, then its warps take rows: each lane whole 32-value sub-blocks (qblock.cuh),
-// kUnroll of them loaded before any is used (enough bytes in flight to keep memory busy), each
-// dotted with every token's activations four bytes per dp4a — a few tokens read the weights
-// once. (Reading the activations from global memory per row, as the first version did, made
-// a 4-token 7B FFN matmul 2.6x the one-token one.) One token takes gemv.cu's kernel instead,
-// which quantizes x itself.
+// shared memory, then each warp takes kRows rows at a time: each lane whole 32-value
+// sub-blocks (qblock.cuh) of all of them, each dotted with every token's activations four
+// bytes per dp4a — a few tokens read the weights once, and an activation block read from
+// shared memory serves kRows rows. The warp's kRows x tokens sums are reduced together
+// (warp_sums). One token takes gemv.cu's kernel instead, which quantizes x itself.
 #include <algorithm>
 
 #include "grid.cuh"
@@ -22,7 +21,13 @@
 namespace minfer::cuda {
 namespace {
 
-constexpr int kWarps = 8;   // rows per 256-thread block
+constexpr int kWarps = 8;   // warps per 256-thread block
+// Measured on the H200 (7B gate, down and QKV shapes, Q4_0, 2-8 tokens): two rows of two
+// sub-blocks per lane at three blocks per SM beat four rows of one at two (gate at 4 tokens
+// 26.7 vs 35.6 us; down 41.8 vs 61.0) and four rows of two at one (51.7).
+constexpr int kRows = 2;      // rows per warp
+constexpr int kUnroll = 2;    // sub-blocks per lane and row in flight
+constexpr int kMinBlocks = 3; // blocks per SM the registers must allow
 constexpr int kTokens = 8;  // tokens per weight read
 
 // Many tokens' activations (the prefill matmuls' input): four lanes per block of 32 values,
@@ -77,48 +82,104 @@ __global__ void quantize_q8_act_kernel(const float *x, int64_t n_slots, Out out)
   quantize_blocks(x, n_slots, out);
 }
 
-constexpr int kUnroll = 4;
+// One activation block from shared memory as five 8-byte loads: the 40-byte blocks of
+// consecutive lanes then fall in distinct banks (4-byte loads meet two to a bank).
+__device__ __forceinline__ minfer_cuda_q8_act load_act(const minfer_cuda_q8_act *p) {
+  const int2 *v = reinterpret_cast<const int2 *>(p);
+  minfer_cuda_q8_act a;
+  const int2 ds = v[0];
+  a.d = __int_as_float(ds.x), a.s = __int_as_float(ds.y);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int2 q = v[1 + i];
+    a.qs[2 * i] = q.x, a.qs[2 * i + 1] = q.y;
+  }
+  return a;
+}
 
-// tpc: tokens per pass (<= kTokens), as many as the shared memory holds; more tokens take
-// several passes over the weights.
-template <class Block>
-__global__ void __launch_bounds__(kWarps * 32) mmvq_kernel(const Block *w, const minfer_cuda_q8_act *x, float *y, int64_t k, int64_t m,
-                                                          int64_t tokens, int tpc) {
+// The weights of one launch, sharing x: part i's row groups (kRows rows each; kRows / 2 of
+// a gate and as many of its up weight with a SwiGLU) are [groups_end[i-1], groups_end[i]).
+struct MmvqParts {
+  const void *w[kMinferCudaMmqMaxParts];
+  float *y[kMinferCudaMmqMaxParts];
+  const float *add[kMinferCudaMmqMaxParts];  // NULL, or added: per row (add_broadcast) or per value
+  int64_t m[kMinferCudaMmqMaxParts], groups_end[kMinferCudaMmqMaxParts];
+  int add_broadcast[kMinferCudaMmqMaxParts];
+  const void *up;  // SwiGLU: one part, the gate; y = silu(gate x) * (up x)
+};
+
+// Part p's entry, by selects (a run-time index would copy the parameter to local memory).
+template <class T>
+__device__ __forceinline__ T pick(const T (&a)[kMinferCudaMmqMaxParts], int p) {
+  static_assert(kMinferCudaMmqMaxParts == 3, "pick() spells out three parts");
+  return p == 0 ? a[0] : p == 1 ? a[1] : a[2];
+}
+
+// A warp takes kRows rows at once, each lane the same sub-blocks of all of them: every
+// activation block read from shared memory serves kRows rows (one row at a time, the reads
+// were the limit: a 4-token 7B gate matmul cost 2.4x the one-token one), and kRows x kUnroll
+// sub-blocks of weights are in flight per lane. tpc: tokens per pass (<= kT), as many as the shared memory
+// holds; more tokens take several passes over the weights.
+template <class Block, int kT, bool kSwiGLU>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) mmvq_kernel(const __grid_constant__ MmvqParts parts, const minfer_cuda_q8_act *x,
+                                                                      int64_t k, int64_t tokens, int tpc) {
+  constexpr int kN = kRows * kT;  // sums per warp: row r, token j is value r * kT + j
+  constexpr int kPartRows = kSwiGLU ? kRows / 2 : kRows;  // rows of the part per group
   extern __shared__ minfer_cuda_q8_act xs[];  // tpc tokens' activation blocks, token-major
   const int lane = threadIdx.x & 31;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs);  // sub-blocks, blocks per row
-  static_assert(sizeof(minfer_cuda_q8_act) % 4 == 0, "copied as 4-byte words");
+  const int64_t groups = parts.groups_end[kMinferCudaMmqMaxParts - 1];
+  static_assert(sizeof(minfer_cuda_q8_act) % 8 == 0, "copied and read as 8-byte pieces");
   for (int64_t t0 = 0; t0 < tokens; t0 += tpc) {
     const int nt = int(tokens - t0 < tpc ? tokens - t0 : tpc);
     __syncthreads();  // the previous pass's rows are done with xs
-    const int64_t words = int64_t(nt) * ns * int64_t(sizeof(minfer_cuda_q8_act) / 4);
-    const int32_t *src = reinterpret_cast<const int32_t *>(x + t0 * ns);
-    for (int64_t i = threadIdx.x; i < words; i += blockDim.x) reinterpret_cast<int32_t *>(xs)[i] = src[i];
+    const int64_t pieces = int64_t(nt) * ns * int64_t(sizeof(minfer_cuda_q8_act) / 8);
+    const int2 *src = reinterpret_cast<const int2 *>(x + t0 * ns);
+    for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) reinterpret_cast<int2 *>(xs)[i] = src[i];
     __syncthreads();
-    for (int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); o < m; o += int64_t(gridDim.x) * kWarps) {
-      const Block *row = w + o * nb;
-      float acc[kTokens];
+    for (int64_t g = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); g < groups; g += int64_t(gridDim.x) * kWarps) {
+      const int p = g < parts.groups_end[0] ? 0 : g < parts.groups_end[1] ? 1 : 2;
+      const int64_t m = pick(parts.m, p), o0 = (g - (p == 0 ? 0 : pick(parts.groups_end, p - 1))) * kPartRows;
+      const int live = m - o0 < kPartRows ? int(m - o0) : kPartRows;  // rows of the group inside the part
+      const Block *w = static_cast<const Block *>(pick(parts.w, p));
+      const Block *row[kRows];  // SwiGLU: gate rows, then the same rows of up
 #pragma unroll
-      for (int j = 0; j < kTokens; ++j) acc[j] = 0;
-      for (int64_t s0 = lane; s0 < ns; s0 += 32 * kUnroll) {
-        SubBlock s[kUnroll];
+      for (int r = 0; r < kRows; ++r)
+        row[r] = kSwiGLU && r >= kPartRows ? static_cast<const Block *>(parts.up) + (o0 + r - kPartRows) * nb : w + (o0 + r) * nb;
+      float acc[kN];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) acc[i] = 0;
+      for (int64_t sb0 = lane; sb0 < ns; sb0 += 32 * kUnroll) {
+        SubBlock s[kUnroll][kRows];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          if (s0 + 32 * u < ns) unpack_sub(row, s0 + 32 * u, s[u]);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r)
+            if (r % kPartRows < live && sb0 + 32 * u < ns) unpack_sub(row[r], sb0 + 32 * u, s[u][r]);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-          if (s0 + 32 * u >= ns) break;
+          if (sb0 + 32 * u >= ns) break;
 #pragma unroll
-          for (int j = 0; j < kTokens; ++j)
-            if (j < nt) acc[j] += sub_dot<Block>(s[u], xs[j * ns + s0 + 32 * u]);
+          for (int j = 0; j < kT; ++j) {
+            if (j >= nt) break;
+            const minfer_cuda_q8_act a = load_act(&xs[j * ns + sb0 + 32 * u]);
+#pragma unroll
+            for (int r = 0; r < kRows; ++r)
+              if (r % kPartRows < live) acc[r * kT + j] += sub_dot<Block>(s[u][r], a);
+          }
         }
       }
-#pragma unroll
-      for (int j = 0; j < kTokens; ++j) {
-        if (j >= nt) break;
-        const float v = warp_sum(acc[j]);
-        if (lane == 0) y[(t0 + j) * m + o] = v;
+      float v = warp_sums(acc);
+      constexpr int kShift = kN == 32 ? 0 : kN == 16 ? 1 : kN == 8 ? 2 : 3;  // 5 - log2(kN)
+      const int idx = lane >> kShift, r = idx / kT, j = idx % kT;
+      if (kSwiGLU) {
+        const float u = __shfl_down_sync(0xffffffffu, v, (kPartRows * kT) << kShift);  // up's row r, token j
+        v = v / (1.0f + expf(-v)) * u;
       }
+      if ((lane & ((1 << kShift) - 1)) || r >= live || j >= nt) continue;  // r < live: a gate row with SwiGLU
+      const int64_t at = (t0 + j) * m + o0 + r;
+      const float *add = pick(parts.add, p);
+      pick(parts.y, p)[at] = add ? v + add[pick(parts.add_broadcast, p) ? o0 + r : at] : v;
     }
   }
 }
@@ -155,28 +216,50 @@ extern "C" int minfer_cuda_mmvq_supported(int32_t dtype) {
   return visit_int8_block(dtype, [](auto) {});
 }
 
-extern "C" cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *xq, float *y,
-                                        int64_t k, int64_t m, int64_t tokens, int32_t sm_count) {
+extern "C" cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *in, int32_t n_parts,
+                                        const void *up, const void *xq, int64_t k, int64_t tokens, int32_t sm_count) {
+  if (n_parts < 1 || n_parts > kMinferCudaMmqMaxParts || (up && n_parts != 1)) return cudaErrorInvalidValue;
   // As many tokens per pass as fit the shared memory a block may opt into (7B ffn_down:
-  // 592 blocks of 36 bytes a token, 8 tokens in 170 KiB).
+  // 592 blocks of 40 bytes a token, 8 tokens in 185 KiB).
   int device = 0, optin = 48 * 1024;
   if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   const size_t per_token = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
   const int tpc = int(std::min<int64_t>({kTokens, tokens, int64_t(size_t(optin) / per_token)}));
   if (tpc < 1) return cudaErrorNotSupported;  // one token's activations do not fit: k beyond ~200k
   const size_t smem = size_t(tpc) * per_token;
-  // About two blocks per SM, each walking many rows: the activations are copied once per block.
-  const int64_t blocks = std::min<int64_t>((m + kWarps - 1) / kWarps, int64_t(sm_count > 0 ? sm_count : 132) * 2);
+  MmvqParts parts{};
+  const int part_rows = up ? kRows / 2 : kRows;
+  int64_t groups = 0;
+  for (int i = 0; i < kMinferCudaMmqMaxParts; ++i) {
+    if (i < n_parts) {
+      parts.w[i] = in[i].w, parts.y[i] = in[i].y, parts.add[i] = in[i].add, parts.m[i] = in[i].m;
+      parts.add_broadcast[i] = in[i].add_broadcast;
+      groups += (in[i].m + part_rows - 1) / part_rows;
+    }
+    parts.groups_end[i] = groups;
+  }
+  parts.up = up;
+  // About two blocks per SM, each walking many row groups: the activations are copied once per block.
+  // Blocks per SM: kMinBlocks where their activations fit the SM's shared memory (8 tokens of
+  // a 7B ffn_down take 185 KiB: one), so the grid is one wave.
+  int per_sm_smem = 228 * 1024;
+  cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  const int per_sm = int(std::max<size_t>(1, std::min<size_t>(kMinBlocks, size_t(per_sm_smem) / (smem + 1024))));
+  const int64_t blocks = std::min<int64_t>((groups + kWarps - 1) / kWarps, int64_t(sm_count > 0 ? sm_count : 132) * per_sm);
   const unsigned grid = unsigned(blocks < cfg->max_blocks ? blocks : cfg->max_blocks);
   const auto *xa = static_cast<const minfer_cuda_q8_act *>(xq);
   cudaError_t e = cudaSuccess;
   const bool known = visit_int8_block(dtype, [&](auto tag) {
     using Block = decltype(tag);
-    if (smem > 48 * 1024) e = cudaFuncSetAttribute(mmvq_kernel<Block>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e == cudaSuccess)
-      mmvq_kernel<Block><<<grid, kWarps * 32, smem, cfg->stream>>>(static_cast<const Block *>(w), xa, y, k, m, tokens, tpc);
+    const auto run = [&](auto kernel) {
+      if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      if (e == cudaSuccess) kernel<<<grid, kWarps * 32, smem, cfg->stream>>>(parts, xa, k, tokens, tpc);
+    };
+    // Four tokens or fewer: half the sums to reduce.
+    if (up) tpc <= 4 ? run(mmvq_kernel<Block, 4, true>) : run(mmvq_kernel<Block, kTokens, true>);
+    else tpc <= 4 ? run(mmvq_kernel<Block, 4, false>) : run(mmvq_kernel<Block, kTokens, false>);
   });
   if (!known) return cudaErrorNotSupported;
   if (e != cudaSuccess) return e;
-  return launched(cfg, "mmvq_kernel", dtype);
+  return launched(cfg, up ? "mmvq_kernel (gate, up, swiglu)" : "mmvq_kernel", dtype);
 }
