@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ pkg-config ccache file python3 chromium libboost-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev)
+packages=(cmake ninja-build g++ pkg-config ccache file python3 chromium libboost-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcpp-httplib-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

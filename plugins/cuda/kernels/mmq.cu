@@ -162,8 +162,8 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU 
     const int64_t s_begin = stages * split / splits, s_end = stages * (split + 1) / splits;
     // Tiles in groups of group_tiles token tiles: a group's row tiles in turn, each with all of
     // the group's token tiles one after another, so the weights are read from memory once per
-    // group and the group's activations stay in L2 (row tiles fastest, a long prefill step read
-    // every weight once per wave of blocks: 8192 tokens ran at 0.7x of 512's rate).
+    // group and the group's activations stay in L2 (with row tiles fastest, a long prefill step
+    // read every weight again for each wave of blocks).
     const int64_t per_group = row_tiles * group_tiles, grp = tile / per_group, in_group = tile - grp * per_group;
     const int64_t group_size = token_tiles - grp * group_tiles < group_tiles ? token_tiles - grp * group_tiles : group_tiles;
     const int64_t row_tile = in_group / group_size, tok0 = (grp * group_tiles + in_group % group_size) * kTileTokens;

@@ -1,0 +1,84 @@
+// minfer-server: an OpenAI-compatible HTTP server (README: Server). Flags follow llama-server's
+// spelling and win over the run config.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "common/error.hpp"
+#include "config/run_config.hpp"
+#include "server.hpp"
+
+namespace {
+
+const char *kUsage =
+    "usage: minfer-server --config RUN.yaml [-m MODEL.gguf] [options]\n"
+    "  --host ADDR          address to listen on (default 127.0.0.1)\n"
+    "  --port N             port (default 8080; 0: any free one, printed)\n"
+    "  -np, --parallel N    sequences generated at once (default 4)\n"
+    "  -c, --ctx-size N     context positions per sequence (default: the run config's)\n"
+    "  --api-key KEY        ask every request but /health for 'Authorization: Bearer KEY'\n"
+    "                       (MINFER_API_KEY sets it too)\n"
+    "  --timeout SECONDS    read/write timeout of a connection (default 600)\n"
+    "  --alias NAME         the model's name in the API (default: the file's name)\n";
+
+long long to_int(const std::string &flag, const std::string &v, long long lo, long long hi) {
+  char *end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || errno == ERANGE || x < lo || x > hi)
+    throw minfer::Error(flag + " takes an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", not '" + v + "'");
+  return x;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  try {
+    std::string config, model;
+    long long ctx = 0;
+    minfer::server::ServerOptions o;
+    if (const char *k = std::getenv("MINFER_API_KEY")) o.api_key = k;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      const auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw minfer::Error(a + " needs a value\n" + kUsage);
+        return argv[++i];
+      };
+      if (a == "--config") config = value();
+      else if (a == "-m" || a == "--model") model = value();
+      else if (a == "--host") o.host = value();
+      else if (a == "--port") o.port = int(to_int(a, value(), 0, 65535));
+      else if (a == "-np" || a == "--parallel") o.parallel = to_int(a, value(), 1, 1024);
+      else if (a == "-c" || a == "--ctx-size") ctx = to_int(a, value(), 1, 1 << 24);
+      else if (a == "--api-key") o.api_key = value();
+      else if (a == "--timeout") o.timeout_s = int(to_int(a, value(), 1, 86400));
+      else if (a == "--alias") o.alias = value();
+      else if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); return 0; }
+      else throw minfer::Error("unknown argument '" + a + "'\n" + kUsage);
+    }
+    if (config.empty()) throw minfer::Error(std::string("no run config: give --config FILE (configs/cpu.yaml is one)\n") + kUsage);
+    minfer::RunConfig cfg = minfer::load_run_config(config);
+    if (!model.empty()) cfg.model = model;
+    if (cfg.model.empty()) throw minfer::Error(config + ": no model to serve: give 'model:' or -m MODEL.gguf");
+    if (ctx > 0) cfg.context = ctx;
+    // SIGINT/SIGTERM stop the server from a thread of its own (stop() is not for signal handlers).
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    minfer::server::Server server(std::move(cfg), o);
+    std::thread([&server, set] {
+      int sig = 0;
+      sigwait(&set, &sig);
+      std::fprintf(stderr, "minfer-server: signal %d, stopping\n", sig);
+      server.stop();
+    }).detach();
+    return server.run();
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "minfer-server: %s\n", e.what());
+    return 1;
+  }
+}

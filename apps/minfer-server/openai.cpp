@@ -1,0 +1,162 @@
+#include "openai.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace minfer::server {
+namespace {
+
+// body[key] as a finite number within [lo, hi], or `dflt` when absent or null.
+double number(const json &body, const char *key, double dflt, double lo, double hi) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return dflt;
+  if (!it->is_number()) throw BadRequest(std::string("'") + key + "' must be a number");
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi)
+    throw BadRequest(std::string("'") + key + "' must be from " + json(lo).dump() + " to " + json(hi).dump() + ", not " + it->dump());
+  return v;
+}
+
+int64_t integer(const json &body, const char *key, int64_t dflt, int64_t lo, int64_t hi) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return dflt;
+  if (!it->is_number_integer()) throw BadRequest(std::string("'") + key + "' must be an integer");
+  const int64_t v = it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : it->get<int64_t>();
+  if (v < lo || v > hi) throw BadRequest(std::string("'") + key + "' must be from " + std::to_string(lo) + " to " + std::to_string(hi) + ", not " + it->dump());
+  return v;
+}
+
+bool boolean(const json &body, const char *key, bool dflt) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return dflt;
+  if (!it->is_boolean()) throw BadRequest(std::string("'") + key + "' must be true or false");
+  return it->get<bool>();
+}
+
+}  // namespace
+
+GenerationParams parse_generation(const json &body, const sampling::Config &defaults, uint64_t seed) {
+  if (!body.is_object()) throw BadRequest("the request body must be a JSON object");
+  GenerationParams p;
+  p.sampling = defaults;
+  // max_completion_tokens is the newer name; either may come, not both different.
+  const int64_t a = integer(body, "max_tokens", -1, 1, INT64_MAX), b = integer(body, "max_completion_tokens", -1, 1, INT64_MAX);
+  if (a > 0 && b > 0 && a != b) throw BadRequest("'max_tokens' and 'max_completion_tokens' differ; give one");
+  p.max_tokens = b > 0 ? b : a;
+  p.sampling.temperature = float(number(body, "temperature", defaults.temperature, 0.0, 2.0));
+  p.sampling.top_p = float(number(body, "top_p", defaults.top_p, 0.0, 1.0));
+  if (p.sampling.top_p <= 0.0f) throw BadRequest("'top_p' must be above 0 (1 turns it off)");
+  p.sampling.top_k = int32_t(integer(body, "top_k", defaults.top_k, 0, INT32_MAX));
+  p.sampling.min_p = float(number(body, "min_p", defaults.min_p, 0.0, 1.0));
+  p.sampling.repeat_penalty = float(number(body, "repeat_penalty", defaults.repeat_penalty, 0.0, 100.0));
+  if (p.sampling.repeat_penalty <= 0.0f) throw BadRequest("'repeat_penalty' must be above 0 (1 turns it off)");
+  const auto s = body.find("seed");
+  if (s != body.end() && !s->is_null()) {
+    if (!s->is_number_integer()) throw BadRequest("'seed' must be an integer");
+    p.sampling.seed = s->is_number_unsigned() ? s->get<uint64_t>() : uint64_t(s->get<int64_t>());
+  } else {
+    p.sampling.seed = seed;
+  }
+  for (const char *key : {"presence_penalty", "frequency_penalty"})
+    if (number(body, key, 0.0, -2.0, 2.0) != 0.0)
+      throw BadRequest(std::string("'") + key + "' is not supported yet; leave it out or 0 (repeat_penalty is)");
+  if (integer(body, "n", 1, 1, INT64_MAX) != 1) throw BadRequest("'n' must be 1: one choice per request");
+  if (boolean(body, "logprobs", false) || integer(body, "top_logprobs", 0, 0, 20) > 0)
+    throw BadRequest("'logprobs' is not supported yet; leave it out or false");
+  if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
+    const std::string type = rf->is_object() && rf->contains("type") && (*rf)["type"].is_string() ? (*rf)["type"].get<std::string>() : "";
+    if (type != "text") throw BadRequest("'response_format' " + rf->dump() + " is not supported: constrained decoding does not exist yet (only {\"type\": \"text\"})");
+  }
+  if (const auto st = body.find("stop"); st != body.end() && !st->is_null()) {
+    if (st->is_string()) p.stop.push_back(st->get<std::string>());
+    else if (st->is_array() && st->size() <= 16 && std::all_of(st->begin(), st->end(), [](const json &x) { return x.is_string(); }))
+      for (const json &x : *st) p.stop.push_back(x.get<std::string>());
+    else throw BadRequest("'stop' must be a string or an array of at most 16 strings");
+    std::erase_if(p.stop, [](const std::string &x) { return x.empty(); });
+  }
+  p.stream = boolean(body, "stream", false);
+  if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
+    if (!so->is_object()) throw BadRequest("'stream_options' must be an object");
+    p.include_usage = boolean(*so, "include_usage", false);
+  }
+  return p;
+}
+
+json chat_messages(const json &body) {
+  const auto it = body.find("messages");
+  if (it == body.end() || !it->is_array() || it->empty()) throw BadRequest("'messages' must be a non-empty array of {role, content}");
+  json out = json::array();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json &m = (*it)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) throw BadRequest(where + " must be an object with a string 'role'");
+    json msg = m;
+    const json &c = m.contains("content") ? m["content"] : json();
+    if (c.is_array()) {  // content parts: only text ones can be rendered
+      std::string text;
+      for (const json &part : c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+          throw BadRequest(where + ".content: only parts of type 'text' are supported");
+        text += part["text"].get<std::string>();
+      }
+      msg["content"] = text;
+    } else if (!c.is_string() && !c.is_null()) {
+      throw BadRequest(where + ".content must be a string or an array of text parts");
+    } else if (c.is_null()) {
+      msg["content"] = "";
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+PromptField completion_prompt(const json &body) {
+  const auto it = body.find("prompt");
+  PromptField p;
+  if (it == body.end()) throw BadRequest("'prompt' is missing: give a string or an array of token ids");
+  if (it->is_string()) {
+    p.text = it->get<std::string>();
+    return p;
+  }
+  // ["text"] (one prompt in a list) as OpenAI's clients send it.
+  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+    p.text = (*it)[0].get<std::string>();
+    return p;
+  }
+  if (it->is_array() && std::all_of(it->begin(), it->end(), [](const json &x) { return x.is_number_integer(); })) {
+    p.is_ids = true;
+    for (const json &x : *it) {
+      const int64_t id = x.get<int64_t>();
+      if (id < 0 || id > INT32_MAX) throw BadRequest("'prompt' token id " + x.dump() + " is not a token");
+      p.ids.push_back(int32_t(id));
+    }
+    return p;
+  }
+  throw BadRequest("'prompt' must be a string or an array of token ids (one prompt per request)");
+}
+
+StopCheck check_stops(std::string &text, const std::vector<std::string> &stops) {
+  size_t first = std::string::npos;
+  for (const std::string &s : stops) first = std::min(first, text.find(s));
+  if (first != std::string::npos) {
+    text.erase(first);
+    return {text.size(), true};
+  }
+  // Hold back the longest end of the text that begins some stop string.
+  size_t hold = 0;
+  for (const std::string &s : stops)
+    for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n)
+      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+        hold = n;
+        break;
+      }
+  return {text.size() - hold, false};
+}
+
+json error_body(int status, const std::string &message) {
+  const char *type = status == 401 ? "authentication_error" : status == 404 ? "not_found_error" : status >= 500 ? "server_error" : "invalid_request_error";
+  if (status == 503) type = "unavailable_error";
+  return {{"error", {{"message", message}, {"type", type}, {"code", status}}}};
+}
+
+}  // namespace minfer::server

@@ -1,0 +1,62 @@
+// apps/minfer-server/openai.hpp — the OpenAI API's request fields as minfer takes them, and
+// its response objects: no HTTP here, so every rule is testable on its own (SERVING.md).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sampling/sampler.hpp"
+
+namespace minfer::server {
+
+using nlohmann::json;
+
+// A request the server refuses: HTTP 400 with this message (it names the field).
+struct BadRequest : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What a completion or chat request asks for, apart from its prompt.
+struct GenerationParams {
+  int64_t max_tokens = -1;  // -1: until the end of generation or the context
+  sampling::Config sampling;
+  std::vector<std::string> stop;  // not included in the output
+  bool stream = false, include_usage = false;
+};
+
+// The fields every completion request shares (max_tokens/max_completion_tokens, temperature,
+// top_p, top_k, min_p, seed, stop, n, penalties, logprobs, response_format, stream,
+// stream_options). defaults: the run config's sampling; seed: the one to use when the
+// request gives none. Throws BadRequest.
+GenerationParams parse_generation(const json &body, const sampling::Config &defaults, uint64_t seed);
+
+// A chat request's messages as the chat template takes them: each {role, content, ...} with
+// content a string (an array of text parts is joined). Throws BadRequest.
+json chat_messages(const json &body);
+
+// /v1/completions' prompt: a string (text to tokenize) or an array of token ids (returned in
+// ids, text left empty). Throws BadRequest.
+struct PromptField {
+  std::string text;
+  std::vector<int32_t> ids;
+  bool is_ids = false;
+};
+PromptField completion_prompt(const json &body);
+
+// Stop strings over a growing text. After each piece: `stopped` when a stop string occurs (the
+// text is cut where the first one begins), and `safe` bytes of the text that can be shown
+// now: the rest might be the start of a stop string.
+struct StopCheck {
+  size_t safe = 0;
+  bool stopped = false;
+};
+StopCheck check_stops(std::string &text, const std::vector<std::string> &stops);
+
+// OpenAI's error object: {"error": {"message", "type", "code"}}.
+json error_body(int status, const std::string &message);
+
+}  // namespace minfer::server

@@ -1,0 +1,381 @@
+#include "server.hpp"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "chat/chat_template.hpp"
+#include "common/error.hpp"
+#include "model_runner.hpp"
+#include "openai.hpp"
+#include "runtime/engine.hpp"
+
+namespace minfer::server {
+namespace {
+
+std::string dump(const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void reply(httplib::Response &res, int status, const json &body) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// How a generation ended, in OpenAI's words.
+std::string finish_reason(const std::string &engine_reason) { return engine_reason == "length" ? "length" : "stop"; }
+
+}  // namespace
+
+// What exists once the model is loaded.
+struct Loaded {
+  std::unique_ptr<app::ModelRunner> runner;
+  std::unique_ptr<chat::ChatTemplate> tmpl;
+  std::string tmpl_error, tmpl_source;  // why chat is refused; the template's text
+  std::unique_ptr<Engine> engine;
+};
+
+struct Server::Impl {
+  RunConfig cfg;
+  ServerOptions opts;
+  httplib::Server http;
+  std::string model_name;
+  std::shared_ptr<Loaded> loaded;  // set once, under m
+  std::mutex m;
+  std::atomic<bool> stopping{false};
+  std::atomic<int64_t> next_id{1}, prompt_tokens{0}, generated{0}, requests{0};
+  std::mt19937_64 seeds{std::random_device{}()};
+  std::mutex seeds_m;
+
+  std::shared_ptr<Loaded> ready() {
+    std::lock_guard<std::mutex> lock(m);
+    return loaded;
+  }
+  uint64_t fresh_seed() {
+    std::lock_guard<std::mutex> lock(seeds_m);
+    return seeds();
+  }
+  void routes();
+  void completion(const httplib::Request &req, httplib::Response &res, bool chat);
+};
+
+namespace {
+
+// One request's run: the engine's tokens as text, stop strings applied, deltas handed on
+// while they are final. on_delta returns false when the client went away.
+struct Outcome {
+  std::string text, finish, error;
+  int64_t tokens = 0;
+};
+
+Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const std::shared_ptr<RequestStream> &stream,
+              const std::vector<std::string> &stops, const std::atomic<bool> &stopping,
+              const std::function<bool(const std::string &)> &on_delta) {
+  Outcome o;
+  tokenizer::StreamDecoder dec(tok, /*at_sequence_start=*/false);
+  size_t sent = 0;
+  const auto hand_on = [&](size_t upto) {
+    if (upto <= sent) return true;
+    const std::string piece = o.text.substr(sent, upto - sent);
+    sent = upto;
+    return on_delta(piece);
+  };
+  for (;;) {
+    const std::optional<EngineEvent> ev = stream->next(200);
+    if (!ev) {
+      if (stopping || !on_delta("")) {  // the server stops, or the client is gone
+        engine.cancel(id);
+        o.finish = "cancelled";
+        return o;
+      }
+      continue;
+    }
+    if (ev->end) {
+      if (ev->reason.rfind("error", 0) == 0) {
+        o.error = ev->reason;
+        return o;
+      }
+      o.text += dec.flush();
+      const StopCheck sc = check_stops(o.text, stops);
+      o.finish = ev->reason == "cancelled" ? "cancelled" : finish_reason(ev->reason);
+      if (sc.stopped) o.finish = "stop";
+      hand_on(o.text.size());
+      return o;
+    }
+    ++o.tokens;
+    o.text += dec.push(ev->token);
+    const StopCheck sc = check_stops(o.text, stops);
+    if (sc.stopped) {
+      engine.cancel(id);
+      o.finish = "stop";
+      hand_on(o.text.size());
+      return o;
+    }
+    if (!hand_on(sc.safe)) {
+      engine.cancel(id);
+      o.finish = "cancelled";
+      return o;
+    }
+  }
+}
+
+}  // namespace
+
+Server::Server(RunConfig cfg, ServerOptions opts) : impl_(std::make_unique<Impl>()) {
+  impl_->cfg = std::move(cfg);
+  impl_->opts = std::move(opts);
+  impl_->model_name = impl_->opts.alias.empty() ? std::filesystem::path(impl_->cfg.model).filename().string() : impl_->opts.alias;
+}
+
+Server::~Server() { stop(); }
+
+void Server::stop() {
+  impl_->stopping = true;
+  impl_->http.stop();
+}
+
+void Server::Impl::completion(const httplib::Request &req, httplib::Response &res, bool chat) {
+  const std::shared_ptr<Loaded> L = ready();
+  if (!L) return reply(res, 503, error_body(503, "the model is loading; retry when GET /health answers 200"));
+  json body;
+  try {
+    body = json::parse(req.body);
+  } catch (const std::exception &e) {
+    return reply(res, 400, error_body(400, std::string("the body is not JSON: ") + e.what()));
+  }
+  app::ModelRunner &runner = *L->runner;
+  const tokenizer::Tokenizer &tok = runner.tokenizer();
+  GenerationParams p;
+  std::vector<int32_t> prompt;
+  try {
+    p = parse_generation(body, app::sampling_config(cfg.generation), fresh_seed());
+    if (chat) {
+      if (!L->tmpl) return reply(res, 400, error_body(400, "chat completions need a chat template: " + L->tmpl_error));
+      prompt = chat::tokenize_prompt(tok, L->tmpl->render(chat::from_json(chat_messages(body)), /*add_generation_prompt=*/true));
+    } else {
+      const PromptField f = completion_prompt(body);
+      if (f.is_ids) {
+        for (const int32_t t : f.ids)
+          if (t >= tok.n_vocab()) throw BadRequest("'prompt' token id " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");
+        prompt = f.ids;
+      } else {
+        prompt = chat::tokenize_prompt(tok, f.text);
+      }
+    }
+  } catch (const BadRequest &e) {
+    return reply(res, 400, error_body(400, e.what()));
+  } catch (const Error &e) {  // a template that raised, a tokenizer error
+    return reply(res, 400, error_body(400, e.what()));
+  }
+  const int64_t n_ctx = runner.n_ctx(), room = n_ctx - int64_t(prompt.size());
+  if (prompt.empty()) return reply(res, 400, error_body(400, "the prompt is empty"));
+  if (room < 1)
+    return reply(res, 400, error_body(400, "the prompt has " + std::to_string(prompt.size()) + " tokens but the context holds " + std::to_string(n_ctx) +
+                                               "; shorten it or start the server with a larger -c/--ctx-size"));
+  const int64_t id = next_id++;
+  SeqRequest r{id, prompt, p.max_tokens > 0 ? std::min(p.max_tokens, room) : room, p.sampling};
+  if (const std::string why = L->engine->check(r); !why.empty()) return reply(res, 400, error_body(400, why));
+  std::shared_ptr<RequestStream> stream = L->engine->submit(r);
+  if (!stream) return reply(res, 503, error_body(503, "the server is busy (its queue is full); retry later"));
+  ++requests;
+  prompt_tokens += int64_t(prompt.size());
+  const std::string cid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
+  const int64_t created = unix_now();
+  const int64_t n_prompt = int64_t(prompt.size());
+  const auto usage = [n_prompt](int64_t n) {
+    return json{{"prompt_tokens", n_prompt}, {"completion_tokens", n}, {"total_tokens", n_prompt + n}};
+  };
+  const std::string object = chat ? "chat.completion" : "text_completion";
+
+  if (!p.stream) {
+    const Outcome o = drive(*L->engine, tok, id, stream, p.stop, stopping, [](const std::string &) { return true; });
+    generated += o.tokens;
+    if (!o.error.empty()) return reply(res, 500, error_body(500, o.error));
+    json choice = {{"index", 0}, {"finish_reason", o.finish}, {"logprobs", nullptr}};
+    if (chat) choice["message"] = {{"role", "assistant"}, {"content", o.text}};
+    else choice["text"] = o.text;
+    return reply(res, 200, {{"id", cid}, {"object", object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}, {"usage", usage(o.tokens)}});
+  }
+
+  // Server-sent events: one chunk per piece of text, the last with the finish reason, the
+  // usage when asked, then [DONE].
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, usage](size_t, httplib::DataSink &sink) {
+    const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+    const auto send = [&](const json &j) {
+      const std::string line = "data: " + dump(j) + "\n\n";
+      return sink.write(line.data(), line.size());
+    };
+    const auto chunk = [&](const json &delta_or_text, const json &finish) {
+      json choice = {{"index", 0}, {"finish_reason", finish}};
+      if (chat) choice["delta"] = delta_or_text;
+      else choice["text"] = delta_or_text;
+      return json{{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}};
+    };
+    bool alive = !chat || send(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr));
+    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, stopping, [&](const std::string &piece) {
+      if (!alive || !sink.is_writable()) return alive = false;
+      if (piece.empty()) return true;
+      return alive = send(chunk(chat ? json{{"content", piece}} : json(piece), nullptr));
+    });
+    generated += o.tokens;
+    if (!alive || o.finish == "cancelled") return false;  // the connection is gone: nothing more to say
+    if (!o.error.empty()) {
+      send(error_body(500, o.error));
+    } else {
+      send(chunk(chat ? json::object() : json(""), o.finish));
+      if (p.include_usage) send({{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array()}, {"usage", usage(o.tokens)}});
+    }
+    const std::string done = "data: [DONE]\n\n";
+    sink.write(done.data(), done.size());
+    sink.done();
+    return true;
+  });
+}
+
+void Server::Impl::routes() {
+  // The key, when one is set, on everything but /health (probes carry no key).
+  http.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
+    if (opts.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + opts.api_key) return httplib::Server::HandlerResponse::Unhandled;
+    reply(res, 401, error_body(401, "a valid API key is needed: send 'Authorization: Bearer KEY'"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.Get("/health", [this](const httplib::Request &, httplib::Response &res) {
+    if (!ready()) return reply(res, 503, error_body(503, "loading the model"));
+    reply(res, 200, {{"status", "ok"}});
+  });
+  http.Get("/v1/models", [this](const httplib::Request &, httplib::Response &res) {
+    reply(res, 200, {{"object", "list"}, {"data", json::array({{{"id", model_name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "minfer"}}})}});
+  });
+  http.Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, true); });
+  http.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, false); });
+  http.Post("/tokenize", [this](const httplib::Request &req, httplib::Response &res) {
+    const auto L = ready();
+    if (!L) return reply(res, 503, error_body(503, "loading the model"));
+    json body = json::parse(req.body, nullptr, false);
+    if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
+      return reply(res, 400, error_body(400, "give {\"content\": TEXT} (and \"add_special\": true for BOS)"));
+    const bool add_special = body.value("add_special", false);
+    reply(res, 200, {{"tokens", L->runner->tokenizer().encode(body["content"].get<std::string>(), add_special, /*parse_special=*/true)}});
+  });
+  http.Post("/detokenize", [this](const httplib::Request &req, httplib::Response &res) {
+    const auto L = ready();
+    if (!L) return reply(res, 503, error_body(503, "loading the model"));
+    json body = json::parse(req.body, nullptr, false);
+    const tokenizer::Tokenizer &tok = L->runner->tokenizer();
+    if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) return reply(res, 400, error_body(400, "give {\"tokens\": [ids]}"));
+    std::string text;
+    for (const json &t : body["tokens"]) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab())
+        return reply(res, 400, error_body(400, "'tokens' holds " + t.dump() + ", not a token id of this model"));
+      text += tok.token_bytes(int32_t(t.get<int64_t>()));
+    }
+    reply(res, 200, {{"content", text}});
+  });
+  http.Get("/props", [this](const httplib::Request &, httplib::Response &res) {
+    const auto L = ready();
+    if (!L) return reply(res, 503, error_body(503, "loading the model"));
+    reply(res, 200, {{"model", model_name}, {"model_path", cfg.model}, {"n_ctx", L->runner->n_ctx()}, {"total_slots", opts.parallel},
+                     {"chat_template", L->tmpl_source}, {"kv", L->runner->kv_summary()}});
+  });
+  http.Get("/metrics", [this](const httplib::Request &, httplib::Response &res) {
+    const auto L = ready();
+    if (!L) return reply(res, 503, error_body(503, "loading the model"));
+    const Engine::Stats s = L->engine->stats();
+    std::string out;
+    const auto metric = [&](const char *name, const char *type, const char *help, double v) {
+      char line[256];
+      std::snprintf(line, sizeof line, "# HELP minfer:%s %s\n# TYPE minfer:%s %s\nminfer:%s %.17g\n", name, help, name, type, name, v);
+      out += line;
+    };
+    metric("prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", double(prompt_tokens.load()));
+    metric("tokens_predicted_total", "counter", "Generated tokens.", double(generated.load()));
+    metric("requests_total", "counter", "Generation requests accepted.", double(requests.load()));
+    metric("requests_processing", "gauge", "Requests running (holding KV pages).", double(s.running));
+    metric("requests_waiting", "gauge", "Requests accepted, waiting for room.", double(s.waiting));
+    metric("kv_pages_used", "gauge", "KV cache pages held by sequences.", double(s.pool.used));
+    metric("kv_pages_free", "gauge", "KV cache pages ready to give out.", double(s.pool.free));
+    metric("steps_total", "counter", "Batched steps run.", double(s.steps));
+    metric("preemptions_total", "counter", "Sequences preempted under page pressure.", double(s.preemptions));
+    res.set_content(out, "text/plain; version=0.0.4");
+  });
+  http.set_exception_handler([](const httplib::Request &, httplib::Response &res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception &e) {
+      what = e.what();
+    } catch (...) {
+    }
+    reply(res, 500, error_body(500, what));
+  });
+  http.set_error_handler([](const httplib::Request &req, httplib::Response &res) {
+    if (res.status == 404) reply(res, 404, error_body(404, "no such endpoint: " + req.method + " " + req.path));
+  });
+}
+
+int Server::run() {
+  Impl &I = *impl_;
+  I.routes();
+  // Connections wait on generations: enough threads that -np sequences and the probes run.
+  const size_t threads = size_t(std::max<int64_t>(8, 2 * I.opts.parallel + 4));
+  I.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  I.http.set_read_timeout(I.opts.timeout_s);
+  I.http.set_write_timeout(I.opts.timeout_s);
+  int port = I.opts.port;
+  if (port == 0) port = I.http.bind_to_any_port(I.opts.host);
+  else if (!I.http.bind_to_port(I.opts.host, port)) port = -1;
+  if (port <= 0) {
+    std::fprintf(stderr, "minfer-server: cannot listen on %s:%d (in use, or not an address of this machine); pick another --host/--port\n",
+                 I.opts.host.c_str(), I.opts.port);
+    return 1;
+  }
+  std::printf("minfer-server listening on http://%s:%d\n", I.opts.host.c_str(), port);
+  std::fflush(stdout);
+  int rc = 0;
+  std::thread loader([&] {
+    try {
+      auto L = std::make_shared<Loaded>();
+      L->runner = std::make_unique<app::ModelRunner>(I.cfg, I.opts.parallel);
+      const tokenizer::Tokenizer &tok = L->runner->tokenizer();
+      try {
+        L->tmpl = std::make_unique<chat::ChatTemplate>(chat::ChatTemplate::for_model(L->runner->file(), tok, I.cfg.chat_template));
+        L->tmpl_source = I.cfg.chat_template.empty() ? L->runner->file().get_or<std::string>("tokenizer.chat_template", "") : I.cfg.chat_template;
+      } catch (const std::exception &e) {
+        L->tmpl_error = e.what();
+        std::fprintf(stderr, "minfer-server: /v1/chat/completions is off: %s\n", e.what());
+      }
+      L->engine = std::make_unique<Engine>(L->runner->model(), L->runner->session(), [&tok](int32_t t) { return tok.is_end_of_generation(t); });
+      {
+        std::lock_guard<std::mutex> lock(I.m);
+        I.loaded = L;
+      }
+      std::fprintf(stderr, "minfer-server: %s loaded in %.2f s; %lld sequences at once, context %lld; %s\n", I.model_name.c_str(),
+                   L->runner->load_seconds(), (long long)I.opts.parallel, (long long)L->runner->n_ctx(), L->runner->kv_summary().c_str());
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "minfer-server: %s\n", e.what());
+      rc = 1;
+      I.http.stop();
+    }
+  });
+  const bool listened = I.http.listen_after_bind();
+  loader.join();
+  I.stopping = true;
+  {
+    // The engine (and its thread) goes before the connections' last references, then the model.
+    std::lock_guard<std::mutex> lock(I.m);
+    if (I.loaded) I.loaded->engine.reset();
+  }
+  return rc ? rc : listened || I.stopping ? 0 : 1;
+}
+
+}  // namespace minfer::server

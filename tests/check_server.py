@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""minfer-server over HTTP, as an OpenAI client sees it: llama.cpp's greedy continuations of
+the stories260K reference prompts from /v1/completions (alone and four at once), streaming
+that adds up to the same text, stop strings, token-id prompts, chat through a real template,
+the API key, a client that goes away mid-stream, /health, /v1/models, /tokenize,
+/detokenize, /props, /metrics and clear 4xx errors. Every server binds 127.0.0.1 on a free
+port and is stopped at the end, also on failure. Run from the repository root:
+    check_server.py SERVER [CONFIG]
+"""
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+server_bin = sys.argv[1]
+config = sys.argv[2] if len(sys.argv) > 2 else "configs/cpu.yaml"
+testdata = "../shared/testdata"
+stories = f"{testdata}/models/stories260K.gguf"
+template = f"{testdata}/templates/Qwen-Qwen2.5-7B-Instruct.jinja"
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+if not os.path.exists(stories):
+    print(f"SKIP: {stories} not found")
+    sys.exit(0)
+with open(f"{testdata}/reference/stories260K.greedy.jsonl") as f:
+    refs = [json.loads(line) for line in f if line.strip()]
+
+
+class Server:
+    """A minfer-server on 127.0.0.1, a free port; stop() always ends it."""
+
+    def __init__(self, args, env=None):
+        self.p = subprocess.Popen([server_bin, "--config", config, "-m", stories, "--host", "127.0.0.1", "--port", "0"] + args,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        line = self.p.stdout.readline().decode()  # the first line names the port (bounded by the process exiting)
+        if "listening on http://127.0.0.1:" not in line:
+            self.stop()
+            raise RuntimeError(f"no listening line: {line!r} {self.p.stderr.read().decode()[-400:]}")
+        self.port = int(line.strip().rsplit(":", 1)[1])
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            status, _ = self.get("/health")
+            if status == 200:
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("/health never answered 200 within 60 s")
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
+            c.request(method, path, body=data, headers=headers or {"Content-Type": "application/json"})
+            r = c.getresponse()
+            raw = r.read().decode("utf-8")
+            try:
+                return r.status, json.loads(raw)
+            except ValueError:
+                return r.status, raw
+        finally:
+            c.close()
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def stream(self, path, body, headers=None):
+        """The data: events of a streamed response, parsed (the last is the string [DONE])."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            c.request("POST", path, body=json.dumps(dict(body, stream=True)), headers=headers or {"Content-Type": "application/json"})
+            r = c.getresponse()
+            text = r.read().decode("utf-8")
+            events = []
+            for block in text.split("\n\n"):
+                if block.startswith("data: "):
+                    payload = block[len("data: "):]
+                    events.append(payload if payload == "[DONE]" else json.loads(payload))
+            return r.status, r.getheader("Content-Type"), events
+        finally:
+            c.close()
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(timeout=10)
+        return self.p.returncode
+
+
+def metric(s, name):
+    status, text = s.get("/metrics")
+    for line in text.splitlines() if status == 200 else []:
+        if line.startswith(f"minfer:{name} "):
+            return float(line.split()[1])
+    return None
+
+
+servers = []
+try:
+    s = Server(["-np", "4", "--alias", "stories"])
+    servers.append(s)
+    status, body = s.get("/v1/models")
+    check(status == 200 and body["data"][0]["id"] == "stories" and body["object"] == "list", f"/v1/models: {status} {body}")
+
+    # Greedy: llama.cpp's tokens, as text and as counts.
+    def complete(prompt, n=64, **extra):
+        return s.post("/v1/completions", dict({"prompt": prompt, "max_tokens": n, "temperature": 0}, **extra))
+
+    for r in refs:
+        status, body = complete(r["prompt"])
+        ok = status == 200 and body["choices"][0]["text"] == r["greedy_text"]
+        check(ok, f"greedy completion of {r['prompt']!r}: {status} {str(body)[:300]}")
+        if status == 200:
+            check(body["object"] == "text_completion" and body["id"].startswith("cmpl-") and body["choices"][0]["finish_reason"] == "length"
+                  and body["usage"] == {"prompt_tokens": len(r["prompt_tokens"]), "completion_tokens": 64,
+                                        "total_tokens": len(r["prompt_tokens"]) + 64}, f"completion fields: {body}")
+
+    # Four clients at once (and again, eight requests over four slots): each the text it gets alone.
+    results = {}
+
+    def client(i):
+        results[i] = complete(refs[i % len(refs)]["prompt"])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    for i in range(8):
+        st, b = results.get(i, (None, None))
+        check(st == 200 and b["choices"][0]["text"] == refs[i % len(refs)]["greedy_text"], f"concurrent request {i}: {st} {str(b)[:200]}")
+
+    # Token ids as the prompt: the same continuation.
+    status, body = complete(refs[0]["prompt_tokens"])
+    check(status == 200 and body["choices"][0]["text"] == refs[0]["greedy_text"], f"token-id prompt: {status} {str(body)[:200]}")
+
+    # Streaming adds up to the same text, one id, finish reason last, usage when asked, [DONE].
+    status, ctype, events = s.stream("/v1/completions", {"prompt": refs[1]["prompt"], "max_tokens": 64, "temperature": 0,
+                                                         "stream_options": {"include_usage": True}})
+    chunks = [e for e in events if isinstance(e, dict)]
+    check(status == 200 and ctype.startswith("text/event-stream") and events and events[-1] == "[DONE]", f"stream: {status} {ctype} {events[-1:]}")
+    text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    check(text == refs[1]["greedy_text"], f"streamed text {text!r}")
+    check(len({c["id"] for c in chunks}) == 1, "one id for every chunk")
+    with_choice = [c for c in chunks if c["choices"]]
+    check(with_choice and with_choice[-1]["choices"][0]["finish_reason"] == "length" and
+          all(c["choices"][0]["finish_reason"] is None for c in with_choice[:-1]), "finish_reason only on the last chunk")
+    check(chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 64, f"usage chunk: {chunks[-1]}")
+
+    # Stop strings: cut before the first, finish_reason "stop", alike when streamed.
+    full = refs[0]["greedy_text"]
+    stop = " named"
+    status, body = complete(refs[0]["prompt"], stop=[stop, "zzz"])
+    want = full[:full.index(stop)]
+    check(status == 200 and body["choices"][0]["text"] == want and body["choices"][0]["finish_reason"] == "stop",
+          f"stop string: {status} {str(body)[:200]} (want {want!r})")
+    status, _, events = s.stream("/v1/completions", {"prompt": refs[0]["prompt"], "max_tokens": 64, "temperature": 0, "stop": stop})
+    text = "".join(e["choices"][0]["text"] for e in events if isinstance(e, dict) and e["choices"])
+    check(text == want, f"streamed with a stop string: {text!r}")
+
+    # Sampling with a seed repeats itself.
+    a = complete(refs[2]["prompt"], 32, temperature=0.9, seed=11)
+    b = complete(refs[2]["prompt"], 32, temperature=0.9, seed=11)
+    check(a[0] == 200 and b[0] == 200 and a[1]["choices"] == b[1]["choices"], f"seeded sampling repeats: {a} vs {b}")
+
+    # A client that leaves mid-stream: its sequence ends and its pages return.
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+    c.request("POST", "/v1/completions", body=json.dumps({"prompt": refs[0]["prompt"], "max_tokens": 2000, "stream": True}),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    r.read(200)
+    c.close()
+    deadline = time.time() + 30
+    while time.time() < deadline and (metric(s, "requests_processing") != 0 or metric(s, "kv_pages_used") != 0):
+        time.sleep(0.1)
+    check(metric(s, "requests_processing") == 0 and metric(s, "kv_pages_used") == 0, "a client gone mid-stream frees its sequence")
+    check(metric(s, "tokens_predicted_total") >= 64 * 12 and metric(s, "prompt_tokens_total") > 0, "metrics count tokens")
+
+    # /tokenize and /detokenize round trip; /props.
+    status, body = s.post("/tokenize", {"content": refs[0]["prompt"], "add_special": True})
+    check(status == 200 and body["tokens"] == refs[0]["prompt_tokens"], f"/tokenize: {status} {body}")
+    status, body = s.post("/detokenize", {"tokens": refs[0]["greedy_tokens"]})
+    check(status == 200 and body["content"] == refs[0]["greedy_text"], f"/detokenize: {status} {str(body)[:200]}")
+    status, body = s.get("/props")
+    check(status == 200 and body["total_slots"] == 4 and body["n_ctx"] > 0, f"/props: {status} {body}")
+
+    # Errors: 400s that name the field, 404 for an unknown path.
+    for bad, word in [("{not json", "JSON"), ({"prompt": "x", "n": 2}, "'n'"), ({"prompt": "x", "temperature": -1}, "temperature"),
+                      ({"prompt": "x", "response_format": {"type": "json_object"}}, "response_format"), ({"prompt": []}, "empty"),
+                      ({"prompt": [999999]}, "vocabulary"), ({"max_tokens": 4}, "prompt"), ({"prompt": "x", "stop": 3}, "stop"),
+                      ({"prompt": "x " * 3000}, "context")]:
+        status, body = s.post("/v1/completions", bad)
+        check(status == 400 and word in body["error"]["message"], f"{str(bad)[:60]}: {status} {str(body)[:200]}")
+    status, body = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+    check(status == 400 and "chat template" in body["error"]["message"], f"chat without a template: {status} {body}")
+    status, body = s.get("/v1/nothing")
+    check(status == 404 and "no such endpoint" in body["error"]["message"], f"404: {status} {body}")
+    check(s.stop() == 0, "the server exits 0 on SIGTERM")
+
+    # Chat through a real template, and the API key.
+    if os.path.exists(template):
+        chat_cfg = "/tmp/minfer-server-chat.yaml"
+        with open(chat_cfg, "w") as f:
+            # The server renders every chat request through the template: no 'chat:' switch.
+            kept = [line for line in open(config).read().splitlines() if not line.startswith("chat:")]
+            f.write("\n".join(kept) + f"\nchat_template: {os.path.abspath(template)}\n")
+        config_saved, config = config, chat_cfg
+        k = Server(["-np", "2", "--api-key", "sekret"])
+        servers.append(k)
+        config = config_saved
+        status, body = k.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+        check(status == 401, f"no key: {status} {body}")
+        check(k.get("/health")[0] == 200, "/health needs no key")
+        auth = {"Content-Type": "application/json", "Authorization": "Bearer sekret"}
+        msgs = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Once upon"}]}],
+                "max_tokens": 16, "temperature": 0}
+        status, body = k.request("POST", "/v1/chat/completions", json.dumps(msgs), headers=auth)
+        check(status == 200 and body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-") and
+              body["choices"][0]["message"]["role"] == "assistant" and body["usage"]["completion_tokens"] <= 16, f"chat: {status} {str(body)[:300]}")
+        status, _, events = k.stream("/v1/chat/completions", msgs, headers=auth)
+        chunks = [e for e in events if isinstance(e, dict)]
+        check(status == 200 and chunks and chunks[0]["choices"][0]["delta"].get("role") == "assistant" and
+              chunks[0]["object"] == "chat.completion.chunk", f"chat stream starts with the role: {chunks[:1]}")
+        text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+        check(status == 200 and text == body["choices"][0]["message"]["content"], f"chat stream text {text!r}")
+        check(k.stop() == 0, "the chat server exits 0")
+finally:
+    for sv in servers:
+        sv.stop()
+
+if failures:
+    print(f"{len(failures)} check(s) failed")
+    sys.exit(1)
+print("server: all checks passed")

@@ -1,0 +1,82 @@
+// The OpenAI request rules of minfer-server (apps/minfer-server/openai.hpp), without HTTP.
+#include <gtest/gtest.h>
+
+#include "openai.hpp"
+
+using namespace minfer::server;
+
+namespace {
+
+GenerationParams parse(const char *body) { return parse_generation(json::parse(body), minfer::sampling::Config{}, 99); }
+
+std::string bad(const char *body) {
+  try {
+    parse(body);
+  } catch (const BadRequest &e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(OpenAI, FieldsBecomeSamplingAndLimits) {
+  const GenerationParams p = parse(R"({"max_completion_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 3, "min_p": 0.1,
+                                      "seed": 5, "stop": ["a", "", "bc"], "stream": true, "stream_options": {"include_usage": true}})");
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_EQ(p.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(p.sampling.top_p, 0.5f);
+  EXPECT_EQ(p.sampling.top_k, 3);
+  EXPECT_EQ(p.sampling.seed, 5u);
+  EXPECT_EQ(p.stop, (std::vector<std::string>{"a", "bc"}));  // empty stop strings dropped
+  EXPECT_TRUE(p.stream && p.include_usage);
+  const GenerationParams d = parse("{}");  // defaults: the config's, the fresh seed, no limit
+  EXPECT_EQ(d.max_tokens, -1);
+  EXPECT_EQ(d.sampling.seed, 99u);
+  EXPECT_EQ(d.sampling.top_k, minfer::sampling::Config{}.top_k);
+}
+
+TEST(OpenAI, RefusesWhatItCannotDoNamingTheField) {
+  EXPECT_NE(bad(R"({"n": 2})").find("'n'"), std::string::npos);
+  EXPECT_NE(bad(R"({"temperature": 3})").find("temperature"), std::string::npos);
+  EXPECT_NE(bad(R"({"top_p": 0})").find("top_p"), std::string::npos);
+  EXPECT_NE(bad(R"({"presence_penalty": 0.5})").find("presence_penalty"), std::string::npos);
+  EXPECT_NE(bad(R"({"logprobs": true})").find("logprobs"), std::string::npos);
+  EXPECT_NE(bad(R"({"response_format": {"type": "json_object"}})").find("constrained decoding"), std::string::npos);
+  EXPECT_NE(bad(R"({"max_tokens": 3, "max_completion_tokens": 4})").find("differ"), std::string::npos);
+  EXPECT_NE(bad(R"({"max_tokens": 0})").find("max_tokens"), std::string::npos);
+  EXPECT_NE(bad(R"({"stop": [1]})").find("stop"), std::string::npos);
+  EXPECT_EQ(bad(R"({"presence_penalty": 0, "response_format": {"type": "text"}, "n": 1})"), "");
+}
+
+TEST(OpenAI, StopStringsHoldBackWhatMightStartOne) {
+  std::string text = "Hello wor";
+  StopCheck c = check_stops(text, {"world", "xyz"});
+  EXPECT_FALSE(c.stopped);
+  EXPECT_EQ(c.safe, 6u);  // "wor" may begin "world"
+  text += "ld and more";
+  c = check_stops(text, {"world", "xyz"});
+  EXPECT_TRUE(c.stopped);
+  EXPECT_EQ(text, "Hello ");
+  std::string none = "abc";
+  EXPECT_EQ(check_stops(none, {}).safe, 3u);
+  std::string two = "a STOP b END";
+  EXPECT_TRUE(check_stops(two, {"END", "STOP"}).stopped);
+  EXPECT_EQ(two, "a ");  // cut at the first that occurs
+}
+
+TEST(OpenAI, MessagesAndPrompts) {
+  const json m = chat_messages(json::parse(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                                                              {"role": "assistant", "content": null}]})"));
+  EXPECT_EQ(m[0]["content"], "ab");
+  EXPECT_EQ(m[1]["content"], "");
+  EXPECT_THROW(chat_messages(json::parse(R"({"messages": []})")), BadRequest);
+  EXPECT_THROW(chat_messages(json::parse(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})")), BadRequest);
+  EXPECT_EQ(completion_prompt(json::parse(R"({"prompt": "hi"})")).text, "hi");
+  EXPECT_EQ(completion_prompt(json::parse(R"({"prompt": ["hi"]})")).text, "hi");
+  const PromptField ids = completion_prompt(json::parse(R"({"prompt": [1, 2, 3]})"));
+  EXPECT_TRUE(ids.is_ids);
+  EXPECT_EQ(ids.ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_THROW(completion_prompt(json::parse(R"({"prompt": [-1]})")), BadRequest);
+  EXPECT_THROW(completion_prompt(json::parse(R"({"prompt": ["a", "b"]})")), BadRequest);
+}
