@@ -179,6 +179,10 @@ try:
     b = complete(refs[2]["prompt"], 32, temperature=0.9, seed=11)
     check(a[0] == 200 and b[0] == 200 and a[1]["choices"] == b[1]["choices"], f"seeded sampling repeats: {a} vs {b}")
 
+    # A frequency penalty steers greedy decoding off its repeats (the story repeats words).
+    status, body = complete(refs[0]["prompt"], frequency_penalty=2.0)
+    check(status == 200 and body["choices"][0]["text"] != refs[0]["greedy_text"], f"frequency_penalty changes the text: {status} {str(body)[:200]}")
+
     # A client that leaves mid-stream: its sequence ends and its pages return.
     c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
     c.request("POST", "/v1/completions", body=json.dumps({"prompt": refs[0]["prompt"], "max_tokens": 2000, "stream": True}),
@@ -219,15 +223,18 @@ try:
         with open(chat_cfg, "w") as f:
             # The server renders every chat request through the template: no 'chat:' switch.
             kept = [line for line in open(config).read().splitlines() if not line.startswith("chat:")]
-            f.write("\n".join(kept) + f"\nchat_template: {os.path.abspath(template)}\n")
+            # The key and the name from the run config's server: section (the port stays the flag's).
+            f.write("\n".join(kept) + f"\nchat_template: {os.path.abspath(template)}\nserver: {{api_key: sekret, alias: chatty, port: 9}}\n")
         config_saved, config = config, chat_cfg
-        k = Server(["-np", "2", "--api-key", "sekret"])
+        k = Server(["-np", "2"])
         servers.append(k)
         config = config_saved
         status, body = k.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
         check(status == 401, f"no key: {status} {body}")
         check(k.get("/health")[0] == 200, "/health needs no key")
         auth = {"Content-Type": "application/json", "Authorization": "Bearer sekret"}
+        status, body = k.request("GET", "/v1/models", headers=auth)
+        check(status == 200 and body["data"][0]["id"] == "chatty", f"alias from server: {status} {body}")
         msgs = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Once upon"}]}],
                 "max_tokens": 16, "temperature": 0}
         status, body = k.request("POST", "/v1/chat/completions", json.dumps(msgs), headers=auth)
@@ -240,6 +247,12 @@ try:
         text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
         check(status == 200 and text == body["choices"][0]["message"]["content"], f"chat stream text {text!r}")
         check(k.stop() == 0, "the chat server exits 0")
+    # A bad server: section fails at start, naming the key.
+    bad_cfg = "/tmp/minfer-server-bad.yaml"
+    with open(bad_cfg, "w") as f:
+        f.write(open(config).read() + "\nserver: {port: 70000}\n")
+    p = subprocess.run([server_bin, "--config", bad_cfg], capture_output=True, timeout=60)
+    check(p.returncode != 0 and b"'port' is 70000" in p.stderr, f"bad server: section: {p.returncode} {p.stderr[-300:]}")
 finally:
     for sv in servers:
         sv.stop()

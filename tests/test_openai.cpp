@@ -29,6 +29,10 @@ TEST(OpenAI, FieldsBecomeSamplingAndLimits) {
   EXPECT_EQ(p.sampling.top_k, 3);
   EXPECT_EQ(p.sampling.seed, 5u);
   EXPECT_EQ(p.stop, (std::vector<std::string>{"a", "bc"}));  // empty stop strings dropped
+  const GenerationParams pen = parse(R"({"presence_penalty": 0.5, "frequency_penalty": -1, "repeat_last_n": -1})");
+  EXPECT_FLOAT_EQ(pen.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(pen.sampling.frequency_penalty, -1.0f);
+  EXPECT_EQ(pen.sampling.repeat_last_n, -1);
   EXPECT_TRUE(p.stream && p.include_usage);
   const GenerationParams d = parse("{}");  // defaults: the config's, the fresh seed, no limit
   EXPECT_EQ(d.max_tokens, -1);
@@ -40,7 +44,7 @@ TEST(OpenAI, RefusesWhatItCannotDoNamingTheField) {
   EXPECT_NE(bad(R"({"n": 2})").find("'n'"), std::string::npos);
   EXPECT_NE(bad(R"({"temperature": 3})").find("temperature"), std::string::npos);
   EXPECT_NE(bad(R"({"top_p": 0})").find("top_p"), std::string::npos);
-  EXPECT_NE(bad(R"({"presence_penalty": 0.5})").find("presence_penalty"), std::string::npos);
+  EXPECT_NE(bad(R"({"presence_penalty": 2.5})").find("presence_penalty"), std::string::npos);
   EXPECT_NE(bad(R"({"logprobs": true})").find("logprobs"), std::string::npos);
   EXPECT_NE(bad(R"({"response_format": {"type": "json_object"}})").find("constrained decoding"), std::string::npos);
   EXPECT_NE(bad(R"({"max_tokens": 3, "max_completion_tokens": 4})").find("differ"), std::string::npos);
@@ -79,4 +83,23 @@ TEST(OpenAI, MessagesAndPrompts) {
   EXPECT_EQ(ids.ids, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_THROW(completion_prompt(json::parse(R"({"prompt": [-1]})")), BadRequest);
   EXPECT_THROW(completion_prompt(json::parse(R"({"prompt": ["a", "b"]})")), BadRequest);
+}
+
+TEST(OpenAI, PresenceAndFrequencyPenaltiesMoveTheChoice) {
+  // Token 0 leads by 1.0 but was seen 3 times: a frequency penalty of 0.5 (1.5 in all) or a
+  // presence penalty of 1.5 hands the greedy choice to token 1; the window can exclude it.
+  const std::vector<float> logits = {3.0f, 2.0f, 0.0f};
+  const std::vector<int32_t> history = {0, 0, 0, 2};
+  minfer::sampling::Config c;
+  c.temperature = 0;
+  EXPECT_EQ(minfer::sampling::Sampler(c).sample(logits.data(), 3, history), 0);
+  c.frequency_penalty = 0.5f;
+  EXPECT_EQ(minfer::sampling::Sampler(c).sample(logits.data(), 3, history), 1);
+  c.frequency_penalty = 0, c.presence_penalty = 1.5f;
+  EXPECT_EQ(minfer::sampling::Sampler(c).sample(logits.data(), 3, history), 1);
+  c.repeat_last_n = 1;  // only the last token (2) is in the window
+  EXPECT_EQ(minfer::sampling::Sampler(c).sample(logits.data(), 3, history), 0);
+  minfer::sampling::Config f;
+  f.temperature = 0, f.frequency_penalty = 0.1f;
+  EXPECT_FALSE(minfer::sampling::Sampler(f).greedy());
 }

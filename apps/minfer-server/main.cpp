@@ -1,8 +1,9 @@
-// minfer-server: an OpenAI-compatible HTTP server (README: Server). Flags follow llama-server's
-// spelling and win over the run config.
+// minfer-server: an OpenAI-compatible HTTP server (README: minfer-server). Flags follow
+// llama-server's spelling and win over the run config (`server:`, `parallel`, `context`).
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -37,9 +38,10 @@ long long to_int(const std::string &flag, const std::string &v, long long lo, lo
 int main(int argc, char **argv) {
   try {
     std::string config, model;
-    long long ctx = 0;
-    minfer::server::ServerOptions o;
-    if (const char *k = std::getenv("MINFER_API_KEY")) o.api_key = k;
+    long long ctx = 0, parallel = 0;
+    // Flags first, then the run config's `server:` section under them, then the defaults.
+    std::optional<std::string> host, api_key, alias;
+    std::optional<int> port, timeout;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       const auto value = [&]() -> std::string {
@@ -48,13 +50,13 @@ int main(int argc, char **argv) {
       };
       if (a == "--config") config = value();
       else if (a == "-m" || a == "--model") model = value();
-      else if (a == "--host") o.host = value();
-      else if (a == "--port") o.port = int(to_int(a, value(), 0, 65535));
-      else if (a == "-np" || a == "--parallel") o.parallel = to_int(a, value(), 1, 1024);
+      else if (a == "--host") host = value();
+      else if (a == "--port") port = int(to_int(a, value(), 0, 65535));
+      else if (a == "-np" || a == "--parallel") parallel = to_int(a, value(), 1, 1024);
       else if (a == "-c" || a == "--ctx-size") ctx = to_int(a, value(), 1, 1 << 24);
-      else if (a == "--api-key") o.api_key = value();
-      else if (a == "--timeout") o.timeout_s = int(to_int(a, value(), 1, 86400));
-      else if (a == "--alias") o.alias = value();
+      else if (a == "--api-key") api_key = value();
+      else if (a == "--timeout") timeout = int(to_int(a, value(), 1, 86400));
+      else if (a == "--alias") alias = value();
       else if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); return 0; }
       else throw minfer::Error("unknown argument '" + a + "'\n" + kUsage);
     }
@@ -63,6 +65,15 @@ int main(int argc, char **argv) {
     if (!model.empty()) cfg.model = model;
     if (cfg.model.empty()) throw minfer::Error(config + ": no model to serve: give 'model:' or -m MODEL.gguf");
     if (ctx > 0) cfg.context = ctx;
+    minfer::server::ServerOptions o;
+    const minfer::ServerConfig &sc = cfg.server;
+    o.host = host.value_or(sc.host);
+    o.port = port.value_or(sc.port);
+    o.timeout_s = timeout.value_or(sc.timeout);
+    o.alias = alias.value_or(sc.alias);
+    const char *env_key = std::getenv("MINFER_API_KEY");
+    o.api_key = api_key ? *api_key : env_key && *env_key ? std::string(env_key) : sc.api_key;
+    o.parallel = parallel > 0 ? parallel : cfg.parallel > 0 ? cfg.parallel : 4;
     // SIGINT/SIGTERM stop the server from a thread of its own (stop() is not for signal handlers).
     sigset_t set;
     sigemptyset(&set);

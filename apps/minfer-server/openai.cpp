@@ -57,9 +57,10 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
   } else {
     p.sampling.seed = seed;
   }
-  for (const char *key : {"presence_penalty", "frequency_penalty"})
-    if (number(body, key, 0.0, -2.0, 2.0) != 0.0)
-      throw BadRequest(std::string("'") + key + "' is not supported yet; leave it out or 0 (repeat_penalty is)");
+  p.sampling.presence_penalty = float(number(body, "presence_penalty", defaults.presence_penalty, -2.0, 2.0));
+  p.sampling.frequency_penalty = float(number(body, "frequency_penalty", defaults.frequency_penalty, -2.0, 2.0));
+  if (const auto it = body.find("repeat_last_n"); it != body.end())
+    p.sampling.repeat_last_n = int32_t(integer(body, "repeat_last_n", defaults.repeat_last_n, -1, INT32_MAX));
   if (integer(body, "n", 1, 1, INT64_MAX) != 1) throw BadRequest("'n' must be 1: one choice per request");
   if (boolean(body, "logprobs", false) || integer(body, "top_logprobs", 0, 0, 20) > 0)
     throw BadRequest("'logprobs' is not supported yet; leave it out or false");

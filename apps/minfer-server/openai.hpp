@@ -29,8 +29,8 @@ struct GenerationParams {
 };
 
 // The fields every completion request shares (max_tokens/max_completion_tokens, temperature,
-// top_p, top_k, min_p, seed, stop, n, penalties, logprobs, response_format, stream,
-// stream_options). defaults: the run config's sampling; seed: the one to use when the
+// top_p, top_k, min_p, seed, stop, n, presence/frequency/repeat penalties and repeat_last_n,
+// logprobs, response_format, stream, stream_options). defaults: the run config's sampling; seed: the one to use when the
 // request gives none. Throws BadRequest.
 GenerationParams parse_generation(const json &body, const sampling::Config &defaults, uint64_t seed);
 

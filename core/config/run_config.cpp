@@ -164,6 +164,22 @@ void read_generation(const Reader &r, const YAML::Node &n, GenerationConfig &g) 
   check_generation(g, [&](const std::string &key, const std::string &what) { r.fail(n[key], what); });
 }
 
+void read_server(const Reader &r, const YAML::Node &n, ServerConfig &s) {
+  r.expect_map(n, "'server'");
+  r.only_keys(n, {"host", "port", "api_key", "timeout", "alias"}, "'server'");
+  if (n["host"]) s.host = r.scalar(n["host"], "host");
+  if (n["port"]) {
+    s.port = r.as<int32_t>(n["port"], "port", "a port number");
+    if (s.port < 0 || s.port > 65535) r.fail(n["port"], "'port' is " + std::to_string(s.port) + "; it must be 0 (any free port) to 65535");
+  }
+  if (n["api_key"]) s.api_key = r.scalar(n["api_key"], "api_key");
+  if (n["timeout"]) {
+    s.timeout = r.as<int32_t>(n["timeout"], "timeout", "seconds");
+    if (s.timeout < 1) r.fail(n["timeout"], "'timeout' is " + std::to_string(s.timeout) + "; it must be at least 1 second");
+  }
+  if (n["alias"]) s.alias = r.scalar(n["alias"], "alias");
+}
+
 void read_synthesize(const Reader &r, const YAML::Node &n, SynthesizeConfig &s) {
   r.expect_map(n, "'synthesize'");
   r.only_keys(n, {"arch", "preset", "type", "seed", "vocab"}, "'synthesize'");
@@ -216,7 +232,7 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
   refuse_duplicate_keys(r, root);
   r.only_keys(root, {"backends", "placement", "plugin_dir", "log_level", "job", "demo", "model", "synthesize", "prompt",
                      "prompt_file", "prompts", "parallel", "system", "chat", "chat_template", "messages", "context", "batch", "kv_type",
-                     "kv_pages", "kv_page_size", "generation", "trace"},
+                     "kv_pages", "kv_page_size", "generation", "server", "trace"},
               "the run config");
 
   RunConfig cfg;
@@ -283,6 +299,7 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
     if (cfg.kv_type != "f16" && cfg.kv_type != "f32") r.fail(root["kv_type"], "'kv_type' is '" + cfg.kv_type + "'; expected f16 or f32");
   }
   if (root["generation"]) read_generation(r, root["generation"], cfg.generation);
+  if (root["server"]) read_server(r, root["server"], cfg.server);
   if (root["trace"]) cfg.trace = r.scalar(root["trace"], "trace");
   cfg.job = cfg.model.empty() ? "demo" : "generate";
   if (root["job"]) {

@@ -39,6 +39,15 @@ struct GenerationConfig {
   std::vector<std::string> stop;  // stop when the text ends with one of these
 };
 
+// minfer-server's settings (the run config's `server` section; its flags override).
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int32_t port = 8080;       // 0: any free port
+  std::string api_key;       // empty: none asked (MINFER_API_KEY also sets it)
+  int32_t timeout = 600;     // seconds a connection may wait to read or write
+  std::string alias;         // the model's name in the API; empty: the file's name
+};
+
 // A model minfer writes itself when `model` does not exist yet (see minfer-gguf synth).
 struct SynthesizeConfig {
   bool enabled = false;
@@ -76,6 +85,7 @@ struct RunConfig {
   int64_t batch = 512;             // most tokens per step
   std::string kv_type = "f16";     // f16 or f32
   GenerationConfig generation;
+  ServerConfig server;             // minfer-server only; `parallel` and `context` serve it too
   std::string trace;               // write a trace of the run here (MINFER_TRACE also sets it)
 
   const BackendConfig *backend(const std::string &name) const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace minfer::sampling {
@@ -34,12 +35,18 @@ int32_t argmax(const float *x, int64_t n) {
 int32_t Sampler::sample(const float *logits, int64_t n, const std::vector<int32_t> &history) {
   if (greedy()) return argmax(logits, n);  // no copy needed
   work_.assign(logits, logits + n);
-  if (cfg_.repeat_penalty != 1.0f && cfg_.repeat_last_n != 0) {
+  const bool counts = cfg_.presence_penalty != 0.0f || cfg_.frequency_penalty != 0.0f;
+  if ((cfg_.repeat_penalty != 1.0f || counts) && cfg_.repeat_last_n != 0) {
     const size_t from = cfg_.repeat_last_n < 0 || size_t(cfg_.repeat_last_n) >= history.size()
                             ? 0 : history.size() - size_t(cfg_.repeat_last_n);
-    std::unordered_set<int32_t> seen(history.begin() + long(from), history.end());
-    for (int32_t t : seen)
-      if (t >= 0 && t < n) work_[size_t(t)] = work_[size_t(t)] > 0 ? work_[size_t(t)] / cfg_.repeat_penalty : work_[size_t(t)] * cfg_.repeat_penalty;
+    std::unordered_map<int32_t, int32_t> seen;  // token -> times in the window
+    for (auto it = history.begin() + long(from); it != history.end(); ++it) ++seen[*it];
+    for (const auto &[t, c] : seen) {
+      if (t < 0 || t >= n) continue;
+      float &l = work_[size_t(t)];
+      if (cfg_.repeat_penalty != 1.0f) l = l > 0 ? l / cfg_.repeat_penalty : l * cfg_.repeat_penalty;
+      l -= float(c) * cfg_.frequency_penalty + cfg_.presence_penalty;
+    }
   }
   if (cfg_.temperature <= 0.0f) return argmax(work_.data(), n);
 

@@ -17,7 +17,10 @@ struct Config {
   float top_p = 0.95f;         // 1 = off
   float min_p = 0.05f;         // 0 = off: drop tokens below min_p * p(best)
   float repeat_penalty = 1.0f; // 1 = off; > 1 makes recent tokens less likely
-  int32_t repeat_last_n = 64;  // how many recent tokens the penalty looks at
+  int32_t repeat_last_n = 64;  // how many recent tokens the penalties look at (-1: all)
+  // OpenAI's penalties over the same window: a token seen c times loses
+  // c * frequency_penalty + (c > 0) * presence_penalty from its logit (0 = off).
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f;
   uint64_t seed = 42;
 };
 
@@ -28,7 +31,10 @@ class Sampler {
   int32_t sample(const float *logits, int64_t n_vocab, const std::vector<int32_t> &history);
   const Config &config() const { return cfg_; }
   // The arg-max of the logits, whatever the history: temperature 0 and no repetition penalty.
-  bool greedy() const { return cfg_.temperature <= 0.0f && (cfg_.repeat_penalty == 1.0f || cfg_.repeat_last_n == 0); }
+  bool greedy() const {
+    return cfg_.temperature <= 0.0f &&
+           ((cfg_.repeat_penalty == 1.0f && cfg_.presence_penalty == 0.0f && cfg_.frequency_penalty == 0.0f) || cfg_.repeat_last_n == 0);
+  }
 
  private:
   Config cfg_;
