@@ -128,8 +128,9 @@ try:
         check(ok, f"greedy completion of {r['prompt']!r}: {status} {str(body)[:300]}")
         if status == 200:
             check(body["object"] == "text_completion" and body["id"].startswith("cmpl-") and body["choices"][0]["finish_reason"] == "length"
-                  and body["usage"] == {"prompt_tokens": len(r["prompt_tokens"]), "completion_tokens": 64,
-                                        "total_tokens": len(r["prompt_tokens"]) + 64}, f"completion fields: {body}")
+                  and {k: v for k, v in body["usage"].items() if k != "prompt_tokens_details"} ==
+                  {"prompt_tokens": len(r["prompt_tokens"]), "completion_tokens": 64, "total_tokens": len(r["prompt_tokens"]) + 64}
+                  and 0 <= body["usage"]["prompt_tokens_details"]["cached_tokens"] < len(r["prompt_tokens"]), f"completion fields: {body}")
 
     # Four clients at once (and again, eight requests over four slots): each the text it gets alone.
     results = {}
@@ -145,6 +146,14 @@ try:
     for i in range(8):
         st, b = results.get(i, (None, None))
         check(st == 200 and b["choices"][0]["text"] == refs[i % len(refs)]["greedy_text"], f"concurrent request {i}: {st} {str(b)[:200]}")
+
+    # A long prompt sent twice: the second finds its full pages cached, and the same text.
+    long_prompt = refs[0]["prompt_tokens"] + refs[0]["greedy_tokens"]
+    first = complete(long_prompt, 16)
+    second = complete(long_prompt, 16)
+    cached = second[1]["usage"]["prompt_tokens_details"]["cached_tokens"] if second[0] == 200 else -1
+    check(first[0] == 200 and second[0] == 200 and first[1]["choices"] == second[1]["choices"] and
+          len(long_prompt) - 16 <= cached < len(long_prompt), f"prefix reuse: cached_tokens {cached} of {len(long_prompt)}")
 
     # Token ids as the prompt: the same continuation.
     status, body = complete(refs[0]["prompt_tokens"])

@@ -73,7 +73,7 @@ namespace {
 // while they are final. on_delta returns false when the client went away.
 struct Outcome {
   std::string text, finish, error;
-  int64_t tokens = 0;
+  int64_t tokens = 0, cached = 0;  // cached: prompt positions reused from shared pages
 };
 
 Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const std::shared_ptr<RequestStream> &stream,
@@ -99,6 +99,7 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
       continue;
     }
     if (ev->end) {
+      o.cached = ev->cached;
       if (ev->reason.rfind("error", 0) == 0) {
         o.error = ev->reason;
         return o;
@@ -117,6 +118,12 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
       engine.cancel(id);
       o.finish = "stop";
       hand_on(o.text.size());
+      // The end event follows the cancel within a step; it carries the usage's cached count.
+      for (int waits = 0; waits < 50; ++waits)
+        if (const std::optional<EngineEvent> e = stream->next(100); e && e->end) {
+          o.cached = e->cached;
+          break;
+        }
       return o;
     }
     if (!hand_on(sc.safe)) {
@@ -190,8 +197,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   const std::string cid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
   const int64_t created = unix_now();
   const int64_t n_prompt = int64_t(prompt.size());
-  const auto usage = [n_prompt](int64_t n) {
-    return json{{"prompt_tokens", n_prompt}, {"completion_tokens", n}, {"total_tokens", n_prompt + n}};
+  const auto usage = [n_prompt](const Outcome &o) {
+    return json{{"prompt_tokens", n_prompt}, {"completion_tokens", o.tokens}, {"total_tokens", n_prompt + o.tokens},
+                {"prompt_tokens_details", {{"cached_tokens", o.cached}}}};
   };
   const std::string object = chat ? "chat.completion" : "text_completion";
 
@@ -202,7 +210,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     json choice = {{"index", 0}, {"finish_reason", o.finish}, {"logprobs", nullptr}};
     if (chat) choice["message"] = {{"role", "assistant"}, {"content", o.text}};
     else choice["text"] = o.text;
-    return reply(res, 200, {{"id", cid}, {"object", object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}, {"usage", usage(o.tokens)}});
+    return reply(res, 200, {{"id", cid}, {"object", object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}, {"usage", usage(o)}});
   }
 
   // Server-sent events: one chunk per piece of text, the last with the finish reason, the
@@ -232,7 +240,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       send(error_body(500, o.error));
     } else {
       send(chunk(chat ? json::object() : json(""), o.finish));
-      if (p.include_usage) send({{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array()}, {"usage", usage(o.tokens)}});
+      if (p.include_usage) send({{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array()}, {"usage", usage(o)}});
     }
     const std::string done = "data: [DONE]\n\n";
     sink.write(done.data(), done.size());

@@ -68,10 +68,10 @@ Engine::Stats Engine::stats() const {
 
 void Engine::loop() {
   std::map<int64_t, std::shared_ptr<RequestStream>> mine;  // the engine thread's view of the streams
-  auto end = [&](int64_t id, const std::string &reason) {
+  auto end = [&](int64_t id, const std::string &reason, int64_t cached = 0) {
     auto it = mine.find(id);
     if (it == mine.end()) return;
-    it->second->push({true, 0, reason});
+    it->second->push({true, 0, reason, cached});
     mine.erase(it);
     std::lock_guard<std::mutex> lock(m_);
     streams_.erase(id);
@@ -129,7 +129,7 @@ void Engine::loop() {
     }
     for (const SeqToken &t : tokens)
       if (auto it = mine.find(t.id); it != mine.end()) it->second->push({false, t.token, ""});
-    for (const sched::Finished &f : finished) end(f.id, f.reason);
+    for (const sched::Finished &f : finished) end(f.id, f.reason, f.cached);
     if (stopping && mine.empty()) return;
   }
 }

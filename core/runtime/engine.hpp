@@ -27,6 +27,7 @@ struct EngineEvent {
   bool end = false;
   int32_t token = 0;    // when !end
   std::string reason;   // when end: "length", "stop" (end of generation), "cancelled", or "error: ..."
+  int64_t cached = 0;   // when end: prompt positions found in shared KV pages (prefix reuse)
 };
 
 // One request's stream, written by the engine thread, read by its caller.

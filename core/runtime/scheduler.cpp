@@ -36,7 +36,7 @@ void Scheduler::submit(Request r) {
 void Scheduler::finish(int64_t id, const std::string &reason) {
   auto it = running_.find(id);
   pool_.close(id);
-  finished_.push_back({id, std::move(it->second.generated), reason});
+  finished_.push_back({id, std::move(it->second.generated), reason, std::max<int64_t>(0, it->second.cached)});
   running_.erase(it);
 }
 
@@ -44,7 +44,7 @@ void Scheduler::cancel(int64_t id) {
   if (running_.count(id)) return finish(id, "cancelled");
   for (auto it = queue_.begin(); it != queue_.end(); ++it)
     if (it->req.id == id) {
-      finished_.push_back({id, std::move(it->generated), "cancelled"});
+      finished_.push_back({id, std::move(it->generated), "cancelled", std::max<int64_t>(0, it->cached)});
       queue_.erase(it);
       return;
     }
@@ -123,6 +123,7 @@ StepPlan Scheduler::plan() {
     }
     s.computed = reused;
     s.order = next_order_++;
+    if (s.cached < 0) s.cached = reused;
     reused_ += reused;
     const int64_t id = s.req.id;
     running_.emplace(id, std::move(s));

@@ -48,6 +48,7 @@ struct Finished {
   int64_t id = 0;
   std::vector<int32_t> tokens;  // the generated tokens (the end-of-generation one not included)
   std::string reason;           // "length", "stop" (end of generation), "cancelled"
+  int64_t cached = 0;           // prompt positions it found in shared pages when first admitted
 };
 
 struct SchedulerLimits {
@@ -90,6 +91,7 @@ class Scheduler {
     std::vector<int32_t> generated;
     int64_t computed = 0;  // positions in the KV cache
     int64_t order = 0;     // admission order: the newest is preempted first
+    int64_t cached = -1;   // positions reused at its first admission (-1: not admitted yet)
     // Every token of the sequence: the prompt, then what it generated.
     int64_t length() const { return int64_t(req.prompt.size() + generated.size()); }
     int32_t token(int64_t i) const {
