@@ -224,7 +224,27 @@ try:
     check(status == 400 and "chat template" in body["error"]["message"], f"chat without a template: {status} {body}")
     status, body = s.get("/v1/nothing")
     check(status == 404 and "no such endpoint" in body["error"]["message"], f"404: {status} {body}")
-    check(s.stop() == 0, "the server exits 0 on SIGTERM")
+    status, body = s.get("/v1/completions")
+    check(status == 405 and "POST" in body["error"]["message"], f"405: {status} {body}")
+    status, body = s.post("/v1/completions", "x" * (17 << 20))
+    check(status == 413, f"a 17 MiB body: {status} {str(body)[:200]}")
+
+    # SIGTERM drains: a stream in flight still completes, then the server exits 0.
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+    c.request("POST", "/v1/completions", body=json.dumps({"prompt": refs[0]["prompt"], "max_tokens": 1500, "temperature": 0,
+                                                         "stream": True}), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    first = r.readline()
+    s.p.terminate()
+    rest = r.read().decode()
+    c.close()
+    check(first.startswith(b"data: ") and rest.rstrip().endswith("data: [DONE]") and '"finish_reason":"length"' in rest,
+          f"the stream in flight at SIGTERM completes: {rest[-200:]!r}")
+    try:
+        rc = s.p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        rc = None
+    check(rc == 0, f"the server exits 0 after draining: {rc}")
 
     # Chat through a real template, and the API key.
     if os.path.exists(template):
@@ -242,8 +262,9 @@ try:
         check(status == 401, f"no key: {status} {body}")
         check(k.get("/health")[0] == 200, "/health needs no key")
         auth = {"Content-Type": "application/json", "Authorization": "Bearer sekret"}
-        status, body = k.request("GET", "/v1/models", headers=auth)
-        check(status == 200 and body["data"][0]["id"] == "chatty", f"alias from server: {status} {body}")
+        status, body = k.get("/v1/models")
+        check(status == 200 and body["data"][0]["id"] == "chatty", f"/v1/models needs no key; the alias from server: {status} {body}")
+        check(k.request("GET", "/props", headers={"Authorization": "Bearer sekreT"})[0] == 401, "a wrong key: 401")
         msgs = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Once upon"}]}],
                 "max_tokens": 16, "temperature": 0}
         status, body = k.request("POST", "/v1/chat/completions", json.dumps(msgs), headers=auth)

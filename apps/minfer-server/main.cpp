@@ -84,8 +84,8 @@ int main(int argc, char **argv) {
     std::thread([&server, set] {
       int sig = 0;
       sigwait(&set, &sig);
-      std::fprintf(stderr, "minfer-server: signal %d, stopping\n", sig);
-      server.stop();
+      std::fprintf(stderr, "minfer-server: signal %d: finishing the requests in flight, then stopping\n", sig);
+      server.drain();
     }).detach();
     return server.run();
   } catch (const std::exception &e) {

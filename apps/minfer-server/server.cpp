@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -33,6 +34,16 @@ int64_t unix_now() {
 // How a generation ended, in OpenAI's words.
 std::string finish_reason(const std::string &engine_reason) { return engine_reason == "length" ? "length" : "stop"; }
 
+// a == b in time that depends only on the lengths (an API key must not leak by timing).
+bool same_secret(const std::string &a, const std::string &b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) diff |= (i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0);
+  return diff == 0;
+}
+
+constexpr size_t kMaxBody = size_t(16) << 20;  // a request body, at most (413 beyond)
+
 }  // namespace
 
 // What exists once the model is loaded.
@@ -50,7 +61,7 @@ struct Server::Impl {
   std::string model_name;
   std::shared_ptr<Loaded> loaded;  // set once, under m
   std::mutex m;
-  std::atomic<bool> stopping{false};
+  std::atomic<bool> stopping{false}, draining{false};
   std::atomic<int64_t> next_id{1}, prompt_tokens{0}, generated{0}, requests{0};
   std::mt19937_64 seeds{std::random_device{}()};
   std::mutex seeds_m;
@@ -149,9 +160,25 @@ void Server::stop() {
   impl_->http.stop();
 }
 
+void Server::drain() {
+  Impl &I = *impl_;
+  I.draining = true;  // new generations get 503 from here on
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(I.opts.timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto L = I.ready();
+    if (!L || !L->engine) break;
+    const Engine::Stats st = L->engine->stats();
+    if (st.running == 0 && st.waiting == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the last responses leave their threads
+  stop();  // what is still running past the timeout ends "cancelled"
+}
+
 void Server::Impl::completion(const httplib::Request &req, httplib::Response &res, bool chat) {
   const std::shared_ptr<Loaded> L = ready();
   if (!L) return reply(res, 503, error_body(503, "the model is loading; retry when GET /health answers 200"));
+  if (draining) return reply(res, 503, error_body(503, "the server is shutting down"));
   json body;
   try {
     body = json::parse(req.body);
@@ -191,7 +218,10 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   SeqRequest r{id, prompt, p.max_tokens > 0 ? std::min(p.max_tokens, room) : room, p.sampling};
   if (const std::string why = L->engine->check(r); !why.empty()) return reply(res, 400, error_body(400, why));
   std::shared_ptr<RequestStream> stream = L->engine->submit(r);
-  if (!stream) return reply(res, 503, error_body(503, "the server is busy (its queue is full); retry later"));
+  if (!stream) {
+    res.set_header("Retry-After", "1");
+    return reply(res, 503, error_body(503, "the server is busy (its queue is full); retry later"));
+  }
   ++requests;
   prompt_tokens += int64_t(prompt.size());
   const std::string cid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
@@ -252,8 +282,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
 void Server::Impl::routes() {
   // The key, when one is set, on everything but /health (probes carry no key).
   http.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
-    if (opts.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + opts.api_key) return httplib::Server::HandlerResponse::Unhandled;
+    if (opts.api_key.empty() || req.path == "/health" || req.path == "/v1/models" || req.path == "/")
+      return httplib::Server::HandlerResponse::Unhandled;
+    if (same_secret(req.get_header_value("Authorization"), "Bearer " + opts.api_key)) return httplib::Server::HandlerResponse::Unhandled;
     reply(res, 401, error_body(401, "a valid API key is needed: send 'Authorization: Bearer KEY'"));
     return httplib::Server::HandlerResponse::Handled;
   });
@@ -327,7 +358,20 @@ void Server::Impl::routes() {
     reply(res, 500, error_body(500, what));
   });
   http.set_error_handler([](const httplib::Request &req, httplib::Response &res) {
-    if (res.status == 404) reply(res, 404, error_body(404, "no such endpoint: " + req.method + " " + req.path));
+    static const std::map<std::string, std::string> kMethods = {
+        {"/health", "GET"}, {"/v1/models", "GET"}, {"/props", "GET"}, {"/metrics", "GET"}, {"/v1/chat/completions", "POST"},
+        {"/v1/completions", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
+    if (res.status == 404) {
+      if (const auto it = kMethods.find(req.path); it != kMethods.end() && it->second != req.method) {
+        res.set_header("Allow", it->second);
+        return reply(res, 405, error_body(405, req.path + " takes " + it->second + ", not " + req.method));
+      }
+      reply(res, 404, error_body(404, "no such endpoint: " + req.method + " " + req.path));
+    } else if (res.status == 413) {
+      reply(res, 413, error_body(413, "the request body is over the server's limit (" + std::to_string(kMaxBody >> 20) + " MiB)"));
+    } else if (res.status >= 400 && res.body.empty()) {
+      reply(res, res.status, error_body(res.status, "the request was refused (HTTP " + std::to_string(res.status) + ")"));
+    }
   });
 }
 
@@ -337,6 +381,7 @@ int Server::run() {
   // Connections wait on generations: enough threads that -np sequences and the probes run.
   const size_t threads = size_t(std::max<int64_t>(8, 2 * I.opts.parallel + 4));
   I.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  I.http.set_payload_max_length(kMaxBody);
   I.http.set_read_timeout(I.opts.timeout_s);
   I.http.set_write_timeout(I.opts.timeout_s);
   int port = I.opts.port;

@@ -28,7 +28,8 @@ class Server {
   // Binds, prints "minfer-server listening on http://HOST:PORT", loads the model, serves until
   // stop() (or a load failure: returns 1).
   int run();
-  void stop();
+  void stop();   // at once: running requests end "cancelled"
+  void drain();  // SIGINT/SIGTERM: refuse new generations, let running ones finish (up to the timeout), then stop
 
  private:
   struct Impl;
