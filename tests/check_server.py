@@ -172,6 +172,20 @@ try:
           all(c["choices"][0]["finish_reason"] is None for c in with_choice[:-1]), "finish_reason only on the last chunk")
     check(chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 64, f"usage chunk: {chunks[-1]}")
 
+    # Log-probabilities (the completions API's form): one per token, the greedy token the likeliest.
+    status, body = complete(refs[1]["prompt"], 16, logprobs=2)
+    lp = body["choices"][0]["logprobs"] if status == 200 else None
+    check(lp is not None and len(lp["tokens"]) == 16 and "".join(lp["tokens"]) == body["choices"][0]["text"] and
+          all(v <= 0 for v in lp["token_logprobs"]) and all(len(t) == 2 for t in lp["top_logprobs"]) and
+          all(abs(max(t.values()) - v) < 1e-6 for t, v in zip(lp["top_logprobs"], lp["token_logprobs"])) and
+          lp["text_offset"][0] == 0 and body["choices"][0]["text"] == refs[1]["greedy_text"][:len(body["choices"][0]["text"])],
+          f"completion logprobs: {status} {str(lp)[:300]}")
+    status, _, events = s.stream("/v1/completions", {"prompt": refs[1]["prompt"], "max_tokens": 16, "temperature": 0, "logprobs": 1})
+    streamed = [t for e in events if isinstance(e, dict) and e["choices"] and e["choices"][0]["logprobs"]
+                for t in e["choices"][0]["logprobs"]["tokens"]]
+    check(lp is not None and streamed == lp["tokens"], f"streamed logprobs cover every token once: {streamed} vs {lp and lp['tokens']}")
+    check(complete(refs[1]["prompt"], 4)[1]["choices"][0]["logprobs"] is None, "no logprobs unless asked")
+
     # Stop strings: cut before the first, finish_reason "stop", alike when streamed.
     full = refs[0]["greedy_text"]
     stop = " named"
@@ -204,6 +218,8 @@ try:
         time.sleep(0.1)
     check(metric(s, "requests_processing") == 0 and metric(s, "kv_pages_used") == 0, "a client gone mid-stream frees its sequence")
     check(metric(s, "tokens_predicted_total") >= 64 * 12 and metric(s, "prompt_tokens_total") > 0, "metrics count tokens")
+    check(metric(s, "prompt_tokens_seconds") > 0 and metric(s, "predicted_tokens_seconds") > 0 and
+          metric(s, "decode_tokens_total") >= 64 * 12, "metrics give prefill and decode rates")
 
     # /tokenize and /detokenize round trip; /props.
     status, body = s.post("/tokenize", {"content": refs[0]["prompt"], "add_special": True})
@@ -276,6 +292,12 @@ try:
               chunks[0]["object"] == "chat.completion.chunk", f"chat stream starts with the role: {chunks[:1]}")
         text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
         check(status == 200 and text == body["choices"][0]["message"]["content"], f"chat stream text {text!r}")
+        status, lpb = k.request("POST", "/v1/chat/completions", json.dumps(dict(msgs, logprobs=True, top_logprobs=3)), headers=auth)
+        content = lpb["choices"][0]["logprobs"]["content"] if status == 200 else []
+        check(status == 200 and len(content) == lpb["usage"]["completion_tokens"] and
+              all(len(c["top_logprobs"]) == 3 and c["top_logprobs"][0]["token"] == c["token"] and bytes(c["bytes"]).decode("utf-8", "replace")
+                  for c in content) and lpb["choices"][0]["message"] == body["choices"][0]["message"],
+              f"chat logprobs: {status} {str(lpb)[:300]}")
         check(k.stop() == 0, "the chat server exits 0")
     # A bad server: section fails at start, naming the key.
     bad_cfg = "/tmp/minfer-server-bad.yaml"

@@ -143,3 +143,48 @@ TEST_F(EngineTest, AFullInboxRefusesAndShuttingDownEndsEveryStream) {
 }
 
 }  // namespace
+
+TEST_F(EngineTest, LogprobsComeWithTheTokensOfTheRequestsThatAskForThem) {
+  std::ifstream in(minfer::test::testdata_dir() + "/reference/stories260K.greedy.jsonl");
+  std::string line;
+  std::getline(in, line);
+  const auto j = nlohmann::json::parse(line);
+  const auto prompt = j["prompt_tokens"].get<std::vector<int32_t>>();
+  const auto want = j["greedy_tokens"].get<std::vector<int32_t>>();
+  Loaded l = load(2);
+  minfer::Engine engine(*l.model, *l.session, never_ends);
+  minfer::SeqRequest asks = greedy(1, prompt, int64_t(want.size()));
+  asks.logprobs = 3;
+  auto with = engine.submit(asks), without = engine.submit(greedy(2, prompt, int64_t(want.size())));
+  ASSERT_TRUE(with && without);
+  std::vector<int32_t> got;
+  for (int waits = 0; waits < 600; ++waits) {
+    const auto e = with->next(100);
+    if (!e) continue;
+    if (e->end) break;
+    got.push_back(e->token);
+    ASSERT_TRUE(e->logprobs) << "token " << got.size() << " has no logprobs";
+    const minfer::sampling::TokenLogprobs &lp = *e->logprobs;
+    ASSERT_EQ(lp.top.size(), 3u);
+    EXPECT_EQ(lp.token, e->token);
+    EXPECT_EQ(lp.top[0].first, e->token) << "greedy: the likeliest token is the one sampled";
+    EXPECT_FLOAT_EQ(lp.logprob, lp.top[0].second);
+    EXPECT_LE(lp.logprob, 0.0f);
+    EXPECT_GE(lp.top[0].second, lp.top[1].second);
+    EXPECT_GE(lp.top[1].second, lp.top[2].second);
+    double p = 0;
+    for (const auto &[t, v] : lp.top) p += std::exp(double(v));
+    EXPECT_LE(p, 1.0 + 1e-5);
+  }
+  EXPECT_EQ(got, want) << "asking for logprobs does not change the tokens";
+  for (int waits = 0; waits < 600; ++waits)
+    if (const auto e = without->next(100)) {
+      if (e->end) break;
+      EXPECT_FALSE(e->logprobs) << "a request that did not ask gets none";
+    }
+  const minfer::Engine::Stats st = engine.stats();
+  EXPECT_GE(st.prefill_tokens, int64_t(prompt.size()));
+  EXPECT_GT(st.decode_tokens, 0);
+  EXPECT_GT(st.prefill_step_s, 0.0);
+  EXPECT_GT(st.decode_step_s, 0.0);
+}

@@ -45,7 +45,7 @@ TEST(OpenAI, RefusesWhatItCannotDoNamingTheField) {
   EXPECT_NE(bad(R"({"temperature": 3})").find("temperature"), std::string::npos);
   EXPECT_NE(bad(R"({"top_p": 0})").find("top_p"), std::string::npos);
   EXPECT_NE(bad(R"({"presence_penalty": 2.5})").find("presence_penalty"), std::string::npos);
-  EXPECT_NE(bad(R"({"logprobs": true})").find("logprobs"), std::string::npos);
+  EXPECT_NE(bad(R"({"logprobs": true})").find("logprobs"), std::string::npos);  // completions: a count
   EXPECT_NE(bad(R"({"response_format": {"type": "json_object"}})").find("constrained decoding"), std::string::npos);
   EXPECT_NE(bad(R"({"max_tokens": 3, "max_completion_tokens": 4})").find("differ"), std::string::npos);
   EXPECT_NE(bad(R"({"max_tokens": 0})").find("max_tokens"), std::string::npos);
@@ -102,4 +102,33 @@ TEST(OpenAI, PresenceAndFrequencyPenaltiesMoveTheChoice) {
   minfer::sampling::Config f;
   f.temperature = 0, f.frequency_penalty = 0.1f;
   EXPECT_FALSE(minfer::sampling::Sampler(f).greedy());
+}
+
+TEST(OpenAI, LogprobsFieldsPerApiAndTheirShape) {
+  const auto chat = [](const char *b) { return parse_generation(json::parse(b), minfer::sampling::Config{}, 1, Api::chat); };
+  EXPECT_EQ(chat("{}").logprobs, -1);
+  EXPECT_EQ(chat(R"({"logprobs": true})").logprobs, 0);
+  EXPECT_EQ(chat(R"({"logprobs": true, "top_logprobs": 5})").logprobs, 5);
+  EXPECT_EQ(chat(R"({"logprobs": false})").logprobs, -1);
+  EXPECT_THROW(chat(R"({"top_logprobs": 2})"), BadRequest);  // OpenAI's rule: only with logprobs true
+  EXPECT_THROW(chat(R"({"logprobs": true, "top_logprobs": 21})"), BadRequest);
+  EXPECT_THROW(chat(R"({"logprobs": 3})"), BadRequest);  // a count is the completions API's
+  EXPECT_EQ(parse(R"({"logprobs": 2})").logprobs, 2);
+  EXPECT_EQ(parse(R"({"logprobs": null})").logprobs, -1);
+  EXPECT_THROW(parse(R"({"logprobs": true})"), BadRequest);
+
+  const std::vector<minfer::sampling::TokenLogprobs> lp = {{7, -0.25f, {{7, -0.25f}, {9, -2.0f}}}, {8, -1.5f, {}}};
+  const TokenBytes bytes = [](int32_t t) { return t == 7 ? std::string("He") : t == 8 ? std::string("\xC3") : std::string("x"); };
+  const json c = chat_logprobs(lp, bytes);
+  ASSERT_EQ(c["content"].size(), 2u);
+  EXPECT_EQ(c["content"][0]["token"], "He");
+  EXPECT_EQ(c["content"][0]["bytes"], json::array({72, 101}));
+  EXPECT_FLOAT_EQ(c["content"][0]["logprob"].get<float>(), -0.25f);
+  EXPECT_EQ(c["content"][0]["top_logprobs"][1]["token"], "x");
+  EXPECT_EQ(c["content"][1]["bytes"], json::array({195}));  // half a character: the bytes stay exact
+  const json t = completion_logprobs(lp, bytes, 10);
+  EXPECT_EQ(t["tokens"], json::array({"He", "\xC3"}));
+  EXPECT_EQ(t["text_offset"], json::array({10, 12}));
+  EXPECT_FLOAT_EQ(t["top_logprobs"][0]["x"].get<float>(), -2.0f);
+  EXPECT_EQ(t["top_logprobs"][1], json::object());
 }

@@ -35,7 +35,7 @@ bool boolean(const json &body, const char *key, bool dflt) {
 
 }  // namespace
 
-GenerationParams parse_generation(const json &body, const sampling::Config &defaults, uint64_t seed) {
+GenerationParams parse_generation(const json &body, const sampling::Config &defaults, uint64_t seed, Api api) {
   if (!body.is_object()) throw BadRequest("the request body must be a JSON object");
   GenerationParams p;
   p.sampling = defaults;
@@ -62,8 +62,14 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
   if (const auto it = body.find("repeat_last_n"); it != body.end())
     p.sampling.repeat_last_n = int32_t(integer(body, "repeat_last_n", defaults.repeat_last_n, -1, INT32_MAX));
   if (integer(body, "n", 1, 1, INT64_MAX) != 1) throw BadRequest("'n' must be 1: one choice per request");
-  if (boolean(body, "logprobs", false) || integer(body, "top_logprobs", 0, 0, 20) > 0)
-    throw BadRequest("'logprobs' is not supported yet; leave it out or false");
+  if (api == Api::chat) {
+    const int64_t top = integer(body, "top_logprobs", -1, 0, 20);
+    const bool want = boolean(body, "logprobs", false);
+    if (top >= 0 && !want) throw BadRequest("'top_logprobs' needs 'logprobs': true");
+    if (want) p.logprobs = int32_t(std::max<int64_t>(top, 0));
+  } else {
+    p.logprobs = int32_t(integer(body, "logprobs", -1, 0, 20));  // the legacy API's count of alternatives
+  }
   if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
     const std::string type = rf->is_object() && rf->contains("type") && (*rf)["type"].is_string() ? (*rf)["type"].get<std::string>() : "";
     if (type != "text") throw BadRequest("'response_format' " + rf->dump() + " is not supported: constrained decoding does not exist yet (only {\"type\": \"text\"})");
@@ -152,6 +158,43 @@ StopCheck check_stops(std::string &text, const std::vector<std::string> &stops) 
         break;
       }
   return {text.size() - hold, false};
+}
+
+namespace {
+json byte_list(const std::string &b) {
+  json a = json::array();
+  for (const unsigned char c : b) a.push_back(int(c));
+  return a;
+}
+}  // namespace
+
+json chat_logprobs(const std::vector<sampling::TokenLogprobs> &lp, const TokenBytes &bytes) {
+  json content = json::array();
+  for (const sampling::TokenLogprobs &t : lp) {
+    const std::string b = bytes(t.token);
+    json top = json::array();
+    for (const auto &[id, l] : t.top) {
+      const std::string tb = bytes(id);
+      top.push_back({{"token", tb}, {"logprob", l}, {"bytes", byte_list(tb)}});
+    }
+    content.push_back({{"token", b}, {"logprob", t.logprob}, {"bytes", byte_list(b)}, {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}};
+}
+
+json completion_logprobs(const std::vector<sampling::TokenLogprobs> &lp, const TokenBytes &bytes, size_t offset) {
+  json tokens = json::array(), logprobs = json::array(), top = json::array(), offsets = json::array();
+  for (const sampling::TokenLogprobs &t : lp) {
+    const std::string b = bytes(t.token);
+    tokens.push_back(b);
+    logprobs.push_back(t.logprob);
+    offsets.push_back(offset);
+    offset += b.size();
+    json alts = json::object();
+    for (const auto &[id, l] : t.top) alts[bytes(id)] = l;
+    top.push_back(std::move(alts));
+  }
+  return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(logprobs)}, {"top_logprobs", std::move(top)}, {"text_offset", std::move(offsets)}};
 }
 
 json error_body(int status, const std::string &message) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,13 +27,18 @@ struct GenerationParams {
   sampling::Config sampling;
   std::vector<std::string> stop;  // not included in the output
   bool stream = false, include_usage = false;
+  int32_t logprobs = -1;  // -1: none; n >= 0: each token's log-probability and the n likeliest (SeqRequest::logprobs)
 };
+
+// Which API a request came through: their fields differ where logprobs are concerned
+// (chat: logprobs true + top_logprobs 0..20; completions: logprobs 0..5, a count).
+enum class Api { chat, completions };
 
 // The fields every completion request shares (max_tokens/max_completion_tokens, temperature,
 // top_p, top_k, min_p, seed, stop, n, presence/frequency/repeat penalties and repeat_last_n,
 // logprobs, response_format, stream, stream_options). defaults: the run config's sampling; seed: the one to use when the
 // request gives none. Throws BadRequest.
-GenerationParams parse_generation(const json &body, const sampling::Config &defaults, uint64_t seed);
+GenerationParams parse_generation(const json &body, const sampling::Config &defaults, uint64_t seed, Api api = Api::completions);
 
 // A chat request's messages as the chat template takes them: each {role, content, ...} with
 // content a string (an array of text parts is joined). Throws BadRequest.
@@ -55,6 +61,15 @@ struct StopCheck {
   bool stopped = false;
 };
 StopCheck check_stops(std::string &text, const std::vector<std::string> &stops);
+
+// Token log-probabilities as each API reports them; `bytes` gives a token's bytes (a piece of
+// UTF-8, or not one: the JSON text gets U+FFFD where it is not, `bytes` stays exact).
+// chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}
+// completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}
+// (text_offset counted from `offset` bytes into the completion).
+using TokenBytes = std::function<std::string(int32_t)>;
+json chat_logprobs(const std::vector<sampling::TokenLogprobs> &lp, const TokenBytes &bytes);
+json completion_logprobs(const std::vector<sampling::TokenLogprobs> &lp, const TokenBytes &bytes, size_t offset = 0);
 
 // OpenAI's error object: {"error": {"message", "type", "code"}}.
 json error_body(int status, const std::string &message);

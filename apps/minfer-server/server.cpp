@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <span>
 #include <thread>
 
 #include "chat/chat_template.hpp"
@@ -85,24 +86,32 @@ namespace {
 struct Outcome {
   std::string text, finish, error;
   int64_t tokens = 0, cached = 0;  // cached: prompt positions reused from shared pages
+  std::vector<sampling::TokenLogprobs> logprobs;  // one per token, when asked
 };
 
+// A piece of text to show, the log-probabilities of the tokens it completes (when asked), and
+// the byte offset of the piece in the completion. Returns false when the client went away.
+using OnDelta = std::function<bool(const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t offset)>;
+
 Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const std::shared_ptr<RequestStream> &stream,
-              const std::vector<std::string> &stops, const std::atomic<bool> &stopping,
-              const std::function<bool(const std::string &)> &on_delta) {
+              const std::vector<std::string> &stops, const std::atomic<bool> &stopping, const OnDelta &on_delta) {
   Outcome o;
   tokenizer::StreamDecoder dec(tok, /*at_sequence_start=*/false);
-  size_t sent = 0;
-  const auto hand_on = [&](size_t upto) {
-    if (upto <= sent) return true;
-    const std::string piece = o.text.substr(sent, upto - sent);
-    sent = upto;
-    return on_delta(piece);
+  size_t sent = 0, lp_sent = 0;
+  // final: the last delta, which carries the log-probabilities still held even with no text.
+  const auto hand_on = [&](size_t upto, bool final = false) {
+    if (upto <= sent && !(final && lp_sent < o.logprobs.size())) return true;
+    const size_t at = sent;
+    const std::string piece = upto > sent ? o.text.substr(sent, upto - sent) : std::string();
+    sent = std::max(sent, upto);
+    const std::span<const sampling::TokenLogprobs> lp(o.logprobs.data() + lp_sent, o.logprobs.size() - lp_sent);
+    lp_sent = o.logprobs.size();
+    return on_delta(piece, lp, at);
   };
   for (;;) {
     const std::optional<EngineEvent> ev = stream->next(200);
     if (!ev) {
-      if (stopping || !on_delta("")) {  // the server stops, or the client is gone
+      if (stopping || !on_delta("", {}, sent)) {  // the server stops, or the client is gone
         engine.cancel(id);
         o.finish = "cancelled";
         return o;
@@ -119,16 +128,17 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
       const StopCheck sc = check_stops(o.text, stops);
       o.finish = ev->reason == "cancelled" ? "cancelled" : finish_reason(ev->reason);
       if (sc.stopped) o.finish = "stop";
-      hand_on(o.text.size());
+      hand_on(o.text.size(), true);
       return o;
     }
     ++o.tokens;
+    if (ev->logprobs) o.logprobs.push_back(*ev->logprobs);
     o.text += dec.push(ev->token);
     const StopCheck sc = check_stops(o.text, stops);
     if (sc.stopped) {
       engine.cancel(id);
       o.finish = "stop";
-      hand_on(o.text.size());
+      hand_on(o.text.size(), true);
       // The end event follows the cancel within a step; it carries the usage's cached count.
       for (int waits = 0; waits < 50; ++waits)
         if (const std::optional<EngineEvent> e = stream->next(100); e && e->end) {
@@ -190,7 +200,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   GenerationParams p;
   std::vector<int32_t> prompt;
   try {
-    p = parse_generation(body, app::sampling_config(cfg.generation), fresh_seed());
+    p = parse_generation(body, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
     if (chat) {
       if (!L->tmpl) return reply(res, 400, error_body(400, "chat completions need a chat template: " + L->tmpl_error));
       prompt = chat::tokenize_prompt(tok, L->tmpl->render(chat::from_json(chat_messages(body)), /*add_generation_prompt=*/true));
@@ -215,7 +225,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     return reply(res, 400, error_body(400, "the prompt has " + std::to_string(prompt.size()) + " tokens but the context holds " + std::to_string(n_ctx) +
                                                "; shorten it or start the server with a larger -c/--ctx-size"));
   const int64_t id = next_id++;
-  SeqRequest r{id, prompt, p.max_tokens > 0 ? std::min(p.max_tokens, room) : room, p.sampling};
+  SeqRequest r{id, prompt, p.max_tokens > 0 ? std::min(p.max_tokens, room) : room, p.sampling, p.logprobs};
   if (const std::string why = L->engine->check(r); !why.empty()) return reply(res, 400, error_body(400, why));
   std::shared_ptr<RequestStream> stream = L->engine->submit(r);
   if (!stream) {
@@ -232,12 +242,19 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
                 {"prompt_tokens_details", {{"cached_tokens", o.cached}}}};
   };
   const std::string object = chat ? "chat.completion" : "text_completion";
+  const TokenBytes bytes = [L](int32_t t) { return L->runner->tokenizer().token_bytes(t); };
+  const bool want_lp = p.logprobs >= 0;
+  const auto logprobs = [chat, want_lp, bytes](std::span<const sampling::TokenLogprobs> lp, size_t offset) -> json {
+    if (!want_lp) return nullptr;
+    const std::vector<sampling::TokenLogprobs> v(lp.begin(), lp.end());
+    return chat ? chat_logprobs(v, bytes) : completion_logprobs(v, bytes, offset);
+  };
 
   if (!p.stream) {
-    const Outcome o = drive(*L->engine, tok, id, stream, p.stop, stopping, [](const std::string &) { return true; });
+    const Outcome o = drive(*L->engine, tok, id, stream, p.stop, stopping, [](const std::string &, auto, size_t) { return true; });
     generated += o.tokens;
     if (!o.error.empty()) return reply(res, 500, error_body(500, o.error));
-    json choice = {{"index", 0}, {"finish_reason", o.finish}, {"logprobs", nullptr}};
+    json choice = {{"index", 0}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}};
     if (chat) choice["message"] = {{"role", "assistant"}, {"content", o.text}};
     else choice["text"] = o.text;
     return reply(res, 200, {{"id", cid}, {"object", object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}, {"usage", usage(o)}});
@@ -246,24 +263,25 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   // Server-sent events: one chunk per piece of text, the last with the finish reason, the
   // usage when asked, then [DONE].
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, usage](size_t, httplib::DataSink &sink) {
+  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, usage, logprobs](size_t, httplib::DataSink &sink) {
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     const auto send = [&](const json &j) {
       const std::string line = "data: " + dump(j) + "\n\n";
       return sink.write(line.data(), line.size());
     };
-    const auto chunk = [&](const json &delta_or_text, const json &finish) {
-      json choice = {{"index", 0}, {"finish_reason", finish}};
+    const auto chunk = [&](const json &delta_or_text, const json &finish, const json &lp = nullptr) {
+      json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", lp}};
       if (chat) choice["delta"] = delta_or_text;
       else choice["text"] = delta_or_text;
       return json{{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}};
     };
     bool alive = !chat || send(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr));
-    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, stopping, [&](const std::string &piece) {
-      if (!alive || !sink.is_writable()) return alive = false;
-      if (piece.empty()) return true;
-      return alive = send(chunk(chat ? json{{"content", piece}} : json(piece), nullptr));
-    });
+    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, stopping,
+                            [&](const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t offset) {
+                              if (!alive || !sink.is_writable()) return alive = false;
+                              if (piece.empty() && lp.empty()) return true;
+                              return alive = send(chunk(chat ? json{{"content", piece}} : json(piece), nullptr, logprobs(lp, offset)));
+                            });
     generated += o.tokens;
     if (!alive || o.finish == "cancelled") return false;  // the connection is gone: nothing more to say
     if (!o.error.empty()) {
@@ -345,6 +363,12 @@ void Server::Impl::routes() {
     metric("kv_pages_free", "gauge", "KV cache pages ready to give out.", double(s.pool.free));
     metric("steps_total", "counter", "Batched steps run.", double(s.steps));
     metric("preemptions_total", "counter", "Sequences preempted under page pressure.", double(s.preemptions));
+    metric("prefill_tokens_total", "counter", "Prompt positions run through the model (recomputed ones included).", double(s.prefill_tokens));
+    metric("decode_tokens_total", "counter", "Decode tokens run through the model.", double(s.decode_tokens));
+    metric("prompt_tokens_seconds", "gauge", "Prefill rate: prompt positions per second of the steps that carried them.",
+           s.prefill_step_s > 0 ? double(s.prefill_tokens) / s.prefill_step_s : 0.0);
+    metric("predicted_tokens_seconds", "gauge", "Decode rate: decode tokens per second of the steps that carried them.",
+           s.decode_step_s > 0 ? double(s.decode_tokens) / s.decode_step_s : 0.0);
     res.set_content(out, "text/plain; version=0.0.4");
   });
   http.set_exception_handler([](const httplib::Request &, httplib::Response &res, std::exception_ptr ep) {

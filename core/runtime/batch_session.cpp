@@ -25,7 +25,7 @@ BatchSession::BatchSession(const models::Model &model, Session &session, std::fu
 
 void BatchSession::submit(SeqRequest r) {
   if (seqs_.count(r.id)) throw Error("request " + std::to_string(r.id) + " is queued or running already");
-  Seq s{sampling::Sampler(r.sampling), r.prompt, -1};
+  Seq s{sampling::Sampler(r.sampling), r.prompt, -1, r.logprobs};
   sched_.submit({r.id, std::move(r.prompt), r.max_tokens});
   seqs_.emplace(r.id, std::move(s));
 }
@@ -60,7 +60,7 @@ std::vector<SeqToken> BatchSession::step() {
   for (int64_t id : plan.preempted) release_slot(id);  // recomputed later, in whatever slot is free then
   if (plan.empty()) return {};
   tokens_.clear(), positions_.clear(), slots_.clear(), rows_.clear();
-  const int64_t width = model_.opts.pages_per_seq();
+  const int64_t width = model_.opts.pages_per_seq(), prefill_before = stats_.prefill_tokens;
   for (const sched::StepItem &item : plan.items) {
     const int32_t slot = slot_for(item.seq);
     for (size_t i = 0; i < item.tokens.size(); ++i) {
@@ -84,8 +84,12 @@ std::vector<SeqToken> BatchSession::step() {
   if (outputs == 0) rows_.push_back(0);
   session_.set_input(models::Model::kLogitRows, rows_.data(), rows_.size() * 4);
   auto t0 = Clock::now();
+  const int64_t prefill_here = stats_.prefill_tokens - prefill_before, decode_here = n - prefill_here;
   session_.run({n, 0, int64_t(rows_.size()), int64_t(plan.items.size())});
-  stats_.run_s += seconds_since(t0);
+  const double took = seconds_since(t0);
+  stats_.run_s += took;
+  if (prefill_here > 0) stats_.prefill_step_s += took;
+  if (decode_here > 0) stats_.decode_step_s += took;
   ++stats_.steps;
   stats_.most_seqs = std::max<int64_t>(stats_.most_seqs, int64_t(plan.items.size()));
 
@@ -95,7 +99,7 @@ std::vector<SeqToken> BatchSession::step() {
   // backend's arg-max gives the tokens, a few bytes instead of the logits' rows.
   bool all_greedy = outputs > 0 && !on_logits_ && session_.has_output(models::Model::kGreedy);
   for (const sched::StepItem &item : plan.items)
-    if (item.wants_logits) all_greedy = all_greedy && seqs_.at(item.seq).sampler.greedy();
+    if (item.wants_logits) all_greedy = all_greedy && seqs_.at(item.seq).sampler.greedy() && seqs_.at(item.seq).logprobs < 0;
   if (all_greedy) {
     ++stats_.greedy_steps;
     t0 = Clock::now();
@@ -127,15 +131,21 @@ std::vector<SeqToken> BatchSession::step() {
       for (const auto &[id, row] : rows) on_logits_(id, {row, size_t(vocab)});
     sampled.resize(rows.size());
     std::vector<Seq *> seq_of(rows.size());
+    std::vector<std::optional<sampling::TokenLogprobs>> logprobs(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) seq_of[i] = &seqs_.at(rows[i].first);
     parallel_ranges(int64_t(rows.size()), rows.size() >= 8 ? std::min(8, resolve_threads(0)) : 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) sampled[size_t(i)] = seq_of[size_t(i)]->sampler.sample(rows[size_t(i)].second, vocab, seq_of[size_t(i)]->history);
+      for (int64_t i = b; i < e; ++i) {
+        Seq &q = *seq_of[size_t(i)];
+        const float *row = rows[size_t(i)].second;
+        sampled[size_t(i)] = q.sampler.sample(row, vocab, q.history);
+        if (q.logprobs >= 0) logprobs[size_t(i)] = sampling::log_probs(row, vocab, sampled[size_t(i)], q.logprobs);
+      }
     });
     for (size_t i = 0; i < rows.size(); ++i) {
       const int32_t t = sampled[i];
       if (is_end_ && is_end_(t)) continue;
       seq_of[i]->history.push_back(t);
-      out.push_back({rows[i].first, t});
+      out.push_back({rows[i].first, t, std::move(logprobs[i])});
     }
     stats_.sample_s += seconds_since(t0);
   }

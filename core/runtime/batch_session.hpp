@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -28,12 +29,14 @@ struct SeqRequest {
   std::vector<int32_t> prompt;
   int64_t max_tokens = 0;  // tokens to generate at most
   sampling::Config sampling;  // its own parameters and seed: its output does not depend on the others
+  int32_t logprobs = -1;  // -1: none; n >= 0: each token's log-probability and the n likeliest tokens'
 };
 
 // A token a step produced for a sequence (the end-of-generation token is not one).
 struct SeqToken {
   int64_t id = 0;
   int32_t token = 0;
+  std::optional<sampling::TokenLogprobs> logprobs;  // when its request asked for them
 };
 
 struct BatchStats {
@@ -41,6 +44,9 @@ struct BatchStats {
   int64_t most_seqs = 0;  // the most sequences one step carried
   int64_t greedy_steps = 0;  // steps whose tokens came from the backend's arg-max (no logits read)
   double run_s = 0, logits_s = 0, sample_s = 0;  // seconds in the session's steps, reading logits, sampling
+  // Seconds of the steps that carried prefill (decode) tokens: a mixed step counts in both,
+  // so tokens / seconds is the rate each kind of work saw while it ran.
+  double prefill_step_s = 0, decode_step_s = 0;
 };
 
 class BatchSession {
@@ -74,6 +80,7 @@ class BatchSession {
     sampling::Sampler sampler;
     std::vector<int32_t> history;  // prompt and generated tokens, for the repetition penalty
     int32_t slot = -1;             // while running
+    int32_t logprobs = -1;         // SeqRequest::logprobs
   };
   int32_t slot_for(int64_t id);
   void release_slot(int64_t id);

@@ -122,13 +122,15 @@ void Engine::loop() {
       stats_.waiting = int64_t(batch_.scheduler().waiting());
       stats_.running = int64_t(batch_.scheduler().running());
       stats_.steps = b.steps;
+      stats_.prefill_tokens = b.prefill_tokens, stats_.decode_tokens = b.decode_tokens;
+      stats_.prefill_step_s = b.prefill_step_s, stats_.decode_step_s = b.decode_step_s;
       stats_.generated += int64_t(tokens.size());
       stats_.preemptions = batch_.scheduler().preemptions();
       stats_.reused_positions = batch_.scheduler().reused_positions();
       stats_.pool = batch_.pool().stats();
     }
     for (const SeqToken &t : tokens)
-      if (auto it = mine.find(t.id); it != mine.end()) it->second->push({false, t.token, ""});
+      if (auto it = mine.find(t.id); it != mine.end()) it->second->push({false, t.token, "", 0, t.logprobs});
     for (const sched::Finished &f : finished) end(f.id, f.reason, f.cached);
     if (stopping && mine.empty()) return;
   }

@@ -28,6 +28,7 @@ struct EngineEvent {
   int32_t token = 0;    // when !end
   std::string reason;   // when end: "length", "stop" (end of generation), "cancelled", or "error: ..."
   int64_t cached = 0;   // when end: prompt positions found in shared KV pages (prefix reuse)
+  std::optional<sampling::TokenLogprobs> logprobs;  // with a token, when the request asked for them
 };
 
 // One request's stream, written by the engine thread, read by its caller.
@@ -68,6 +69,8 @@ class Engine {
 
   struct Stats {
     int64_t waiting = 0, running = 0, steps = 0, generated = 0, preemptions = 0, reused_positions = 0;
+    int64_t prefill_tokens = 0, decode_tokens = 0;  // run through the model (prefill: prompts and recomputed positions)
+    double prefill_step_s = 0, decode_step_s = 0;   // BatchStats' seconds of the steps that carried them
     kv::PoolStats pool;
   };
   Stats stats() const;  // any thread; as of the last step

@@ -32,6 +32,37 @@ int32_t argmax(const float *x, int64_t n) {
 
 }  // namespace
 
+TokenLogprobs log_probs(const float *logits, int64_t n, int32_t token, int32_t top) {
+  TokenLogprobs r;
+  r.token = token;
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - mx);
+  const double log_z = double(mx) + std::log(sum);
+  const auto lp = [&](int32_t t) { return float(double(logits[t]) - log_z); };
+  r.logprob = token >= 0 && token < n ? lp(token) : -INFINITY;
+  if (top > 0) {
+    // The n best, ties to the lower id (the arg-max's rule).
+    std::vector<int32_t> idx;
+    const size_t k = std::min<size_t>(size_t(top), size_t(n));
+    idx.reserve(k + 1);
+    auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    for (int32_t i = 0; i < int32_t(n); ++i) {  // a bounded heap: one pass, no copy of the row
+      if (idx.size() == k && !better(i, idx.front())) continue;
+      idx.push_back(i);
+      std::push_heap(idx.begin(), idx.end(), better);
+      if (idx.size() > k) {
+        std::pop_heap(idx.begin(), idx.end(), better);
+        idx.pop_back();
+      }
+    }
+    std::sort(idx.begin(), idx.end(), better);
+    for (int32_t t : idx) r.top.emplace_back(t, lp(t));
+  }
+  return r;
+}
+
 int32_t Sampler::sample(const float *logits, int64_t n, const std::vector<int32_t> &history) {
   if (greedy()) return argmax(logits, n);  // no copy needed
   work_.assign(logits, logits + n);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace minfer::sampling {
@@ -23,6 +24,16 @@ struct Config {
   float presence_penalty = 0.0f, frequency_penalty = 0.0f;
   uint64_t seed = 42;
 };
+
+// A sampled token's log-probability under the model (log-softmax of the raw logits: before
+// penalties and temperature, as OpenAI reports them), and the `n` likeliest tokens with
+// theirs, best first.
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+TokenLogprobs log_probs(const float *logits, int64_t n_vocab, int32_t token, int32_t n);
 
 class Sampler {
  public:
