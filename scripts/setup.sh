@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config ccache file python3 chromium libboost-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcpp-httplib-dev)
+# Node.js and npm for the tests' real clients (tests/node): whatever node the machine has, else Debian's.
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,6 +25,15 @@ build=${BUILD_DIR:-build}
 # The CUDA toolkit lives in /usr/local/cuda on these machines; CMake finds nvcc there itself.
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA="${MINFER_CUDA:-AUTO}"
+fi
+# The npm packages of tests/node (OpenAI's Node client, playwright-core) into the build
+# directory, again only when the lock file changed. No network: the tests that need them skip.
+node_dir="$build/node-tests"
+if ! cmp -s tests/node/package-lock.json "$node_dir/package-lock.json" 2>/dev/null || [ ! -d "$node_dir/node_modules" ]; then
+  mkdir -p "$node_dir"
+  cp tests/node/package.json tests/node/package-lock.json "$node_dir/"
+  (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
+    { echo "setup: npm ci in $node_dir failed (no registry?): the server_clients test will skip"; rm -f "$node_dir/package-lock.json"; }
 fi
 if [ $# -gt 0 ]; then
   cmake --build "$build" --target "$@"

@@ -15,6 +15,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_harness import Server as HarnessServer, metric  # noqa: E402
+
 server_bin = sys.argv[1]
 config = sys.argv[2] if len(sys.argv) > 2 else "configs/cpu.yaml"
 testdata = "../shared/testdata"
@@ -36,79 +39,8 @@ with open(f"{testdata}/reference/stories260K.greedy.jsonl") as f:
     refs = [json.loads(line) for line in f if line.strip()]
 
 
-class Server:
-    """A minfer-server on 127.0.0.1, a free port; stop() always ends it."""
-
-    def __init__(self, args, env=None):
-        self.p = subprocess.Popen([server_bin, "--config", config, "-m", stories, "--host", "127.0.0.1", "--port", "0"] + args,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        line = self.p.stdout.readline().decode()  # the first line names the port (bounded by the process exiting)
-        if "listening on http://127.0.0.1:" not in line:
-            self.stop()
-            raise RuntimeError(f"no listening line: {line!r} {self.p.stderr.read().decode()[-400:]}")
-        self.port = int(line.strip().rsplit(":", 1)[1])
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            status, _ = self.get("/health")
-            if status == 200:
-                return
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("/health never answered 200 within 60 s")
-
-    def request(self, method, path, body=None, headers=None, timeout=60):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
-            c.request(method, path, body=data, headers=headers or {"Content-Type": "application/json"})
-            r = c.getresponse()
-            raw = r.read().decode("utf-8")
-            try:
-                return r.status, json.loads(raw)
-            except ValueError:
-                return r.status, raw
-        finally:
-            c.close()
-
-    def get(self, path, **kw):
-        return self.request("GET", path, **kw)
-
-    def post(self, path, body, **kw):
-        return self.request("POST", path, body, **kw)
-
-    def stream(self, path, body, headers=None):
-        """The data: events of a streamed response, parsed (the last is the string [DONE])."""
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            c.request("POST", path, body=json.dumps(dict(body, stream=True)), headers=headers or {"Content-Type": "application/json"})
-            r = c.getresponse()
-            text = r.read().decode("utf-8")
-            events = []
-            for block in text.split("\n\n"):
-                if block.startswith("data: "):
-                    payload = block[len("data: "):]
-                    events.append(payload if payload == "[DONE]" else json.loads(payload))
-            return r.status, r.getheader("Content-Type"), events
-        finally:
-            c.close()
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(timeout=10)
-        return self.p.returncode
-
-
-def metric(s, name):
-    status, text = s.get("/metrics")
-    for line in text.splitlines() if status == 200 else []:
-        if line.startswith(f"minfer:{name} "):
-            return float(line.split()[1])
-    return None
+def Server(args, env=None):
+    return HarnessServer(server_bin, config, stories, args, env)
 
 
 servers = []
@@ -277,6 +209,9 @@ try:
         status, body = k.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
         check(status == 401, f"no key: {status} {body}")
         check(k.get("/health")[0] == 200, "/health needs no key")
+        status, page = k.get("/")
+        check(status == 200 and isinstance(page, str) and page.startswith("<!doctype html>") and "/v1/chat/completions" in page,
+              f"the chat page at / needs no key: {status} {str(page)[:80]!r}")
         auth = {"Content-Type": "application/json", "Authorization": "Bearer sekret"}
         status, body = k.get("/v1/models")
         check(status == 200 and body["data"][0]["id"] == "chatty", f"/v1/models needs no key; the alias from server: {status} {body}")

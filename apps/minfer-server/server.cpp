@@ -47,6 +47,8 @@ constexpr size_t kMaxBody = size_t(16) << 20;  // a request body, at most (413 b
 
 }  // namespace
 
+extern const char kChatPage[];  // chat.html, embedded at build time (embed.cmake)
+
 // What exists once the model is loaded.
 struct Loaded {
   std::unique_ptr<app::ModelRunner> runner;
@@ -306,6 +308,7 @@ void Server::Impl::routes() {
     reply(res, 401, error_body(401, "a valid API key is needed: send 'Authorization: Bearer KEY'"));
     return httplib::Server::HandlerResponse::Handled;
   });
+  http.Get("/", [](const httplib::Request &, httplib::Response &res) { res.set_content(kChatPage, "text/html; charset=utf-8"); });
   http.Get("/health", [this](const httplib::Request &, httplib::Response &res) {
     if (!ready()) return reply(res, 503, error_body(503, "loading the model"));
     reply(res, 200, {{"status", "ok"}});
@@ -383,7 +386,7 @@ void Server::Impl::routes() {
   });
   http.set_error_handler([](const httplib::Request &req, httplib::Response &res) {
     static const std::map<std::string, std::string> kMethods = {
-        {"/health", "GET"}, {"/v1/models", "GET"}, {"/props", "GET"}, {"/metrics", "GET"}, {"/v1/chat/completions", "POST"},
+        {"/", "GET"}, {"/health", "GET"}, {"/v1/models", "GET"}, {"/props", "GET"}, {"/metrics", "GET"}, {"/v1/chat/completions", "POST"},
         {"/v1/completions", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
     if (res.status == 404) {
       if (const auto it = kMethods.find(req.path); it != kMethods.end() && it->second != req.method) {

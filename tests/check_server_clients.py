@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Clients no one here wrote, against a real minfer-server (stories260K, a real chat template,
+an API key): OpenAI's Node client chats, streams, completes, lists models and sees a 400 as its
+error; the chat page at "/" in headless Chromium (playwright-core) streams an answer equal to
+the API's, shows its speed, and its Stop button ends a long answer and frees the slot.
+    check_server_clients.py SERVER NODE_DIR SHOT_DIR      (run from the repository root)
+Exit 77 (a skip) when NODE_DIR has no node_modules: scripts/setup.sh installs them there."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_harness import Server, metric  # noqa: E402
+
+server_bin, node_dir, shot_dir = sys.argv[1:4]
+testdata = "../shared/testdata"
+stories = f"{testdata}/models/stories260K.gguf"
+template = f"{testdata}/templates/Qwen-Qwen2.5-7B-Instruct.jinja"
+scripts = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
+for need, what in [(stories, "stories260K"), (template, "the Qwen2.5 chat template")]:
+    if not os.path.exists(need):
+        print(f"SKIP: {what} ({need}) not found")
+        sys.exit(77)
+for pkg in ["openai", "playwright-core"]:
+    if not os.path.isdir(os.path.join(node_dir, "node_modules", pkg)):
+        print(f"SKIP: {node_dir}/node_modules/{pkg} is missing: run scripts/setup.sh (it runs npm ci there)")
+        sys.exit(77)
+if not os.path.exists("/usr/bin/chromium"):
+    print("SKIP: /usr/bin/chromium is missing (scripts/setup.sh installs Debian's chromium)")
+    sys.exit(77)
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def node(script, *args):
+    env = dict(os.environ, NODE_PATH=os.path.join(node_dir, "node_modules"))
+    # ESM ignores NODE_PATH: run the script from a copy inside NODE_DIR so its imports resolve there.
+    local = os.path.join(node_dir, script)
+    with open(os.path.join(scripts, script)) as src, open(local, "w") as dst:
+        dst.write(src.read())
+    p = subprocess.run(["node", local, *args], capture_output=True, text=True, timeout=180, env=env)
+    try:
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        check(False, f"{script} printed no result (rc {p.returncode}): {p.stdout[-500:]} {p.stderr[-1500:]}")
+        return {}
+
+
+os.makedirs(shot_dir, exist_ok=True)
+cfg = os.path.join(shot_dir, "chat.yaml")
+with open(cfg, "w") as f:
+    kept = [line for line in open("configs/cpu.yaml").read().splitlines() if not line.startswith("chat:")]
+    f.write("\n".join(kept) + f"\nchat_template: {os.path.abspath(template)}\nserver: {{api_key: sekret, alias: chatty}}\n")
+s = None
+try:
+    s = Server(server_bin, cfg, stories, ["-np", "2"])
+    base = f"http://127.0.0.1:{s.port}"
+    auth = {"Content-Type": "application/json", "Authorization": "Bearer sekret"}
+    msgs = [{"role": "user", "content": "Once upon"}]
+    status, want = s.request("POST", "/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 16, "temperature": 0}), headers=auth)
+    check(status == 200, f"the reference chat: {status} {want}")
+    want_text = want["choices"][0]["message"]["content"]
+    status, want_c = s.request("POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}), headers=auth)
+
+    r = node("openai_client.mjs", base, "sekret", "chatty")
+    print("openai client:", json.dumps(r)[:600])
+    if r:
+        check(r["chat"]["content"] == want_text and r["chat"]["role"] == "assistant" and r["chat"]["object"] == "chat.completion"
+              and r["chat"]["usage"]["completion_tokens"] == want["usage"]["completion_tokens"], "the client's chat is the API's answer")
+        check(r["stream"]["content"] == want_text and r["stream"]["ids"] == 1 and r["stream"]["role"] == "assistant" and
+              r["stream"]["finish_reason"] == want["choices"][0]["finish_reason"] and r["stream"]["usage"] == r["chat"]["usage"],
+              "the client's stream adds up to the same answer, one id, the finish reason and the usage")
+        check(r["completion"]["text"] == want_c["choices"][0]["text"], "the client's legacy completion")
+        check(r["models"] == ["chatty"], "the client's model list")
+        check(isinstance(r["error"], dict) and r["error"]["status"] == 400 and "messages" in r["error"]["message"],
+              "the client sees a 400 naming the field")
+
+    shot = os.path.abspath(os.path.join(shot_dir, "chat-page.png"))
+    page = node("chat_page.mjs", base, "sekret", shot)
+    print("chat page:", json.dumps(page)[:600])
+    if page:
+        check("exception" not in page, f"the page test ran: {page.get('exception')}")
+        check("chatty" in page.get("header", ""), f"the header names the model: {page.get('header')}")
+        check(page.get("answer") == want_text, f"the page's answer {page.get('answer')!r} is the API's {want_text!r}")
+        sp = page.get("speed", "")
+        check(f"{want['usage']['completion_tokens']} tokens" in sp and "tok/s" in sp and "first token" in sp, f"the answer's speed line: {sp!r}")
+        check(page.get("stop_enabled_while_running") and "stopped" in (page.get("stopped_speed") or "") and
+              page.get("send_enabled_after") and not page.get("stop_enabled_after"), f"Stop ends the answer: {page}")
+        check(not page.get("errors"), f"no errors on the page: {page.get('errors')}")
+        check(os.path.getsize(shot) > 1000 if os.path.exists(shot) else False, "a screenshot")
+    def idle():
+        return metric(s, "requests_processing", headers=auth) == 0 and metric(s, "kv_pages_used", headers=auth) == 0
+
+    deadline = time.time() + 20
+    while time.time() < deadline and not idle():
+        time.sleep(0.1)
+    check(idle(), "the stopped answer's slot and pages are free")
+finally:
+    if s:
+        s.stop()
+
+if failures:
+    print(f"{len(failures)} check(s) failed")
+    sys.exit(1)
+print("server clients: all checks passed")
