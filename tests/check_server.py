@@ -174,6 +174,8 @@ try:
     check(status == 404 and "no such endpoint" in body["error"]["message"], f"404: {status} {body}")
     status, body = s.get("/v1/completions")
     check(status == 405 and "POST" in body["error"]["message"], f"405: {status} {body}")
+    status, body = s.post("/v1/completions", json.dumps({"prompt": "a " * 5000}), headers={"Content-Type": "application/x-www-form-urlencoded"})
+    check(status == 413 and "Content-Type: application/json" in body["error"]["message"], f"a 10 KB form-encoded body: {status} {str(body)[:200]}")
     status, body = s.post("/v1/completions", "x" * (17 << 20))
     check(status == 413, f"a 17 MiB body: {status} {str(body)[:200]}")
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -395,6 +396,10 @@ void Server::Impl::routes() {
       }
       reply(res, 404, error_body(404, "no such endpoint: " + req.method + " " + req.path));
     } else if (res.status == 413) {
+      // cpp-httplib caps form-encoded bodies at 8 KiB: what `curl -d` sends unless told JSON.
+      if (req.get_header_value("Content-Type") == "application/x-www-form-urlencoded" && std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) <= kMaxBody)
+        return reply(res, 413, error_body(413, "a body sent as application/x-www-form-urlencoded may have 8 KiB at most; send it as JSON "
+                                               "with 'Content-Type: application/json' (curl: -H 'Content-Type: application/json')"));
       reply(res, 413, error_body(413, "the request body is over the server's limit (" + std::to_string(kMaxBody >> 20) + " MiB)"));
     } else if (res.status >= 400 && res.body.empty()) {
       reply(res, res.status, error_body(res.status, "the request was refused (HTTP " + std::to_string(res.status) + ")"));
