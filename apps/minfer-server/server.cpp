@@ -56,7 +56,27 @@ struct Loaded {
   std::unique_ptr<chat::ChatTemplate> tmpl;
   std::string tmpl_error, tmpl_source;  // why chat is refused; the template's text
   std::unique_ptr<Engine> engine;
+  size_t max_prompt_bytes = 0;  // a text longer than this cannot fit the context, whatever it says
 };
+
+namespace {
+
+// A token covers at most as many bytes of text as its longest spelling (at least 64 counted,
+// for special tokens spelled in the text), so a text of more than n_ctx times that can never
+// fit: refused before tokenizing it, which for megabytes costs time and memory.
+size_t max_prompt_bytes(const tokenizer::Tokenizer &tok, int64_t n_ctx) {
+  size_t longest = 64;
+  for (int32_t t = 0; t < tok.n_vocab(); ++t) longest = std::max(longest, tok.token_bytes(t, /*show_special=*/true).size());
+  return size_t(n_ctx) * longest;
+}
+
+void refuse_unfittable(const Loaded &L, const std::string &text) {
+  if (text.size() > L.max_prompt_bytes)
+    throw BadRequest("the prompt has " + std::to_string(text.size()) + " bytes: more than the context of " + std::to_string(L.runner->n_ctx()) +
+                     " tokens can hold; shorten it or start the server with a larger -c/--ctx-size");
+}
+
+}  // namespace
 
 struct Server::Impl {
   RunConfig cfg;
@@ -206,7 +226,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     p = parse_generation(body, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
     if (chat) {
       if (!L->tmpl) return reply(res, 400, error_body(400, "chat completions need a chat template: " + L->tmpl_error));
-      prompt = chat::tokenize_prompt(tok, L->tmpl->render(chat::from_json(chat_messages(body)), /*add_generation_prompt=*/true));
+      const std::string text = L->tmpl->render(chat::from_json(chat_messages(body)), /*add_generation_prompt=*/true);
+      refuse_unfittable(*L, text);
+      prompt = chat::tokenize_prompt(tok, text);
     } else {
       const PromptField f = completion_prompt(body);
       if (f.is_ids) {
@@ -214,6 +236,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
           if (t >= tok.n_vocab()) throw BadRequest("'prompt' token id " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");
         prompt = f.ids;
       } else {
+        refuse_unfittable(*L, f.text);
         prompt = chat::tokenize_prompt(tok, f.text);
       }
     }
@@ -439,6 +462,7 @@ int Server::run() {
         L->tmpl_error = e.what();
         std::fprintf(stderr, "minfer-server: /v1/chat/completions is off: %s\n", e.what());
       }
+      L->max_prompt_bytes = max_prompt_bytes(tok, L->runner->n_ctx());
       L->engine = std::make_unique<Engine>(L->runner->model(), L->runner->session(), [&tok](int32_t t) { return tok.is_end_of_generation(t); });
       {
         std::lock_guard<std::mutex> lock(I.m);
