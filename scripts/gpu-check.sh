@@ -23,6 +23,10 @@ step conformance "$bin/minfer-op-conformance" --gtest_filter='Backends/*cuda*:Co
 step tests "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.*:KvTypes*:AllTypes/CudaVsCpu*:CudaVsCpuWide.*:Explain.*:Files/ArchReference*cuda*:*StoriesBatch*:*SynthBatch*cuda*'
 command -v python3 >/dev/null && step app_batch_cuda python3 tests/check_app_batch.py "$bin/minfer-app" /tmp/minfer-app-batch configs/cuda.yaml
 command -v python3 >/dev/null && step server_cuda python3 tests/check_server.py "$bin/minfer-server" configs/cuda.yaml
+command -v python3 >/dev/null && step server_corpus_cuda python3 tests/check_server_corpus.py "$bin/minfer-server" configs/cuda.yaml
+# The real clients need node, the npm packages (carried in the bundle's build/node-tests, when
+# there) and chromium; rc=77 is their skip, with the reason in the log.
+command -v python3 >/dev/null && step server_clients_cuda python3 tests/check_server_clients.py "$bin/minfer-server" "$bundle/build/node-tests" "$out/clients" configs/cuda.yaml
 step ops_demo_cuda "$bin/minfer-app" --config configs/ops-demo-cuda.yaml
 step ops_demo_mixed "$bin/minfer-app" --config configs/ops-demo-mixed.yaml
 step generate_cuda "$bin/minfer-app" --config configs/cuda.yaml -n 48 --temp 0

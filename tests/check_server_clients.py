@@ -3,7 +3,7 @@
 an API key): OpenAI's Node client chats, streams, completes, lists models and sees a 400 as its
 error; the chat page at "/" in headless Chromium (playwright-core) streams an answer equal to
 the API's, shows its speed, and its Stop button ends a long answer and frees the slot.
-    check_server_clients.py SERVER NODE_DIR SHOT_DIR      (run from the repository root)
+    check_server_clients.py SERVER NODE_DIR SHOT_DIR [CONFIG]      (run from the repository root)
 Exit 77 (a skip) when NODE_DIR has no node_modules: scripts/setup.sh installs them there."""
 import json
 import os
@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server_harness import Server, metric  # noqa: E402
 
 server_bin, node_dir, shot_dir = sys.argv[1:4]
+base_config = sys.argv[4] if len(sys.argv) > 4 else "configs/cpu.yaml"
 testdata = "../shared/testdata"
 stories = f"{testdata}/models/stories260K.gguf"
 template = f"{testdata}/templates/Qwen-Qwen2.5-7B-Instruct.jinja"
@@ -57,7 +58,7 @@ def node(script, *args):
 os.makedirs(shot_dir, exist_ok=True)
 cfg = os.path.join(shot_dir, "chat.yaml")
 with open(cfg, "w") as f:
-    kept = [line for line in open("configs/cpu.yaml").read().splitlines() if not line.startswith("chat:")]
+    kept = [line for line in open(base_config).read().splitlines() if not line.startswith("chat:")]
     f.write("\n".join(kept) + f"\nchat_template: {os.path.abspath(template)}\nserver: {{api_key: sekret, alias: chatty}}\n")
 s = None
 try:

@@ -4,7 +4,7 @@ requests (tests/server_corpus.py), with silent, slow and vanishing clients among
 well-formed streaming requests run the whole time: each bad one gets its 4xx (or a closed
 connection where HTTP itself is broken) within a bound, none crashes or stalls the server, every
 good one streams exactly the text it gets alone, and at the end no sequence or page is held.
-    check_server_corpus.py SERVER      (run from the repository root)"""
+    check_server_corpus.py SERVER [CONFIG]      (run from the repository root)"""
 import http.client
 import json
 import os
@@ -18,6 +18,7 @@ from server_corpus import cases, send  # noqa: E402
 from server_harness import Server, metric  # noqa: E402
 
 server_bin = sys.argv[1]
+config = sys.argv[2] if len(sys.argv) > 2 else "configs/cpu.yaml"
 stories = "../shared/testdata/models/stories260K.gguf"
 if not os.path.exists(stories):
     print(f"SKIP: {stories} not found")
@@ -49,7 +50,7 @@ def streamed_text(port, body, timeout=60):
         c.close()
 
 
-s = Server(server_bin, "configs/cpu.yaml", stories, ["-np", "4", "--timeout", "20"])
+s = Server(server_bin, config, stories, ["-np", "4", "--timeout", "20"])
 try:
     good = {"prompt": "Once upon a time", "max_tokens": 300, "temperature": 0}
     want = streamed_text(s.port, good)

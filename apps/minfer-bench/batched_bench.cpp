@@ -39,7 +39,7 @@ std::vector<BatchedRow> run_batched_bench(const BatchedSpec &spec, const RunConf
       for (auto &t : prompt) t = int32_t(rng() % uint32_t(model->hp.n_vocab));
       batch.submit({i, std::move(prompt), spec.ntg, greedy});
     }
-    BatchedRow r{spec.npp, spec.ntg, B, B * (spec.npp + spec.ntg), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    BatchedRow r{spec.npp, spec.ntg, B, B * (spec.npp + spec.ntg), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     std::vector<bool> started(size_t(B), false);
     int64_t n_started = 0, after_pp = 0;
     const auto t0 = Clock::now();
@@ -63,6 +63,7 @@ std::vector<BatchedRow> run_batched_bench(const BatchedSpec &spec, const RunConf
     r.s_pp = double(B * spec.npp) / r.t_pp;
     r.s_tg = r.t_tg > 0 ? double(after_pp) / r.t_tg : 0;
     r.s = double(r.n_kv) / r.t;
+    r.s_gen = double(B * spec.ntg) / r.t;
     r.peak_kv_bytes = double(r.peak_pages) * page_bytes;
     return r;
   };

@@ -141,17 +141,17 @@ int main(int argc, char **argv) {
         for (const auto &r : rows)
           out.push_back({{"pp", r.pp}, {"tg", r.tg}, {"pl", r.b}, {"n_kv", r.n_kv}, {"t_pp", minfer::json::number(r.t_pp)},
                          {"speed_pp", minfer::json::number(r.s_pp)}, {"t_tg", minfer::json::number(r.t_tg)},
-                         {"speed_tg", minfer::json::number(r.s_tg)}, {"t", minfer::json::number(r.t)}, {"speed", minfer::json::number(r.s)},
+                         {"speed_tg", minfer::json::number(r.s_tg)}, {"t", minfer::json::number(r.t)}, {"speed", minfer::json::number(r.s)}, {"speed_gen", minfer::json::number(r.s_gen)},
                          {"steps", r.steps}, {"kv_peak_pages", r.peak_pages}, {"kv_peak_bytes", minfer::json::number(r.peak_kv_bytes)},
                          {"run_s", minfer::json::number(r.run_s)}, {"logits_s", minfer::json::number(r.logits_s)},
                          {"sample_s", minfer::json::number(r.sample_s)}});
         std::printf("%s\n", minfer::json::dump(out, 2).c_str());
       } else {
-        std::printf("|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s | KV peak  | steps | model/logits/sample s |\n");
-        std::printf("|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|----------|-------|-----------------------|\n");
+        std::printf("|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s | S_GEN t/s | KV peak  | steps | model/logits/sample s |\n");
+        std::printf("|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|-----------|----------|-------|-----------------------|\n");
         for (const auto &r : rows)
-          std::printf("| %5lld | %6lld | %4lld | %6lld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f | %4.0f MiB | %5lld | %6.3f %6.3f %6.3f  |\n",
-                      (long long)r.pp, (long long)r.tg, (long long)r.b, (long long)r.n_kv, r.t_pp, r.s_pp, r.t_tg, r.s_tg, r.t, r.s,
+          std::printf("| %5lld | %6lld | %4lld | %6lld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f | %9.2f | %4.0f MiB | %5lld | %6.3f %6.3f %6.3f  |\n",
+                      (long long)r.pp, (long long)r.tg, (long long)r.b, (long long)r.n_kv, r.t_pp, r.s_pp, r.t_tg, r.s_tg, r.t, r.s, r.s_gen,
                       r.peak_kv_bytes / (1024.0 * 1024), (long long)r.steps, r.run_s, r.logits_s, r.sample_s);
       }
       return 0;
