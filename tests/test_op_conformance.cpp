@@ -141,6 +141,9 @@ std::vector<Case> all_cases() {
     // Prefill over long rows with few output tiles (CUDA: MMQ splits k over blocks and sums the
     // partials), rows of whole 8-byte pieces and rows that are not.
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({4096, 70, 37}), shapes.push_back({per == 256 ? 2304 : 1056, 70, 37});
+    // Batched decode steps (CUDA: the few-token tensor-core matmul): two token tiles over long
+    // rows split over k with an odd row count, and one tile with a partial row block.
+    if (minfer_dtype_info(dt).is_quantized) shapes.push_back({4096, 33, 20}), shapes.push_back({1024, 130, 6});
     for (auto [k, m, n] : shapes) {
       cases.push_back({"matmul " + std::string(minfer_dtype_name(dt)) + " w[" + std::to_string(k) + "," + std::to_string(m) + "] x" + std::to_string(n),
                        [dt, k = k, m = m, n = n] {

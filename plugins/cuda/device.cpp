@@ -237,8 +237,18 @@ static bool mmvq_beats_mmq(int64_t k, int64_t tokens) {
   return tokens <= 4 || (tokens <= 8 && minfer_cuda_q8_act_bytes(k, tokens) <= size_t(96) << 10);
 }
 
+// Whether the few-token tensor-core matmul (few_token_mma.cu) beats both the dp4a GEMV and
+// MMQ. Measured on the H200 (scripts/gpu-fewtoken-sweep.sh, Q4_0, 7B gate 3584x18944, down
+// 18944x3584 and QKV 3584x4608, us): it costs 35-39 on gate and down from 2 to 16 tokens and
+// 49-54 at 32, against the GEMV's 22/27/42 on gate at 2/4/8 tokens (down: 31/42/89) and MMQ's
+// 66-75 from 2 to 32. So from 5 tokens, and at 4 where k is long (down: 35.8 vs 41.5), to 32
+// (MMQ from 64: 75-81 against its 120-190 there).
+static bool few_token_mma_wins(int64_t k, int64_t tokens) { return (tokens >= 5 || (tokens == 4 && k > 8192)) && tokens <= 32; }
+
 CudaDevice::MatmulPath CudaDevice::matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const {
   constexpr int64_t kGemmMinTokens = 16;
+  if (opts_.few_token_mma && few_token_mma_wins(k, tokens) && minfer_cuda_few_token_mma_supported(w_dtype, k, tokens))
+    return MatmulPath::FewTokenMma;
   const bool few = opts_.mmq_min_tokens > 0 ? tokens < opts_.mmq_min_tokens : mmvq_beats_mmq(k, tokens);
   if (tokens >= 2 && !few && opts_.mmq && minfer_cuda_mmq_supported(w_dtype) && k % 32 == 0)
     return MatmulPath::Mmq;
@@ -266,6 +276,10 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
   if (path == MatmulPath::Mmvq) {  // the add in the launch too
     const minfer_cuda_mmq_part part{w, y, add, m, add_broadcast ? 1 : 0};
     return mmvq(w_dtype, &part, 1, nullptr, x, k, tokens);
+  }
+  if (path == MatmulPath::FewTokenMma) {
+    const minfer_cuda_mmq_part part{w, y, add, m, add_broadcast ? 1 : 0};
+    return few_token_mma(w_dtype, &part, 1, nullptr, x, k, tokens);
   }
   if (add) {  // a path without an epilogue: the product, then the add
     matmul(w_dtype, w, x, unfused, k, m, tokens);
@@ -321,11 +335,13 @@ void CudaDevice::matmul_group(const float *x, int64_t k, int64_t tokens, const s
                                                           nw, eps, sm_count_));
   }
   const MatmulPath path = matmul_path(dtypes[0], k, tokens);
-  if (first_b == parts.size() && parts.size() <= size_t(kMinferCudaMmqMaxParts) && (path == MatmulPath::Mmq || path == MatmulPath::Mmvq)) {
+  if (first_b == parts.size() && parts.size() <= size_t(kMinferCudaMmqMaxParts) &&
+      (path == MatmulPath::Mmq || path == MatmulPath::Mmvq || path == MatmulPath::FewTokenMma)) {
     // x quantized once, the group's weights in one launch: a layer's K and V alone would not fill the GPU
     minfer_cuda_mmq_part mp[kMinferCudaMmqMaxParts];
     for (size_t i = 0; i < parts.size(); ++i) mp[i] = {parts[i].w, parts[i].y, parts[i].add, parts[i].m, parts[i].add_broadcast ? 1 : 0};
     if (path == MatmulPath::Mmvq) return mmvq(dtypes[0], mp, int32_t(parts.size()), nullptr, x, k, tokens);
+    if (path == MatmulPath::FewTokenMma) return few_token_mma(dtypes[0], mp, int32_t(parts.size()), nullptr, x, k, tokens);
     return mmq(dtypes[0], mp, int32_t(parts.size()), x, k, tokens);
   }
   for (const MatmulPart &p : parts) matmul(p.dtype, p.w, x, p.y, k, p.m, tokens, p.add, p.add_broadcast, p.unfused);
@@ -343,6 +359,15 @@ void CudaDevice::mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_
   void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));  // activations to 8 bits once
   check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
   check_launch(minfer_cuda_mmvq(&cfg_, w_dtype, parts, n_parts, up, q, k, tokens, sm_count_));
+}
+
+void CudaDevice::few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, const float *x,
+                               int64_t k, int64_t tokens) {
+  void *xh = scratch(2, minfer_cuda_few_token_x_bytes(k, tokens));  // activations to f16 once
+  check_launch(minfer_cuda_few_token_x(&cfg_, x, xh, k, tokens));
+  const size_t partial_bytes = minfer_cuda_few_token_partials_bytes(parts, n_parts, up, k, tokens, sm_count_);
+  float *partials = partial_bytes ? static_cast<float *>(scratch(5, partial_bytes)) : nullptr;
+  check_launch(minfer_cuda_few_token_mma(&cfg_, w_dtype, parts, n_parts, up, xh, k, tokens, sm_count_, partials));
 }
 
 const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t tokens) {
@@ -363,6 +388,10 @@ void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmvq) {  // one launch, y written once
     const minfer_cuda_mmq_part part{gate, y, nullptr, m, 0};
     return mmvq(w_dtype, &part, 1, up, x, k, tokens);
+  }
+  if (matmul_path(w_dtype, k, tokens) == MatmulPath::FewTokenMma) {  // one launch, y written once
+    const minfer_cuda_mmq_part part{gate, y, nullptr, m, 0};
+    return few_token_mma(w_dtype, &part, 1, up, x, k, tokens);
   }
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq && minfer_cuda_mmq_swiglu_supported(w_dtype))  // one launch, y written once
     return check_launch(minfer_cuda_mmq_swiglu(&cfg_, w_dtype, gate, up, quantize_for_mmq(x, k, tokens), y, k, m, tokens));

@@ -37,6 +37,10 @@ struct DeviceOptions {
   // GEMV (mmvq), whose time grows with the tokens while MMQ's stays flat at few tokens.
   // 0: the measured crossover (mmvq_beats_mmq: by token count and k).
   int64_t mmq_min_tokens = 0;
+  // Steps of a few tokens (few_token_mma_wins: 5..32, by measurement) of the types
+  // few_token_mma.cu knows take it (f16 tensor cores, the weights dequantized in registers)
+  // instead of the GEMV or MMQ: false keeps those two.
+  bool few_token_mma = true;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
   int64_t w16_cache_min_bytes = int64_t(2) << 30;
@@ -97,8 +101,9 @@ class CudaDevice {
   // How matmul() multiplies: Mmq (int8 tensor cores on the blocks), Gemv (one-token dp4a, x
   // quantized in the kernel, the add and grouping fused), F16Gemm (weights dequantized to f16 —
   // cached per weight or per call — and a tensor-core GEMM), Mmvq (dp4a after a quantize
-  // kernel), Generic (f32 math, any type). The one place the choice is made.
-  enum class MatmulPath { Mmq, Gemv, F16Gemm, Mmvq, Generic };
+  // kernel), FewTokenMma (2..64 tokens on f16 tensor cores, dequantizing in registers),
+  // Generic (f32 math, any type). The one place the choice is made.
+  enum class MatmulPath { Mmq, Gemv, F16Gemm, Mmvq, FewTokenMma, Generic };
   MatmulPath matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const;
   const void *f16_copy(const void *w) const;  // w's copy in the f16 weight cache, or nullptr
   // y = W x (+ add: m values per token, or m values for every token when add_broadcast). The
@@ -171,6 +176,10 @@ class CudaDevice {
   void mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const float *x, int64_t k, int64_t tokens);
   // The few-token dp4a path (mmvq.cu): x quantized once, the parts (or a gate with its up) in one launch.
   void mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, const float *x, int64_t k, int64_t tokens);
+  // The few-token tensor-core path (few_token_mma.cu): x converted to f16 once, the parts (or a
+  // gate with its up) in one launch.
+  void few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, const float *x, int64_t k,
+                     int64_t tokens);
   // x (tokens x k) quantized for MMQ into scratch[0]; valid until the next call.
   const void *quantize_for_mmq(const float *x, int64_t k, int64_t tokens);
   void *scratch_[7] = {};

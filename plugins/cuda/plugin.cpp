@@ -302,6 +302,7 @@ struct CudaPlugin {
     o.cuda_graphs = opts.take_bool("cuda_graphs", true);
     o.mmq = opts.take_bool("mmq", true);
     o.mmq_min_tokens = opts.take_int("mmq_min_tokens", 0, 0, 4096);  // 0: by measurement (token count, k)
+    o.few_token_mma = opts.take_bool("few_token_mma", true);
     o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);
     opts.finish();  // reject unknown keys before touching the device
     minfer_device_info info{};

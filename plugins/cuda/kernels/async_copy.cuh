@@ -26,6 +26,14 @@ __device__ __forceinline__ void cp_async_zfill(void *smem, const void *gmem, int
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_address(smem)), "l"(gmem), "n"(N), "r"(valid));
 }
 
+// Closes the copies issued so far into a group; cp_async_wait<N> waits until at most N groups
+// are still in flight (a double-buffered pipeline waits for all but the newest).
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\n" ::);
   asm volatile("cp.async.wait_group 0;\n" ::);

@@ -188,6 +188,20 @@ int minfer_cuda_mmq_swiglu_supported(int32_t dtype);
 cudaError_t minfer_cuda_mmq_swiglu(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *gate, const void *up, const void *xq, float *y,
                                    int64_t k, int64_t m, int64_t tokens);
 
+/* few_token_mma.cu: a few tokens (1..64; batched decode steps) on f16 tensor cores, the
+ * weights dequantized in registers (Q4_0 so far: minfer_cuda_few_token_mma_supported). x is
+ * converted first by minfer_cuda_few_token_x into xh (16-byte aligned,
+ * minfer_cuda_few_token_x_bytes); the parts (or a gate with its up: y = silu(gate x) * (up x))
+ * in one launch, split over k where the rows would not fill the GPU, into `partials`
+ * (minfer_cuda_few_token_partials_bytes; 0: no split) summed in a fixed order. */
+int minfer_cuda_few_token_mma_supported(int32_t dtype, int64_t k, int64_t tokens);
+size_t minfer_cuda_few_token_x_bytes(int64_t k, int64_t tokens);
+cudaError_t minfer_cuda_few_token_x(minfer_cuda_launch_cfg *cfg, const float *x, void *xh, int64_t k, int64_t tokens);
+size_t minfer_cuda_few_token_partials_bytes(const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int64_t k,
+                                            int64_t tokens, int32_t sm_count);
+cudaError_t minfer_cuda_few_token_mma(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts,
+                                      const void *up, const void *xh, int64_t k, int64_t tokens, int32_t sm_count, float *partials);
+
 /* matmul.cu: y[t][o] = sum_i W[o][i] x[t][i] for W of any weight dtype; one warp per row. */
 cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x,
                                float *y, int64_t k, int64_t m, int64_t tokens);
