@@ -16,20 +16,13 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_harness import Server as HarnessServer, metric  # noqa: E402
+from server_harness import Server as HarnessServer, check, finish, metric  # noqa: E402
 
 server_bin = sys.argv[1]
 config = sys.argv[2] if len(sys.argv) > 2 else "configs/cpu.yaml"
 testdata = "../shared/testdata"
 stories = f"{testdata}/models/stories260K.gguf"
 template = f"{testdata}/templates/Qwen-Qwen2.5-7B-Instruct.jinja"
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 if not os.path.exists(stories):
@@ -246,7 +239,4 @@ finally:
     for sv in servers:
         sv.stop()
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
-print("server: all checks passed")
+finish("server")

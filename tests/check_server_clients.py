@@ -12,7 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_harness import Server, metric  # noqa: E402
+from server_harness import Server, check, finish, metric  # noqa: E402
 
 server_bin, node_dir, shot_dir = sys.argv[1:4]
 base_config = sys.argv[4] if len(sys.argv) > 4 else "configs/cpu.yaml"
@@ -32,13 +32,6 @@ if not os.path.exists("/usr/bin/chromium"):
     print("SKIP: /usr/bin/chromium is missing (scripts/setup.sh installs Debian's chromium)")
     sys.exit(77)
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def node(script, *args):
@@ -108,7 +101,4 @@ finally:
     if s:
         s.stop()
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
-print("server clients: all checks passed")
+finish("server clients")

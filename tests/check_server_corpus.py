@@ -15,7 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server_corpus import cases, send  # noqa: E402
-from server_harness import Server, metric  # noqa: E402
+from server_harness import Server, check, finish, metric  # noqa: E402
 
 server_bin = sys.argv[1]
 config = sys.argv[2] if len(sys.argv) > 2 else "configs/cpu.yaml"
@@ -23,13 +23,6 @@ stories = "../shared/testdata/models/stories260K.gguf"
 if not os.path.exists(stories):
     print(f"SKIP: {stories} not found")
     sys.exit(0)
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def streamed_text(port, body, timeout=60):
@@ -132,7 +125,4 @@ try:
 finally:
     s.stop()
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
-print("server corpus: all checks passed")
+finish("server corpus")

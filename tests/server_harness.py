@@ -3,8 +3,26 @@ answers 200, stopped at the end (terminate, then kill). Every wait is bounded.""
 import http.client
 import json
 import subprocess
+import sys
 import tempfile
 import time
+
+failures = []
+
+
+def check(cond, what):
+    """Records a failed check (and prints it); the script goes on to the next one."""
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def finish(name):
+    """Exits 1 when a check failed, else says all passed."""
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print(f"{name}: all checks passed")
 
 
 class Server:
