@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "common/flags.hpp"
 #include "common/log.hpp"
 #include "config/run_config.hpp"
 #include "demo_job.hpp"
@@ -123,17 +124,6 @@ int list_backends(const std::string &plugin_dir) {
   return 0;
 }
 
-// A flag's integer, whole and within [min, max]: "-n 4294967297" must not wrap, "--seed -1"
-// must not become 2^64 - 1.
-long long to_int(const std::string &flag, const std::string &v, long long min, long long max) {
-  char *end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || errno == ERANGE || x < min || x > max)
-    throw minfer::Error(flag + " takes an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", not '" + v + "'");
-  return x;
-}
-
 uint64_t to_seed(const std::string &v) {
   char *end = nullptr;
   errno = 0;
@@ -175,8 +165,8 @@ void apply_overrides(const Args &a, minfer::RunConfig &cfg) {
     cfg.prompts = read_prompt_lines(a.prompt_lines);
     cfg.prompt.clear(), cfg.prompt_file.clear();
   }
-  if (!a.parallel.empty()) cfg.parallel = to_int("--parallel", a.parallel, 1, 1024);
-  if (a.n_predict_set) cfg.generation.n_predict = int32_t(to_int("-n", a.n_predict, 0, INT32_MAX));
+  if (!a.parallel.empty()) cfg.parallel = minfer::flag_int("--parallel", a.parallel, 1, 1024);
+  if (a.n_predict_set) cfg.generation.n_predict = int32_t(minfer::flag_int("-n", a.n_predict, 0, INT32_MAX));
   if (a.seed_set) cfg.generation.seed = to_seed(a.seed);
   if (a.temp_set) cfg.generation.temperature = to_float("--temp", a.temp);
   const std::map<std::string, std::string> flag_of = {{"n_predict", "-n"}, {"temperature", "--temp"}};
@@ -185,7 +175,7 @@ void apply_overrides(const Args &a, minfer::RunConfig &cfg) {
     throw minfer::Error((f != flag_of.end() ? f->second : "'" + key + "' in " + cfg.source) + ": " + what);
   });
   if (a.threads_set) {
-    to_int("--threads", a.threads, 1, 1024);
+    minfer::flag_int("--threads", a.threads, 1, 1024);
     bool found = false;
     for (auto &b : cfg.backends)
       if (b.name == "cpu") {

@@ -11,6 +11,7 @@
 #endif
 
 #include "common/error.hpp"
+#include "common/flags.hpp"
 #include "config/run_config.hpp"
 #include "server.hpp"
 
@@ -26,15 +27,6 @@ const char *kUsage =
     "                       (MINFER_API_KEY sets it too)\n"
     "  --timeout SECONDS    read/write timeout of a connection (default 600)\n"
     "  --alias NAME         the model's name in the API (default: the file's name)\n";
-
-long long to_int(const std::string &flag, const std::string &v, long long lo, long long hi) {
-  char *end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || errno == ERANGE || x < lo || x > hi)
-    throw minfer::Error(flag + " takes an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", not '" + v + "'");
-  return x;
-}
 
 }  // namespace
 
@@ -66,11 +58,11 @@ int main(int argc, char **argv) {
       if (a == "--config") config = value();
       else if (a == "-m" || a == "--model") model = value();
       else if (a == "--host") host = value();
-      else if (a == "--port") port = int(to_int(a, value(), 0, 65535));
-      else if (a == "-np" || a == "--parallel") parallel = to_int(a, value(), 1, 1024);
-      else if (a == "-c" || a == "--ctx-size") ctx = to_int(a, value(), 1, 1 << 24);
+      else if (a == "--port") port = int(minfer::flag_int(a, value(), 0, 65535));
+      else if (a == "-np" || a == "--parallel") parallel = minfer::flag_int(a, value(), 1, 1024);
+      else if (a == "-c" || a == "--ctx-size") ctx = minfer::flag_int(a, value(), 1, 1 << 24);
       else if (a == "--api-key") api_key = value();
-      else if (a == "--timeout") timeout = int(to_int(a, value(), 1, 86400));
+      else if (a == "--timeout") timeout = int(minfer::flag_int(a, value(), 1, 86400));
       else if (a == "--alias") alias = value();
       else if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); return 0; }
       else throw minfer::Error("unknown argument '" + a + "'\n" + kUsage);
