@@ -10,6 +10,7 @@ port and is stopped at the end, also on failure. Run from the repository root:
 import http.client
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -96,6 +97,22 @@ try:
     check(with_choice and with_choice[-1]["choices"][0]["finish_reason"] == "length" and
           all(c["choices"][0]["finish_reason"] is None for c in with_choice[:-1]), "finish_reason only on the last chunk")
     check(chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 64, f"usage chunk: {chunks[-1]}")
+    # The framing byte by byte: nothing but "data: " + one line of compact JSON + a blank line,
+    # each event, and the body ends with exactly "data: [DONE]\n\n".
+    raw = s.last_stream
+    check(re.fullmatch(r"(data: \{[^\n\r]*\}\n\n)+data: \[DONE\]\n\n", raw) is not None, f"SSE framing: {raw[:120]!r} ... {raw[-60:]!r}")
+    check(all(json.dumps(json.loads(line[6:]), separators=(",", ":"), ensure_ascii=False) == line[6:]
+              for line in raw.split("\n\n") if line.startswith("data: {")), "each event is one compact JSON object")
+
+    # Temperature 0: the server's text is minfer-app's for the same prompt and count.
+    app = os.path.join(os.path.dirname(os.path.abspath(server_bin)), "minfer-app")
+    if os.path.exists(app):
+        for r in refs[:2]:
+            p = subprocess.run([app, "--config", config, "-m", stories, "-p", r["prompt"], "-n", "48", "--temp", "0", "--json"],
+                               capture_output=True, text=True, timeout=120)
+            want_app = json.loads(p.stdout)["text"] if p.returncode == 0 else f"minfer-app failed: {p.stderr[-300:]}"
+            status, body = complete(r["prompt"], 48)
+            check(status == 200 and body["choices"][0]["text"] == want_app, f"server vs minfer-app for {r['prompt']!r}: {str(body)[:160]} vs {want_app[:160]!r}")
 
     # Log-probabilities (the completions API's form): one per token, the greedy token the likeliest.
     status, body = complete(refs[1]["prompt"], 16, logprobs=2)

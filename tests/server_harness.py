@@ -73,6 +73,7 @@ class Server:
             c.request("POST", path, body=json.dumps(dict(body, stream=True)), headers=headers or {"Content-Type": "application/json"})
             r = c.getresponse()
             text = r.read().decode("utf-8")
+            self.last_stream = text  # the raw body, for framing checks
             events = []
             for block in text.split("\n\n"):
                 if block.startswith("data: "):
