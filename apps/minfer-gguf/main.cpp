@@ -15,17 +15,18 @@
 #include <cstdlib>
 
 #include "common/error.hpp"
+#include "common/flags.hpp"
 #include "gguf_commands.hpp"
 
 namespace minfer::tools {
 
+// flag_int's rule; a bad value is a usage error here (exit 2, with the usage).
 long long parse_int(const std::string &flag, const std::string &value, long long min, long long max) {
-  char *end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end || errno == ERANGE || x < min || x > max)
-    throw UsageError(flag + " takes an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", not '" + value + "'");
-  return x;
+  try {
+    return flag_int(flag, value, min, max);
+  } catch (const Error &e) {
+    throw UsageError(e.what());
+  }
 }
 
 }  // namespace minfer::tools
