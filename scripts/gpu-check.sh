@@ -39,7 +39,7 @@ command -v python3 >/dev/null && step trace_schema python3 tests/validate_trace.
 if command -v compute-sanitizer >/dev/null; then
   # The reduced suite: every kernel family's conformance cases, then a whole synthetic Qwen2
   # (Q4_0: MMQ prefill, fused decode steps, both attention kernels) generating a few tokens.
-  MINFER_CONFORMANCE_OPS=matmul,attention,rms_norm,rope,swiglu,get_rows,dequantize step memcheck \
+  MINFER_CONFORMANCE_OPS=matmul,attention,rms_norm,rope,swiglu,geglu,scale,get_rows,dequantize step memcheck \
     compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$bin/minfer-op-conformance" --gtest_filter='Backends/Conformance.EveryOpDtypeShape/cuda'
   "$bin/minfer-gguf" synth --arch qwen2 --preset tiny --type q4_0 --seed 3 -o /tmp/minfer-tiny-q4_0.gguf > /dev/null 2>&1

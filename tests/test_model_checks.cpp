@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -128,7 +129,7 @@ TEST(ModelChecks, InconsistentOrMistypedMetadataIsRefusedAtLoad) {
 // Every architecture's tiny synthetic preset loads and runs on the CPU (what `minfer-gguf
 // synth` writes, minfer reads: the key and tensor names llama.cpp's loader uses).
 TEST(SynthArchitectures, TinyPresetsLoadAndRun) {
-  for (const char *arch : {"qwen2", "llama", "qwen3", "phi3"}) {
+  for (const char *arch : {"qwen2", "llama", "qwen3", "phi3", "gemma2", "gemma3"}) {
     minfer::synth::Options o;
     o.arch = arch;
     o.preset = "tiny";
@@ -150,6 +151,44 @@ TEST(SynthArchitectures, TinyPresetsLoadAndRun) {
     logits = gen.feed({9});
     ASSERT_EQ(int64_t(logits.size()), model->hp.n_vocab) << arch;
     EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); })) << arch;
+  }
+}
+
+// What minfer synthesizes is what llama.cpp reads: for each architecture, the tiny preset
+// holds every "<arch>.*" key and the same tensor names (block 0 and the rest) as the file of
+// ../shared/testdata/arch written with llama.cpp's own gguf-py names, which loads in llama.cpp.
+TEST(SynthArchitectures, KeyAndTensorNamesMatchLlamaCppWrittenFiles) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty() || !fs::is_directory(fs::path(td) / "arch")) GTEST_SKIP() << "../shared/testdata/arch not found";
+  // Keys a file has only for its own settings (the tiny presets choose others).
+  const std::set<std::string> optional = {"rope.scaling.type", "rope.scaling.factor", "rope.dimension_count"};
+  for (const char *arch : {"qwen2", "llama", "qwen3", "phi3", "gemma2", "gemma3"}) {
+    const auto ref = minfer::gguf::File::open((fs::path(td) / "arch" / (std::string(arch) + "-f32.gguf")).string());
+    minfer::synth::Options o;
+    o.arch = arch;
+    o.preset = "tiny";
+    o.type = "f16";
+    o.layers = 1;
+    o.out = (fs::temp_directory_path() / (std::string("minfer-synth-names-") + arch + ".gguf")).string();
+    minfer::synth::synthesize(o);
+    const auto ours = minfer::gguf::File::open(o.out);
+    const std::string prefix = std::string(arch) + ".";
+    for (const auto &[key, v] : ref->metadata())
+      if (key.rfind(prefix, 0) == 0 && !optional.count(key.substr(prefix.size())))
+        EXPECT_NE(ours->find(key), nullptr) << arch << ": llama.cpp's file has " << key << ", the synthetic one not";
+    // Tensor names outside the blocks, and those of block 0, as sets.
+    auto names = [](const minfer::gguf::File &f) {
+      std::set<std::string> out;
+      for (const auto &t : f.tensors())
+        if (t.name.rfind("blk.", 0) != 0 || t.name.rfind("blk.0.", 0) == 0) out.insert(t.name);
+      return out;
+    };
+    // output.weight: present or not by each file's choice of tied embeddings.
+    std::set<std::string> want = names(*ref), got = names(*ours);
+    got.erase("output.weight");
+    want.erase("output.weight");
+    EXPECT_EQ(got, want) << arch;
+    fs::remove(o.out);
   }
 }
 

@@ -124,6 +124,16 @@ std::vector<Case> all_cases() {
     cases.push_back({"swiglu f32" + shape_str(s), [s] {
       GraphBuilder g; auto a = g.input("in0", MINFER_DTYPE_F32, s), b = g.input("in1", MINFER_DTYPE_F32, s);
       g.mark_output(g.swiglu("node", a, b)); return g.finish(); }, MINFER_OP_SWIGLU, {MINFER_DTYPE_F32}});
+    cases.push_back({"geglu f32" + shape_str(s), [s] {
+      GraphBuilder g; auto a = g.input("in0", MINFER_DTYPE_F32, s), b = g.input("in1", MINFER_DTYPE_F32, s);
+      g.mark_output(g.geglu("node", a, b)); return g.finish(); }, MINFER_OP_GEGLU, {MINFER_DTYPE_F32}});
+  }
+  // Scale, plain (Gemma's sqrt(n_embd) on the embeddings) and soft-capped (its final logits).
+  for (auto [sh, scale, cap] : std::vector<std::tuple<std::vector<int64_t>, float, float>>{
+           {{1, 1}, 8.0f, 0.0f}, {{2304, 7}, 48.0f, 0.0f}, {{64, 5}, 1.0f, 2.0f}, {{256000, 3}, 1.0f, 30.0f}, {{999, 2}, 0.5f, 0.25f}}) {
+    cases.push_back({"scale f32 x" + std::to_string(scale) + " cap " + std::to_string(cap) + shape_str(sh), [sh = sh, scale = scale, cap = cap] {
+      GraphBuilder g; auto x = g.input("in0", MINFER_DTYPE_F32, sh);
+      g.mark_output(g.scale("node", x, scale, cap)); return g.finish(); }, MINFER_OP_SCALE, {MINFER_DTYPE_F32}});
   }
   // Matmul: every weight type, one and several tokens, odd output counts.
   std::vector<int32_t> weight_types = {MINFER_DTYPE_F32, MINFER_DTYPE_F16, MINFER_DTYPE_BF16};
@@ -193,10 +203,12 @@ std::vector<Case> all_cases() {
   // shared by two slots. The reference writes its copy of the caches; the backend's must end
   // up byte for byte the same (shared pages untouched).
   struct Seq { std::vector<int32_t> pages; int64_t from, count; };
+  // window / softcap: Gemma's sliding-window layers and capped scores (ABI 1.6).
   auto paged = [&](const std::string &what, int32_t cache, int hd, int nh, int nkv, int32_t page_size, int64_t pool,
-                   std::vector<Seq> seqs) {
+                   std::vector<Seq> seqs, int32_t window = 0, float softcap = 0) {
     minfer_attention_params p{};
     p.head_dim = hd, p.n_head = nh, p.n_kv_head = nkv, p.scale = 1.0f / std::sqrt(float(hd)), p.page_size = page_size;
+    p.window = window, p.softcap = softcap;
     int64_t width = 1, n = 0;
     for (const Seq &q : seqs) width = std::max<int64_t>(width, int64_t(q.pages.size())), n += q.count;
     std::vector<int32_t> pos, slot, table(size_t(width * int64_t(seqs.size())), 0);
@@ -205,7 +217,8 @@ std::vector<Case> all_cases() {
       std::copy(seqs[si].pages.begin(), seqs[si].pages.end(), table.begin() + int64_t(si) * width);
     }
     Case c{"attention " + std::string(minfer_dtype_name(cache)) + " cache hd" + std::to_string(hd) + " heads " + std::to_string(nh) + "/" +
-               std::to_string(nkv) + " pages of " + std::to_string(page_size) + ": " + what,
+               std::to_string(nkv) + " pages of " + std::to_string(page_size) + ": " + what +
+               (window ? ", window " + std::to_string(window) : "") + (softcap > 0 ? ", softcap " + std::to_string(softcap) : ""),
            [p, cache, n, pool, width, ns = int64_t(seqs.size())] {
              GraphBuilder g;
              const int64_t qd = int64_t(p.n_head) * p.head_dim, kvd = int64_t(p.n_kv_head) * p.head_dim;
@@ -276,6 +289,19 @@ std::vector<Case> all_cases() {
       for (int32_t x : {1, 6, 4}) b.push_back(x);
       paged("a shared prefix page, decode and chunk", cache, 64, 14, 2, 16, 8, {{a, 40, 1}, {b, 32, 4}});
     }
+    // Sliding windows and capped scores (Gemma 2/3), on every kernel's head dims: a prefill
+    // chunk longer than the window (the window's edge inside a key tile), decode past it (the
+    // split decode over a long cache skips whole chunks), mixed sequences, and a window wider
+    // than the sequence (no effect). 256: Gemma's real head size.
+    for (auto [hd, nh, nkv] : std::vector<std::tuple<int, int, int>>{{32, 4, 2}, {64, 14, 2}, {128, 28, 4}, {256, 8, 4}}) {
+      paged("prefill n100", cache, hd, nh, nkv, 16, 8, {{shuffled(0, 8, 9), 0, 100}}, 37);
+      paged("prefill n70 past 30", cache, hd, nh, nkv, 16, 8, {{shuffled(0, 8, 10), 30, 70}}, 16, 50.0f);
+      paged("decode past 3000", cache, hd, nh, nkv, 16, 200, {{shuffled(0, 200, 11), 3000, 1}}, 1024);
+      paged("4 sequences, chunks and decode tokens", cache, hd, nh, nkv, 16, 40,
+            {{shuffled(0, 8, 3), 0, 5}, {shuffled(8, 8, 4), 100, 1}, {shuffled(16, 8, 5), 33, 20}, {shuffled(24, 8, 6), 7, 1}}, 8, 0.5f);
+      paged("capped scores, decode of 3", cache, hd, nh, nkv, 16, 24, {{shuffled(0, 8, 12), 100, 1}, {shuffled(8, 8, 13), 20, 1}, {shuffled(16, 8, 14), 64, 1}}, 0, 5.0f);
+      paged("window wider than the sequence", cache, hd, nh, nkv, 16, 4, {{in_order(4), 10, 6}}, 4096);
+    }
   }
   return cases;
 }
@@ -317,7 +343,8 @@ std::vector<uint8_t> input_data(const minfer::Tensor &t, int32_t op, int input, 
     return out;
   }
   const bool elementwise = op == MINFER_OP_ADD || op == MINFER_OP_MUL || op == MINFER_OP_SILU || op == MINFER_OP_CONVERT ||
-                           op == MINFER_OP_ADD_ROW_BROADCAST || op == MINFER_OP_SWIGLU || op == MINFER_OP_ARGMAX;
+                           op == MINFER_OP_ADD_ROW_BROADCAST || op == MINFER_OP_SWIGLU || op == MINFER_OP_ARGMAX ||
+                           op == MINFER_OP_GEGLU || op == MINFER_OP_SCALE;
   if (t.dtype == MINFER_DTYPE_F32) return f32_data(t.n_elements(), seed, elementwise && input == 0);
   if (t.dtype == MINFER_DTYPE_F16 || t.dtype == MINFER_DTYPE_BF16) {
     std::vector<uint8_t> f = f32_data(t.n_elements(), seed, false), out(size_t(t.n_elements()) * 2);
@@ -354,6 +381,9 @@ double tolerance(int32_t op, int32_t in_dtype, float want, double rms) {
   const double a = std::fabs(double(want));
   switch (op) {
     case MINFER_OP_SWIGLU: return 2e-6 * a + 1e-37;
+    // exp of the cubic's argument: its relative error grows with |x| (~3e-6 at |x| = 8).
+    case MINFER_OP_GEGLU: return 1e-5 * a + 1e-37;
+    case MINFER_OP_SCALE: return 1e-6 * a + 1e-37;  // tanh differs by a few ulp between libms
     case MINFER_OP_RMS_NORM: return 1e-5 * a + 1e-6 * rms;
     case MINFER_OP_ROPE: return 1e-5 * a + 1e-5 * rms;
     // Block-type weights: backends may quantize activations to 8 bits for integer dot products

@@ -276,6 +276,17 @@ TensorId GraphBuilder::swiglu(const std::string &name, TensorId gate, TensorId u
   return new_node(name, MINFER_OP_SWIGLU, {gate, up}, MINFER_DTYPE_F32, t(gate).rank, t(gate).shape);
 }
 
+TensorId GraphBuilder::geglu(const std::string &name, TensorId gate, TensorId up) {
+  return new_node(name, MINFER_OP_GEGLU, {gate, up}, MINFER_DTYPE_F32, t(gate).rank, t(gate).shape);
+}
+
+TensorId GraphBuilder::scale(const std::string &name, TensorId x, float scale, float softcap) {
+  minfer_scale_params p{};
+  p.scale = scale;
+  p.softcap = softcap;
+  return new_node(name, MINFER_OP_SCALE, {x}, MINFER_DTYPE_F32, t(x).rank, t(x).shape, params_bytes(p));
+}
+
 TensorId GraphBuilder::argmax(const std::string &name, TensorId x) {
   return new_node(name, MINFER_OP_ARGMAX, {x}, MINFER_DTYPE_I32, 1, {t(x).shape[1], 1, 1, 1}, {}, t(x).token_dim >= 0 ? 0 : -1);
 }

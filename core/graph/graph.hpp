@@ -106,6 +106,9 @@ class GraphBuilder {
                      TensorId v_cache, TensorId positions, TensorId slots, TensorId page_table,
                      const minfer_attention_params &p);
   TensorId swiglu(const std::string &name, TensorId gate, TensorId up);
+  TensorId geglu(const std::string &name, TensorId gate, TensorId up);  // gelu(tanh form)(gate) * up
+  // scale * x, or with softcap > 0 softcap * tanh(scale * x / softcap).
+  TensorId scale(const std::string &name, TensorId x, float scale, float softcap = 0.0f);
   // i32 [rows]: the index of each row's largest value (greedy sampling on the backend).
   TensorId argmax(const std::string &name, TensorId x);
 

@@ -18,6 +18,8 @@ const std::map<std::string, HparamsReader> &registry() {
       {"qwen2", read_qwen2},
       {"qwen3", read_qwen3},
       {"phi3", read_phi3},
+      {"gemma2", read_gemma2},
+      {"gemma3", read_gemma3},
   };
   return r;
 }
@@ -55,6 +57,27 @@ std::vector<std::string> architectures() {
   return names;
 }
 
+std::vector<uint8_t> read_swa_layers(const gguf::File &f, const Hparams &hp, int64_t default_period) {
+  const std::string key = hp.arch + ".attention.sliding_window_pattern";
+  std::vector<uint8_t> layers(size_t(hp.n_layer), 0);
+  const gguf::Value *v = f.find(key);
+  if (v && v->type == gguf::ValueType::ARRAY) {
+    const auto &items = v->arr().items();
+    if (int64_t(items.size()) != hp.n_layer)
+      throw Error(f.path() + ": " + key + " holds " + std::to_string(items.size()) + " values; it needs one per layer (" +
+                  std::to_string(hp.n_layer) + ")");
+    for (size_t l = 0; l < items.size(); ++l) {
+      if (items[l].type != gguf::ValueType::BOOL) throw Error(f.path() + ": " + key + " must be an integer period or an array of bools");
+      layers[l] = std::get<bool>(items[l].v) ? 1 : 0;
+    }
+    return layers;
+  }
+  const int64_t period = v ? f.get_int(key) : default_period;
+  if (period < 1) throw Error(f.path() + ": " + key + " is " + std::to_string(period) + "; it must be at least 1");
+  for (int64_t l = 0; l < hp.n_layer; ++l) layers[size_t(l)] = l % period < period - 1;
+  return layers;
+}
+
 Hparams read_common_hparams(const gguf::File &f, const std::string &arch) {
   Hparams hp;
   hp.arch = arch;
@@ -74,12 +97,25 @@ Hparams read_common_hparams(const gguf::File &f, const std::string &arch) {
   hp.n_ctx_train = count(p + "context_length", 2048);
   hp.rms_eps = f.get<float>(p + "attention.layer_norm_rms_epsilon");
   hp.rope_theta = f.get_or<float>(p + "rope.freq_base", 10000.0f);
-  // Typed reads: a value of another type is an error naming the key and both types.
-  if (f.find(p + "rope.scale_linear")) {
-    const float scale = f.get<float>(p + "rope.scale_linear");
-    if (!(scale > 0) || !std::isfinite(scale))
-      fail(p + "rope.scale_linear is " + std::to_string(scale) + "; it must be a positive number");
-    hp.rope_freq_scale = 1.0f / scale;
+  // RoPE scaling as llama.cpp reads it: rope.scaling.factor (or the older rope.scale_linear)
+  // divides every frequency for type "linear" (the default when only a factor is given);
+  // "none" turns it off. Typed reads: a value of another type is an error naming the key.
+  const std::string scaling = f.get_or<std::string>(p + "rope.scaling.type", "linear");
+  float factor = 0;
+  for (const char *key : {"rope.scaling.factor", "rope.scale_linear"})
+    if (f.find(p + key)) {
+      factor = f.get<float>(p + key);
+      if (!(factor > 0) || !std::isfinite(factor)) fail(p + key + " is " + std::to_string(factor) + "; it must be a positive number");
+      break;
+    }
+  if (scaling == "linear") {
+    if (factor > 0) hp.rope_freq_scale = 1.0f / factor;
+  } else if (scaling != "none") {
+    if (scaling != "yarn" && scaling != "longrope")
+      fail(p + "rope.scaling.type is '" + scaling + "'; known: none, linear, yarn, longrope");
+    if (factor > 1)
+      fail(p + "rope.scaling.type '" + scaling + "' (factor " + std::to_string(factor) +
+           ") is not supported yet; a file without it, or with linear scaling, runs");
   }
   if (!std::isfinite(hp.rope_theta) || !(hp.rope_theta > 0))
     fail(p + "rope.freq_base is " + std::to_string(hp.rope_theta) + "; it must be a positive number");

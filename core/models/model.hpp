@@ -27,6 +27,19 @@ struct Hparams {
   bool qk_norm = false;   // per-head RMS norms of q and k before RoPE (Qwen3: attn_q_norm, attn_k_norm)
   bool fused_qkv = false;      // one attn_qkv weight, rows Q then K then V (Phi-3)
   bool fused_gate_up = false;  // one ffn_up of 2 * n_ff rows, gate then up (Phi-3)
+  // Gemma:
+  float embd_scale = 0;       // > 0: the embeddings multiplied by it (sqrt(n_embd))
+  float attn_scale = 0;       // q.k scale; 0 = 1 / sqrt(head_dim)
+  bool post_norms = false;    // RMS norms of the attention and FFN outputs before their residual adds
+  bool gelu_ffn = false;      // gelu(gate) * up instead of silu(gate) * up
+  float attn_softcap = 0;     // > 0: scores capped at softcap * tanh(s / softcap)
+  float final_softcap = 0;    // > 0: the same for the logits
+  // Sliding-window layers (swa_layers[l] != 0) attend to the last n_swa positions and rotate
+  // with their own RoPE base and scale; n_swa 0 = none.
+  int64_t n_swa = 0;
+  std::vector<uint8_t> swa_layers;
+  float rope_theta_swa = 0, rope_freq_scale_swa = 1.0f;
+  bool is_swa_layer(int64_t l) const { return n_swa > 0 && l < int64_t(swa_layers.size()) && swa_layers[size_t(l)]; }
 };
 
 struct BuildOptions {
@@ -73,7 +86,14 @@ Hparams read_llama(const gguf::File &f);
 Hparams read_qwen2(const gguf::File &f);
 Hparams read_qwen3(const gguf::File &f);
 Hparams read_phi3(const gguf::File &f);
+Hparams read_gemma2(const gguf::File &f);
+Hparams read_gemma3(const gguf::File &f);
 std::vector<std::string> architectures();
+
+// The sliding-window layers from "<arch>.attention.sliding_window_pattern": a period P (layer l
+// slides when l % P < P - 1, llama.cpp's rule; default_period where the key is absent) or an
+// array of one bool per layer.
+std::vector<uint8_t> read_swa_layers(const gguf::File &f, const Hparams &hp, int64_t default_period);
 
 // Reads what every LLaMA-style architecture stores under "<arch>.*".
 Hparams read_common_hparams(const gguf::File &f, const std::string &arch);

@@ -8,6 +8,9 @@
 //              x += Wdown (silu(Wgate n(x)) * Wup n(x))          (n = RMS norm with weight)
 //   logits = Wout n(x[rows])            (rows: the step's tokens that need logits;
 //                                        Wout = token_embd when output.weight is absent)
+// Gemma: x = embed * sqrt(n_embd); each of the two residual branches ends in its own RMS
+// norm; gelu instead of silu; attention scores and logits soft-capped; sliding-window layers
+// attend to the last n_swa positions with their own RoPE base.
 // The KV caches are paged (SERVING.md): every layer's attention reads the same page table.
 #include <cmath>
 
@@ -77,6 +80,7 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
   const int64_t cache_rows = o.kv_pages * o.page_size;
   const TensorId tok_embd = w.weight("token_embd.weight", {d, hp.n_vocab}, "token embedding [" + dims + ", n_vocab]");
   TensorId x = gb.get_rows("token_embd", tok_embd, tokens);
+  if (hp.embd_scale > 0) x = gb.scale("token_embd_scale", x, hp.embd_scale);
 
   minfer_rope_params rq{};
   rq.mode = hp.rope_mode;
@@ -84,12 +88,16 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
   rq.n_dims = int32_t(hp.rope_dims);
   rq.theta_base = hp.rope_theta;
   rq.freq_scale = hp.rope_freq_scale;
+  minfer_rope_params rq_swa = rq;  // sliding-window layers' own base and scale (Gemma 3)
+  rq_swa.theta_base = hp.rope_theta_swa > 0 ? hp.rope_theta_swa : hp.rope_theta;
+  rq_swa.freq_scale = hp.rope_freq_scale_swa;
   minfer_attention_params ap{};
   ap.head_dim = int32_t(hp.head_dim);
   ap.n_head = int32_t(hp.n_head);
   ap.n_kv_head = int32_t(hp.n_head_kv);
-  ap.scale = 1.0f / std::sqrt(float(hp.head_dim));
+  ap.scale = hp.attn_scale > 0 ? hp.attn_scale : 1.0f / std::sqrt(float(hp.head_dim));
   ap.page_size = o.page_size;
+  ap.softcap = hp.attn_softcap;
 
   // Llama 3.1+: a factor per rotated pair dividing its frequency (rope_freqs), on every layer.
   const TensorId rope_factors = f.find_tensor("rope_freqs.weight")
@@ -117,12 +125,17 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
       q = gb.rms_norm(p + "attn_q_norm", q, w.weight(p + "attn_q_norm.weight", {hp.head_dim}, hd), hp.rms_eps, int32_t(hp.head_dim));
       k = gb.rms_norm(p + "attn_k_norm", k, w.weight(p + "attn_k_norm.weight", {hp.head_dim}, hd), hp.rms_eps, int32_t(hp.head_dim));
     }
-    q = gb.rope(p + "attn_q_rope", q, pos, rq, rope_factors);
-    k = gb.rope(p + "attn_k_rope", k, pos, rq, rope_factors);
+    const bool swa = hp.is_swa_layer(l);
+    q = gb.rope(p + "attn_q_rope", q, pos, swa ? rq_swa : rq, rope_factors);
+    k = gb.rope(p + "attn_k_rope", k, pos, swa ? rq_swa : rq, rope_factors);
     const TensorId kc = gb.state(p + "cache_k", o.kv_type, {kvd, cache_rows});
     const TensorId vc = gb.state(p + "cache_v", o.kv_type, {kvd, cache_rows});
-    const TensorId a = gb.attention(p + "attn", q, k, v, kc, vc, pos, slots, page_table, ap);
-    const TensorId out = gb.matmul(p + "attn_output", w.weight(p + "attn_output.weight", {qd, d}, "attention output"), a);
+    minfer_attention_params lap = ap;
+    lap.window = swa ? int32_t(hp.n_swa) : 0;
+    const TensorId a = gb.attention(p + "attn", q, k, v, kc, vc, pos, slots, page_table, lap);
+    TensorId out = gb.matmul(p + "attn_output", w.weight(p + "attn_output.weight", {qd, d}, "attention output"), a);
+    if (hp.post_norms)
+      out = gb.rms_norm(p + "post_attention_norm", out, w.weight(p + "post_attention_norm.weight", {d}, "norm [" + dims + "]"), hp.rms_eps);
     x = gb.add(p + "attn_residual", x, out);
 
     h = gb.rms_norm(p + "ffn_norm", x, w.weight(p + "ffn_norm.weight", {d}, "norm [" + dims + "]"), hp.rms_eps);
@@ -132,8 +145,10 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
                                          : w.weight(p + "ffn_up.weight", {d, hp.n_ff}, "feed-forward up");
     const TensorId g = gb.matmul(p + "ffn_gate", wg, h);
     const TensorId u = gb.matmul(p + "ffn_up", wu, h);
-    const TensorId s = gb.swiglu(p + "ffn_swiglu", g, u);
-    const TensorId down = gb.matmul(p + "ffn_down", w.weight(p + "ffn_down.weight", {hp.n_ff, d}, "feed-forward down"), s);
+    const TensorId s = hp.gelu_ffn ? gb.geglu(p + "ffn_geglu", g, u) : gb.swiglu(p + "ffn_swiglu", g, u);
+    TensorId down = gb.matmul(p + "ffn_down", w.weight(p + "ffn_down.weight", {hp.n_ff, d}, "feed-forward down"), s);
+    if (hp.post_norms)
+      down = gb.rms_norm(p + "post_ffw_norm", down, w.weight(p + "post_ffw_norm.weight", {d}, "norm [" + dims + "]"), hp.rms_eps);
     x = gb.add(p + "ffn_residual", x, down);
   }
 
@@ -143,7 +158,8 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
   }
   x = gb.rms_norm("output_norm", x, w.weight("output_norm.weight", {d}, "final norm"), hp.rms_eps);
   const TensorId out_w = f.find_tensor("output.weight") ? w.weight("output.weight", {d, hp.n_vocab}, "output projection") : tok_embd;
-  const TensorId logits = gb.matmul(Model::kLogits, out_w, x);
+  const TensorId logits = hp.final_softcap > 0 ? gb.scale(Model::kLogits, gb.matmul("output", out_w, x), 1.0f, hp.final_softcap)
+                                               : gb.matmul(Model::kLogits, out_w, x);
   gb.mark_output(logits);
   // Greedy tokens on the backend for the batched session (a one-sequence run reads logits).
   if (!o.all_logits && o.max_seqs > 1) gb.mark_output(gb.argmax(Model::kGreedy, logits));

@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "minfer/abi.h"
 #include "minfer/dtype.h"
+#include "minfer/op_contract.hpp"
 #include "quant/reference.hpp"
 
 namespace minfer::reference {
@@ -77,28 +78,33 @@ std::vector<float> attention(const std::vector<RefTensor> &in, const minfer_atte
     }
   }
   const int64_t group = p.n_head / p.n_kv_head;
+  const double cap = sdk::attention_softcap(p);
+  const int64_t window = sdk::attention_window(p);
   std::vector<float> out(size_t(n * p.n_head * hd));
   std::vector<double> score;
   std::vector<int64_t> at;
   for (int64_t t = 0; t < n; ++t) {
-    const int64_t last = i32(pos)[t];
+    // Positions first..last: all earlier ones, or the last `window` of them.
+    const int64_t last = i32(pos)[t], first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
     at.resize(size_t(last + 1));
-    for (int64_t j = 0; j <= last; ++j) at[size_t(j)] = row_of(t, j);
+    for (int64_t j = first; j <= last; ++j) at[size_t(j)] = row_of(t, j);
     score.resize(size_t(last + 1));
     for (int64_t h = 0; h < p.n_head; ++h) {
       const int64_t kvh = h / group;
       double mx = -1e300;
-      for (int64_t j = 0; j <= last; ++j) {
+      for (int64_t j = first; j <= last; ++j) {
         double dot = 0;
         for (int64_t d = 0; d < hd; ++d) dot += double(f32(q)[(t * p.n_head + h) * hd + d]) * load(kc, at[size_t(j)] * kvd + kvh * hd + d);
-        score[size_t(j)] = dot * p.scale;
-        mx = std::max(mx, score[size_t(j)]);
+        double s = dot * p.scale;
+        if (cap > 0) s = cap * std::tanh(s / cap);
+        score[size_t(j)] = s;
+        mx = std::max(mx, s);
       }
       double sum = 0;
-      for (int64_t j = 0; j <= last; ++j) sum += score[size_t(j)] = std::exp(score[size_t(j)] - mx);
+      for (int64_t j = first; j <= last; ++j) sum += score[size_t(j)] = std::exp(score[size_t(j)] - mx);
       for (int64_t d = 0; d < hd; ++d) {
         double acc = 0;
-        for (int64_t j = 0; j <= last; ++j) acc += score[size_t(j)] * load(vc, at[size_t(j)] * kvd + kvh * hd + d);
+        for (int64_t j = first; j <= last; ++j) acc += score[size_t(j)] * load(vc, at[size_t(j)] * kvd + kvh * hd + d);
         out[size_t((t * p.n_head + h) * hd + d)] = float(acc / sum);
       }
     }
@@ -171,6 +177,23 @@ std::vector<uint8_t> run_op(int32_t op, const std::vector<RefTensor> &in, int32_
         y[i] = float(g / (1.0 + std::exp(-g)) * f32(in[1])[i]);
       }
       return f32_bytes(y);
+    case MINFER_OP_GEGLU:
+      for (int64_t i = 0; i < n; ++i) {
+        const double g = f32(in[0])[i];
+        // 0.5 (1 + tanh(z)) as 1 / (1 + e^-2z): the same value without the cancellation of
+        // 1 + tanh(z) far in the negative tail (where the product is tiny but not 0).
+        const double gelu = g / (1.0 + std::exp(-2.0 * 0.7978845608028654 * (g + 0.044715 * g * g * g)));
+        y[i] = float(gelu * f32(in[1])[i]);
+      }
+      return f32_bytes(y);
+    case MINFER_OP_SCALE: {
+      const auto &p = *static_cast<const minfer_scale_params *>(params);
+      for (int64_t i = 0; i < n; ++i) {
+        const double x = double(p.scale) * f32(in[0])[i];
+        y[i] = float(p.softcap > 0 ? p.softcap * std::tanh(x / p.softcap) : x);
+      }
+      return f32_bytes(y);
+    }
     case MINFER_OP_RMS_NORM: {
       const auto *p = static_cast<const minfer_rms_norm_params *>(params);
       const float eps = p->eps;

@@ -31,9 +31,57 @@ const Preset kPresets[] = {
     {"qwen3", "0.6b", 1024, 28, 16, 8, 3072, 151936, true, false, 1e6f, 1e-6f, 40960, 128, true},
     {"qwen3", "8b", 4096, 36, 32, 8, 12288, 151936, false, false, 1e6f, 1e-6f, 40960, 128, true},
     // Phi-3-mini shapes: fused QKV and gate+up, 32064-token vocabulary, separate output.
-    {"phi3", "tiny", 256, 2, 4, 4, 512, 32064, false, false, 10000.0f, 1e-5f, 4096, 0, false, true},
-    {"phi3", "mini", 3072, 32, 32, 32, 8192, 32064, false, false, 10000.0f, 1e-5f, 4096, 0, false, true},
+    // (attention.sliding_window 2047 as Phi-3-mini-4k files carry it; llama.cpp and minfer ignore it for phi3.)
+    {.arch = "phi3", .name = "tiny", .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 4, .n_ff = 512, .n_vocab = 32064,
+     .tied_embeddings = false, .qkv_bias = false, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .context_length = 4096, .fused = true,
+     .sliding_window = 2047},
+    {.arch = "phi3", .name = "mini", .n_embd = 3072, .n_layer = 32, .n_head = 32, .n_head_kv = 32, .n_ff = 8192, .n_vocab = 32064,
+     .tied_embeddings = false, .qkv_bias = false, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .context_length = 4096, .fused = true,
+     .sliding_window = 2047},
+    // Llama-3.1-8B: GQA 4:1, 128256-token vocabulary, rope base 5e5 with rope_freqs.
+    {.arch = "llama", .name = "3.1-8b", .n_embd = 4096, .n_layer = 32, .n_head = 32, .n_head_kv = 8, .n_ff = 14336, .n_vocab = 128256,
+     .tied_embeddings = false, .qkv_bias = false, .rope_theta = 500000.0f, .rms_eps = 1e-5f, .context_length = 131072, .rope_freqs = true},
+    // Gemma 2 (2B, 9B): heads of 256, post-norms, soft-caps 50 / 30, a 4096-position window on
+    // every other layer, tied 256000-token embeddings.
+    {.arch = "gemma2", .name = "tiny", .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff = 512, .n_vocab = 256000,
+     .tied_embeddings = true, .qkv_bias = false, .rope_theta = 10000.0f, .rms_eps = 1e-6f, .context_length = 8192, .head_dim = 64,
+     .post_norms = true, .attn_softcap = 50.0f, .final_softcap = 30.0f, .sliding_window = 16},
+    {.arch = "gemma2", .name = "2b", .n_embd = 2304, .n_layer = 26, .n_head = 8, .n_head_kv = 4, .n_ff = 9216, .n_vocab = 256000,
+     .tied_embeddings = true, .qkv_bias = false, .rope_theta = 10000.0f, .rms_eps = 1e-6f, .context_length = 8192, .head_dim = 256,
+     .post_norms = true, .attn_softcap = 50.0f, .final_softcap = 30.0f, .sliding_window = 4096},
+    {.arch = "gemma2", .name = "9b", .n_embd = 3584, .n_layer = 42, .n_head = 16, .n_head_kv = 8, .n_ff = 14336, .n_vocab = 256000,
+     .tied_embeddings = true, .qkv_bias = false, .rope_theta = 10000.0f, .rms_eps = 1e-6f, .context_length = 8192, .head_dim = 256,
+     .post_norms = true, .attn_softcap = 50.0f, .final_softcap = 30.0f, .sliding_window = 4096},
+    // Gemma 3 (1B, 4B): q/k norms, five local layers (window 512 / 1024, base 1e4) per global
+    // one (base 1e6; the 4B with linear RoPE scaling x8), tied 262144-token embeddings.
+    {.arch = "gemma3", .name = "tiny", .n_embd = 256, .n_layer = 3, .n_head = 4, .n_head_kv = 1, .n_ff = 512, .n_vocab = 262144,
+     .tied_embeddings = true, .qkv_bias = false, .rope_theta = 1e6f, .rms_eps = 1e-6f, .context_length = 32768, .head_dim = 64,
+     .qk_norm = true, .post_norms = true, .sliding_window = 16, .swa_pattern = 3, .rope_theta_swa = 10000.0f, .rope_linear_factor = 8.0f},
+    {.arch = "gemma3", .name = "1b", .n_embd = 1152, .n_layer = 26, .n_head = 4, .n_head_kv = 1, .n_ff = 6912, .n_vocab = 262144,
+     .tied_embeddings = true, .qkv_bias = false, .rope_theta = 1e6f, .rms_eps = 1e-6f, .context_length = 32768, .head_dim = 256,
+     .qk_norm = true, .post_norms = true, .sliding_window = 512, .swa_pattern = 6, .rope_theta_swa = 10000.0f},
+    {.arch = "gemma3", .name = "4b", .n_embd = 2560, .n_layer = 34, .n_head = 8, .n_head_kv = 4, .n_ff = 10240, .n_vocab = 262208,
+     .tied_embeddings = true, .qkv_bias = false, .rope_theta = 1e6f, .rms_eps = 1e-6f, .context_length = 131072, .head_dim = 256,
+     .qk_norm = true, .post_norms = true, .sliding_window = 1024, .swa_pattern = 6, .rope_theta_swa = 10000.0f, .rope_linear_factor = 8.0f},
 };
+
+// Llama 3's frequency factors (convert_hf_to_gguf.py, rope_type llama3): pairs of wavelength
+// below original/high keep their frequency, above original/low divide it by `factor`, and
+// those between blend the two.
+std::vector<float> llama3_rope_factors(int64_t head_dim, float theta) {
+  const double factor = 8, low = 1, high = 4, original = 8192;
+  std::vector<float> out(size_t(head_dim / 2));
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const double freq = std::pow(double(theta), -2.0 * double(i) / double(head_dim)), wavelen = 2 * M_PI / freq;
+    if (wavelen < original / high) out[size_t(i)] = 1.0f;
+    else if (wavelen > original / low) out[size_t(i)] = float(factor);
+    else {
+      const double smooth = (original / wavelen - low) / (high - low);
+      out[size_t(i)] = float(1.0 / ((1 - smooth) / factor + smooth));
+    }
+  }
+  return out;
+}
 
 // splitmix64: decorrelates (seed, tensor, row) into independent generator states.
 uint64_t mix(uint64_t x) {
@@ -170,7 +218,8 @@ Preset find_preset(const std::string &arch, const std::string &preset) {
   for (const auto &p : kPresets)
     if (p.arch == arch && p.name == preset) return p;
   throw Error("no preset '" + preset + "' for architecture '" + arch +
-              "'; presets: qwen2 and llama: tiny, 0.5b, 1.5b, 7b; qwen3: tiny, 0.6b, 8b; phi3: tiny, mini");
+              "'; presets: qwen2: tiny, 0.5b, 1.5b, 7b; llama: those and 3.1-8b; qwen3: tiny, 0.6b, 8b; phi3: tiny, mini; "
+              "gemma2: tiny, 2b, 9b; gemma3: tiny, 1b, 4b");
 }
 
 Report synthesize(const Options &o) {
@@ -206,13 +255,20 @@ Report synthesize(const Options &o) {
   w.set(a + ".rope.freq_base", Value::f32(p.rope_theta));
   w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(p.rms_eps));
   const int64_t head_dim = p.head_dim ? p.head_dim : p.n_embd / p.n_head, q_dim = p.n_head * head_dim;
-  if (a != "qwen2") {
-    w.set(a + ".rope.dimension_count", Value::u32(uint32_t(head_dim)));
-    w.set(a + ".vocab_size", Value::u32(uint32_t(p.n_vocab)));
-  }
+  if (a != "qwen2") w.set(a + ".rope.dimension_count", Value::u32(uint32_t(head_dim)));
+  w.set(a + ".vocab_size", Value::u32(uint32_t(p.n_vocab)));
   if (p.head_dim) {  // the key llama.cpp reads for heads that are not n_embd / n_head
     w.set(a + ".attention.key_length", Value::u32(uint32_t(head_dim)));
     w.set(a + ".attention.value_length", Value::u32(uint32_t(head_dim)));
+  }
+  if (p.attn_softcap > 0) w.set(a + ".attn_logit_softcapping", Value::f32(p.attn_softcap));
+  if (p.final_softcap > 0) w.set(a + ".final_logit_softcapping", Value::f32(p.final_softcap));
+  if (p.sliding_window > 0) w.set(a + ".attention.sliding_window", Value::u32(uint32_t(p.sliding_window)));
+  if (p.swa_pattern > 0) w.set(a + ".attention.sliding_window_pattern", Value::u32(uint32_t(p.swa_pattern)));
+  if (p.rope_theta_swa > 0) w.set(a + ".rope.freq_base_swa", Value::f32(p.rope_theta_swa));
+  if (p.rope_linear_factor > 0) {
+    w.set(a + ".rope.scaling.type", Value::str("linear"));
+    w.set(a + ".rope.scaling.factor", Value::f32(p.rope_linear_factor));
   }
   w.set("minfer.synth.preset", Value::str(a + "/" + p.name));
   w.set("minfer.synth.seed", Value::u64(o.seed));
@@ -228,6 +284,7 @@ Report synthesize(const Options &o) {
   };
   add("token_embd.weight", {p.n_embd, p.n_vocab});
   add("output_norm.weight", {p.n_embd}, true);
+  if (p.rope_freqs) plan.push_back({"rope_freqs.weight", {head_dim / 2}, MINFER_DTYPE_F32, false});  // computed, not drawn
   if (!p.tied_embeddings) add("output.weight", {p.n_embd, p.n_vocab});
   for (int64_t i = 0; i < p.n_layer; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
@@ -249,6 +306,7 @@ Report synthesize(const Options &o) {
       add(b + "attn_v.bias", {kv_dim});
     }
     add(b + "attn_output.weight", {q_dim, p.n_embd});
+    if (p.post_norms) add(b + "post_attention_norm.weight", {p.n_embd}, true);
     add(b + "ffn_norm.weight", {p.n_embd}, true);
     if (p.fused) {
       add(b + "ffn_up.weight", {p.n_embd, 2 * p.n_ff});  // gate rows, then up rows
@@ -257,6 +315,7 @@ Report synthesize(const Options &o) {
       add(b + "ffn_up.weight", {p.n_embd, p.n_ff});
     }
     add(b + "ffn_down.weight", {p.n_ff, p.n_embd});
+    if (p.post_norms) add(b + "post_ffw_norm.weight", {p.n_embd}, true);
   }
 
   uint64_t total = 0;
@@ -276,6 +335,12 @@ Report synthesize(const Options &o) {
     const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 22) / row_len);
     std::vector<float> x(size_t(std::min(chunk, rows) * row_len));
     std::vector<uint8_t> q(size_t(std::min(chunk, rows) * row_bytes));
+    if (t.name == "rope_freqs.weight") {
+      const std::vector<float> f = llama3_rope_factors(head_dim, p.rope_theta);
+      w.write_data(reinterpret_cast<const uint8_t *>(f.data()), uint64_t(f.size() * sizeof(float)));
+      done += uint64_t(f.size() * sizeof(float));
+      continue;
+    }
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t n = std::min(chunk, rows - r0);
       parallel_ranges(n, o.threads, [&](int64_t begin, int64_t end) {

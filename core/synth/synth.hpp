@@ -21,10 +21,20 @@ struct Preset {
   int64_t head_dim = 0;  // 0: n_embd / n_head; else attention.key_length (Qwen3: n_head * head_dim != n_embd)
   bool qk_norm = false;  // per-head q/k RMS norms (Qwen3)
   bool fused = false;    // one attn_qkv and one ffn_up of gate+up (Phi-3)
+  // Gemma: post-attention and post-FFN norms, soft-caps (gemma2), sliding windows.
+  bool post_norms = false;
+  float attn_softcap = 0, final_softcap = 0;  // written when > 0
+  int64_t sliding_window = 0, swa_pattern = 0;  // written when > 0
+  float rope_theta_swa = 0;                     // gemma3's local layers' base; written when > 0
+  float rope_linear_factor = 0;                 // rope.scaling.type linear with this factor, when > 0
+  // Llama 3.1: a rope_freqs.weight tensor of the llama3 frequency factors (factor 8, low 1,
+  // high 4, original context 8192), computed as convert_hf_to_gguf.py does.
+  bool rope_freqs = false;
 };
 
-// arch "qwen2" or "llama" (presets "tiny", "0.5b", "1.5b", "7b"), "qwen3" ("tiny", "0.6b",
-// "8b") or "phi3" ("tiny", "mini"). Throws listing the choices.
+// arch "qwen2" ("tiny", "0.5b", "1.5b", "7b"), "llama" (those and "3.1-8b"), "qwen3" ("tiny",
+// "0.6b", "8b"), "phi3" ("tiny", "mini"), "gemma2" ("tiny", "2b", "9b") or "gemma3" ("tiny",
+// "1b", "4b"). Throws listing the choices.
 Preset find_preset(const std::string &arch, const std::string &preset);
 
 struct Options {

@@ -4,6 +4,7 @@
 // Start here to write your own: implement a Backend (alloc, supports, compile), a Segment
 // (execute), and a Plugin class with the static members MINFER_DEFINE_PLUGIN expects.
 // Throw minfer::sdk::Error for failures; the SDK turns it into a status for the host.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -70,21 +71,28 @@ void attention(const minfer_node &n, const minfer_step_args &args) {
       store(kc, row_of(t, pos[t]) * kvd + i, k[t * kvd + i]);
       store(vc, row_of(t, pos[t]) * kvd + i, v[t * kvd + i]);
     }
+  // ABI 1.6: a sliding window (only the last `window` positions) and a cap on the scores.
+  const int64_t window = minfer::sdk::attention_window(p);
+  const float cap = minfer::sdk::attention_softcap(p);
   std::vector<float> score;
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t h = 0; h < p.n_head; ++h) {
       const int64_t kv_off = h / (p.n_head / p.n_kv_head) * hd;
       const float *qh = q + (t * p.n_head + h) * hd;
-      score.assign(size_t(pos[t] + 1), 0.0f);
+      const int64_t first = window > 0 ? std::max<int64_t>(0, pos[t] - window + 1) : 0, count = pos[t] + 1 - first;
+      score.assign(size_t(count), 0.0f);
       float mx = -INFINITY, sum = 0;
-      for (int64_t j = 0; j <= pos[t]; ++j) {
-        for (int64_t d = 0; d < hd; ++d) score[size_t(j)] += qh[d] * load(kc, row_of(t, j) * kvd + kv_off + d);
-        mx = std::fmax(mx, score[size_t(j)] *= p.scale);
+      for (int64_t j = 0; j < count; ++j) {
+        double dot = 0;  // a double sum: exact enough for head sizes up to 256 without tricks
+        for (int64_t d = 0; d < hd; ++d) dot += double(qh[d]) * load(kc, row_of(t, first + j) * kvd + kv_off + d);
+        float &s = score[size_t(j)] = float(dot) * p.scale;
+        if (cap > 0) s = cap * std::tanh(s / cap);
+        mx = std::fmax(mx, s);
       }
       for (float &s : score) sum += s = std::exp(s - mx);
       for (int64_t d = 0; d < hd; ++d) {
         float acc = 0;
-        for (int64_t j = 0; j <= pos[t]; ++j) acc += score[size_t(j)] * load(vc, row_of(t, j) * kvd + kv_off + d);
+        for (int64_t j = 0; j < count; ++j) acc += score[size_t(j)] * load(vc, row_of(t, first + j) * kvd + kv_off + d);
         out[(t * p.n_head + h) * hd + d] = acc / sum;
       }
     }

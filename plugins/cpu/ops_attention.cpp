@@ -2,7 +2,8 @@
 //
 // Writes this step's K and V into the caches at each token's (slot, position) (rounded to
 // f16 for an f16 cache), then each (token, head) pair computes softmax(q.K^T * scale) V over
-// positions 0..its own of its slot, reading K and V back from the cache so both cache types
+// positions 0..its own of its slot (the last `window` of them on sliding-window layers; each
+// score capped by softcap * tanh(s / softcap) where the params say), reading K and V back from the cache so both cache types
 // see exactly what later steps will see. A page's rows are contiguous: the loops walk the
 // sequence page by page.
 #include <algorithm>
@@ -47,33 +48,50 @@ Scratch &scratch() {
 struct PageWalk {
   const int32_t *pages;  // the slot's page table row
   int64_t page_size;
-  // Calls f(first position, first cache row, count) for each page's part of 0..last.
+  // Calls f(first position, its cache row, count) for each page's part of first..last.
   template <class F>
-  void each(int64_t last, F &&f) const {
-    for (int64_t j0 = 0; j0 <= last; j0 += page_size) f(j0, int64_t(pages[j0 / page_size]) * page_size, std::min(page_size, last + 1 - j0));
+  void each(int64_t first, int64_t last, F &&f) const {
+    for (int64_t j0 = first; j0 <= last;) {
+      const int64_t count = std::min(page_size - j0 % page_size, last + 1 - j0);
+      f(j0, int64_t(pages[j0 / page_size]) * page_size + j0 % page_size, count);
+      j0 += count;
+    }
   }
 };
 
-// One query head over positions 0..last of its KV head (AVX-512, head_dim a multiple of 16):
-// K and V are read in their cache type, f16 converted in registers. kbase/vbase: the caches
-// offset to this KV head; stride: values between cache rows.
+// The positions a token attends to, and how its scores are shaped (ABI 1.6: Gemma's cap and
+// sliding windows).
+struct Span {
+  int64_t first, last;
+  float scale, softcap;
+  float score(float dot) const {
+    const float s = dot * scale;
+    return softcap > 0 ? softcap * std::tanh(s / softcap) : s;
+  }
+};
+
+// One query head over positions first..last of its KV head (AVX-512, head_dim a multiple of
+// 16): K and V are read in their cache type, f16 converted in registers. kbase/vbase: the
+// caches offset to this KV head; stride: values between cache rows; score: indexed from first.
 template <class T>
-MINFER_AVX512 void head_avx512(const float *qv, const T *kbase, const T *vbase, int64_t stride, const PageWalk &walk, int64_t last,
-                               int64_t hd, float scale, float *score, float *out) {
+MINFER_AVX512 void head_avx512(const float *qv, const T *kbase, const T *vbase, int64_t stride, const PageWalk &walk, const Span &span,
+                               int64_t hd, float *score, float *out) {
   // (Plain loops over the pages: a lambda would not inherit this function's target ISA.)
-  const int64_t P = walk.page_size;
+  const int64_t P = walk.page_size, first = span.first, last = span.last;
   float mx = -INFINITY;
-  for (int64_t j0 = 0; j0 <= last; j0 += P) {
-    const int64_t row = int64_t(walk.pages[j0 / P]) * P, count = std::min(P, last + 1 - j0);
+  for (int64_t j0 = first; j0 <= last;) {
+    const int64_t row = int64_t(walk.pages[j0 / P]) * P + j0 % P, count = std::min(P - j0 % P, last + 1 - j0);
     for (int64_t j = 0; j < count; ++j) {
       const T *kr = kbase + (row + j) * stride;
       __m512 acc = _mm512_setzero_ps();
       for (int64_t d = 0; d < hd; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qv + d), load16(kr + d), acc);
-      score[j0 + j] = _mm512_reduce_add_ps(acc) * scale;
-      mx = std::max(mx, score[j0 + j]);
+      const float s = span.score(_mm512_reduce_add_ps(acc));
+      score[j0 - first + j] = s;
+      mx = std::max(mx, s);
     }
+    j0 += count;
   }
-  const int64_t rows = last + 1;
+  const int64_t rows = last + 1 - first;
   __m512 sum = _mm512_setzero_ps();
   for (int64_t j = 0; j < rows; j += 16) {
     const __mmask16 live = rows - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (rows - j)) - 1);
@@ -84,9 +102,11 @@ MINFER_AVX512 void head_avx512(const float *qv, const T *kbase, const T *vbase, 
   const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
   for (int64_t d = 0; d < hd; d += 16) {
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t j0 = 0; j0 <= last; j0 += P) {
-      const int64_t row = int64_t(walk.pages[j0 / P]) * P, count = std::min(P, last + 1 - j0);
-      for (int64_t j = 0; j < count; ++j) acc = _mm512_fmadd_ps(_mm512_set1_ps(score[j0 + j]), load16(vbase + (row + j) * stride + d), acc);
+    for (int64_t j0 = first; j0 <= last;) {
+      const int64_t row = int64_t(walk.pages[j0 / P]) * P + j0 % P, count = std::min(P - j0 % P, last + 1 - j0);
+      for (int64_t j = 0; j < count; ++j)
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(score[j0 - first + j]), load16(vbase + (row + j) * stride + d), acc);
+      j0 += count;
     }
     _mm512_storeu_ps(out + d, _mm512_mul_ps(acc, inv));
   }
@@ -129,8 +149,11 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
       }
     }
   }
-  const int64_t group = p.n_head / p.n_kv_head;
+  const int64_t group = p.n_head / p.n_kv_head, window = sdk::attention_window(p);
   auto walk_of = [&](int64_t t) { return PageWalk{table + slot[t] * max_pages, P}; };
+  auto span_of = [&](int64_t t) {
+    return Span{window > 0 ? std::max<int64_t>(0, pos[t] - window + 1) : 0, pos[t], p.scale, sdk::attention_softcap(p)};
+  };
   // Later tokens of a slot attend over more rows; pairing early with late tokens gives each
   // thread's contiguous range about the same work.
   auto token_of = [&](int64_t ti) { return ti % 2 == 0 ? ti / 2 : tokens - 1 - ti / 2; };
@@ -141,8 +164,9 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
       for (int64_t w = w0; w < w1; ++w) {
         const int64_t t = token_of(w / p.n_kv_head), kvh = w % p.n_kv_head;
         const PageWalk walk = walk_of(t);
+        const Span span = span_of(t);
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-          head_avx512(q + (t * p.n_head + h) * hd, kc + kvh * hd, vc + kvh * hd, kvd, walk, pos[t], hd, p.scale, s.score.data(),
+          head_avx512(q + (t * p.n_head + h) * hd, kc + kvh * hd, vc + kvh * hd, kvd, walk, span, hd, s.score.data(),
                       out + (t * p.n_head + h) * hd);
       }
     });
@@ -158,11 +182,13 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
     s.k.resize(size_t(longest * hd));
     s.v.resize(size_t(longest * hd));
     for (int64_t w = w0; w < w1; ++w) {
-      const int64_t t = token_of(w / p.n_kv_head), kvh = w % p.n_kv_head, last = pos[t];
-      walk_of(t).each(last, [&](int64_t j0, int64_t row, int64_t count) {
+      const int64_t t = token_of(w / p.n_kv_head), kvh = w % p.n_kv_head;
+      const Span span = span_of(t);
+      const int64_t n_keys = span.last + 1 - span.first;
+      walk_of(t).each(span.first, span.last, [&](int64_t j0, int64_t row, int64_t count) {
         for (int64_t j = 0; j < count; ++j) {
           const T *kr = kc + (row + j) * kvd + kvh * hd, *vr = vc + (row + j) * kvd + kvh * hd;
-          float *kd = s.k.data() + (j0 + j) * hd, *vd = s.v.data() + (j0 + j) * hd;
+          float *kd = s.k.data() + (j0 - span.first + j) * hd, *vd = s.v.data() + (j0 - span.first + j) * hd;
           if constexpr (sizeof(T) == 2) {
             halves_to_floats(kr, kd, hd, ctx.isa);
             halves_to_floats(vr, vd, hd, ctx.isa);
@@ -176,14 +202,14 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
       for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
         const float *qv = q + (t * p.n_head + h) * hd;
         float *score = s.score.data(), *acc = s.acc.data(), mx = -INFINITY;
-        for (int64_t j = 0; j <= last; ++j) {
-          score[j] = dot(qv, krows + j * hd, hd) * p.scale;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          score[j] = span.score(dot(qv, krows + j * hd, hd));
           mx = std::max(mx, score[j]);
         }
         float sum = 0;
-        for (int64_t j = 0; j <= last; ++j) sum += score[j] = std::exp(score[j] - mx);
+        for (int64_t j = 0; j < n_keys; ++j) sum += score[j] = std::exp(score[j] - mx);
         std::fill(acc, acc + hd, 0.0f);
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = 0; j < n_keys; ++j) {
           const float wj = score[j], *vr = vrows + j * hd;
           for (int64_t d = 0; d < hd; ++d) acc[d] += wj * vr[d];
         }

@@ -4,6 +4,7 @@
 #include "cpu_backend.hpp"
 #include "thread_pool.hpp"
 #include "minfer/decode.hpp"
+#include "minfer/op_contract.hpp"
 
 namespace minfer::cpu {
 namespace {
@@ -48,6 +49,22 @@ void run_convert(const minfer_node &n, const RunCtx &ctx) {
   for (int64_t i = 0; i < count; ++i) y[i] = sdk::float_to_half(x[i]);
 }
 
+// y = scale * x, or softcap * tanh(scale * x / softcap): rows in parallel (a logits cap
+// touches the whole vocabulary of every output row).
+void run_scale(const minfer_node &n, const RunCtx &ctx) {
+  const auto &p = sdk::params_of<minfer_scale_params>(n);
+  const float *x = ptr<float>(*n.inputs[0]);
+  float *y = ptr<float>(*n.output);
+  ctx.pool.run(sdk::run_elements(*n.output, ctx.args), [&](int64_t i0, int64_t i1, int) {
+    if (p.softcap > 0) {
+      const float pre = p.scale / p.softcap;
+      for (int64_t i = i0; i < i1; ++i) y[i] = p.softcap * std::tanh(pre * x[i]);
+    } else {
+      for (int64_t i = i0; i < i1; ++i) y[i] = p.scale * x[i];
+    }
+  });
+}
+
 // out[r] = the first index of row r's largest value (NaN never wins): rows in parallel.
 void run_argmax(const minfer_node &n, const RunCtx &ctx) {
   const float *x = ptr<float>(*n.inputs[0]);
@@ -66,6 +83,7 @@ void run_argmax(const minfer_node &n, const RunCtx &ctx) {
 
 const CpuOp kOps[] = {
     {MINFER_OP_ARGMAX, any, run_argmax},
+    {MINFER_OP_SCALE, any, run_scale},
     {MINFER_OP_ADD, any, run_add},
     {MINFER_OP_MUL, any, run_mul},
     {MINFER_OP_SILU, any, run_silu},

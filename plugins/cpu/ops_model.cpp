@@ -88,7 +88,34 @@ void run_swiglu(const minfer_node &n, const RunCtx &ctx) {
   });
 }
 
+// GELU's tanh form through the identity 0.5 (1 + tanh(z)) = 1 / (1 + e^-2z):
+// gelu(x) = x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))), the form silu already has.
+constexpr float kGeluA = 0.044715f, kGelu2C = 2.0f * 0.7978845608028654f;
+inline float gelu(float x) { return x / (1.0f + std::exp(-kGelu2C * (x + kGeluA * x * x * x))); }
+
+MINFER_AVX512 void geglu_avx512(const float *g, const float *u, float *y, int64_t i0, int64_t i1) {
+  int64_t i = i0;
+  for (; i + 16 <= i1; i += 16) {
+    const __m512 x = _mm512_loadu_ps(g + i);
+    const __m512 z = _mm512_mul_ps(_mm512_set1_ps(-kGelu2C), _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(kGeluA), x), _mm512_mul_ps(x, x), x));
+    const __m512 gv = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp512(z)));
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(gv, _mm512_loadu_ps(u + i)));
+  }
+  for (; i < i1; ++i) y[i] = gelu(g[i]) * u[i];
+}
+
+// y = gelu(gate) * up
+void run_geglu(const minfer_node &n, const RunCtx &ctx) {
+  const float *g = ptr<float>(*n.inputs[0]), *u = ptr<float>(*n.inputs[1]);
+  float *y = ptr<float>(*n.output);
+  ctx.pool.run(sdk::run_elements(*n.output, ctx.args), [&](int64_t i0, int64_t i1, int) {
+    if (ctx.isa >= Isa::Avx512Vnni) return geglu_avx512(g, u, y, i0, i1);
+    for (int64_t i = i0; i < i1; ++i) y[i] = gelu(g[i]) * u[i];
+  });
+}
+
 const CpuOp kOps[] = {
+    {MINFER_OP_GEGLU, any, run_geglu},
     {MINFER_OP_RMS_NORM, any, run_rms_norm},
     {MINFER_OP_ROPE, any, run_rope},
     {MINFER_OP_SWIGLU, any, run_swiglu},

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "minfer/dtype.h"
+#include "minfer/op_contract.hpp"
 
 namespace minfer::cuda {
 
@@ -134,6 +135,14 @@ void CudaDevice::argmax_f32(const float *x, int32_t *out, int64_t d, int64_t row
   check_launch(minfer_cuda_argmax_f32(&cfg_, x, out, d, rows, scratch(6, minfer_cuda_argmax_scratch_bytes(d, rows))));
 }
 
+void CudaDevice::geglu_f32(const float *g, const float *u, float *y, int64_t n) {
+  check_launch(minfer_cuda_geglu_f32(&cfg_, g, u, y, n));
+}
+
+void CudaDevice::scale_f32(const float *x, float *y, int64_t n, float scale, float softcap) {
+  check_launch(minfer_cuda_scale_f32(&cfg_, x, y, n, scale, softcap));
+}
+
 void CudaDevice::swiglu_f32(const float *g, const float *u, float *y, int64_t n) {
   check_launch(minfer_cuda_swiglu_f32(&cfg_, g, u, y, n));
 }
@@ -148,6 +157,7 @@ void CudaDevice::attention(const float *q, const float *k, const float *v, void 
   if (rope && !attention_rotates(tokens, decode, p))
     throw sdk::Error(MINFER_ERR_INTERNAL, "attention with its RoPE fused for a step the one-token kernel does not run");
   const int64_t kvd = int64_t(p.n_kv_head) * p.head_dim;
+  const minfer_cuda_attn_scores scores{p.scale, sdk::attention_softcap(p), sdk::attention_window(p)};
   if (!minfer_cuda_flash_attention_writes_kv(tokens, decode, p.n_head, p.n_kv_head, p.head_dim))
     check_launch(minfer_cuda_kv_write(&cfg_, k, v, kc, vc, cache_dtype, tokens, kvd, kv));
   if (minfer_cuda_flash_attention_supports(p.head_dim)) {
@@ -157,11 +167,11 @@ void CudaDevice::attention(const float *q, const float *k, const float *v, void 
     const minfer_cuda_rope r =
         rope ? minfer_cuda_rope{rope->n_dims, rope->mode, rope->theta_base, rope->freq_scale, rope_factors} : minfer_cuda_rope{};
     return check_launch(minfer_cuda_flash_attention(&cfg_, q, k, v, kc, vc, cache_dtype, out, partials, attention_counters_, tokens, decode,
-                                                    p.n_head, p.n_kv_head, p.head_dim, kv, max_positions, p.scale, sm_count_, rope_pos,
+                                                    p.n_head, p.n_kv_head, p.head_dim, kv, max_positions, scores, sm_count_, rope_pos,
                                                     rope ? &r : nullptr));
   }
   check_launch(minfer_cuda_attention(&cfg_, q, kc, vc, cache_dtype, out, tokens, p.n_head, p.n_kv_head, p.head_dim, kv, max_positions,
-                                     p.scale));
+                                     scores));
 }
 
 void CudaDevice::begin_capture() {

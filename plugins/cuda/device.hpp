@@ -79,6 +79,8 @@ class CudaDevice {
   void rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads, const minfer_rope_params &p,
                 const float *freq_factors, const float *x2 = nullptr, float *y2 = nullptr, int64_t heads2 = 0);
   void swiglu_f32(const float *g, const float *u, float *y, int64_t n);
+  void geglu_f32(const float *g, const float *u, float *y, int64_t n);
+  void scale_f32(const float *x, float *y, int64_t n, float scale, float softcap);
   void argmax_f32(const float *x, int32_t *out, int64_t d, int64_t rows);
   // Writes this step's K and V rows into the paged caches, then attends (the one-token kernel
   // does both). decode: each token is a different sequence's (n_seqs == n_tokens).

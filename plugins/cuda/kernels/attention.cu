@@ -30,39 +30,42 @@ __global__ void kv_write_kernel(const float *k, const float *v, T *kc, T *vc, in
 
 template <class T>
 __global__ void attention_kernel(const float *q, const T *kc, const T *vc, float *out, int64_t tokens, int n_head,
-                                 int n_kv, int hd, minfer_cuda_kv_pages kv, float scale) {
+                                 int n_kv, int hd, minfer_cuda_kv_pages kv, minfer_cuda_attn_scores sc) {
   extern __shared__ float smem[];
   __shared__ float scratch[32];
-  float *qs = smem, *sc = smem + hd;
+  float *qs = smem, *score = smem + hd;
   const int64_t kvd = int64_t(n_kv) * hd;
   const int group = n_head / n_kv;
   for (int64_t w = blockIdx.x; w < tokens * n_head; w += gridDim.x) {
     const int64_t t = w / n_head;
     const int h = int(w % n_head), kvh = h / group;
-    const int64_t last = kv.positions[t];
+    const int64_t last = kv.positions[t], first = first_key(sc, last);
     const int32_t slot = kv.slots[t];
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[(t * n_head + h) * hd + d];
     __syncthreads();
     float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) {
+    for (int64_t j = first + threadIdx.x; j <= last; j += blockDim.x) {
       const int64_t base = kv_row(kv, slot, j) * kvd + int64_t(kvh) * hd;
-      float s = 0;
-      for (int d = 0; d < hd; ++d) s += qs[d] * ld(kc, base + d);
-      s *= scale;
-      sc[j] = s;
+      float part[4] = {0, 0, 0, 0};  // independent sums: a serial one over 256 dims loses digits
+      int d = 0;
+      for (; d + 4 <= hd; d += 4)
+        for (int e = 0; e < 4; ++e) part[e] += qs[d + e] * ld(kc, base + d + e);
+      for (; d < hd; ++d) part[0] += qs[d] * ld(kc, base + d);
+      const float s = cap_score(sc, ((part[0] + part[1]) + (part[2] + part[3])) * sc.scale);
+      score[j] = s;
       mx = fmaxf(mx, s);
     }
     mx = block_max(mx, scratch);
     float sum = 0;
-    for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) sum += sc[j] = expf(sc[j] - mx);
+    for (int64_t j = first + threadIdx.x; j <= last; j += blockDim.x) sum += score[j] = expf(score[j] - mx);
     sum = block_sum(sum, scratch);
     __syncthreads();  // every score is final before any thread reads them all
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
       float acc = 0;
-      for (int64_t j = 0; j <= last; ++j) acc += sc[j] * ld(vc, kv_row(kv, slot, j) * kvd + int64_t(kvh) * hd + d);
+      for (int64_t j = first; j <= last; ++j) acc += score[j] * ld(vc, kv_row(kv, slot, j) * kvd + int64_t(kvh) * hd + d);
       out[(t * n_head + h) * hd + d] = acc / sum;
     }
-    __syncthreads();  // qs and sc are reused by the next (token, head)
+    __syncthreads();  // qs and score are reused by the next (token, head)
   }
 }
 
@@ -94,7 +97,7 @@ extern "C" int64_t minfer_cuda_attention_max_positions(int device) {
 
 extern "C" cudaError_t minfer_cuda_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc,
                                              int32_t dtype, float *out, int64_t tokens, int32_t n_head, int32_t n_kv,
-                                             int32_t hd, minfer_cuda_kv_pages kv, int64_t max_positions, float scale) {
+                                             int32_t hd, minfer_cuda_kv_pages kv, int64_t max_positions, minfer_cuda_attn_scores scores) {
   // Shared memory for every position the cache holds, not just this step's: a graph captured
   // once must fit every later step.
   const size_t smem = size_t(hd + max_positions) * sizeof(float);
@@ -104,12 +107,12 @@ extern "C" cudaError_t minfer_cuda_attention(minfer_cuda_launch_cfg *cfg, const 
     if (smem > 48 * 1024) cudaFuncSetAttribute(attention_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     attention_kernel<__half><<<grid, kAttnThreads, smem, cfg->stream>>>(q, static_cast<const __half *>(kc),
                                                                          static_cast<const __half *>(vc), out, tokens,
-                                                                         n_head, n_kv, hd, kv, scale);
+                                                                         n_head, n_kv, hd, kv, scores);
   } else if (dtype == MINFER_DTYPE_F32) {
     if (smem > 48 * 1024) cudaFuncSetAttribute(attention_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     attention_kernel<float><<<grid, kAttnThreads, smem, cfg->stream>>>(q, static_cast<const float *>(kc),
                                                                         static_cast<const float *>(vc), out, tokens, n_head,
-                                                                        n_kv, hd, kv, scale);
+                                                                        n_kv, hd, kv, scores);
   } else {
     return cudaErrorNotSupported;
   }

@@ -30,6 +30,25 @@ __global__ void swiglu_f32_kernel(const float *g, const float *u, float *y, int6
   MINFER_GRID_STRIDE(i, n) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+// y = gelu(g) * u, GELU's tanh form as x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))) (the
+// same value as 0.5 x (1 + tanh(...)), without its cancellation in the negative tail).
+__global__ void geglu_f32_kernel(const float *g, const float *u, float *y, int64_t n) {
+  MINFER_GRID_STRIDE(i, n) {
+    const float x = g[i];
+    y[i] = x / (1.0f + expf(-1.5957691216057308f * fmaf(0.044715f * x, x * x, x))) * u[i];
+  }
+}
+
+// y = scale * x, or softcap * tanh(scale * x / softcap) when softcap > 0.
+__global__ void scale_f32_kernel(const float *x, float *y, int64_t n, float scale, float softcap) {
+  if (softcap > 0) {
+    const float pre = scale / softcap;
+    MINFER_GRID_STRIDE(i, n) y[i] = softcap * tanhf(pre * x[i]);
+  } else {
+    MINFER_GRID_STRIDE(i, n) y[i] = scale * x[i];
+  }
+}
+
 }  // namespace
 }  // namespace minfer::cuda
 
@@ -60,6 +79,16 @@ extern "C" cudaError_t minfer_cuda_add_row_broadcast_f32(minfer_cuda_launch_cfg 
   add_row_broadcast_f32_kernel<<<grid_for(cfg, total), kBlock, 0, cfg->stream>>>(a, bias, y,
                                                                                  total, d);
   return launched(cfg, "add_row_broadcast_f32_kernel");
+}
+
+extern "C" cudaError_t minfer_cuda_geglu_f32(minfer_cuda_launch_cfg *cfg, const float *g, const float *u, float *y, int64_t n) {
+  geglu_f32_kernel<<<grid_for(cfg, n), kBlock, 0, cfg->stream>>>(g, u, y, n);
+  return launched(cfg, "geglu_f32_kernel");
+}
+
+extern "C" cudaError_t minfer_cuda_scale_f32(minfer_cuda_launch_cfg *cfg, const float *x, float *y, int64_t n, float scale, float softcap) {
+  scale_f32_kernel<<<grid_for(cfg, n), kBlock, 0, cfg->stream>>>(x, y, n, scale, softcap);
+  return launched(cfg, "scale_f32_kernel");
 }
 
 extern "C" cudaError_t minfer_cuda_swiglu_f32(minfer_cuda_launch_cfg *cfg, const float *g, const float *u, float *y,

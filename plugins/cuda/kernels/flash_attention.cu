@@ -56,7 +56,7 @@ struct PrefillItem {
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *q, const T *kc, const T *vc, float *out, float *partials,
                                                                    int64_t tokens, int n_head, int n_kv, minfer_cuda_kv_pages kv,
-                                                                   float scale, int64_t row_tiles, int splits, int64_t chunk) {
+                                                                   minfer_cuda_attn_scores scores, int64_t row_tiles, int splits, int64_t chunk) {
   constexpr int KS = k_stride<HD>(), D = HD / 32;  // dims per lane in P·V
   extern __shared__ float4 smem4[];
   float *qs = reinterpret_cast<float *>(smem4), *ks = qs + kRows * HD, *vs = ks + kKeys * KS;
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *
       if (row < rows) {
         const int64_t t = row / group, h = int64_t(kvh) * group + row % group;
         v = reinterpret_cast<const float4 *>(q + (t * n_head + h) * HD)[d4];
-        v.x *= scale, v.y *= scale, v.z *= scale, v.w *= scale;
+        v.x *= scores.scale, v.y *= scores.scale, v.z *= scores.scale, v.w *= scores.scale;
       }
       reinterpret_cast<float4 *>(qs)[i] = v;
     }
@@ -90,14 +90,18 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *
       const int32_t slot = kv.slots[t0];
       int64_t t1 = t0;
       while (t1 < last_row / group && kv.slots[t1 + 1] == slot) ++t1;
-      // The last key each of this warp's rows may see (causal); -1 for rows of other sequences.
-      int64_t limit[kRowsPerWarp];
+      // The keys each of this warp's rows may see: lo..limit (causal, within its window);
+      // limit -1 for rows of other sequences.
+      int64_t limit[kRowsPerWarp], lo[kRowsPerWarp];
       for (int r = 0; r < kRowsPerWarp; ++r) {
         const int64_t row = r0 + warp * kRowsPerWarp + r, t = row / group;
         limit[r] = row <= last_row && t >= t0 && t <= t1 ? kv.positions[t] : -1;
+        lo[r] = limit[r] >= 0 ? first_key(scores, limit[r]) : 0;
       }
-      const int64_t begin = int64_t(z) * chunk, end_all = int64_t(kv.positions[t1]) + 1;
-      const int64_t end = begin + chunk < end_all ? begin + chunk : end_all;
+      // This split's keys, less those before the first token's window (no row's).
+      const int64_t from = first_key(scores, kv.positions[t0]), end_all = int64_t(kv.positions[t1]) + 1;
+      const int64_t begin = int64_t(z) * chunk > from ? int64_t(z) * chunk : from;
+      const int64_t end = int64_t(z) * chunk + chunk < end_all ? int64_t(z) * chunk + chunk : end_all;
       for (int64_t k0 = begin; k0 < end; k0 += kKeys) {
         __syncthreads();  // the previous tile is consumed (and qs written, the first time)
         for (int i = threadIdx.x; i < kKeys * HD / 2; i += kThreads) {
@@ -125,7 +129,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *
         }
         const int64_t pos = k0 + lane;
         for (int r = 0; r < kRowsPerWarp; ++r) {
-          if (pos > limit[r] || pos >= end) s[r] = -INFINITY;
+          s[r] = cap_score(scores, s[r]);
+          if (pos > limit[r] || pos < lo[r] || pos >= end) s[r] = -INFINITY;
           const float m_new = fmaxf(m[r], warp_max(s[r]));
           // A row with no visible key yet keeps m = -inf: its weights are 0, not exp(nan).
           const float p = m_new == -INFINITY ? 0.0f : expf(s[r] - m_new);
@@ -190,7 +195,7 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], u
 template <int HD>
 __global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const float *q, const __half *kc, const __half *vc, float *out,
                                                                         float *partials, int64_t tokens, int n_head, int n_kv,
-                                                                        minfer_cuda_kv_pages kv, float scale, int64_t row_tiles,
+                                                                        minfer_cuda_kv_pages kv, minfer_cuda_attn_scores scores, int64_t row_tiles,
                                                                         int splits, int64_t chunk) {
   constexpr int KP = HD + 8, VP = kTcKeys + 8, NB = HD / 8;  // padded rows; n-blocks of the output
   extern __shared__ uint4 tc_smem[];
@@ -213,10 +218,10 @@ __global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const fl
         for (int c = 0; c < 2; ++c) {
           float2 v = make_float2(0, 0);
           if (qr) v = *reinterpret_cast<const float2 *>(qr + kk * 16 + 2 * tg + 8 * c);
-          const __half2 hi = __floats2half2_rn(v.x * scale, v.y * scale);
+          const __half2 hi = __floats2half2_rn(v.x * scores.scale, v.y * scores.scale);
           const float2 back = __half22float2(hi);
           qa[kk][h + 2 * c] = *reinterpret_cast<const uint32_t *>(&hi);
-          qb[kk][h + 2 * c] = pack_half2(v.x * scale - back.x, v.y * scale - back.y);
+          qb[kk][h + 2 * c] = pack_half2(v.x * scores.scale - back.x, v.y * scores.scale - back.y);
         }
     }
     const int64_t last_row = (r0 + kTcRows < rows ? r0 + kTcRows : rows) - 1;
@@ -226,14 +231,17 @@ __global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const fl
       const int32_t slot = kv.slots[t0];
       int64_t t1 = t0;
       while (t1 < last_row / group && kv.slots[t1 + 1] == slot) ++t1;
-      int64_t limit[2];  // the last key each of this thread's rows may see; -1 for other sequences'
+      int64_t limit[2], lo[2];  // the keys each of this thread's rows may see: lo..limit; limit -1 for other sequences'
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t row = wr + g + 8 * h, t = row / group;
         limit[h] = row <= last_row && t >= t0 && t <= t1 ? kv.positions[t] : -1;
+        lo[h] = limit[h] >= 0 ? first_key(scores, limit[h]) : 0;
       }
-      const int64_t begin = int64_t(z) * chunk, end_all = int64_t(kv.positions[t1]) + 1;
-      const int64_t end = begin + chunk < end_all ? begin + chunk : end_all;
+      // This split's keys, less those before the first token's window (no row's).
+      const int64_t from = first_key(scores, kv.positions[t0]), end_all = int64_t(kv.positions[t1]) + 1;
+      const int64_t begin = int64_t(z) * chunk > from ? int64_t(z) * chunk : from;
+      const int64_t end = int64_t(z) * chunk + chunk < end_all ? int64_t(z) * chunk + chunk : end_all;
       for (int64_t k0 = begin; k0 < end; k0 += kTcKeys) {
         __syncthreads();  // the previous tile is consumed
         // Consecutive threads take consecutive keys of one 8-dim piece: V's transposed stores then
@@ -273,7 +281,8 @@ __global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const fl
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               const int64_t key = k0 + 8 * n + 2 * tg + c;
-              if (key > limit[h] || key >= end) sc[n][2 * h + c] = -INFINITY;
+              sc[n][2 * h + c] = cap_score(scores, sc[n][2 * h + c]);
+              if (key > limit[h] || key < lo[h] || key >= end) sc[n][2 * h + c] = -INFINITY;
               mx = fmaxf(mx, sc[n][2 * h + c]);
             }
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -390,7 +399,7 @@ __device__ __forceinline__ void unpack16(const uint4 &u, const float *, float (&
 template <class T, int HD, int kRows>
 __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const float *q, const float *k_new, const float *v_new, T *kc, T *vc,
                                                                       float *out, float *partials, int *counters, int64_t tokens, int n_head,
-                                                                      int n_kv, minfer_cuda_kv_pages kv, float scale, int splits, int64_t chunk,
+                                                                      int n_kv, minfer_cuda_kv_pages kv, minfer_cuda_attn_scores scores, int splits, int64_t chunk,
                                                                       const int32_t *rope_pos, minfer_cuda_rope rope) {
   constexpr int D = HD / 32, kPieces = HD * int(sizeof(T)) / 16;  // 16-byte pieces of a row
   __shared__ __align__(16) float qs[kRows][HD];
@@ -424,7 +433,7 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
     for (int i = threadIdx.x; i < kRows * HD; i += kDecodeThreads) {
       const int r = i / HD, d = i % HD;
       const float *qh = q + (qh0 + r) * HD;
-      qs[r][d] = r < nrows ? (rope.n_dims > 0 ? rope_value(qh, d, rope, rope_cs) : qh[d]) * scale : 0.0f;
+      qs[r][d] = r < nrows ? (rope.n_dims > 0 ? rope_value(qh, d, rope, rope_cs) : qh[d]) * scores.scale : 0.0f;
     }
     const int64_t begin = int64_t(z) * chunk, end = begin + chunk < n_past + 1 ? begin + chunk : n_past + 1;
     if (begin <= n_past && n_past < end) {  // this chunk holds the new key: into the caches, read back below
@@ -442,7 +451,9 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
 #pragma unroll
       for (int i = 0; i < D; ++i) acc[r][i] = 0;
     }
-    for (int64_t k0 = begin + warp * 32; k0 < end; k0 += kDecodeWarps * 32) {
+    // Keys before the token's window are skipped (a chunk wholly before it reads none).
+    const int64_t from = first_key(scores, n_past) > begin ? first_key(scores, n_past) : begin;
+    for (int64_t k0 = from + warp * 32; k0 < end; k0 += kDecodeWarps * 32) {
       const int keys = end - k0 < 32 ? int(end - k0) : 32;
       // V rows of the tile on their way into shared memory.
       for (int c = lane; c < keys * kPieces; c += 32) {
@@ -479,7 +490,7 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
       }
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        if (pos >= end) s[r] = -INFINITY;
+        s[r] = pos < end ? cap_score(scores, s[r]) : -INFINITY;
         const float m_new = fmaxf(m[r], warp_max(s[r]));
         const float p = m_new == -INFINITY ? 0.0f : expf(s[r] - m_new);
         const float corr = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
@@ -605,7 +616,7 @@ Plan plan_for(int64_t tokens, bool decode, int n_head, int n_kv, int64_t max_pos
 
 template <class T, int HD, int kRows>
 cudaError_t launch_decode_rows(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new, void *kc, void *vc, float *out,
-                               float *partials, int *counters, int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, float scale,
+                               float *partials, int *counters, int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, const minfer_cuda_attn_scores &scores,
                                const Plan &p, const int32_t *rope_pos, const minfer_cuda_rope &rope) {
   const int64_t items = tokens * n_kv * ((n_head / n_kv + kRows - 1) / kRows) * p.splits;
   const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
@@ -614,24 +625,24 @@ cudaError_t launch_decode_rows(minfer_cuda_launch_cfg *cfg, const float *q, cons
   const cudaError_t e = cudaFuncSetAttribute(flash_decode_kernel<T, HD, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   flash_decode_kernel<T, HD, kRows><<<grid, kDecodeThreads, smem, cfg->stream>>>(q, k_new, v_new, static_cast<T *>(kc), static_cast<T *>(vc), out,
-                                                                                 partials, counters, tokens, n_head, n_kv, kv, scale, p.splits,
+                                                                                 partials, counters, tokens, n_head, n_kv, kv, scores, p.splits,
                                                                                  p.chunk, rope_pos, rope);
   return cudaGetLastError();
 }
 
 template <class T, int HD>
 cudaError_t launch_decode(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new, void *kc, void *vc, float *out,
-                          float *partials, int *counters, int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, float scale,
+                          float *partials, int *counters, int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, const minfer_cuda_attn_scores &scores,
                           const Plan &p, const int32_t *rope_pos, const minfer_cuda_rope &rope) {
   if (p.decode_rows == 1)
-    return launch_decode_rows<T, HD, 1>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scale, p, rope_pos, rope);
-  return launch_decode_rows<T, HD, kDecodeRows>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scale, p,
+    return launch_decode_rows<T, HD, 1>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, rope);
+  return launch_decode_rows<T, HD, kDecodeRows>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p,
                                                 rope_pos, rope);
 }
 
 template <int HD>
 cudaError_t launch_tc(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc, float *out, float *partials,
-                      int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, float scale, const Plan &p) {
+                      int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, const minfer_cuda_attn_scores &scores, const Plan &p) {
   constexpr size_t smem = tc_smem_bytes<HD>();
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(flash_attention_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -640,14 +651,14 @@ cudaError_t launch_tc(minfer_cuda_launch_cfg *cfg, const float *q, const void *k
   const int64_t items = int64_t(n_kv) * p.row_tiles * p.splits;
   const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
   flash_attention_tc_kernel<HD><<<grid, kTcThreads, smem, cfg->stream>>>(q, static_cast<const __half *>(kc), static_cast<const __half *>(vc),
-                                                                         out, partials, tokens, n_head, n_kv, kv, scale, p.row_tiles,
+                                                                         out, partials, tokens, n_head, n_kv, kv, scores, p.row_tiles,
                                                                          p.splits, p.chunk);
   return cudaGetLastError();
 }
 
 template <class T, int HD>
 cudaError_t launch(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, const void *vc, float *out, float *partials,
-                   int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, float scale, const Plan &p) {
+                   int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, const minfer_cuda_attn_scores &scores, const Plan &p) {
   const size_t smem = smem_bytes<HD>();
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(flash_attention_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -656,7 +667,7 @@ cudaError_t launch(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, 
   const int64_t items = int64_t(n_kv) * p.row_tiles * p.splits;
   const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
   flash_attention_kernel<T, HD><<<grid, kThreads, smem, cfg->stream>>>(q, static_cast<const T *>(kc), static_cast<const T *>(vc), out,
-                                                                       partials, tokens, n_head, n_kv, kv, scale, p.row_tiles,
+                                                                       partials, tokens, n_head, n_kv, kv, scores, p.row_tiles,
                                                                        p.splits, p.chunk);
   return cudaGetLastError();
 }
@@ -694,27 +705,27 @@ extern "C" int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int decode,
 extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new,
                                                    void *kc, void *vc, int32_t dtype, float *out, float *partials, int *counters,
                                                    int64_t tokens, int decode, int32_t n_head, int32_t n_kv, int32_t hd,
-                                                   minfer_cuda_kv_pages kv, int64_t max_positions, float scale, int32_t sm_count,
+                                                   minfer_cuda_kv_pages kv, int64_t max_positions, minfer_cuda_attn_scores scores, int32_t sm_count,
                                                    const int32_t *rope_pos, const minfer_cuda_rope *rope) {
   const Plan p = plan_for(tokens, decode != 0, n_head, n_kv, max_positions, sm_count);
   cudaError_t e = cudaErrorNotSupported;
   if (rope && !p.decode) return cudaErrorInvalidValue;  // only the one-token kernel rotates
   if (p.decode) {
     const minfer_cuda_rope r = rope ? *rope : minfer_cuda_rope{0, 0, 0, 0};
-    if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_decode<__half, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scale, p, rope_pos, r);
-    if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_decode<__half, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scale, p, rope_pos, r);
-    if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch_decode<float, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scale, p, rope_pos, r);
-    if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch_decode<float, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scale, p, rope_pos, r);
+    if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_decode<__half, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, r);
+    if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_decode<__half, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, r);
+    if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch_decode<float, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, r);
+    if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch_decode<float, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, r);
     cfg->kernel_name = minfer_cuda_flash_attention_kernel(tokens, decode, n_head, n_kv, hd, dtype);
     cfg->kernel_dtype = dtype;
     return e;
   }
   // f16 caches on tensor cores; f32 caches keep f32 arithmetic throughout.
   const Plan pt = plan_for(tokens, false, n_head, n_kv, max_positions, sm_count, dtype == MINFER_DTYPE_F16 ? kTcRows : kRows);
-  if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_tc<64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scale, pt);
-  if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_tc<128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scale, pt);
-  if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch<float, 64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scale, pt);
-  if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch<float, 128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scale, pt);
+  if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_tc<64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scores, pt);
+  if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_tc<128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scores, pt);
+  if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch<float, 64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scores, pt);
+  if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch<float, 128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scores, pt);
   cfg->kernel_name = minfer_cuda_flash_attention_kernel(tokens, decode, n_head, n_kv, hd, dtype);
   cfg->kernel_dtype = dtype;
   if (e != cudaSuccess || pt.splits == 1) return e;

@@ -73,6 +73,10 @@ cudaError_t minfer_cuda_argmax_f32(minfer_cuda_launch_cfg *cfg, const float *x, 
 /* elementwise.cu: y = silu(gate) * up */
 cudaError_t minfer_cuda_swiglu_f32(minfer_cuda_launch_cfg *cfg, const float *gate, const float *up, float *y,
                                    int64_t n);
+/* elementwise.cu: y = gelu(gate) * up (GELU's tanh form) */
+cudaError_t minfer_cuda_geglu_f32(minfer_cuda_launch_cfg *cfg, const float *gate, const float *up, float *y, int64_t n);
+/* elementwise.cu: y = scale * x, or softcap * tanh(scale * x / softcap) when softcap > 0 */
+cudaError_t minfer_cuda_scale_f32(minfer_cuda_launch_cfg *cfg, const float *x, float *y, int64_t n, float scale, float softcap);
 
 /* The paged KV cache as the attention kernels read it (minfer/ops.h): token t sits at
  * positions[t] of sequence slots[t]; position p of slot s lives in cache row
@@ -86,6 +90,15 @@ typedef struct minfer_cuda_kv_pages {
   int32_t page_shift;       /* log2(page_size) */
 } minfer_cuda_kv_pages;
 
+/* How attention shapes its scores (minfer/ops.h, ABI 1.6): s = q.k * scale, then, with
+ * softcap > 0, softcap * tanh(s / softcap); window > 0: the token at position p sees only
+ * keys p - window + 1 .. p (sliding-window layers). */
+typedef struct minfer_cuda_attn_scores {
+  float scale;
+  float softcap;
+  int32_t window;
+} minfer_cuda_attn_scores;
+
 /* attention.cu: write this step's K and V rows into the caches (f16 or f32) at each token's
  * (slot, position). */
 cudaError_t minfer_cuda_kv_write(minfer_cuda_launch_cfg *cfg, const float *k, const float *v, void *k_cache,
@@ -95,7 +108,7 @@ cudaError_t minfer_cuda_kv_write(minfer_cuda_launch_cfg *cfg, const float *k, co
 cudaError_t minfer_cuda_attention(minfer_cuda_launch_cfg *cfg, const float *q, const void *k_cache,
                                   const void *v_cache, int32_t cache_dtype, float *out, int64_t tokens,
                                   int32_t n_head, int32_t n_kv_head, int32_t head_dim, minfer_cuda_kv_pages kv,
-                                  int64_t max_positions, float scale);
+                                  int64_t max_positions, minfer_cuda_attn_scores scores);
 /* The most positions attention handles (its scores live in shared memory). */
 int64_t minfer_cuda_attention_max_positions(int device);
 
@@ -122,7 +135,7 @@ int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int decode, i
 cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new,
                                         void *k_cache, void *v_cache, int32_t cache_dtype, float *out, float *partials, int *counters,
                                         int64_t tokens, int decode, int32_t n_head, int32_t n_kv_head, int32_t head_dim,
-                                        minfer_cuda_kv_pages kv, int64_t max_positions, float scale, int32_t sm_count,
+                                        minfer_cuda_kv_pages kv, int64_t max_positions, minfer_cuda_attn_scores scores, int32_t sm_count,
                                         const int32_t *rope_pos, const minfer_cuda_rope *rope);
 
 /* gemv.cu: one token, x in f32: the kernel quantizes x itself (no quantize launch before it);

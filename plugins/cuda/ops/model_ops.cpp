@@ -40,6 +40,10 @@ void run_rope(CudaDevice &dev, const minfer_node &n, const minfer_step_args &arg
                n.output->shape[0] / p.head_dim, p, rope_factors(n));
 }
 
+void run_geglu(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  dev.geglu_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output), sdk::run_elements(*n.output, args));
+}
+
 void run_swiglu(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
   dev.swiglu_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output), sdk::run_elements(*n.output, args));
 }
@@ -165,6 +169,7 @@ const CudaOp kOps[] = {
     {MINFER_OP_RMS_NORM, any, run_rms_norm},
     {MINFER_OP_ROPE, any, run_rope},
     {MINFER_OP_SWIGLU, any, run_swiglu},
+    {MINFER_OP_GEGLU, any, run_geglu},
     {MINFER_OP_ATTENTION, check_attention, run_attention},
     {MINFER_OP_MATMUL, check_weight, run_matmul},
 };

@@ -5,6 +5,7 @@
 // it cannot do (a dtype it lacks), never a different reading of the op.
 #pragma once
 
+#include <cmath>
 #include <string>
 
 #include "minfer/abi.h"
@@ -39,6 +40,15 @@ inline int64_t rms_norm_group(const minfer_node &n) {
   return n.inputs[0]->shape[0];
 }
 
+// Attention's ABI 1.6 fields: the score cap and the sliding window (0 = none), 0 where the
+// writer's struct does not reach them.
+inline float attention_softcap(const minfer_attention_params &p) {
+  return p.struct_size >= MINFER_SIZE_UP_TO(minfer_attention_params, softcap) ? p.softcap : 0.0f;
+}
+inline int32_t attention_window(const minfer_attention_params &p) {
+  return p.struct_size >= MINFER_SIZE_UP_TO(minfer_attention_params, window) ? p.window : 0;
+}
+
 // The plugin ABI minor a node needs beyond 1.0, and what needs it (a plugin of an older minor
 // would read it wrongly: the host does not give it such nodes).
 struct AbiNeed {
@@ -46,6 +56,13 @@ struct AbiNeed {
   const char *what = "";
 };
 inline AbiNeed abi_needed(const minfer_node &n) {
+  if (n.op == MINFER_OP_GEGLU) return {6, "geglu"};
+  if (n.op == MINFER_OP_SCALE) return {6, "scale"};
+  if (n.op == MINFER_OP_ATTENTION && n.params) {
+    const auto &p = params_of<minfer_attention_params>(n);
+    if (attention_softcap(p) != 0.0f) return {6, "attention with soft-capped scores"};
+    if (attention_window(p) != 0) return {6, "sliding-window attention"};
+  }
   if (n.op == MINFER_OP_ATTENTION) return {5, "paged attention"};
   if (n.op == MINFER_OP_ARGMAX) return {5, "argmax"};
   for (int i = 0; i <= n.n_inputs; ++i) {
@@ -88,6 +105,13 @@ inline std::string check_op_contract(const minfer_node &n) {
     case MINFER_OP_SILU:
       if (in_(0).dtype != MINFER_DTYPE_F32) return need(in_(0), "f32");
       break;
+    case MINFER_OP_SCALE: {
+      const auto &p = params_of<minfer_scale_params>(n);
+      if (in_(0).dtype != MINFER_DTYPE_F32) return need(in_(0), "f32");
+      if (!std::isfinite(p.scale)) return "scale must be a finite number";
+      if (!(p.softcap >= 0) || !std::isfinite(p.softcap)) return "softcap must be 0 (none) or a positive number";
+      break;
+    }
     case MINFER_OP_ADD_ROW_BROADCAST:
       if (in_(0).dtype != MINFER_DTYPE_F32) return need(in_(0), "f32");
       if (in_(1).dtype != MINFER_DTYPE_F32) return need(in_(1), "f32");
@@ -117,6 +141,7 @@ inline std::string check_op_contract(const minfer_node &n) {
       if (!same_shape(in_(0), out)) return "output " + describe(out) + " must have the input's shape";
       return "";
     case MINFER_OP_SWIGLU:
+    case MINFER_OP_GEGLU:
       for (int i = 0; i < 2; ++i)
         if (in_(i).dtype != MINFER_DTYPE_F32) return need(in_(i), "f32");
       if (!same_shape(in_(0), in_(1))) return "inputs " + describe(in_(0)) + " and " + describe(in_(1)) + " differ in shape";
@@ -170,6 +195,8 @@ inline std::string check_op_contract(const minfer_node &n) {
       const int64_t qd = int64_t(p.n_head) * p.head_dim, kvd = int64_t(p.n_kv_head) * p.head_dim;
       if (p.struct_size < MINFER_SIZE_UP_TO(minfer_attention_params, page_size) || p.page_size <= 0 || (p.page_size & (p.page_size - 1)))
         return "page_size must be a power of two (ABI 1.5 params)";
+      if (!(attention_softcap(p) >= 0) || !std::isfinite(attention_softcap(p))) return "softcap must be 0 (none) or a positive number";
+      if (attention_window(p) < 0) return "window must be 0 (every earlier position) or a positive count of positions";
       const minfer_tensor &q = in_(0), &k = in_(1), &v = in_(2), &kc = in_(3), &vc = in_(4), &pos = in_(5), &slot = in_(6), &table = in_(7);
       if (q.dtype != MINFER_DTYPE_F32 || q.rank != 2 || q.shape[0] != qd) return need(q, ("f32 [" + std::to_string(qd) + ", n]").c_str());
       for (const minfer_tensor *t : {&k, &v})

@@ -56,7 +56,13 @@ typedef enum minfer_op {
      [rows]. The first of equal values wins; NaN is never the largest (a row of NaN alone
      gives 0). Greedy sampling on the device: a step reads a token per row, not its logits. */
   MINFER_OP_ARGMAX = 13,
-  MINFER_OP_COUNT_ = 14 /* one past the largest id; not an op */
+  /* ABI 1.6: out = gelu(gate) * up, GELU in its tanh form
+     0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); gate, up, out f32, same shape (Gemma) */
+  MINFER_OP_GEGLU = 14,
+  /* ABI 1.6: out = softcap > 0 ? softcap * tanh(scale * x / softcap) : scale * x; f32, any
+     shape; minfer_scale_params (Gemma's sqrt(n_embd) embedding scale, its final-logit cap) */
+  MINFER_OP_SCALE = 15,
+  MINFER_OP_COUNT_ = 16 /* one past the largest id; not an op */
 } minfer_op;
 
 /* The common head of every parameter struct. */
@@ -95,7 +101,18 @@ typedef struct minfer_attention_params {
   int32_t n_kv_head; /* n_head is a multiple of it: query head h reads kv head h / (n_head/n_kv_head) */
   float scale;       /* applied to q.k, usually 1/sqrt(head_dim) */
   int32_t page_size; /* ABI 1.5: positions per KV page, a power of two */
+  /* ABI 1.6 (a reader whose struct_size does not reach them takes 0 for both;
+   * sdk::attention_softcap, sdk::attention_window): */
+  float softcap;  /* > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2) */
+  int32_t window; /* > 0: the token at position p attends to positions p - window + 1 .. p only
+                     (sliding-window layers); 0: to every earlier position */
 } minfer_attention_params;
+
+typedef struct minfer_scale_params {
+  size_t struct_size;
+  float scale;
+  float softcap; /* 0: none */
+} minfer_scale_params;
 
 typedef struct minfer_op_traits {
   const char *name;  /* "add_row_broadcast"; NULL for an unknown id */
@@ -116,9 +133,11 @@ static inline minfer_op_traits minfer_op_info(int32_t op) {
     case MINFER_OP_RMS_NORM: t.name = "rms_norm"; t.n_inputs = 2; t.params_size = offsetof(minfer_rms_norm_params, eps) + sizeof(float); break; /* ABI 1.0's part */
     case MINFER_OP_MATMUL: t.name = "matmul"; t.n_inputs = 2; break;
     case MINFER_OP_ROPE: t.name = "rope"; t.n_inputs = 2; t.params_size = sizeof(minfer_rope_params); break;
-    case MINFER_OP_ATTENTION: t.name = "attention"; t.n_inputs = 8; t.params_size = sizeof(minfer_attention_params); break;
+    case MINFER_OP_ATTENTION: t.name = "attention"; t.n_inputs = 8; t.params_size = offsetof(minfer_attention_params, page_size) + sizeof(int32_t); break; /* ABI 1.5's part */
     case MINFER_OP_SWIGLU: t.name = "swiglu"; t.n_inputs = 2; break;
     case MINFER_OP_ARGMAX: t.name = "argmax"; t.n_inputs = 1; break;
+    case MINFER_OP_GEGLU: t.name = "geglu"; t.n_inputs = 2; break;
+    case MINFER_OP_SCALE: t.name = "scale"; t.n_inputs = 1; t.params_size = sizeof(minfer_scale_params); break;
     default: break;
   }
   return t;
