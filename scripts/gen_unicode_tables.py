@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes core/tokenizer/unicode_tables.cpp: code point ranges of the Unicode general
-categories L* (letters) and N* (numbers) that the BPE pre-tokenizers' \\p{L} and \\p{N} mean,
-from Python's unicodedata (its Unicode version is recorded in the file).
+categories L* (letters), N* (numbers), M* (marks), P* (punctuation) and S* (symbols) that the
+BPE pre-tokenizers' \\p{L}, \\p{N}, \\p{M}, \\p{P} and \\p{S} mean, from Python's unicodedata
+(its Unicode version is recorded in the file).
 
     python3 scripts/gen_unicode_tables.py > core/tokenizer/unicode_tables.cpp
 """
@@ -37,4 +38,7 @@ print('#include "tokenizer/unicode.hpp"\n')
 print("namespace minfer::tokenizer::tables {\n")
 emit("kLetters", ranges(lambda c: unicodedata.category(chr(c)).startswith("L")))
 emit("kNumbers", ranges(lambda c: unicodedata.category(chr(c)).startswith("N")))
+emit("kMarks", ranges(lambda c: unicodedata.category(chr(c)).startswith("M")))
+emit("kPunctuation", ranges(lambda c: unicodedata.category(chr(c)).startswith("P")))
+emit("kSymbols", ranges(lambda c: unicodedata.category(chr(c)).startswith("S")))
 print("}  // namespace minfer::tokenizer::tables")

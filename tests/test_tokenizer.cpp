@@ -6,7 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/error.hpp"
 #include "gguf/gguf.hpp"
+#include "gguf/writer.hpp"
 #include "test_util.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -69,7 +71,7 @@ TEST_P(VocabVectors, EveryTextGivesTheExpectedIds) {
   std::printf("%s: %d/%zu texts match\n", GetParam().c_str(), passed, v.texts.size());
 }
 
-INSTANTIATE_TEST_SUITE_P(Vocabularies, VocabVectors, ::testing::Values("llama-spm", "gpt-2", "qwen2", "llama-bpe", "gemma3"),
+INSTANTIATE_TEST_SUITE_P(Vocabularies, VocabVectors, ::testing::Values("llama-spm", "gpt-2", "qwen2", "llama-bpe", "gemma3", "gpt-4o", "deepseek-v3"),
                          [](const auto &info) {
                            std::string n = info.param;
                            for (char &c : n) c = c == '-' ? '_' : c;
@@ -110,3 +112,38 @@ TEST(Tokenizer, StreamDecoderHoldsBackSplitCharacters) {
 }
 
 }  // namespace
+
+// tekken (Mistral Nemo) and smollm have no llama.cpp id vectors here: their pieces, as Python's
+// `regex` module splits these texts with llama.cpp's patterns for them (the tekken one as
+// llama.cpp rewrites it: a cased letter is "not a-z" / "not A-Z"; smollm's digits first).
+TEST(PreTokenize, TekkenAndSmollmSplitAsLlamaCppPatterns) {
+  using minfer::tokenizer::Pre;
+  using minfer::tokenizer::pre_tokenize;
+  using V = std::vector<std::string>;
+  const std::string a = "HELLOworld iPhone's 12345 x/y\n\n  z", b = "\xC3\x9Cn\xC3\xAF" "code \xD0\x96\xD0\x96\xD0\xB6 3.14 don't  \tgo!!\n/";
+  EXPECT_EQ(pre_tokenize(Pre::Tekken, a), (V{"HELLOworld", " i", "Phone", "'s", " ", "1", "2", "3", "4", "5", " x", "/y", "\n\n", " ", " z"}));
+  EXPECT_EQ(pre_tokenize(Pre::Tekken, b), (V{"\xC3\x9Cn\xC3\xAF" "code", " \xD0\x96\xD0\x96\xD0\xB6", " ", "3", ".", "1", "4", " don", "'t", "  ", "\tgo", "!!\n/"}));
+  EXPECT_EQ(pre_tokenize(Pre::Smollm, a), (V{"HELLOworld", " iPhone", "'s", " ", "1", "2", "3", "4", "5", " x", "/", "y", "\n\n ", " z"}));
+  EXPECT_EQ(pre_tokenize(Pre::Smollm, b), (V{"\xC3\x9Cn\xC3\xAF" "code", " \xD0\x96\xD0\x96\xD0\xB6", " ", "3", ".", "1", "4", " don", "'t", "  ", "\t", "go", "!!", "\n", "/"}));
+  EXPECT_EQ(pre_tokenize(Pre::Smollm, "a1b22c333 'll  x"), (V{"a", "1", "b", "2", "2", "c", "3", "3", "3", " '", "ll", " ", " x"}));
+}
+
+// An unknown pre-tokenizer is refused, naming it: never split with another one's rules.
+TEST(Tokenizer, UnknownPreTokenizerIsAnErrorNamingIt) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const auto f = minfer::gguf::File::open(td + "/vocab/ggml-vocab-qwen2.gguf");
+  minfer::gguf::Writer w;
+  for (const auto &[k, v] : f->metadata()) w.set(k, k == "tokenizer.ggml.pre" ? minfer::gguf::Value::str("no-such-pre") : v);
+  const std::string path = (std::filesystem::temp_directory_path() / "minfer-unknown-pre.gguf").string();
+  w.begin(path);
+  w.finish();
+  const auto g = minfer::gguf::File::open(path);
+  try {
+    (void)minfer::tokenizer::Tokenizer::from_gguf(*g);
+    ADD_FAILURE() << "a file with pre 'no-such-pre' loaded";
+  } catch (const minfer::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("'no-such-pre' is not supported"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}

@@ -140,8 +140,15 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File &f) {
     const std::string pre = f.get_or<std::string>("tokenizer.ggml.pre", "default");
     if (pre == "default" || pre == "gpt-2" || pre == "gpt2") t->pre_ = Pre::Gpt2;
     else if (pre == "llama-bpe" || pre == "llama3") t->pre_ = Pre::Llama3, t->ignore_merges_ = true;
-    else if (pre == "qwen2") t->pre_ = Pre::Qwen2;
-    else throw Error(f.path() + ": tokenizer.ggml.pre '" + pre + "' is not supported (supported: default, gpt-2, llama-bpe, qwen2)");
+    else if (pre == "qwen2" || pre == "deepseek-r1-qwen") t->pre_ = Pre::Qwen2;
+    else if (pre == "gpt-4o" || pre == "llama4") t->pre_ = Pre::Gpt4o;
+    else if (pre == "tekken") t->pre_ = Pre::Tekken;
+    else if (pre == "smollm") t->pre_ = Pre::Smollm;
+    else if (pre == "deepseek-v3") t->pre_ = Pre::DeepseekV3;
+    else
+      throw Error(f.path() + ": tokenizer.ggml.pre '" + pre +
+                  "' is not supported (supported: default, gpt-2, llama-bpe, llama3, qwen2, deepseek-r1-qwen, gpt-4o, llama4, tekken, "
+                  "smollm, deepseek-v3); a file of another pre-tokenizer would be split wrongly, so it is refused");
     const std::vector<std::string> merges = f.get_strings("tokenizer.ggml.merges");
     t->merge_rank_.reserve(merges.size());
     for (size_t r = 0; r < merges.size(); ++r) {

@@ -21,7 +21,7 @@ class File;
 namespace minfer::tokenizer {
 
 enum class Kind { Spm, Bpe };
-enum class Pre { Gpt2, Llama3, Qwen2 };
+enum class Pre { Gpt2, Llama3, Qwen2, Gpt4o, Tekken, Smollm, DeepseekV3 };
 
 // GGUF token types.
 enum TokenType : int32_t { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };

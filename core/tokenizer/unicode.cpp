@@ -15,6 +15,9 @@ bool in_ranges(const CodepointRange *r, size_t n, uint32_t cp) {
 
 bool is_letter(uint32_t cp) { return in_ranges(tables::kLetters, tables::kLetters_count, cp); }
 bool is_number(uint32_t cp) { return in_ranges(tables::kNumbers, tables::kNumbers_count, cp); }
+bool is_mark(uint32_t cp) { return in_ranges(tables::kMarks, tables::kMarks_count, cp); }
+bool is_punctuation(uint32_t cp) { return in_ranges(tables::kPunctuation, tables::kPunctuation_count, cp); }
+bool is_symbol(uint32_t cp) { return in_ranges(tables::kSymbols, tables::kSymbols_count, cp); }
 
 bool is_whitespace(uint32_t cp) {
   switch (cp) {

@@ -17,10 +17,19 @@ extern const CodepointRange kLetters[];
 extern const size_t kLetters_count;
 extern const CodepointRange kNumbers[];
 extern const size_t kNumbers_count;
+extern const CodepointRange kMarks[];
+extern const size_t kMarks_count;
+extern const CodepointRange kPunctuation[];
+extern const size_t kPunctuation_count;
+extern const CodepointRange kSymbols[];
+extern const size_t kSymbols_count;
 }  // namespace tables
 
 bool is_letter(uint32_t cp);      // \p{L}
 bool is_number(uint32_t cp);      // \p{N}
+bool is_mark(uint32_t cp);        // \p{M}
+bool is_punctuation(uint32_t cp); // \p{P}
+bool is_symbol(uint32_t cp);      // \p{S}
 bool is_whitespace(uint32_t cp);  // \s: Unicode White_Space
 
 // Decodes UTF-8; an invalid byte becomes U+FFFD (one per byte), never an error.
