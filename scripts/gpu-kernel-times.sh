@@ -4,15 +4,18 @@
 #   bash scripts/gpu-kernel-times.sh .gpu 7b:q4_0 512 1 OUTDIR     # a 512-token prefill (+1 decode step)
 #   bash scripts/gpu-kernel-times.sh .gpu 0.5b:q4_k_m 0 8 OUTDIR    # 8 decode steps
 #   PARALLEL=4 bash scripts/gpu-kernel-times.sh .gpu 7b:q4_0 16 3 OUTDIR  # batched: 4 sequences, --npp 16 --ntg 3
+#   bash scripts/gpu-kernel-times.sh .gpu gemma2/2b:q4_k_m 512 8 OUTDIR   # another architecture
 # Prints each kernel's launches, total time and share, biggest first. CUDA Graphs are off so
 # every launch is seen; the models are synthesized once into /tmp/minfer-models.
 set -uo pipefail
 bundle=${1:-.gpu}; spec=${2:-0.5b:q4_0}; p=${3:-512}; n=${4:-1}; out=${5:-/tmp/minfer-kernels}
 mkdir -p "$out" /tmp/minfer-models
 bin=$bundle/build/bin
-preset=${spec%%:*}; type=${spec##*:}; model=/tmp/minfer-models/qwen2-$preset-$type.gguf
-[ -f "$model" ] || "$bin/minfer-gguf" synth --arch qwen2 --preset "$preset" --type "$type" --seed 1 \
-  --vocab "$bundle/testdata/vocab/ggml-vocab-qwen2.gguf" -o "$model" > /dev/null
+# SPEC: PRESET:TYPE (qwen2, its vocabulary) or ARCH/PRESET:TYPE (gemma2/2b:q4_k_m: a generated vocabulary).
+arch=qwen2; [[ $spec == */* ]] && arch=${spec%%/*} && spec=${spec#*/}
+preset=${spec%%:*}; type=${spec##*:}; model=/tmp/minfer-models/$arch-$preset-$type.gguf
+vocab=(); [ "$arch" = qwen2 ] && vocab=(--vocab "$bundle/testdata/vocab/ggml-vocab-qwen2.gguf")
+[ -f "$model" ] || "$bin/minfer-gguf" synth --arch "$arch" --preset "$preset" --type "$type" --seed 1 "${vocab[@]}" -o "$model" > /dev/null
 printf 'backends: {cuda: {cuda_graphs: false}}\n' > "$out/nographs.yaml"
 args=(-p "$p" -n "$n" -r 1)
 [ -n "${PARALLEL:-}" ] && args=(--parallel "$PARALLEL" --npp "$p" --ntg "$n")
