@@ -256,7 +256,9 @@ std::vector<Case> all_cases() {
              // over a long cache, hd 128 with GQA 7.
              {64, 14, 2, 100, 256, 20}, {64, 14, 2, 1, 2048, 1500}, {128, 28, 4, 37, 608, 200},
              // One-token decode kernel: one chunk, and chunks merged by the last block.
-             {128, 28, 4, 1, 608, 300}, {128, 28, 4, 1, 4096, 3000}, {64, 16, 2, 1, 1024, 0}}) {
+             {128, 28, 4, 1, 608, 300}, {128, 28, 4, 1, 4096, 3000}, {64, 16, 2, 1, 1024, 0},
+             // Heads of 256 (Gemma): prefill chunks, one-token decode short and split over chunks.
+             {256, 8, 4, 37, 608, 200}, {256, 8, 4, 1, 608, 300}, {256, 8, 1, 1, 4096, 3000}}) {
       const int64_t pages = ctx / 16;
       paged("one sequence, n" + std::to_string(n) + " past " + std::to_string(past), cache, hd, nh, nkv, 16, pages,
             {{in_order(pages), past, n}});
@@ -270,7 +272,7 @@ std::vector<Case> all_cases() {
             {{shuffled(0, 8, 3), 0, 5}, {shuffled(8, 8, 4), 100, 1}, {shuffled(16, 8, 5), 33, 20}, {shuffled(24, 8, 6), 7, 1}});
     // Decode steps: one token of each sequence (the CUDA one-token kernel for many sequences),
     // short and long ones, and a long one split over chunks.
-    for (auto [hd, nh, nkv] : std::vector<std::tuple<int, int, int>>{{128, 28, 4}, {64, 16, 2}, {64, 14, 2}}) {
+    for (auto [hd, nh, nkv] : std::vector<std::tuple<int, int, int>>{{128, 28, 4}, {64, 16, 2}, {64, 14, 2}, {256, 8, 4}}) {
       std::vector<Seq> seqs;
       int64_t used = 0;
       for (int64_t at : {0, 1, 15, 16, 300, 1000, 77, 2500}) {

@@ -147,22 +147,22 @@ void CudaDevice::swiglu_f32(const float *g, const float *u, float *y, int64_t n)
   check_launch(minfer_cuda_swiglu_f32(&cfg_, g, u, y, n));
 }
 
-bool CudaDevice::attention_rotates(int64_t tokens, bool decode, const minfer_attention_params &p) const {
-  return minfer_cuda_flash_attention_writes_kv(tokens, decode, p.n_head, p.n_kv_head, p.head_dim) != 0;
+bool CudaDevice::attention_rotates(int64_t tokens, bool decode, const minfer_attention_params &p, int32_t cache_dtype) const {
+  return minfer_cuda_flash_attention_writes_kv(tokens, decode, p.n_head, p.n_kv_head, p.head_dim, cache_dtype) != 0;
 }
 
 void CudaDevice::attention(const float *q, const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, float *out,
                            int64_t tokens, bool decode, const minfer_attention_params &p, const minfer_cuda_kv_pages &kv,
                            int64_t max_positions, const int32_t *rope_pos, const minfer_rope_params *rope, const float *rope_factors) {
-  if (rope && !attention_rotates(tokens, decode, p))
+  if (rope && !attention_rotates(tokens, decode, p, cache_dtype))
     throw sdk::Error(MINFER_ERR_INTERNAL, "attention with its RoPE fused for a step the one-token kernel does not run");
   const int64_t kvd = int64_t(p.n_kv_head) * p.head_dim;
   const minfer_cuda_attn_scores scores{p.scale, sdk::attention_softcap(p), sdk::attention_window(p)};
-  if (!minfer_cuda_flash_attention_writes_kv(tokens, decode, p.n_head, p.n_kv_head, p.head_dim))
+  if (!minfer_cuda_flash_attention_writes_kv(tokens, decode, p.n_head, p.n_kv_head, p.head_dim, cache_dtype))
     check_launch(minfer_cuda_kv_write(&cfg_, k, v, kc, vc, cache_dtype, tokens, kvd, kv));
   if (minfer_cuda_flash_attention_supports(p.head_dim)) {
     const int64_t bytes =
-        minfer_cuda_flash_attention_partials_bytes(tokens, decode, p.n_head, p.n_kv_head, p.head_dim, max_positions, sm_count_);
+        minfer_cuda_flash_attention_partials_bytes(tokens, decode, p.n_head, p.n_kv_head, p.head_dim, cache_dtype, max_positions, sm_count_);
     auto *partials = bytes > 0 ? static_cast<float *>(scratch(4, size_t(bytes))) : nullptr;
     const minfer_cuda_rope r =
         rope ? minfer_cuda_rope{rope->n_dims, rope->mode, rope->theta_base, rope->freq_scale, rope_factors} : minfer_cuda_rope{};

@@ -90,7 +90,7 @@ class CudaDevice {
                  int64_t tokens, bool decode, const minfer_attention_params &p, const minfer_cuda_kv_pages &kv, int64_t max_positions,
                  const int32_t *rope_pos = nullptr, const minfer_rope_params *rope = nullptr, const float *rope_factors = nullptr);
   // Whether attention() can apply the RoPE of q and k itself for such a step.
-  bool attention_rotates(int64_t tokens, bool decode, const minfer_attention_params &p) const;
+  bool attention_rotates(int64_t tokens, bool decode, const minfer_attention_params &p, int32_t cache_dtype) const;
 
   const DeviceOptions &options() const { return opts_; }
   // Changes whenever a buffer captured graphs point to is reallocated: graphs made before are stale.

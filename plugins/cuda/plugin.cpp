@@ -70,7 +70,7 @@ class CudaSegment : public sdk::Segment {
     const minfer_node &n = nodes_[i].node();
     const size_t o = plan_.owner[i];
     if (n.op == MINFER_OP_ATTENTION)
-      return explain_attention(n, tokens, o != i && dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(n)));
+      return explain_attention(n, tokens, o != i && dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(n), n.inputs[3]->dtype));
     if (o != i) {  // run by the step of node o: inside its kernel, or as a kernel of that step
       const minfer_node &head = nodes_[o].node();
       bool inside = false;
@@ -79,7 +79,8 @@ class CudaSegment : public sdk::Segment {
         const bool is_add = n.op == MINFER_OP_ADD || n.op == MINFER_OP_ADD_ROW_BROADCAST;
         inside = path == CudaDevice::MatmulPath::Gemv || (is_add && path == CudaDevice::MatmulPath::Mmq && plan_.fuse_add[o]);
       } else if (head.op == MINFER_OP_ROPE && plan_.fuse_rope_attention[o] &&
-                 dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(nodes_[o + 2].node()))) {
+                 dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(nodes_[o + 2].node()),
+                                         nodes_[o + 2].node().inputs[3]->dtype)) {
         return "inside the kernel of " + nodes_[o + 2].name();
       }
       return std::string(inside ? "inside the kernel of " : "a kernel of the step at ") + nodes_[o].name();
@@ -87,7 +88,7 @@ class CudaSegment : public sdk::Segment {
     if (n.op == MINFER_OP_MATMUL) return explain_matmul(i, tokens);
     if (n.op == MINFER_OP_ROPE && plan_.fuse_rope[i]) {
       const minfer_node &at = nodes_[i + 2].node();
-      if (plan_.fuse_rope_attention[i] && dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(at)))
+      if (plan_.fuse_rope_attention[i] && dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(at), at.inputs[3]->dtype))
         return "inside the kernel of " + nodes_[i + 2].name() + " (with the other RoPE of the pair)";
       return "rope_f32_kernel (the pair in one launch)";
     }

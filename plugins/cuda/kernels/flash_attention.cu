@@ -39,6 +39,7 @@ template <int HD>
 constexpr size_t smem_bytes() { return size_t(kRows * HD + kKeys * k_stride<HD>() + kKeys * HD) * sizeof(float); }
 
 __device__ __forceinline__ float2 load2(const float *p) { return *reinterpret_cast<const float2 *>(p); }
+__device__ __forceinline__ float2 load2(const __half *p) { return __half22float2(*reinterpret_cast<const __half2 *>(p)); }
 __device__ __forceinline__ float ldf(const float *p) { return *p; }
 __device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
 __device__ __forceinline__ void st(float *p, float v) { *p = v; }
@@ -577,16 +578,23 @@ struct Plan {
 constexpr int kMaxDecodeCounters = 16384;  // the counters the device keeps (minfer_cuda_flash_counters)
 constexpr int64_t kOneRowPositions = 4096;  // a step's caches up to this many positions: a block per query head
 
+// Whether the one-token kernel is built for this head size and cache type (heads of 256, as
+// Gemma's: f16 caches only, one query head per block, so its V tiles and partial outputs fit
+// shared memory).
+bool decode_kernel_for(int hd, int32_t dtype) { return hd == 64 || hd == 128 || (hd == 256 && dtype == MINFER_DTYPE_F16); }
+
 // Splits so that about two blocks per SM are busy, each chunk at least kMinChunk keys.
-// decode: one token of each sequence (the one-token kernel's case). max_positions: a
-// sequence's most. tile_rows: the prefill kernel's rows per block (kRows, or kTcRows for the
-// tensor-core one).
-Plan plan_for(int64_t tokens, bool decode, int n_head, int n_kv, int64_t max_positions, int sm_count, int tile_rows = kRows) {
+// decode: one token of each sequence (the one-token kernel's case, where it is built for
+// (hd, dtype)). max_positions: a sequence's most. tile_rows: the prefill kernel's rows per
+// block (kRows, or kTcRows for the tensor-core one).
+Plan plan_for(int64_t tokens, bool decode, int n_head, int n_kv, int hd, int32_t dtype, int64_t max_positions, int sm_count,
+              int tile_rows = kRows) {
   Plan p{};
+  decode = decode && decode_kernel_for(hd, dtype);
   // A block per query head while the step's caches fit L2 (each head rereads its KV head's
   // rows): a lane's dot products are one head's, not the group's — the group made a serial
-  // chain that cost a 7B ~16 us a layer even at a handful of keys.
-  const int rows = tokens * max_positions <= kOneRowPositions ? 1 : kDecodeRows;
+  // chain that cost a 7B ~16 us a layer even at a handful of keys. Heads of 256: always.
+  const int rows = hd == 256 || tokens * max_positions <= kOneRowPositions ? 1 : kDecodeRows;
   const int64_t counters = tokens * n_head;  // the most it may need (one block row per query head), whatever max_positions
   if (decode && n_head / n_kv <= kDecodeRows && counters <= kMaxDecodeCounters) {
     // Chunks of kDecodeChunk keys at least, up to about two blocks per SM.
@@ -634,10 +642,12 @@ template <class T, int HD>
 cudaError_t launch_decode(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new, void *kc, void *vc, float *out,
                           float *partials, int *counters, int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, const minfer_cuda_attn_scores &scores,
                           const Plan &p, const int32_t *rope_pos, const minfer_cuda_rope &rope) {
-  if (p.decode_rows == 1)
+  if (HD == 256 || p.decode_rows == 1)  // (heads of 256: the group's partial outputs would pass static shared memory)
     return launch_decode_rows<T, HD, 1>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, rope);
-  return launch_decode_rows<T, HD, kDecodeRows>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p,
-                                                rope_pos, rope);
+  if constexpr (HD != 256)
+    return launch_decode_rows<T, HD, kDecodeRows>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p,
+                                                  rope_pos, rope);
+  return cudaErrorNotSupported;
 }
 
 template <int HD>
@@ -677,29 +687,31 @@ cudaError_t launch(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, 
 
 using namespace minfer::cuda;
 
-extern "C" int minfer_cuda_flash_attention_supports(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
+extern "C" int minfer_cuda_flash_attention_supports(int32_t head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 extern "C" int32_t minfer_cuda_flash_attention_counters() { return kMaxDecodeCounters; }
 
 extern "C" const char *minfer_cuda_flash_attention_kernel(int64_t tokens, int decode, int32_t n_head, int32_t n_kv, int32_t head_dim,
                                                           int32_t dtype) {
   if (!minfer_cuda_flash_attention_supports(head_dim) || (dtype != MINFER_DTYPE_F16 && dtype != MINFER_DTYPE_F32)) return nullptr;
-  if (plan_for(tokens, decode != 0, n_head, n_kv, 1, 1).decode) return "flash_decode_kernel";
-  return dtype == MINFER_DTYPE_F16 ? "flash_attention_tc_kernel" : "flash_attention_kernel";
+  if (plan_for(tokens, decode != 0, n_head, n_kv, head_dim, dtype, 1, 1).decode) return "flash_decode_kernel";
+  // Heads of 256 prefill on the f32-arithmetic kernel (the tensor-core one's fragments would
+  // not fit its registers), an f16 cache converted as it is staged.
+  return dtype == MINFER_DTYPE_F16 && head_dim != 256 ? "flash_attention_tc_kernel" : "flash_attention_kernel";
 }
 
 extern "C" int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int decode, int32_t n_head, int32_t n_kv, int32_t head_dim,
-                                                              int64_t max_positions, int32_t sm_count) {
+                                                              int32_t dtype, int64_t max_positions, int32_t sm_count) {
   int64_t splits = 1;  // the larger of the two prefill kernels' plans (or the decode one's)
   for (int tile_rows : {kRows, kTcRows}) {
-    const Plan p = plan_for(tokens, decode != 0, n_head, n_kv, max_positions, sm_count, tile_rows);
+    const Plan p = plan_for(tokens, decode != 0, n_head, n_kv, head_dim, dtype, max_positions, sm_count, tile_rows);
     splits = p.splits > splits ? p.splits : splits;
   }
   return splits == 1 ? 0 : splits * tokens * n_head * (head_dim + 2) * int64_t(sizeof(float));
 }
 
-extern "C" int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int decode, int32_t n_head, int32_t n_kv, int32_t head_dim) {
-  return minfer_cuda_flash_attention_supports(head_dim) && plan_for(tokens, decode != 0, n_head, n_kv, 1, 1).decode;
+extern "C" int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int decode, int32_t n_head, int32_t n_kv, int32_t head_dim, int32_t dtype) {
+  return minfer_cuda_flash_attention_supports(head_dim) && plan_for(tokens, decode != 0, n_head, n_kv, head_dim, dtype, 1, 1).decode;
 }
 
 extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new,
@@ -707,25 +719,29 @@ extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, 
                                                    int64_t tokens, int decode, int32_t n_head, int32_t n_kv, int32_t hd,
                                                    minfer_cuda_kv_pages kv, int64_t max_positions, minfer_cuda_attn_scores scores, int32_t sm_count,
                                                    const int32_t *rope_pos, const minfer_cuda_rope *rope) {
-  const Plan p = plan_for(tokens, decode != 0, n_head, n_kv, max_positions, sm_count);
+  const Plan p = plan_for(tokens, decode != 0, n_head, n_kv, hd, dtype, max_positions, sm_count);
   cudaError_t e = cudaErrorNotSupported;
   if (rope && !p.decode) return cudaErrorInvalidValue;  // only the one-token kernel rotates
   if (p.decode) {
     const minfer_cuda_rope r = rope ? *rope : minfer_cuda_rope{0, 0, 0, 0};
     if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_decode<__half, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, r);
     if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_decode<__half, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, r);
+    if (dtype == MINFER_DTYPE_F16 && hd == 256) e = launch_decode<__half, 256>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, r);
     if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch_decode<float, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, r);
     if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch_decode<float, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, r);
     cfg->kernel_name = minfer_cuda_flash_attention_kernel(tokens, decode, n_head, n_kv, hd, dtype);
     cfg->kernel_dtype = dtype;
     return e;
   }
-  // f16 caches on tensor cores; f32 caches keep f32 arithmetic throughout.
-  const Plan pt = plan_for(tokens, false, n_head, n_kv, max_positions, sm_count, dtype == MINFER_DTYPE_F16 ? kTcRows : kRows);
-  if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_tc<64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scores, pt);
-  if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_tc<128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scores, pt);
+  // f16 caches on tensor cores (heads up to 128); f32 caches, and heads of 256, keep f32 arithmetic.
+  const bool tc = dtype == MINFER_DTYPE_F16 && hd != 256;
+  const Plan pt = plan_for(tokens, false, n_head, n_kv, hd, dtype, max_positions, sm_count, tc ? kTcRows : kRows);
+  if (tc && hd == 64) e = launch_tc<64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scores, pt);
+  if (tc && hd == 128) e = launch_tc<128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scores, pt);
+  if (dtype == MINFER_DTYPE_F16 && hd == 256) e = launch<__half, 256>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scores, pt);
   if (dtype == MINFER_DTYPE_F32 && hd == 64) e = launch<float, 64>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scores, pt);
   if (dtype == MINFER_DTYPE_F32 && hd == 128) e = launch<float, 128>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scores, pt);
+  if (dtype == MINFER_DTYPE_F32 && hd == 256) e = launch<float, 256>(cfg, q, kc, vc, out, partials, tokens, n_head, n_kv, kv, scores, pt);
   cfg->kernel_name = minfer_cuda_flash_attention_kernel(tokens, decode, n_head, n_kv, hd, dtype);
   cfg->kernel_dtype = dtype;
   if (e != cudaSuccess || pt.splits == 1) return e;

@@ -129,9 +129,10 @@ const char *minfer_cuda_flash_attention_kernel(int64_t tokens, int decode, int32
  * one-token kernel); otherwise minfer_cuda_kv_write must run first. The same calls take
  * `rope` (else NULL): q and k_new arrive unrotated and the kernel rotates each token's at
  * rope_pos[t], so a decode step needs no RoPE launch. */
-int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int decode, int32_t n_head, int32_t n_kv_head, int32_t head_dim);
+int minfer_cuda_flash_attention_writes_kv(int64_t tokens, int decode, int32_t n_head, int32_t n_kv_head, int32_t head_dim,
+                                          int32_t cache_dtype);
 int64_t minfer_cuda_flash_attention_partials_bytes(int64_t tokens, int decode, int32_t n_head, int32_t n_kv_head, int32_t head_dim,
-                                                   int64_t max_positions, int32_t sm_count);
+                                                   int32_t cache_dtype, int64_t max_positions, int32_t sm_count);
 cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new,
                                         void *k_cache, void *v_cache, int32_t cache_dtype, float *out, float *partials, int *counters,
                                         int64_t tokens, int decode, int32_t n_head, int32_t n_kv_head, int32_t head_dim,

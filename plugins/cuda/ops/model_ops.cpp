@@ -112,7 +112,7 @@ void run_rope_attention(CudaDevice &dev, const minfer_node &rope_a, const minfer
                         const minfer_step_args &args) {
   const auto &ap = sdk::params_of<minfer_attention_params>(attn);
   const int64_t tokens = sdk::run_rows(*attn.inputs[0], args);
-  if (!dev.attention_rotates(tokens, is_decode(args, tokens), ap)) {
+  if (!dev.attention_rotates(tokens, is_decode(args, tokens), ap, attn.inputs[3]->dtype)) {
     run_rope_pair(dev, rope_a, rope_b, args);
     return run_attention(dev, attn, args, 0);
   }
