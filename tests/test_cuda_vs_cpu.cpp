@@ -130,11 +130,19 @@ TEST(CudaVsCpuWide, DecodeStepsAgree) {
 }
 
 // The other architectures' tiny presets (Qwen3: per-head norms, 128-value heads; Phi-3: fused
-// weights read as row ranges) through the quantized paths.
+// weights read as row ranges; Gemma 2/3: GELU, caps, sliding windows) through the quantized
+// paths, and Phi-3's LongRoPE one (partial rotary, long/short factors, the attention factor).
 TEST(CudaVsCpuArchs, TinyModelsAgree) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  for (const char *arch : {"qwen3", "phi3"})
-    for (const char *type : {"q8_0", "q4_k_m"}) expect_backends_agree("tiny", type, 256, 32, 0.1, 0, arch);
+  // Gemma's prefill differs more (H200: 0.11-0.16 of the logits' RMS, top-1 100% on clear
+  // positions, decode steps 1e-6 at Q8_0): CUDA's prefill matmuls round activations to 8 bits
+  // in other blocks than the CPU's, and Gemma's extra norms and sqrt(n_embd) scale carry that
+  // further; its F16/F32 files match llama.cpp within 1e-3 on CUDA (ArchReference).
+  for (const char *arch : {"qwen3", "phi3", "gemma2", "gemma3"}) {
+    const double bound = std::string(arch).rfind("gemma", 0) == 0 ? 0.2 : 0.1;
+    for (const char *type : {"q8_0", "q4_k_m"}) expect_backends_agree("tiny", type, 256, 32, bound, 0, arch);
+  }
+  expect_backends_agree("tiny-longrope", "q8_0", 256, 32, 0.1, 0, "phi3");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaVsCpu,

@@ -192,4 +192,42 @@ TEST(SynthArchitectures, KeyAndTensorNamesMatchLlamaCppWrittenFiles) {
   }
 }
 
+// Phi-3 LongRoPE (the 128k files, Phi-4-mini): the short factors up to the original context,
+// the long ones above it (llama.cpp's rule), with partial rotary and the attention factor.
+TEST(SynthArchitectures, LongRopePicksFactorsByContext) {
+  minfer::synth::Options o;
+  o.arch = "phi3";
+  o.preset = "tiny-longrope";
+  o.type = "q8_0";
+  o.out = (fs::temp_directory_path() / "minfer-synth-longrope.gguf").string();
+  minfer::synth::synthesize(o);
+  const auto f = minfer::gguf::File::open(o.out);
+  std::vector<std::vector<float>> runs;
+  for (const int64_t n_ctx : {128, 256}) {  // the preset's original context is 128
+    minfer::models::BuildOptions bo;
+    bo.n_ctx = n_ctx;
+    bo.max_batch = 16;
+    const auto model = minfer::models::load_model(f, bo);
+    EXPECT_TRUE(model->hp.longrope);
+    EXPECT_EQ(model->hp.rope_dims, 48);
+    EXPECT_GT(model->hp.rope_attn_factor, 1.0f);
+    const bool want_long = n_ctx > 128;
+    EXPECT_GE(model->graph.find_tensor(want_long ? "rope_factors_long.weight" : "rope_factors_short.weight"), 0) << n_ctx;
+    EXPECT_LT(model->graph.find_tensor(want_long ? "rope_factors_short.weight" : "rope_factors_long.weight"), 0) << n_ctx;
+    const minfer::RunConfig cfg = minfer::parse_run_config("backends: {cpu: {threads: 2}}\n", "t.yaml");
+    minfer::BackendSet backends = minfer::open_backends(cfg);
+    minfer::Session session(model->graph, cfg, backends);
+    minfer::Generator gen(*model, session);
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 40; ++i) prompt.push_back(100 + 7 * i);
+    runs.push_back(gen.feed(prompt));
+    EXPECT_TRUE(std::all_of(runs.back().begin(), runs.back().end(), [](float x) { return std::isfinite(x); }));
+  }
+  // The two factor sets rotate differently: the logits must differ.
+  double diff = 0;
+  for (size_t i = 0; i < runs[0].size(); ++i) diff = std::max(diff, std::fabs(double(runs[0][i]) - runs[1][i]));
+  EXPECT_GT(diff, 1e-3);
+  fs::remove(o.out);
+}
+
 }  // namespace

@@ -191,6 +191,21 @@ std::vector<Case> all_cases() {
                          return g.finish();
                        },
                        MINFER_OP_ROPE, {MINFER_DTYPE_F32}});
+      // LongRoPE (ABI 1.6): factors and the rotated values scaled by an attention factor, the
+      // dims past n_dims unscaled.
+      minfer_rope_params pl = p;
+      pl.attn_factor = 1.1902f;
+      cases.push_back({"rope " + std::string(mode ? "neox" : "normal") + " factors attn_factor hd" + std::to_string(hd) + " x" +
+                           std::to_string(heads) + " dims" + std::to_string(dims) + " n" + std::to_string(n),
+                       [pl, heads = heads, n = n] {
+                         GraphBuilder g;
+                         auto x = g.input("in0", MINFER_DTYPE_F32, {int64_t(pl.head_dim) * heads, n});
+                         auto pos = g.input("in1", MINFER_DTYPE_I32, {n});
+                         auto f = g.input("in2", MINFER_DTYPE_F32, {int64_t(pl.n_dims / 2)});
+                         g.mark_output(g.rope("node", x, pos, pl, f));
+                         return g.finish();
+                       },
+                       MINFER_OP_ROPE, {MINFER_DTYPE_F32}});
     }
   // Argmax: rows of the specials (NaN never wins, +inf does), a vocabulary-long row set.
   for (const auto &sh : std::vector<std::vector<int64_t>>{{5, 3}, {33, 1}, {1000, 64}, {151936, 7}}) {

@@ -27,6 +27,12 @@ struct Hparams {
   bool qk_norm = false;   // per-head RMS norms of q and k before RoPE (Qwen3: attn_q_norm, attn_k_norm)
   bool fused_qkv = false;      // one attn_qkv weight, rows Q then K then V (Phi-3)
   bool fused_gate_up = false;  // one ffn_up of 2 * n_ff rows, gate then up (Phi-3)
+  // LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini): frequency factors rope_factors_long for
+  // contexts above n_ctx_orig, else rope_factors_short; the rotated values scaled by
+  // rope_attn_factor (llama.cpp's choice and scale).
+  bool longrope = false;
+  int64_t n_ctx_orig = 0;
+  float rope_attn_factor = 1.0f;
   // Gemma:
   float embd_scale = 0;       // > 0: the embeddings multiplied by it (sqrt(n_embd))
   float attn_scale = 0;       // q.k scale; 0 = 1 / sqrt(head_dim)

@@ -88,6 +88,7 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
   rq.n_dims = int32_t(hp.rope_dims);
   rq.theta_base = hp.rope_theta;
   rq.freq_scale = hp.rope_freq_scale;
+  rq.attn_factor = hp.rope_attn_factor;  // LongRoPE's scale of the rotated values (1: none)
   minfer_rope_params rq_swa = rq;  // sliding-window layers' own base and scale (Gemma 3)
   rq_swa.theta_base = hp.rope_theta_swa > 0 ? hp.rope_theta_swa : hp.rope_theta;
   rq_swa.freq_scale = hp.rope_freq_scale_swa;
@@ -99,9 +100,12 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
   ap.page_size = o.page_size;
   ap.softcap = hp.attn_softcap;
 
-  // Llama 3.1+: a factor per rotated pair dividing its frequency (rope_freqs), on every layer.
-  const TensorId rope_factors = f.find_tensor("rope_freqs.weight")
-                                    ? w.weight("rope_freqs.weight", {hp.rope_dims / 2}, "RoPE frequency factors [rope_dims / 2]")
+  // A factor per rotated pair dividing its frequency, on every layer: Llama 3.1+'s rope_freqs,
+  // or LongRoPE's long or short set by the context (llama.cpp's rule: long above the original).
+  const std::string factors_name = hp.longrope ? (o.n_ctx > hp.n_ctx_orig ? "rope_factors_long.weight" : "rope_factors_short.weight")
+                                               : "rope_freqs.weight";
+  const TensorId rope_factors = f.find_tensor(factors_name)
+                                    ? w.weight(factors_name, {hp.rope_dims / 2}, "RoPE frequency factors [rope_dims / 2]")
                                     : TensorId(-1);
 
   for (int64_t l = 0; l < hp.n_layer; ++l) {

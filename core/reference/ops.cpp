@@ -223,6 +223,7 @@ std::vector<uint8_t> run_op(int32_t op, const std::vector<RefTensor> &in, int32_
     }
     case MINFER_OP_ROPE: {
       const auto &p = *static_cast<const minfer_rope_params *>(params);
+      const double mscale = sdk::rope_attn_factor(p);  // ABI 1.6: scales the rotated values
       const auto *pos = reinterpret_cast<const int32_t *>(in[1].data);
       const int64_t width = out_shape[0], heads = width / p.head_dim;
       for (int64_t i = 0; i < n; ++i) y[size_t(i)] = f32(in[0])[i];
@@ -234,8 +235,8 @@ std::vector<uint8_t> run_op(int32_t op, const std::vector<RefTensor> &in, int32_
             double theta = double(pos[t]) * std::pow(double(p.theta_base), -2.0 * double(i) / p.n_dims) * p.freq_scale;
             if (in.size() > 2) theta /= double(f32(in[2])[i]);  // frequency factors (ABI 1.4)
             const int64_t a = p.mode == MINFER_ROPE_NEOX ? i : 2 * i, b = p.mode == MINFER_ROPE_NEOX ? i + p.n_dims / 2 : 2 * i + 1;
-            row[a] = float(src[a] * std::cos(theta) - src[b] * std::sin(theta));
-            row[b] = float(src[a] * std::sin(theta) + src[b] * std::cos(theta));
+            row[a] = float(mscale * (src[a] * std::cos(theta) - src[b] * std::sin(theta)));
+            row[b] = float(mscale * (src[a] * std::sin(theta) + src[b] * std::cos(theta)));
           }
         }
       return f32_bytes(y);

@@ -38,6 +38,14 @@ const Preset kPresets[] = {
     {.arch = "phi3", .name = "mini", .n_embd = 3072, .n_layer = 32, .n_head = 32, .n_head_kv = 32, .n_ff = 8192, .n_vocab = 32064,
      .tied_embeddings = false, .qkv_bias = false, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .context_length = 4096, .fused = true,
      .sliding_window = 2047},
+    // LongRoPE: a tiny one with partial rotary for tests, and Phi-4-mini's shapes (GQA 3:1,
+    // heads of 128 rotating 96 dims, tied 200064-token embeddings, 128k context from 4k).
+    {.arch = "phi3", .name = "tiny-longrope", .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff = 512, .n_vocab = 32064,
+     .tied_embeddings = true, .qkv_bias = false, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .context_length = 131072, .fused = true,
+     .rope_dims = 48, .longrope_orig_ctx = 128},
+    {.arch = "phi3", .name = "4-mini", .n_embd = 3072, .n_layer = 32, .n_head = 24, .n_head_kv = 8, .n_ff = 8192, .n_vocab = 200064,
+     .tied_embeddings = true, .qkv_bias = false, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .context_length = 131072, .fused = true,
+     .sliding_window = 262144, .rope_dims = 96, .longrope_orig_ctx = 4096},
     // Llama-3.1-8B: GQA 4:1, 128256-token vocabulary, rope base 5e5 with rope_freqs.
     {.arch = "llama", .name = "3.1-8b", .n_embd = 4096, .n_layer = 32, .n_head = 32, .n_head_kv = 8, .n_ff = 14336, .n_vocab = 128256,
      .tied_embeddings = false, .qkv_bias = false, .rope_theta = 500000.0f, .rms_eps = 1e-5f, .context_length = 131072, .rope_freqs = true},
@@ -64,6 +72,15 @@ const Preset kPresets[] = {
      .tied_embeddings = true, .qkv_bias = false, .rope_theta = 1e6f, .rms_eps = 1e-6f, .context_length = 131072, .head_dim = 256,
      .qk_norm = true, .post_norms = true, .sliding_window = 1024, .swa_pattern = 6, .rope_theta_swa = 10000.0f, .rope_linear_factor = 8.0f},
 };
+
+// LongRoPE-like factors for synthetic files: 1 for the fastest pairs rising smoothly to the
+// slowest (to 1.5 short, to 40 long: the range Phi-3's files carry).
+std::vector<float> longrope_factors(int64_t rope_dims, bool long_set) {
+  std::vector<float> out(size_t(rope_dims / 2));
+  const double top = long_set ? 40.0 : 1.5;
+  for (size_t i = 0; i < out.size(); ++i) out[i] = float(1.0 + (top - 1.0) * std::pow(double(i) / double(out.size() - 1), 3.0));
+  return out;
+}
 
 // Llama 3's frequency factors (convert_hf_to_gguf.py, rope_type llama3): pairs of wavelength
 // below original/high keep their frequency, above original/low divide it by `factor`, and
@@ -255,7 +272,13 @@ Report synthesize(const Options &o) {
   w.set(a + ".rope.freq_base", Value::f32(p.rope_theta));
   w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(p.rms_eps));
   const int64_t head_dim = p.head_dim ? p.head_dim : p.n_embd / p.n_head, q_dim = p.n_head * head_dim;
-  if (a != "qwen2") w.set(a + ".rope.dimension_count", Value::u32(uint32_t(head_dim)));
+  const int64_t rope_dims = p.rope_dims ? p.rope_dims : head_dim;
+  if (a != "qwen2") w.set(a + ".rope.dimension_count", Value::u32(uint32_t(rope_dims)));
+  if (p.longrope_orig_ctx > 0) {
+    const double scale = double(p.context_length) / double(p.longrope_orig_ctx);
+    w.set(a + ".rope.scaling.original_context_length", Value::u32(uint32_t(p.longrope_orig_ctx)));
+    w.set(a + ".rope.scaling.attn_factor", Value::f32(float(std::sqrt(1 + std::log(scale) / std::log(double(p.longrope_orig_ctx))))));
+  }
   w.set(a + ".vocab_size", Value::u32(uint32_t(p.n_vocab)));
   if (p.head_dim) {  // the key llama.cpp reads for heads that are not n_embd / n_head
     w.set(a + ".attention.key_length", Value::u32(uint32_t(head_dim)));
@@ -285,6 +308,8 @@ Report synthesize(const Options &o) {
   add("token_embd.weight", {p.n_embd, p.n_vocab});
   add("output_norm.weight", {p.n_embd}, true);
   if (p.rope_freqs) plan.push_back({"rope_freqs.weight", {head_dim / 2}, MINFER_DTYPE_F32, false});  // computed, not drawn
+  if (p.longrope_orig_ctx > 0)
+    for (const char *n : {"rope_factors_long.weight", "rope_factors_short.weight"}) plan.push_back({n, {rope_dims / 2}, MINFER_DTYPE_F32, false});
   if (!p.tied_embeddings) add("output.weight", {p.n_embd, p.n_vocab});
   for (int64_t i = 0; i < p.n_layer; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
@@ -335,8 +360,9 @@ Report synthesize(const Options &o) {
     const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 22) / row_len);
     std::vector<float> x(size_t(std::min(chunk, rows) * row_len));
     std::vector<uint8_t> q(size_t(std::min(chunk, rows) * row_bytes));
-    if (t.name == "rope_freqs.weight") {
-      const std::vector<float> f = llama3_rope_factors(head_dim, p.rope_theta);
+    if (t.name == "rope_freqs.weight" || t.name.rfind("rope_factors_", 0) == 0) {
+      const std::vector<float> f = t.name == "rope_freqs.weight" ? llama3_rope_factors(head_dim, p.rope_theta)
+                                                                  : longrope_factors(rope_dims, t.name == "rope_factors_long.weight");
       w.write_data(reinterpret_cast<const uint8_t *>(f.data()), uint64_t(f.size() * sizeof(float)));
       done += uint64_t(f.size() * sizeof(float));
       continue;

@@ -30,6 +30,10 @@ struct Preset {
   // Llama 3.1: a rope_freqs.weight tensor of the llama3 frequency factors (factor 8, low 1,
   // high 4, original context 8192), computed as convert_hf_to_gguf.py does.
   bool rope_freqs = false;
+  int64_t rope_dims = 0;          // rotated dims per head when fewer than head_dim (Phi-4-mini: 96 of 128)
+  // LongRoPE (Phi-3 128k, Phi-4-mini): rope_factors_long/short tensors (a smooth synthetic set),
+  // rope.scaling.original_context_length and attn_factor sqrt(1 + ln(ctx / orig) / ln(orig)).
+  int64_t longrope_orig_ctx = 0;
 };
 
 // arch "qwen2" ("tiny", "0.5b", "1.5b", "7b"), "llama" (those and "3.1-8b"), "qwen3" ("tiny",

@@ -81,7 +81,8 @@ void attention(const minfer_node &n, const minfer_step_args &args) {
       const float *qh = q + (t * p.n_head + h) * hd;
       const int64_t first = window > 0 ? std::max<int64_t>(0, pos[t] - window + 1) : 0, count = pos[t] + 1 - first;
       score.assign(size_t(count), 0.0f);
-      float mx = -INFINITY, sum = 0;
+      float mx = -INFINITY;
+      double sum = 0;
       for (int64_t j = 0; j < count; ++j) {
         double dot = 0;  // a double sum: exact enough for head sizes up to 256 without tricks
         for (int64_t d = 0; d < hd; ++d) dot += double(qh[d]) * load(kc, row_of(t, first + j) * kvd + kv_off + d);
@@ -91,9 +92,9 @@ void attention(const minfer_node &n, const minfer_step_args &args) {
       }
       for (float &s : score) sum += s = std::exp(s - mx);
       for (int64_t d = 0; d < hd; ++d) {
-        float acc = 0;
-        for (int64_t j = 0; j < count; ++j) acc += score[size_t(j)] * load(vc, row_of(t, first + j) * kvd + kv_off + d);
-        out[(t * p.n_head + h) * hd + d] = acc / sum;
+        double acc = 0;  // double: a float sum over thousands of keys loses digits
+        for (int64_t j = 0; j < count; ++j) acc += double(score[size_t(j)]) * load(vc, row_of(t, first + j) * kvd + kv_off + d);
+        out[(t * p.n_head + h) * hd + d] = float(acc / sum);
       }
     }
 }

@@ -44,14 +44,15 @@ void run_rope(const minfer_node &n, const RunCtx &ctx) {
   for (int i = 0; i < half; ++i)
     inv_freq[size_t(i)] = std::pow(double(p.theta_base), -2.0 * i / p.n_dims) * p.freq_scale / (factors ? double(factors[i]) : 1.0);
   const double *freq = inv_freq.data();  // the workers read this thread's table
+  const float mscale = sdk::rope_attn_factor(p);
   ctx.pool.run(tokens, [&](int64_t t0, int64_t t1, int) {
     thread_local std::vector<float> c, s;
     c.resize(static_cast<size_t>(half)), s.resize(static_cast<size_t>(half));
     for (int64_t t = t0; t < t1; ++t) {
-      for (int i = 0; i < half; ++i) {
+      for (int i = 0; i < half; ++i) {  // scaled by the attention factor (LongRoPE), as ggml's cos and sin are
         const double theta = double(pos[t]) * freq[i];
-        c[size_t(i)] = float(std::cos(theta));
-        s[size_t(i)] = float(std::sin(theta));
+        c[size_t(i)] = float(std::cos(theta)) * mscale;
+        s[size_t(i)] = float(std::sin(theta)) * mscale;
       }
       for (int64_t h = 0; h < heads; ++h) {
         const float *src = x + t * width + h * p.head_dim;

@@ -127,8 +127,9 @@ void CudaDevice::rms_norm_f32(const float *x, const float *w, float *y, int64_t 
 
 void CudaDevice::rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads,
                           const minfer_rope_params &p, const float *freq_factors, const float *x2, float *y2, int64_t heads2) {
-  check_launch(minfer_cuda_rope_f32(&cfg_, x, pos, y, tokens, heads, p.head_dim, p.n_dims, p.mode, p.theta_base, p.freq_scale,
-                                    freq_factors, x2, y2, heads2));
+  check_launch(minfer_cuda_rope_f32(&cfg_, x, pos, y, tokens, heads, p.head_dim,
+                                    minfer_cuda_rope{p.n_dims, p.mode, p.theta_base, p.freq_scale, freq_factors, sdk::rope_attn_factor(p)}, x2, y2,
+                                    heads2));
 }
 
 void CudaDevice::argmax_f32(const float *x, int32_t *out, int64_t d, int64_t rows) {
@@ -165,7 +166,8 @@ void CudaDevice::attention(const float *q, const float *k, const float *v, void 
         minfer_cuda_flash_attention_partials_bytes(tokens, decode, p.n_head, p.n_kv_head, p.head_dim, cache_dtype, max_positions, sm_count_);
     auto *partials = bytes > 0 ? static_cast<float *>(scratch(4, size_t(bytes))) : nullptr;
     const minfer_cuda_rope r =
-        rope ? minfer_cuda_rope{rope->n_dims, rope->mode, rope->theta_base, rope->freq_scale, rope_factors} : minfer_cuda_rope{};
+        rope ? minfer_cuda_rope{rope->n_dims, rope->mode, rope->theta_base, rope->freq_scale, rope_factors, sdk::rope_attn_factor(*rope)}
+             : minfer_cuda_rope{};
     return check_launch(minfer_cuda_flash_attention(&cfg_, q, k, v, kc, vc, cache_dtype, out, partials, attention_counters_, tokens, decode,
                                                     p.n_head, p.n_kv_head, p.head_dim, kv, max_positions, scores, sm_count_, rope_pos,
                                                     rope ? &r : nullptr));

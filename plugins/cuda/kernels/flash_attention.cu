@@ -723,7 +723,7 @@ extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, 
   cudaError_t e = cudaErrorNotSupported;
   if (rope && !p.decode) return cudaErrorInvalidValue;  // only the one-token kernel rotates
   if (p.decode) {
-    const minfer_cuda_rope r = rope ? *rope : minfer_cuda_rope{0, 0, 0, 0};
+    const minfer_cuda_rope r = rope ? *rope : minfer_cuda_rope{0, 0, 0, 0, nullptr, 1.0f};
     if (dtype == MINFER_DTYPE_F16 && hd == 64) e = launch_decode<__half, 64>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, r);
     if (dtype == MINFER_DTYPE_F16 && hd == 128) e = launch_decode<__half, 128>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, r);
     if (dtype == MINFER_DTYPE_F16 && hd == 256) e = launch_decode<__half, 256>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, r);

@@ -55,14 +55,14 @@ typedef struct {
   int32_t n_dims, mode;
   float theta_base, freq_scale;
   const float *freq_factors; /* device, n_dims/2: each pair's frequency divided by its factor; NULL: none */
+  float mscale;              /* the rotated values multiplied by it (cos and sin scaled, as ggml's); 1: none */
 } minfer_cuda_rope;
 
 /* rope.cu: rotary embedding of tokens x heads x head_dim; mode 0 = pairs (2i, 2i+1), 2 = NeoX.
  * x2 (NULL for none): a second tensor of heads2 heads at the same positions, rotated by the
  * same launch into y2 (a step's queries and keys). */
 cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, const int32_t *pos, float *y,
-                                 int64_t tokens, int64_t heads, int32_t head_dim, int32_t n_dims, int32_t mode,
-                                 float theta_base, float freq_scale, const float *freq_factors,
+                                 int64_t tokens, int64_t heads, int32_t head_dim, minfer_cuda_rope rope,
                                  const float *x2, float *y2, int64_t heads2);
 
 /* argmax.cu: out[r] = the first index of row r's largest value (NaN never), x f32 [d, rows];

@@ -28,7 +28,7 @@ __global__ void rope_f32_kernel(const float *x0, float *y0, int64_t heads0, cons
       int32_t a, b;
       rope_pair_dims(i, r, a, b);
       float c, s;
-      rope_cos_sin_at(p, frequency[i], c, s);
+      rope_cos_sin_at(p, frequency[i], r.mscale, c, s);
       const float xa = xr[a], xb = xr[b];
       yr[a] = xa * c - xb * s;
       yr[b] = xa * s + xb * c;
@@ -43,13 +43,11 @@ __global__ void rope_f32_kernel(const float *x0, float *y0, int64_t heads0, cons
 using namespace minfer::cuda;
 
 extern "C" cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, const int32_t *pos, float *y,
-                                            int64_t tokens, int64_t heads, int32_t hd, int32_t n_dims, int32_t mode,
-                                            float theta_base, float freq_scale, const float *freq_factors, const float *x2,
+                                            int64_t tokens, int64_t heads, int32_t hd, minfer_cuda_rope r, const float *x2,
                                             float *y2, int64_t heads2) {
-  if (n_dims / 2 > kMaxPairs || n_dims > hd) return cudaErrorInvalidValue;
+  if (r.n_dims / 2 > kMaxPairs || r.n_dims > hd) return cudaErrorInvalidValue;
   const int64_t most_heads = x2 && heads2 > heads ? heads2 : heads;
   const dim3 grid(grid_for(cfg, tokens * most_heads * 32), x2 ? 2 : 1);  // a warp per row
-  const minfer_cuda_rope r{n_dims, mode, theta_base, freq_scale, freq_factors};
   rope_f32_kernel<<<grid, kBlock, 0, cfg->stream>>>(x, y, heads, x2, y2, heads2, pos, tokens, hd, r);
   return launched(cfg, "rope_f32_kernel");
 }

@@ -17,13 +17,15 @@ __device__ __forceinline__ double rope_frequency(int32_t i, const minfer_cuda_ro
   const double f = exp(-2.0 * double(i) / double(r.n_dims) * log(double(r.theta_base))) * double(r.freq_scale);
   return r.freq_factors ? f / double(r.freq_factors[i]) : f;  // Llama 3.1+'s rope_freqs
 }
-__device__ __forceinline__ void rope_cos_sin_at(int32_t pos, double frequency, float &c, float &s) {
+// cos and sin scaled by mscale (LongRoPE's attention factor; 1 for the rest), as ggml scales them.
+__device__ __forceinline__ void rope_cos_sin_at(int32_t pos, double frequency, float mscale, float &c, float &s) {
   constexpr double kTwoPi = 6.283185307179586;
   const double theta = double(pos) * frequency;
   sincosf(float(theta - kTwoPi * rint(theta / kTwoPi)), &s, &c);
+  c *= mscale, s *= mscale;
 }
 __device__ __forceinline__ void rope_cos_sin(int32_t pos, int32_t i, const minfer_cuda_rope &r, float &c, float &s) {
-  rope_cos_sin_at(pos, rope_frequency(i, r), c, s);
+  rope_cos_sin_at(pos, rope_frequency(i, r), r.mscale, c, s);
 }
 
 // The rotated pair (a, b) of pair i: mode 2 (NeoX) pairs dims i and i + n_dims/2, else 2i, 2i+1.

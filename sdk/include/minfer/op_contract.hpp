@@ -49,6 +49,11 @@ inline int32_t attention_window(const minfer_attention_params &p) {
   return p.struct_size >= MINFER_SIZE_UP_TO(minfer_attention_params, window) ? p.window : 0;
 }
 
+// RoPE's scale of the rotated values (ABI 1.6): 1 where the writer's struct does not reach it or it is 0.
+inline float rope_attn_factor(const minfer_rope_params &p) {
+  return p.struct_size >= MINFER_SIZE_UP_TO(minfer_rope_params, attn_factor) && p.attn_factor != 0.0f ? p.attn_factor : 1.0f;
+}
+
 // The plugin ABI minor a node needs beyond 1.0, and what needs it (a plugin of an older minor
 // would read it wrongly: the host does not give it such nodes).
 struct AbiNeed {
@@ -64,6 +69,7 @@ inline AbiNeed abi_needed(const minfer_node &n) {
     if (attention_window(p) != 0) return {6, "sliding-window attention"};
   }
   if (n.op == MINFER_OP_ATTENTION) return {5, "paged attention"};
+  if (n.op == MINFER_OP_ROPE && n.params && rope_attn_factor(params_of<minfer_rope_params>(n)) != 1.0f) return {6, "RoPE with an attention factor"};
   if (n.op == MINFER_OP_ARGMAX) return {5, "argmax"};
   for (int i = 0; i <= n.n_inputs; ++i) {
     const minfer_tensor *t = i < n.n_inputs ? (n.inputs ? n.inputs[i] : nullptr) : n.output;
@@ -175,6 +181,7 @@ inline std::string check_op_contract(const minfer_node &n) {
       if (p.head_dim <= 0 || x.shape[0] % p.head_dim != 0) return "head_dim " + std::to_string(p.head_dim) + " does not divide " + describe(x);
       if (p.n_dims <= 0 || p.n_dims > p.head_dim || p.n_dims % 2) return "n_dims must be even and within head_dim";
       if (p.mode != MINFER_ROPE_NORMAL && p.mode != MINFER_ROPE_NEOX) return "unknown rope mode " + std::to_string(p.mode);
+      if (!(rope_attn_factor(p) > 0) || !std::isfinite(rope_attn_factor(p))) return "attn_factor must be 0 (none) or a positive number";
       if (pos.dtype != MINFER_DTYPE_I32 || pos.rank != 1 || pos.shape[0] != x.shape[1])
         return need(pos, ("i32 [" + std::to_string(x.shape[1]) + "]").c_str());
       if (n.n_inputs == 3 && (in_(2).dtype != MINFER_DTYPE_F32 || n_elements(in_(2)) != p.n_dims / 2))

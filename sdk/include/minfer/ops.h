@@ -92,6 +92,10 @@ typedef struct minfer_rope_params {
   int32_t n_dims;     /* leading dims of each head that rotate (<= head_dim, even) */
   float theta_base;   /* angle of pair i at position p: p * theta_base^(-2i/n_dims) * freq_scale */
   float freq_scale;
+  /* ABI 1.6: the rotated values (the first n_dims of each head) multiplied by it, as ggml's
+   * rope scales its cos and sin (Phi-3 LongRoPE's rope.scaling.attn_factor); 0, or a
+   * struct_size that does not reach it, means 1 (sdk::rope_attn_factor). */
+  float attn_factor;
 } minfer_rope_params;
 
 typedef struct minfer_attention_params {
@@ -132,7 +136,7 @@ static inline minfer_op_traits minfer_op_info(int32_t op) {
     case MINFER_OP_DEQUANTIZE: t.name = "dequantize"; t.n_inputs = 1; break;
     case MINFER_OP_RMS_NORM: t.name = "rms_norm"; t.n_inputs = 2; t.params_size = offsetof(minfer_rms_norm_params, eps) + sizeof(float); break; /* ABI 1.0's part */
     case MINFER_OP_MATMUL: t.name = "matmul"; t.n_inputs = 2; break;
-    case MINFER_OP_ROPE: t.name = "rope"; t.n_inputs = 2; t.params_size = sizeof(minfer_rope_params); break;
+    case MINFER_OP_ROPE: t.name = "rope"; t.n_inputs = 2; t.params_size = offsetof(minfer_rope_params, freq_scale) + sizeof(float); break; /* ABI 1.0's part */
     case MINFER_OP_ATTENTION: t.name = "attention"; t.n_inputs = 8; t.params_size = offsetof(minfer_attention_params, page_size) + sizeof(int32_t); break; /* ABI 1.5's part */
     case MINFER_OP_SWIGLU: t.name = "swiglu"; t.n_inputs = 2; break;
     case MINFER_OP_ARGMAX: t.name = "argmax"; t.n_inputs = 1; break;
