@@ -154,10 +154,10 @@ TEST(Placement, SegmentLocalOutputsAreThoseOnlyTheSegmentReads) {
 namespace {
 
 // The --explain report of a synthetic Qwen2 (tiny, Q4_0; its tied output is Q6_K) on `backends`.
-std::string explain_tiny_qwen2(const std::string &backends) {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() / "minfer-explain-tiny-q4_0.gguf";
+std::string explain_tiny(const std::string &backends, const std::string &arch = "qwen2") {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("minfer-explain-tiny-" + arch + "-q4_0.gguf");
   minfer::synth::Options o;
-  o.arch = "qwen2", o.preset = "tiny", o.type = "q4_0", o.seed = 5, o.out = path.string();
+  o.arch = arch, o.preset = "tiny", o.type = "q4_0", o.seed = 5, o.out = path.string();
   minfer::synth::synthesize(o);
   auto file = minfer::gguf::File::open(path.string());
   minfer::models::BuildOptions bo;
@@ -184,7 +184,7 @@ std::string kernel_lines(const std::string &explain, const std::string &name) {
 
 // --explain says which kernel each matmul takes, for a decode token and for a prompt.
 TEST(Explain, CpuNamesEachMatmulsKernel) {
-  const std::string e = explain_tiny_qwen2("backends: {cpu: {isa: scalar}}\n");
+  const std::string e = explain_tiny("backends: {cpu: {isa: scalar}}\n");
   EXPECT_NE(e.find("kernels (per node, for a step of 1 token and of 64):"), std::string::npos) << e;
   const std::string q = kernel_lines(e, "blk.0.attn_q");
   EXPECT_NE(q.find("1: scalar int8 dot products on the q4_0 blocks"), std::string::npos) << e;
@@ -195,7 +195,7 @@ TEST(Explain, CpuNamesEachMatmulsKernel) {
 
 TEST(Explain, CudaNamesPathsAndFusions) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  const std::string e = explain_tiny_qwen2("backends: {cuda: {}}\n");
+  const std::string e = explain_tiny("backends: {cuda: {}}\n");
   const std::string q = kernel_lines(e, "blk.0.attn_q");
   EXPECT_NE(q.find("1: gemv_quantizing_kernel: dp4a on the q4_0 blocks"), std::string::npos) << e;
   EXPECT_NE(q.find("one launch with blk.0.attn_k and blk.0.attn_v"), std::string::npos) << e;
@@ -204,6 +204,10 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and SwiGLU in one launch"), std::string::npos)
       << e;
   EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("64: mmq_kernel: gate, up and SwiGLU in one launch"), std::string::npos) << e;
+  // Gemma's GELU-gated FFN fuses the same way.
+  const std::string g = explain_tiny("backends: {cuda: {}}\n", "gemma2");
+  EXPECT_NE(kernel_lines(g, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and GeGLU in one launch"), std::string::npos) << g;
+  EXPECT_NE(kernel_lines(g, "blk.0.ffn_gate").find("64: mmq_kernel: gate, up and GeGLU in one launch"), std::string::npos) << g;
   const std::string q64 = q.substr(std::min(q.find("64: "), q.size()));  // the prompt-sized step's line
   EXPECT_NE(q64.find("one launch with blk.0.attn_k and blk.0.attn_v"), std::string::npos) << e;
   const std::string at = kernel_lines(e, "blk.0.attn");

@@ -136,16 +136,13 @@ void CudaDevice::argmax_f32(const float *x, int32_t *out, int64_t d, int64_t row
   check_launch(minfer_cuda_argmax_f32(&cfg_, x, out, d, rows, scratch(6, minfer_cuda_argmax_scratch_bytes(d, rows))));
 }
 
-void CudaDevice::geglu_f32(const float *g, const float *u, float *y, int64_t n) {
-  check_launch(minfer_cuda_geglu_f32(&cfg_, g, u, y, n));
-}
 
 void CudaDevice::scale_f32(const float *x, float *y, int64_t n, float scale, float softcap) {
   check_launch(minfer_cuda_scale_f32(&cfg_, x, y, n, scale, softcap));
 }
 
-void CudaDevice::swiglu_f32(const float *g, const float *u, float *y, int64_t n) {
-  check_launch(minfer_cuda_swiglu_f32(&cfg_, g, u, y, n));
+void CudaDevice::glu_f32(int32_t act, const float *g, const float *u, float *y, int64_t n) {
+  check_launch(minfer_cuda_glu_f32(&cfg_, act, g, u, y, n));
 }
 
 bool CudaDevice::attention_rotates(int64_t tokens, bool decode, const minfer_attention_params &p, int32_t cache_dtype) const {
@@ -287,11 +284,11 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
     return matmul_group(x, k, tokens, {{w_dtype, w, y, m, add, add_broadcast, unfused}});
   if (path == MatmulPath::Mmvq) {  // the add in the launch too
     const minfer_cuda_mmq_part part{w, y, add, m, add_broadcast ? 1 : 0};
-    return mmvq(w_dtype, &part, 1, nullptr, x, k, tokens);
+    return mmvq(w_dtype, &part, 1, nullptr, 0, x, k, tokens);
   }
   if (path == MatmulPath::FewTokenMma) {
     const minfer_cuda_mmq_part part{w, y, add, m, add_broadcast ? 1 : 0};
-    return few_token_mma(w_dtype, &part, 1, nullptr, x, k, tokens);
+    return few_token_mma(w_dtype, &part, 1, nullptr, 0, x, k, tokens);
   }
   if (add) {  // a path without an epilogue: the product, then the add
     matmul(w_dtype, w, x, unfused, k, m, tokens);
@@ -342,7 +339,7 @@ void CudaDevice::matmul_group(const float *x, int64_t k, int64_t tokens, const s
     const float *nw = norm ? norm->w : nullptr;
     const float eps = norm ? norm->eps : 0.0f;
     if (first_b == parts.size())
-      return check_launch(minfer_cuda_gemv_quantizing(&cfg_, dtypes[0], gp, int32_t(parts.size()), nullptr, x, k, nw, eps, sm_count_));
+      return check_launch(minfer_cuda_gemv_quantizing(&cfg_, dtypes[0], gp, int32_t(parts.size()), nullptr, 0, x, k, nw, eps, sm_count_));
     return check_launch(minfer_cuda_gemv_quantizing_mixed(&cfg_, dtypes[0], dtypes[first_b], gp, int32_t(parts.size()), int32_t(first_b), x, k,
                                                           nw, eps, sm_count_));
   }
@@ -352,8 +349,8 @@ void CudaDevice::matmul_group(const float *x, int64_t k, int64_t tokens, const s
     // x quantized once, the group's weights in one launch: a layer's K and V alone would not fill the GPU
     minfer_cuda_mmq_part mp[kMinferCudaMmqMaxParts];
     for (size_t i = 0; i < parts.size(); ++i) mp[i] = {parts[i].w, parts[i].y, parts[i].add, parts[i].m, parts[i].add_broadcast ? 1 : 0};
-    if (path == MatmulPath::Mmvq) return mmvq(dtypes[0], mp, int32_t(parts.size()), nullptr, x, k, tokens);
-    if (path == MatmulPath::FewTokenMma) return few_token_mma(dtypes[0], mp, int32_t(parts.size()), nullptr, x, k, tokens);
+    if (path == MatmulPath::Mmvq) return mmvq(dtypes[0], mp, int32_t(parts.size()), nullptr, 0, x, k, tokens);
+    if (path == MatmulPath::FewTokenMma) return few_token_mma(dtypes[0], mp, int32_t(parts.size()), nullptr, 0, x, k, tokens);
     return mmq(dtypes[0], mp, int32_t(parts.size()), x, k, tokens);
   }
   for (const MatmulPart &p : parts) matmul(p.dtype, p.w, x, p.y, k, p.m, tokens, p.add, p.add_broadcast, p.unfused);
@@ -366,20 +363,20 @@ void CudaDevice::mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t
   check_launch(minfer_cuda_mmq(&cfg_, w_dtype, parts, n_parts, xq, k, tokens, &split));
 }
 
-void CudaDevice::mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, const float *x, int64_t k,
-                      int64_t tokens) {
+void CudaDevice::mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act, const float *x,
+                      int64_t k, int64_t tokens) {
   void *q = scratch(0, minfer_cuda_q8_act_bytes(k, tokens));  // activations to 8 bits once
   check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, k * tokens));
-  check_launch(minfer_cuda_mmvq(&cfg_, w_dtype, parts, n_parts, up, q, k, tokens, sm_count_));
+  check_launch(minfer_cuda_mmvq(&cfg_, w_dtype, parts, n_parts, up, act, q, k, tokens, sm_count_));
 }
 
-void CudaDevice::few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, const float *x,
-                               int64_t k, int64_t tokens) {
+void CudaDevice::few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act,
+                               const float *x, int64_t k, int64_t tokens) {
   void *xh = scratch(2, minfer_cuda_few_token_x_bytes(k, tokens));  // activations to f16 once
   check_launch(minfer_cuda_few_token_x(&cfg_, x, xh, k, tokens));
   const size_t partial_bytes = minfer_cuda_few_token_partials_bytes(parts, n_parts, up, k, tokens, sm_count_);
   float *partials = partial_bytes ? static_cast<float *>(scratch(5, partial_bytes)) : nullptr;
-  check_launch(minfer_cuda_few_token_mma(&cfg_, w_dtype, parts, n_parts, up, xh, k, tokens, sm_count_, partials));
+  check_launch(minfer_cuda_few_token_mma(&cfg_, w_dtype, parts, n_parts, up, act, xh, k, tokens, sm_count_, partials));
 }
 
 const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t tokens) {
@@ -388,25 +385,25 @@ const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t toke
   return q;
 }
 
-void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
-                               int64_t tokens, float *gate_out, float *up_out, const RmsNormIn *norm) {
+void CudaDevice::matmul_glu(int32_t act, int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
+                            int64_t tokens, float *gate_out, float *up_out, const RmsNormIn *norm) {
   if (norm && !folds_norm({&w_dtype, 1}, k, tokens, norm->w))
     throw sdk::Error(MINFER_ERR_INTERNAL, "an RMS norm folded into a matmul step that cannot take it");
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Gemv) {
     const minfer_cuda_gemv_part part{gate, y, nullptr, m};
-    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, &part, 1, up, x, k, norm ? norm->w : nullptr, norm ? norm->eps : 0.0f,
-                                                    sm_count_));
+    return check_launch(minfer_cuda_gemv_quantizing(&cfg_, w_dtype, &part, 1, up, act, x, k, norm ? norm->w : nullptr,
+                                                    norm ? norm->eps : 0.0f, sm_count_));
   }
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmvq) {  // one launch, y written once
     const minfer_cuda_mmq_part part{gate, y, nullptr, m, 0};
-    return mmvq(w_dtype, &part, 1, up, x, k, tokens);
+    return mmvq(w_dtype, &part, 1, up, act, x, k, tokens);
   }
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::FewTokenMma) {  // one launch, y written once
     const minfer_cuda_mmq_part part{gate, y, nullptr, m, 0};
-    return few_token_mma(w_dtype, &part, 1, up, x, k, tokens);
+    return few_token_mma(w_dtype, &part, 1, up, act, x, k, tokens);
   }
-  if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq && minfer_cuda_mmq_swiglu_supported(w_dtype))  // one launch, y written once
-    return check_launch(minfer_cuda_mmq_swiglu(&cfg_, w_dtype, gate, up, quantize_for_mmq(x, k, tokens), y, k, m, tokens));
+  if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq && minfer_cuda_mmq_glu_supported(w_dtype))  // one launch, y written once
+    return check_launch(minfer_cuda_mmq_glu(&cfg_, w_dtype, act, gate, up, quantize_for_mmq(x, k, tokens), y, k, m, tokens));
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq) {  // x quantized once, both weights in one launch
     const minfer_cuda_mmq_part mp[2] = {{gate, gate_out, nullptr, m, 0}, {up, up_out, nullptr, m, 0}};
     mmq(w_dtype, mp, 2, x, k, tokens);
@@ -414,7 +411,7 @@ void CudaDevice::matmul_swiglu(int32_t w_dtype, const void *gate, const void *up
     matmul(w_dtype, gate, x, gate_out, k, m, tokens);
     matmul(w_dtype, up, x, up_out, k, m, tokens);
   }
-  swiglu_f32(gate_out, up_out, y, tokens * m);
+  glu_f32(act, gate_out, up_out, y, tokens * m);
 }
 
 void CudaDevice::synchronize() {

@@ -78,8 +78,7 @@ class CudaDevice {
   // freq_factors (device, n_dims/2; null: none): each pair's frequency divided by its factor.
   void rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads, const minfer_rope_params &p,
                 const float *freq_factors, const float *x2 = nullptr, float *y2 = nullptr, int64_t heads2 = 0);
-  void swiglu_f32(const float *g, const float *u, float *y, int64_t n);
-  void geglu_f32(const float *g, const float *u, float *y, int64_t n);
+  void glu_f32(int32_t act, const float *g, const float *u, float *y, int64_t n);  // y = act(g) * u, act a MINFER_CUDA_GLU_*
   void scale_f32(const float *x, float *y, int64_t n, float scale, float softcap);
   void argmax_f32(const float *x, int32_t *out, int64_t d, int64_t rows);
   // Writes this step's K and V rows into the paged caches, then attends (the one-token kernel
@@ -137,10 +136,10 @@ class CudaDevice {
   // one_gemv_launch says so, one MMQ launch for a prompt when they share a dtype, else each as
   // matmul() runs it. norm: only where folds_norm says so.
   void matmul_group(const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts, const RmsNormIn *norm = nullptr);
-  // y = silu(gate x) * (up x): one launch for a decode token, else the two products (into
-  // gate_out, up_out) and the SwiGLU.
-  void matmul_swiglu(int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
-                     int64_t tokens, float *gate_out, float *up_out, const RmsNormIn *norm = nullptr);
+  // y = act(gate x) * (up x) (SwiGLU, GeGLU): one launch where a kernel fuses it, else the two
+  // products (into gate_out, up_out) and the activation.
+  void matmul_glu(int32_t act, int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
+                  int64_t tokens, float *gate_out, float *up_out, const RmsNormIn *norm = nullptr);
   // A block-type matmul weight in device memory: `rows` rows of `cols` values.
   struct WeightRef {
     int32_t dtype;
@@ -177,11 +176,12 @@ class CudaDevice {
   // would not fill the GPU.
   void mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const float *x, int64_t k, int64_t tokens);
   // The few-token dp4a path (mmvq.cu): x quantized once, the parts (or a gate with its up) in one launch.
-  void mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, const float *x, int64_t k, int64_t tokens);
+  void mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act, const float *x, int64_t k,
+            int64_t tokens);
   // The few-token tensor-core path (few_token_mma.cu): x converted to f16 once, the parts (or a
   // gate with its up) in one launch.
-  void few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, const float *x, int64_t k,
-                     int64_t tokens);
+  void few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act, const float *x,
+                     int64_t k, int64_t tokens);
   // x (tokens x k) quantized for MMQ into scratch[0]; valid until the next call.
   const void *quantize_for_mmq(const float *x, int64_t k, int64_t tokens);
   void *scratch_[7] = {};

@@ -41,11 +41,11 @@ class Planner {
     return false;
   }
 
-  // Also gate MATMUL, up MATMUL, SWIGLU of the two (same x, dtype and shape; outputs read by
+  // Also gate MATMUL, up MATMUL, SWIGLU or GEGLU of the two (same x, dtype and shape; outputs read by
   // nothing else): one step, a single kernel for a decode token.
   void run() {
     p_.fuse_add.assign(nodes_.size(), false);
-    p_.fuse_swiglu.assign(nodes_.size(), false);
+    p_.fuse_glu.assign(nodes_.size(), false);
     p_.fuse_rope.assign(nodes_.size(), false);
     p_.fuse_rope_attention.assign(nodes_.size(), false);
     p_.owner.resize(nodes_.size());
@@ -82,20 +82,21 @@ class Planner {
     }
     for (size_t i = 0; i + 2 < nodes_.size(); ++i) {
       const minfer_node &g = nodes_[i].node(), &u = nodes_[i + 1].node(), &sw = nodes_[i + 2].node();
-      if (g.op != MINFER_OP_MATMUL || u.op != MINFER_OP_MATMUL || sw.op != MINFER_OP_SWIGLU || p_.fused_away[i]) continue;
+      if (g.op != MINFER_OP_MATMUL || u.op != MINFER_OP_MATMUL || (sw.op != MINFER_OP_SWIGLU && sw.op != MINFER_OP_GEGLU) || p_.fused_away[i])
+        continue;
       const minfer_tensor &wg = *g.inputs[0], &wu = *u.inputs[0];
       if (!same(*g.inputs[1], *u.inputs[1]) || wg.dtype != wu.dtype || wg.shape[0] != wu.shape[0] || wg.shape[1] != wu.shape[1]) continue;
       if (!same(*sw.inputs[0], *g.output) || !same(*sw.inputs[1], *u.output)) continue;
       if (!(g.output->flags & u.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || read_after(i + 2, *g.output) || read_after(i + 2, *u.output))
         continue;
       if (overlap(*sw.output, *g.inputs[1]) || overlap(*sw.output, wg) || overlap(*sw.output, wu)) continue;
-      p_.fuse_swiglu[i] = true;
+      p_.fuse_glu[i] = true;
       p_.fused_away[i + 1] = p_.fused_away[i + 2] = true, p_.owner[i + 1] = p_.owner[i + 2] = i;
       i += 2;
     }
     for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
       const minfer_node &mm = nodes_[i].node(), &add = nodes_[i + 1].node();
-      if (mm.op != MINFER_OP_MATMUL || !(mm.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || p_.fused_away[i] || p_.fuse_swiglu[i]) continue;
+      if (mm.op != MINFER_OP_MATMUL || !(mm.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || p_.fused_away[i] || p_.fuse_glu[i]) continue;
       const bool bias = add.op == MINFER_OP_ADD_ROW_BROADCAST && same(*add.inputs[0], *mm.output);
       const bool residual = add.op == MINFER_OP_ADD && (same(*add.inputs[0], *mm.output) != same(*add.inputs[1], *mm.output));
       if (!bias && !residual) continue;
@@ -159,7 +160,7 @@ class Planner {
   void plan_matmul_groups() {
     p_.group.assign(nodes_.size(), {});
     const auto is_step = [&](size_t i) {
-      return i < nodes_.size() && nodes_[i].node().op == MINFER_OP_MATMUL && !p_.fused_away[i] && !p_.fuse_swiglu[i];
+      return i < nodes_.size() && nodes_[i].node().op == MINFER_OP_MATMUL && !p_.fused_away[i] && !p_.fuse_glu[i];
     };
     const auto inputs = [](const MatmulStep &st) {
       std::vector<const minfer_tensor *> v(st.matmul->inputs, st.matmul->inputs + st.matmul->n_inputs);
@@ -232,7 +233,7 @@ std::string FusionPlan::summary() const {
   const auto norms = std::count_if(norm_of.begin(), norm_of.end(), [](const minfer_node *n) { return n != nullptr; });
   if (count(fused_away) == 0) return "";
   return "cuda segment of " + std::to_string(fused_away.size()) + " nodes: " + std::to_string(count(fuse_add)) +
-         " matmuls with their bias/residual add, " + std::to_string(count(fuse_swiglu)) + " gate/up/swiglu triples, " +
+         " matmuls with their bias/residual add, " + std::to_string(count(fuse_glu)) + " gate/up/glu triples, " +
          std::to_string(count(fuse_rope)) + " rope pairs (" + std::to_string(count(fuse_rope_attention)) + " with their attention) fused; " +
          std::to_string(groups) + " groups of matmuls sharing their input, " + std::to_string(norms) +
          " matmul steps with the RMS norm they read folded in";

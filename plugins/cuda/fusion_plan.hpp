@@ -14,9 +14,9 @@
 namespace minfer::cuda {
 
 struct FusionPlan {
-  // Per node: the step it heads runs matmul+add, gate+up+swiglu, a rope pair (with its
+  // Per node: the step it heads runs matmul+add, gate+up+glu, a rope pair (with its
   // attention); or a step before it already ran it (fused_away).
-  std::vector<bool> fuse_add, fuse_swiglu, fuse_rope, fuse_rope_attention, fused_away;
+  std::vector<bool> fuse_add, fuse_glu, fuse_rope, fuse_rope_attention, fused_away;
   std::vector<std::vector<MatmulStep>> group;  // at a group's first node: its steps
   std::vector<size_t> owner;                   // per node: the first node of the step that runs it
   std::vector<const minfer_node *> norm_of;    // per step's first node: the RMS norm it runs, or null

@@ -144,7 +144,7 @@ class CudaSegment : public sdk::Segment {
       try {
         const StepNorm norm{plan_.norm_of[i], &norm_ran_};
         if (!plan_.group[i].empty()) run_matmul_group(dev_, plan_.group[i], args, norm);
-        else if (plan_.fuse_swiglu[i]) run_matmul_swiglu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args, norm);
+        else if (plan_.fuse_glu[i]) run_matmul_glu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args, norm);
         else if (plan_.norm_of[i]) run_matmul_group(dev_, std::vector<MatmulStep>{step_at(i)}, args, norm);
         else if (plan_.fuse_add[i]) run_matmul_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else if (plan_.fuse_rope_attention[i]) run_rope_attention(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args);
@@ -168,10 +168,14 @@ class CudaSegment : public sdk::Segment {
     if (plan_.norm_of[i] && path == P::Gemv)
       for (size_t j = 0; j < i; ++j)
         if (&nodes_[j].node() == plan_.norm_of[i]) norm = ", the RMS norm " + nodes_[j].name() + " folded in";
-    if (plan_.fuse_swiglu[i] && path == P::Gemv)
-      return "gemv_quantizing_kernel: gate, up and SwiGLU in one launch (dp4a on the " + type + " blocks)" + norm;
-    if (plan_.fuse_swiglu[i] && path == P::Mmq && minfer_cuda_mmq_swiglu_supported(w.dtype))
-      return "mmq_kernel: gate, up and SwiGLU in one launch (int8 tensor cores on the " + type + " blocks)";
+    const std::string act = plan_.fuse_glu[i] && nodes_[i + 2].node().op == MINFER_OP_GEGLU ? "GeGLU" : "SwiGLU";
+    if (plan_.fuse_glu[i] && path == P::Gemv)
+      return "gemv_quantizing_kernel: gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)" + norm;
+    if (plan_.fuse_glu[i] && path == P::Mmq && minfer_cuda_mmq_glu_supported(w.dtype))
+      return "mmq_kernel: gate, up and " + act + " in one launch (int8 tensor cores on the " + type + " blocks)";
+    if (plan_.fuse_glu[i] && path == P::Mmvq) return "quantize_q8_act_kernel + mmvq_kernel: gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)";
+    if (plan_.fuse_glu[i] && path == P::FewTokenMma)
+      return "few_token_x_kernel + few_token_mma_kernel: gate, up and " + act + " in one launch (f16 tensor cores, the " + type + " blocks dequantized in registers)";
     // A group of two weight dtypes: one mixed GEMV launch for a token, the steps one by one for a prompt.
     const bool mixed = std::any_of(plan_.group[i].begin(), plan_.group[i].end(), [&](const MatmulStep &st) { return st.matmul->inputs[0]->dtype != w.dtype; });
     std::string t;
@@ -189,7 +193,7 @@ class CudaSegment : public sdk::Segment {
       case P::Generic: t = "matmul_kernel (f32 math on " + type + ")"; break;
     }
     if (plan_.fuse_add[i]) t += path == P::Mmq || path == P::Gemv ? ", the add in its epilogue" : ", then an add kernel";
-    if (plan_.fuse_swiglu[i]) t += path == P::Mmq ? "; up in the same launch, then swiglu_f32_kernel" : "; the same for up, then swiglu_f32_kernel";
+    if (plan_.fuse_glu[i]) t += path == P::Mmq ? "; up in the same launch, then glu_f32_kernel" : "; the same for up, then glu_f32_kernel";
     t += norm;
     if (!plan_.group[i].empty() && (path == P::Gemv || (path == P::Mmq && !mixed))) {
       t += "; one launch with";

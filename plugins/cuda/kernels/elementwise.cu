@@ -1,4 +1,5 @@
 // plugins/cuda/kernels/elementwise.cu — f32 elementwise family: one thread per element.
+#include "glu.cuh"
 #include "grid.cuh"
 
 namespace minfer::cuda {
@@ -25,18 +26,9 @@ __global__ void add_row_broadcast_f32_kernel(const float *a, const float *bias, 
   MINFER_GRID_STRIDE(i, total) y[i] = a[i] + bias[i % d];
 }
 
-// y = silu(g) * u
-__global__ void swiglu_f32_kernel(const float *g, const float *u, float *y, int64_t n) {
-  MINFER_GRID_STRIDE(i, n) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-}
-
-// y = gelu(g) * u, GELU's tanh form as x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))) (the
-// same value as 0.5 x (1 + tanh(...)), without its cancellation in the negative tail).
-__global__ void geglu_f32_kernel(const float *g, const float *u, float *y, int64_t n) {
-  MINFER_GRID_STRIDE(i, n) {
-    const float x = g[i];
-    y[i] = x / (1.0f + expf(-1.5957691216057308f * fmaf(0.044715f * x, x * x, x))) * u[i];
-  }
+// y = act(g) * u (glu.cuh)
+__global__ void glu_f32_kernel(int32_t act, const float *g, const float *u, float *y, int64_t n) {
+  MINFER_GRID_STRIDE(i, n) y[i] = glu(act, g[i], u[i]);
 }
 
 // y = scale * x, or softcap * tanh(scale * x / softcap) when softcap > 0.
@@ -81,18 +73,12 @@ extern "C" cudaError_t minfer_cuda_add_row_broadcast_f32(minfer_cuda_launch_cfg 
   return launched(cfg, "add_row_broadcast_f32_kernel");
 }
 
-extern "C" cudaError_t minfer_cuda_geglu_f32(minfer_cuda_launch_cfg *cfg, const float *g, const float *u, float *y, int64_t n) {
-  geglu_f32_kernel<<<grid_for(cfg, n), kBlock, 0, cfg->stream>>>(g, u, y, n);
-  return launched(cfg, "geglu_f32_kernel");
-}
-
 extern "C" cudaError_t minfer_cuda_scale_f32(minfer_cuda_launch_cfg *cfg, const float *x, float *y, int64_t n, float scale, float softcap) {
   scale_f32_kernel<<<grid_for(cfg, n), kBlock, 0, cfg->stream>>>(x, y, n, scale, softcap);
   return launched(cfg, "scale_f32_kernel");
 }
 
-extern "C" cudaError_t minfer_cuda_swiglu_f32(minfer_cuda_launch_cfg *cfg, const float *g, const float *u, float *y,
-                                              int64_t n) {
-  swiglu_f32_kernel<<<grid_for(cfg, n), kBlock, 0, cfg->stream>>>(g, u, y, n);
-  return launched(cfg, "swiglu_f32_kernel");
+extern "C" cudaError_t minfer_cuda_glu_f32(minfer_cuda_launch_cfg *cfg, int32_t act, const float *g, const float *u, float *y, int64_t n) {
+  glu_f32_kernel<<<grid_for(cfg, n), kBlock, 0, cfg->stream>>>(act, g, u, y, n);
+  return launched(cfg, act == MINFER_CUDA_GLU_GELU ? "glu_f32_kernel (gelu)" : "glu_f32_kernel (silu)");
 }

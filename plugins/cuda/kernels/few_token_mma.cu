@@ -22,7 +22,7 @@
 // pieces of 8 rows cost a wavefront per row and the kernel ran at a quarter of the bytes'
 // rate (a 7B gate matrix: 52 us at 2-16 tokens).
 //
-// A warp makes 32 weight rows (four n8 tiles; with a SwiGLU 16 gate rows and the same 16 up
+// A warp makes 32 weight rows (four n8 tiles; gated 16 gate rows and the same 16 up
 // rows) x all tokens, over its split of k. Measured (H200, 7B gate and down): 35-39 us from 2
 // to 16 tokens, 49-54 at 32; the GEMV and MMQ cost 42-89 and 67-71 at 8 tokens. Matrices with few row blocks split k over several
 // blocks; their partials are summed in a fixed order by few_token_sum_kernel (the same result
@@ -32,6 +32,7 @@
 #include <algorithm>
 
 #include "async_copy.cuh"
+#include "glu.cuh"
 #include "grid.cuh"
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
@@ -42,7 +43,7 @@ namespace {
 constexpr int kWarps = 4;                           // per block
 constexpr int kRowTiles = 4;                        // n8 tiles of weight rows per warp
 constexpr int kWarpRows = 8 * kRowTiles;            // 32
-constexpr int kBlockRows = kWarps * kWarpRows;      // 128 (64 part rows with a SwiGLU)
+constexpr int kBlockRows = kWarps * kWarpRows;      // 128 (64 part rows gated)
 constexpr int kStageBlocks = 4;                     // blocks of k per stage (72 bytes of a Q4_0 row)
 constexpr int kMaxTiles = 2;                        // token tiles of 16: 32 tokens at most
 constexpr int kMaxSplits = 16, kMinSplitStages = 2; // split-K: at most 16, each >= 2 stages
@@ -59,7 +60,8 @@ struct FewParts {
   const float *add[kParts];  // NULL, or added: per row (add_broadcast) or per value
   int64_t m[kParts], blocks_end[kParts];  // part p's row blocks are [blocks_end[p-1], blocks_end[p])
   int add_broadcast[kParts];
-  const void *up;  // SwiGLU (one part, the gate): y = silu(gate x) * (up x)
+  const void *up;  // gated (one part, the gate): y = act(gate x) * (up x)
+  int act;         // MINFER_CUDA_GLU_*
   int splits;
   float *partials;  // splits > 1: split z of part p at partials + z * stride + off[p], [tokens][m]
   int64_t partial_stride, partial_off[kParts];
@@ -102,11 +104,11 @@ __device__ __forceinline__ uint32_t dequant_pair(uint32_t word, __half2 d) {
   return *reinterpret_cast<const uint32_t *>(&v);
 }
 
-template <int kTiles, bool kSwiGLU>
+template <int kTiles, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 4 : 3) few_token_mma_kernel(const __grid_constant__ FewParts parts, const __half *xh, int64_t k,
                                                                      int64_t tokens) {
   constexpr int kTok = 16 * kTiles;
-  constexpr int kPartRows = kSwiGLU ? kWarpRows / 2 : kWarpRows;  // rows of the part per warp
+  constexpr int kPartRows = kGated ? kWarpRows / 2 : kWarpRows;  // rows of the part per warp
   __shared__ __align__(16) uint8_t wsm[2][kBlockRows][kWStride];
   __shared__ __align__(16) __half xsm[2][kTok][kXStride];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -118,11 +120,11 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 4 : 3) few_token_mm
     const int64_t m = pick(parts.m, p);
     const int64_t base = (rb - (p == 0 ? 0 : pick(parts.blocks_end, p - 1))) * (kWarps * kPartRows);  // the block's first part row
     // The pieces this thread copies each stage: shared row i is warp i / 32's tile (i / 8) % 4,
-    // lane row i % 8 (SwiGLU: tiles 2 and 3 are up's rows); rows past the end copy the last row.
+    // lane row i % 8 (gated: tiles 2 and 3 are up's rows); rows past the end copy the last row.
     // Found again each stage: keeping nine pointers cost a block per SM of registers.
     const auto source = [&](int i) {
       const int r = (i >> 3) & 3;
-      const bool up = kSwiGLU && r >= kRowTiles / 2;
+      const bool up = kGated && r >= kRowTiles / 2;
       const int64_t o_want = base + (i >> 5) * kPartRows + 8 * (up ? r - kRowTiles / 2 : r) + (i & 7), o = o_want < m ? o_want : m - 1;
       return static_cast<const uint8_t *>(up ? parts.up : pick(parts.w, p)) + o * nb * int64_t(sizeof(minfer_block_q4_0));
     };
@@ -189,7 +191,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 4 : 3) few_token_mm
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll
-      for (int r = 0; r < (kSwiGLU ? kRowTiles / 2 : kRowTiles); ++r)
+      for (int r = 0; r < (kGated ? kRowTiles / 2 : kRowTiles); ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int64_t tok = 16 * t + g + 8 * h, o = o0 + 8 * r + 2 * q;
@@ -198,7 +200,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 4 : 3) few_token_mm
           for (int j = 0; j < 2; ++j) {
             if (o + j >= m) break;
             float v = acc[t][r][2 * h + j];
-            if (kSwiGLU) v = v / (1.0f + expf(-v)) * acc[t][r + kRowTiles / 2][2 * h + j];
+            if (kGated) v = glu(parts.act, v, acc[t][r + kRowTiles / 2][2 * h + j]);
             const int64_t at = tok * m + o + j;
             y[at] = add ? v + add[bcast ? o + j : at] : v;
           }
@@ -280,12 +282,14 @@ extern "C" size_t minfer_cuda_few_token_partials_bytes(const minfer_cuda_mmq_par
 }
 
 extern "C" cudaError_t minfer_cuda_few_token_mma(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *in, int32_t n_parts,
-                                                 const void *up, const void *xh, int64_t k, int64_t tokens, int32_t sm_count, float *partials) {
+                                                 const void *up, int32_t act, const void *xh, int64_t k, int64_t tokens, int32_t sm_count,
+                                                 float *partials) {
   if (!minfer_cuda_few_token_mma_supported(dtype, k, tokens)) return cudaErrorNotSupported;
   if (n_parts < 1 || n_parts > kParts || (up && n_parts != 1)) return cudaErrorInvalidValue;
   Plan pl = plan(in, n_parts, up, k, tokens, sm_count);
   if (pl.parts.splits > 1 && !partials) return cudaErrorInvalidValue;  // minfer_cuda_few_token_partials_bytes said how much
   pl.parts.partials = partials;
+  pl.parts.act = act;
   const int64_t units = pl.row_blocks * pl.parts.splits;
   const unsigned grid = unsigned(std::min<int64_t>(units, cfg->max_blocks));
   const auto *x = static_cast<const __half *>(xh);
@@ -293,7 +297,8 @@ extern "C" cudaError_t minfer_cuda_few_token_mma(minfer_cuda_launch_cfg *cfg, in
   const auto run = [&](auto kernel) { kernel<<<grid, kWarps * 32, 0, cfg->stream>>>(pl.parts, x, k, tokens); };
   if (up) tiles == 1 ? run(few_token_mma_kernel<1, true>) : run(few_token_mma_kernel<2, true>);
   else tiles == 1 ? run(few_token_mma_kernel<1, false>) : run(few_token_mma_kernel<2, false>);
-  cudaError_t e = launched(cfg, up ? "few_token_mma_kernel (gate, up, swiglu)" : "few_token_mma_kernel", dtype);
+  cudaError_t e = launched(cfg, up ? (act == MINFER_CUDA_GLU_GELU ? "few_token_mma_kernel (gate, up, gelu)" : "few_token_mma_kernel (gate, up, silu)")
+                                     : "few_token_mma_kernel", dtype);
   if (e != cudaSuccess || pl.parts.splits == 1) return e;
   int64_t n = 0;
   for (int i = 0; i < n_parts; ++i) n += tokens * in[i].m;

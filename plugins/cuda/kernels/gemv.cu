@@ -1,8 +1,9 @@
 // plugins/cuda/kernels/gemv.cu — the one-token matmul (decode): y = W x for the block types of
 // qblock.cuh, x in f32 quantized by the kernel itself into shared memory (no launch before
 // it), dp4a dot products (int8_dot.cuh). One launch can take up to three weights sharing x
-// (a layer's Q, K, V with their biases), or a gate and up weight with their SwiGLU, and an
+// (a layer's Q, K, V with their biases), or a gate and up weight with their activation (SwiGLU, GeGLU), and an
 // RMS norm of x folded in.
+#include "glu.cuh"
 #include "grid.cuh"
 #include "int8_dot.cuh"
 #include "minfer/blocks.h"
@@ -117,6 +118,7 @@ struct GemvParts {
   float eps;
   int first_b;  // parts from this one on are of the second block type (gemv_mixed_kernel), else n
   bool staged;  // rows read in 16-byte pieces through shared memory (gemv_staged_rows)
+  int act;      // with an up weight: the gate's activation (MINFER_CUDA_GLU_*)
 };
 
 // Part p's entry of an array of the kernel parameter, by selects: indexing it with a run-time
@@ -192,7 +194,7 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
         if (kGated) b = sub_dot<Block>(s[R + u], xs[lane]);
       }
       float v = scale * warp_sum(a);
-      if (kGated) v = v / (1.0f + expf(-v)) * (scale * warp_sum(b));
+      if (kGated) v = glu(parts.act, v, scale * warp_sum(b));
       if (live && lane == 0) store_row(parts, pr[u], rr[u], v);
     }
   }
@@ -296,7 +298,7 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
       gate = v;
       return;
     }
-    if (lane == 0) store_row(parts, done.p, done.r, kGated ? gate / (1.0f + expf(-gate)) * v : v);
+    if (lane == 0) store_row(parts, done.p, done.r, kGated ? glu(parts.act, gate, v) : v);
   };
   while (use_at.o < rows) {
     step(va, vb);
@@ -306,8 +308,8 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
 }
 
 // kGated false: y_i[r] = W_i[r].x (+ add_i[r]) for every part i (a layer's Q, K and V in one
-// launch). kGated (one part): W is the gate and `up` a second weight: y[r] = silu(W[r].x) *
-// up[r].x, the FFN's two products and its SwiGLU in one launch. A warp's first row starts
+// launch). kGated (one part): W is the gate and `up` a second weight: y[r] = act(W[r].x) *
+// up[r].x, the FFN's two products and its activation in one launch. A warp's first row starts
 // loading before x is quantized, so the weights' memory latency overlaps the quantizing (the
 // gate's part only when gated: both would not fit in registers).
 template <class Block, bool kGated>
@@ -333,7 +335,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const _
     float v = scale * row_dot(row, xs, ns, lane, first);
     if (kGated) {
       load_subs(up + r * nb, lane, ns, first);
-      v = v / (1.0f + expf(-v)) * (scale * row_dot(up + r * nb, xs, ns, lane, first));
+      v = glu(parts.act, v, scale * row_dot(up + r * nb, xs, ns, lane, first));
     }
     if (lane == 0) store_row(parts, p, r, v);
   }
@@ -389,11 +391,12 @@ extern "C" int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k) {
 }
 
 extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
-                                                   const void *up, const float *x, int64_t k, const float *norm_w, float eps,
-                                                   int32_t sm_count) {
+                                                   const void *up, int32_t act, const float *x, int64_t k, const float *norm_w,
+                                                   float eps, int32_t sm_count) {
   if (n_parts < 1 || n_parts > kMinferCudaGemvMaxParts || (up && n_parts != 1)) return cudaErrorInvalidValue;
   int64_t m;
   GemvParts gp = gemv_parts(parts, n_parts, norm_w, eps, m);
+  gp.act = act;
   const int64_t per_warp = k / 32 <= 32 ? (up ? kShortRows / 2 : kShortRows) : 1;  // rows a warp takes at once
   const int64_t blocks = gemv_blocks(cfg, m, per_warp, sm_count);
   size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
@@ -412,7 +415,7 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
       gemv_quantizing_kernel<Block, false><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(gp, nullptr, x, k);
   });
   if (!known) return cudaErrorNotSupported;
-  return launched(cfg, up ? "gemv_quantizing_kernel (gate, up, swiglu)" : n_parts > 1 ? "gemv_quantizing_kernel (grouped)" : "gemv_quantizing_kernel",
+  return launched(cfg, up ? (act == MINFER_CUDA_GLU_GELU ? "gemv_quantizing_kernel (gate, up, gelu)" : "gemv_quantizing_kernel (gate, up, silu)") : n_parts > 1 ? "gemv_quantizing_kernel (grouped)" : "gemv_quantizing_kernel",
                   dtype);
 }
 

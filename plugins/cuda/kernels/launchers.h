@@ -70,11 +70,11 @@ cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, co
 size_t minfer_cuda_argmax_scratch_bytes(int64_t d, int64_t rows);
 cudaError_t minfer_cuda_argmax_f32(minfer_cuda_launch_cfg *cfg, const float *x, int32_t *out, int64_t d, int64_t rows, void *scratch);
 
-/* elementwise.cu: y = silu(gate) * up */
-cudaError_t minfer_cuda_swiglu_f32(minfer_cuda_launch_cfg *cfg, const float *gate, const float *up, float *y,
-                                   int64_t n);
-/* elementwise.cu: y = gelu(gate) * up (GELU's tanh form) */
-cudaError_t minfer_cuda_geglu_f32(minfer_cuda_launch_cfg *cfg, const float *gate, const float *up, float *y, int64_t n);
+/* A gated FFN's activation of the gate (glu.cuh): SwiGLU's silu, GeGLU's GELU (tanh form). */
+enum { MINFER_CUDA_GLU_SILU = 0, MINFER_CUDA_GLU_GELU = 1 };
+
+/* elementwise.cu: y = act(gate) * up, act a MINFER_CUDA_GLU_* */
+cudaError_t minfer_cuda_glu_f32(minfer_cuda_launch_cfg *cfg, int32_t act, const float *gate, const float *up, float *y, int64_t n);
 /* elementwise.cu: y = scale * x, or softcap * tanh(scale * x / softcap) when softcap > 0 */
 cudaError_t minfer_cuda_scale_f32(minfer_cuda_launch_cfg *cfg, const float *x, float *y, int64_t n, float scale, float softcap);
 
@@ -144,8 +144,8 @@ cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, const float
  * whose quantized activation blocks fit in 48 KiB of shared memory. Up to
  * kMinferCudaGemvMaxParts products of the same x, dtype and k in one launch (a layer's Q, K
  * and V): part i: y = w x (+ add: NULL, or m values, a bias or a residual). up: NULL, or a
- * second weight of the one part's shape and dtype: y = silu(w x) * (up x), an FFN's gate, up
- * and SwiGLU in one launch. norm_w: NULL, or x is first RMS-normed with these k weights and
+ * second weight of the one part's shape and dtype: y = act(w x) * (up x) (act: a
+ * MINFER_CUDA_GLU_*), an FFN's gate, up and activation in one launch. norm_w: NULL, or x is first RMS-normed with these k weights and
  * eps (x / sqrt(mean(x^2) + eps) * norm_w), the norm folded into the products. */
 enum { kMinferCudaGemvMaxParts = 3 };
 typedef struct {
@@ -164,7 +164,8 @@ cudaError_t minfer_cuda_gemv_quantizing_mixed(minfer_cuda_launch_cfg *cfg, int32
                                               const float *norm_w, float eps, int32_t sm_count);
 int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k);
 cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
-                                        const void *up, const float *x, int64_t k, const float *norm_w, float eps, int32_t sm_count);
+                                        const void *up, int32_t act, const float *x, int64_t k, const float *norm_w, float eps,
+                                        int32_t sm_count);
 
 /* mmq.cu: y = W x for many tokens on int8 tensor cores, W's blocks read in place (the int8
  * block types), x quantized by minfer_cuda_quantize_mmq_x. Up to kMinferCudaMmqMaxParts
@@ -196,16 +197,16 @@ size_t minfer_cuda_mmq_x_bytes(int64_t k, int64_t tokens);
 cudaError_t minfer_cuda_quantize_mmq_x(minfer_cuda_launch_cfg *cfg, const float *x, void *q, int64_t k, int64_t tokens);
 cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *xq,
                             int64_t k, int64_t tokens, const minfer_cuda_mmq_split *split);
-/* An FFN's gate and up weights (same dtype and shape, m rows) and their SwiGLU in one launch:
- * y = silu(gate x) * (up x). Only for the types minfer_cuda_mmq_swiglu_supported names. */
-int minfer_cuda_mmq_swiglu_supported(int32_t dtype);
-cudaError_t minfer_cuda_mmq_swiglu(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *gate, const void *up, const void *xq, float *y,
-                                   int64_t k, int64_t m, int64_t tokens);
+/* An FFN's gate and up weights (same dtype and shape, m rows) and their activation in one
+ * launch: y = act(gate x) * (up x). Only for the types minfer_cuda_mmq_glu_supported names. */
+int minfer_cuda_mmq_glu_supported(int32_t dtype);
+cudaError_t minfer_cuda_mmq_glu(minfer_cuda_launch_cfg *cfg, int32_t dtype, int32_t act, const void *gate, const void *up, const void *xq,
+                                float *y, int64_t k, int64_t m, int64_t tokens);
 
 /* few_token_mma.cu: a few tokens (1..64; batched decode steps) on f16 tensor cores, the
  * weights dequantized in registers (Q4_0 so far: minfer_cuda_few_token_mma_supported). x is
  * converted first by minfer_cuda_few_token_x into xh (16-byte aligned,
- * minfer_cuda_few_token_x_bytes); the parts (or a gate with its up: y = silu(gate x) * (up x))
+ * minfer_cuda_few_token_x_bytes); the parts (or a gate with its up: y = act(gate x) * (up x))
  * in one launch, split over k where the rows would not fill the GPU, into `partials`
  * (minfer_cuda_few_token_partials_bytes; 0: no split) summed in a fixed order. */
 int minfer_cuda_few_token_mma_supported(int32_t dtype, int64_t k, int64_t tokens);
@@ -214,7 +215,8 @@ cudaError_t minfer_cuda_few_token_x(minfer_cuda_launch_cfg *cfg, const float *x,
 size_t minfer_cuda_few_token_partials_bytes(const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int64_t k,
                                             int64_t tokens, int32_t sm_count);
 cudaError_t minfer_cuda_few_token_mma(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts,
-                                      const void *up, const void *xh, int64_t k, int64_t tokens, int32_t sm_count, float *partials);
+                                      const void *up, int32_t act, const void *xh, int64_t k, int64_t tokens, int32_t sm_count,
+                                      float *partials);
 
 /* matmul.cu: y[t][o] = sum_i W[o][i] x[t][i] for W of any weight dtype; one warp per row. */
 cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x,
@@ -224,12 +226,12 @@ cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, con
  * values, a multiple of 32) into q (minfer_cuda_q8_act_bytes), then for each of up to
  * kMinferCudaMmqMaxParts parts (MMQ's part struct: the same dtype and k, sharing x) y = w x
  * (+ add) for `tokens` tokens, in one launch. up: NULL, or a second weight of the one part's
- * shape: y = silu(w x) * (up x), an FFN's gate, up and SwiGLU (no add). */
+ * shape: y = act(w x) * (up x), an FFN's gate, up and activation (no add). */
 size_t minfer_cuda_q8_act_bytes(int64_t k, int64_t tokens);
 cudaError_t minfer_cuda_quantize_q8_act(minfer_cuda_launch_cfg *cfg, const float *x, void *q, int64_t n);
 int minfer_cuda_mmvq_supported(int32_t dtype);
 cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts,
-                             const void *up, const void *xq, int64_t k, int64_t tokens, int32_t sm_count);
+                             const void *up, int32_t act, const void *xq, int64_t k, int64_t tokens, int32_t sm_count);
 
 /* gemm_f16.cu: C[n][m] = X[n][k] W[m][k]^T on tensor cores (f16 in, f32 out); n and m
  * multiples of 64, k a multiple of 16 (cudaErrorInvalidValue otherwise); multiples of 128,

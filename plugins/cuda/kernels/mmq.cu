@@ -22,6 +22,7 @@
 #include <algorithm>
 
 #include "async_copy.cuh"
+#include "glu.cuh"
 #include "grid.cuh"
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
@@ -40,7 +41,7 @@ template <class Block>
 constexpr int kUnpackPairDist = QBlock<Block>::kSubs != 1 ? 0 : sizeof(Block) % 8 == 4 ? 1 : sizeof(Block) % 4 == 2 ? 2 : 0;
 
 // The shared memory of one block, per weight type, tile height and weights per tile (two for
-// a gate and an up weight with their SwiGLU); dynamic: over 48 KiB for most.
+// a gate and an up weight with their activation); dynamic: over 48 KiB for most.
 template <class Block, int kTileRows, int kW = 1>
 struct MmqLayout {
   using QB = QBlock<Block>;
@@ -108,6 +109,7 @@ struct MmqParts {
   int splits;
   float *partials;
   int64_t partial_stride, partial_off[kMinferCudaMmqMaxParts];
+  int act;  // gated: the gate's activation (MINFER_CUDA_GLU_*)
 };
 
 
@@ -130,14 +132,14 @@ __global__ void mmq_split_sum_kernel(const __grid_constant__ MmqParts parts) {
   }
 }
 
-// kSwiGLU: parts are a gate (0) and an up weight (1) of the same shape; a tile makes both
-// products of its rows and writes silu(gate) * up to part 0's y (no add).
-template <class Block, int kTileRows, bool kSwiGLU>
-__global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU ? 2 : 1>::kMinBlocks)
+// kGated: parts are a gate (0) and an up weight (1) of the same shape; a tile makes both
+// products of its rows and writes act(gate) * up to part 0's y (no add).
+template <class Block, int kTileRows, bool kGated>
+__global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kGated ? 2 : 1>::kMinBlocks)
     mmq_kernel(const __grid_constant__ MmqParts parts, const minfer_cuda_q8_act4 *x, int64_t k, int64_t tokens, int64_t row_tiles,
                int64_t token_tiles, int64_t group_tiles) {
   using QB = QBlock<Block>;
-  constexpr int kW = kSwiGLU ? 2 : 1;  // weights per tile
+  constexpr int kW = kGated ? 2 : 1;  // weights per tile
   using L = MmqLayout<Block, kTileRows, kW>;
   constexpr int kWarpRows = kTileRows / 2, kI = kWarpRows / 16;  // a warp: kWarpRows x 32 of the tile, kI 16-row groups
   constexpr int S = L::kStageSubs;
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU 
       const bool interior = s + 1 < stages;
 #pragma unroll
       for (int wi = 0; wi < kW; ++wi) {
-        const uint8_t *const wbytes = static_cast<const uint8_t *>(pick(parts.w, kSwiGLU ? wi : tile_part));
+        const uint8_t *const wbytes = static_cast<const uint8_t *>(pick(parts.w, kGated ? wi : tile_part));
         if (L::kSpan % 8 == 0 && parts.copy8) {
           // 8-byte pieces spread over all threads, consecutive threads on consecutive pieces:
           // four times fewer copy instructions than the words below.
@@ -366,9 +368,8 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU 
         for (int e = 0; e < 4; ++e) {
           const int64_t row = row0 + wm * kWarpRows + i * 16 + g + (e >= 2 ? 8 : 0), tok = tok0 + wn * 32 + j * 8 + tg * 2 + (e & 1);
           if (row >= m || tok >= tokens) continue;
-          if (kSwiGLU) {
-            const float gv = acc[0][i][j][e];
-            y[tok * m + row] = gv / (1.0f + expf(-gv)) * acc[kW - 1][i][j][e];
+          if (kGated) {
+            y[tok * m + row] = glu(parts.act, acc[0][i][j][e], acc[kW - 1][i][j][e]);
           } else {
             y[tok * m + row] = acc[0][i][j][e] + (add ? add[add_broadcast ? row : tok * m + row] : 0.0f);
           }
@@ -377,11 +378,11 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kSwiGLU 
   }
 }
 
-// Gate, up and SwiGLU in one launch: two weights' tiles in shared memory; only where three
+// Gate, up and their activation in one launch: two weights' tiles in shared memory; only where three
 // blocks still fit an SM (the 18- to 24-byte block types; Q8_0 and the K types would drop to
 // one or two).
 template <class Block>
-constexpr bool kFusesSwiGLU = QBlock<Block>::kSubs == 1 && MmqLayout<Block, 64, 2>::kMinBlocks >= 3;
+constexpr bool kFusesGlu = QBlock<Block>::kSubs == 1 && MmqLayout<Block, 64, 2>::kMinBlocks >= 3;
 
 // 128-row tiles halve the copies and fragment loads per product, but only where three fit an
 // SM: the K types' stages (a whole super-block) and Q8_0's 34-byte blocks need too much
@@ -425,15 +426,17 @@ MmqPlan plan_mmq(const minfer_cuda_mmq_part *parts, int n_parts, int64_t k, int6
 }
 
 
-template <class Block, int kTileRows, bool kSwiGLU = false>
+template <class Block, int kTileRows, bool kGated = false>
 cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part *in, int n_parts, const void *xq, int64_t k,
-                         int64_t tokens, int32_t dtype, int splits = 1, const minfer_cuda_mmq_split *split = nullptr) {
+                         int64_t tokens, int32_t dtype, int splits = 1, const minfer_cuda_mmq_split *split = nullptr,
+                         int32_t act = MINFER_CUDA_GLU_SILU) {
   MmqParts parts{};
+  parts.act = act;
   int64_t row_tiles = 0;
   for (int i = 0; i < n_parts; ++i) {
     parts.w[i] = in[i].w, parts.y[i] = in[i].y, parts.add[i] = in[i].add, parts.m[i] = in[i].m;
     parts.add_broadcast[i] = in[i].add_broadcast;
-    if (!kSwiGLU || i == 0) row_tiles += (in[i].m + kTileRows - 1) / kTileRows;  // SwiGLU: both weights' rows in one tile
+    if (!kGated || i == 0) row_tiles += (in[i].m + kTileRows - 1) / kTileRows;  // gated: both weights' rows in one tile
     parts.tiles_end[i] = row_tiles;
   }
   for (int i = n_parts; i < kMinferCudaMmqMaxParts; ++i) parts.tiles_end[i] = row_tiles;
@@ -452,13 +455,13 @@ cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part
   // of the L2 (minfer_cuda_q8_act4: 160 bytes per 128 values).
   const int64_t tile_x_bytes = kTileTokens * ((k / 32 + 3) / 4) * int64_t(sizeof(minfer_cuda_q8_act4));
   const int64_t group_tiles = std::max<int64_t>(1, std::min<int64_t>(token_tiles, (int64_t(16) << 20) / tile_x_bytes));
-  constexpr int smem = MmqLayout<Block, kTileRows, kSwiGLU ? 2 : 1>::kBytes;
+  constexpr int smem = MmqLayout<Block, kTileRows, kGated ? 2 : 1>::kBytes;
   // Above the default 48 KiB with the kernel's few static bytes: opt in (per device, so every launch).
   if (smem + 1024 > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(mmq_kernel<Block, kTileRows, kSwiGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const cudaError_t err = cudaFuncSetAttribute(mmq_kernel<Block, kTileRows, kGated>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
   }
-  mmq_kernel<Block, kTileRows, kSwiGLU><<<unsigned(units < cfg->max_blocks ? units : cfg->max_blocks), kThreads, smem, cfg->stream>>>(
+  mmq_kernel<Block, kTileRows, kGated><<<unsigned(units < cfg->max_blocks ? units : cfg->max_blocks), kThreads, smem, cfg->stream>>>(
       parts, static_cast<const minfer_cuda_q8_act4 *>(xq), k, tokens, row_tiles, token_tiles, group_tiles);
   if (splits > 1) {
     if (const cudaError_t err = launched(cfg, "mmq_kernel (split k)", dtype); err != cudaSuccess) return err;
@@ -466,7 +469,7 @@ cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part
     return launched(cfg, "mmq_split_sum_kernel", dtype);
   }
   return launched(cfg,
-                  kSwiGLU            ? "mmq_kernel (gate, up, swiglu; 64 x 64 tiles)"
+                  kGated             ? (act == MINFER_CUDA_GLU_GELU ? "mmq_kernel (gate, up, gelu; 64 x 64 tiles)" : "mmq_kernel (gate, up, silu; 64 x 64 tiles)")
                   : kTileRows == 64 ? "mmq_kernel (64 x 64 tiles)"
                                     : "mmq_kernel (128 x 64 tiles)",
                   dtype);
@@ -490,9 +493,9 @@ extern "C" int minfer_cuda_mmq_supported(int32_t dtype) {
   return visit_int8_block(dtype, [](auto) {});
 }
 
-extern "C" int minfer_cuda_mmq_swiglu_supported(int32_t dtype) {
+extern "C" int minfer_cuda_mmq_glu_supported(int32_t dtype) {
   bool fuses = false;
-  visit_int8_block(dtype, [&](auto tag) { fuses = kFusesSwiGLU<decltype(tag)>; });
+  visit_int8_block(dtype, [&](auto tag) { fuses = kFusesGlu<decltype(tag)>; });
   return fuses;
 }
 
@@ -526,14 +529,14 @@ extern "C" cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtyp
   return err;
 }
 
-extern "C" cudaError_t minfer_cuda_mmq_swiglu(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *gate, const void *up, const void *xq,
-                                              float *y, int64_t k, int64_t m, int64_t tokens) {
+extern "C" cudaError_t minfer_cuda_mmq_glu(minfer_cuda_launch_cfg *cfg, int32_t dtype, int32_t act, const void *gate, const void *up,
+                                           const void *xq, float *y, int64_t k, int64_t m, int64_t tokens) {
   const minfer_cuda_mmq_part parts[2] = {{gate, y, nullptr, m, 0}, {up, y, nullptr, m, 0}};
   if (const cudaError_t err = check_mmq_args(dtype, parts, 2, xq, k); err != cudaSuccess) return err;
   cudaError_t err = cudaErrorNotSupported;
   visit_int8_block(dtype, [&](auto tag) {
     using Block = decltype(tag);
-    if constexpr (kFusesSwiGLU<Block>) err = launch_tiles<Block, 64, true>(cfg, parts, 2, xq, k, tokens, dtype);
+    if constexpr (kFusesGlu<Block>) err = launch_tiles<Block, 64, true>(cfg, parts, 2, xq, k, tokens, dtype, 1, nullptr, act);
   });
   return err;
 }

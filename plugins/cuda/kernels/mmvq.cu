@@ -11,6 +11,7 @@
 // (warp_sums). One token takes gemv.cu's kernel instead, which quantizes x itself.
 #include <algorithm>
 
+#include "glu.cuh"
 #include "grid.cuh"
 #include "int8_dot.cuh"
 #include "minfer/blocks.h"
@@ -98,14 +99,15 @@ __device__ __forceinline__ minfer_cuda_q8_act load_act(const minfer_cuda_q8_act 
 }
 
 // The weights of one launch, sharing x: part i's row groups (kRows rows each; kRows / 2 of
-// a gate and as many of its up weight with a SwiGLU) are [groups_end[i-1], groups_end[i]).
+// a gate and as many of its up weight gated) are [groups_end[i-1], groups_end[i]).
 struct MmvqParts {
   const void *w[kMinferCudaMmqMaxParts];
   float *y[kMinferCudaMmqMaxParts];
   const float *add[kMinferCudaMmqMaxParts];  // NULL, or added: per row (add_broadcast) or per value
   int64_t m[kMinferCudaMmqMaxParts], groups_end[kMinferCudaMmqMaxParts];
   int add_broadcast[kMinferCudaMmqMaxParts];
-  const void *up;  // SwiGLU: one part, the gate; y = silu(gate x) * (up x)
+  const void *up;  // gated: one part, the gate; y = act(gate x) * (up x)
+  int act;         // MINFER_CUDA_GLU_*
 };
 
 // Part p's entry, by selects (a run-time index would copy the parameter to local memory).
@@ -120,11 +122,11 @@ __device__ __forceinline__ T pick(const T (&a)[kMinferCudaMmqMaxParts], int p) {
 // were the limit: a 4-token 7B gate matmul cost 2.4x the one-token one), and kRows x kUnroll
 // sub-blocks of weights are in flight per lane. tpc: tokens per pass (<= kT), as many as the shared memory
 // holds; more tokens take several passes over the weights.
-template <class Block, int kT, bool kSwiGLU>
+template <class Block, int kT, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) mmvq_kernel(const __grid_constant__ MmvqParts parts, const minfer_cuda_q8_act *x,
                                                                       int64_t k, int64_t tokens, int tpc) {
   constexpr int kN = kRows * kT;  // sums per warp: row r, token j is value r * kT + j
-  constexpr int kPartRows = kSwiGLU ? kRows / 2 : kRows;  // rows of the part per group
+  constexpr int kPartRows = kGated ? kRows / 2 : kRows;  // rows of the part per group
   extern __shared__ minfer_cuda_q8_act xs[];  // tpc tokens' activation blocks, token-major
   const int lane = threadIdx.x & 31;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs);  // sub-blocks, blocks per row
@@ -142,10 +144,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) mmvq_kernel(const __g
       const int64_t m = pick(parts.m, p), o0 = (g - (p == 0 ? 0 : pick(parts.groups_end, p - 1))) * kPartRows;
       const int live = m - o0 < kPartRows ? int(m - o0) : kPartRows;  // rows of the group inside the part
       const Block *w = static_cast<const Block *>(pick(parts.w, p));
-      const Block *row[kRows];  // SwiGLU: gate rows, then the same rows of up
+      const Block *row[kRows];  // gated: gate rows, then the same rows of up
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
-        row[r] = kSwiGLU && r >= kPartRows ? static_cast<const Block *>(parts.up) + (o0 + r - kPartRows) * nb : w + (o0 + r) * nb;
+        row[r] = kGated && r >= kPartRows ? static_cast<const Block *>(parts.up) + (o0 + r - kPartRows) * nb : w + (o0 + r) * nb;
       float acc[kN];
 #pragma unroll
       for (int i = 0; i < kN; ++i) acc[i] = 0;
@@ -172,11 +174,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) mmvq_kernel(const __g
       float v = warp_sums(acc);
       constexpr int kShift = kN == 32 ? 0 : kN == 16 ? 1 : kN == 8 ? 2 : 3;  // 5 - log2(kN)
       const int idx = lane >> kShift, r = idx / kT, j = idx % kT;
-      if (kSwiGLU) {
+      if (kGated) {
         const float u = __shfl_down_sync(0xffffffffu, v, (kPartRows * kT) << kShift);  // up's row r, token j
-        v = v / (1.0f + expf(-v)) * u;
+        v = glu(parts.act, v, u);
       }
-      if ((lane & ((1 << kShift) - 1)) || r >= live || j >= nt) continue;  // r < live: a gate row with SwiGLU
+      if ((lane & ((1 << kShift) - 1)) || r >= live || j >= nt) continue;  // r < live: a gate row gated
       const int64_t at = (t0 + j) * m + o0 + r;
       const float *add = pick(parts.add, p);
       pick(parts.y, p)[at] = add ? v + add[pick(parts.add_broadcast, p) ? o0 + r : at] : v;
@@ -217,7 +219,7 @@ extern "C" int minfer_cuda_mmvq_supported(int32_t dtype) {
 }
 
 extern "C" cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *in, int32_t n_parts,
-                                        const void *up, const void *xq, int64_t k, int64_t tokens, int32_t sm_count) {
+                                        const void *up, int32_t act, const void *xq, int64_t k, int64_t tokens, int32_t sm_count) {
   if (n_parts < 1 || n_parts > kMinferCudaMmqMaxParts || (up && n_parts != 1)) return cudaErrorInvalidValue;
   // As many tokens per pass as fit the shared memory a block may opt into (7B ffn_down:
   // 592 blocks of 40 bytes a token, 8 tokens in 185 KiB).
@@ -239,6 +241,7 @@ extern "C" cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dty
     parts.groups_end[i] = groups;
   }
   parts.up = up;
+  parts.act = act;
   // About two blocks per SM, each walking many row groups: the activations are copied once per block.
   // Blocks per SM: kMinBlocks where their activations fit the SM's shared memory (8 tokens of
   // a 7B ffn_down take 185 KiB: one), so the grid is one wave.
@@ -261,5 +264,5 @@ extern "C" cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dty
   });
   if (!known) return cudaErrorNotSupported;
   if (e != cudaSuccess) return e;
-  return launched(cfg, up ? "mmvq_kernel (gate, up, swiglu)" : "mmvq_kernel", dtype);
+  return launched(cfg, up ? (act == MINFER_CUDA_GLU_GELU ? "mmvq_kernel (gate, up, gelu)" : "mmvq_kernel (gate, up, silu)") : "mmvq_kernel", dtype);
 }

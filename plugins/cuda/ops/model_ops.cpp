@@ -40,12 +40,9 @@ void run_rope(CudaDevice &dev, const minfer_node &n, const minfer_step_args &arg
                n.output->shape[0] / p.head_dim, p, rope_factors(n));
 }
 
-void run_geglu(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
-  dev.geglu_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output), sdk::run_elements(*n.output, args));
-}
-
-void run_swiglu(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
-  dev.swiglu_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output), sdk::run_elements(*n.output, args));
+// SWIGLU and GEGLU: one kernel, the activation by op.
+void run_glu(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  dev.glu_f32(glu_act(n), dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output), sdk::run_elements(*n.output, args));
 }
 
 // A sequence's most positions: its page table row's pages.
@@ -122,13 +119,14 @@ void run_rope_attention(CudaDevice &dev, const minfer_node &rope_a, const minfer
          &sdk::params_of<minfer_rope_params>(rq), rope_factors(rq));
 }
 
-void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &swiglu,
-                       const minfer_step_args &args, StepNorm norm) {
+void run_matmul_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &glu,
+                    const minfer_step_args &args, StepNorm norm) {
   const minfer_tensor &wg = *gate.inputs[0], &wu = *up.inputs[0];
   const int64_t tokens = sdk::run_rows(*gate.inputs[1], args);
   const auto folded = fold_or_run_norm(dev, norm, {&wg.dtype, 1}, wg.shape[0], tokens, args);
-  dev.matmul_swiglu(wg.dtype, dptr(wg), dptr(wu), dptr<float>(folded ? *norm.node->inputs[0] : *gate.inputs[1]), dptr<float>(*swiglu.output),
-                    wg.shape[0], wg.shape[1], tokens, dptr<float>(*gate.output), dptr<float>(*up.output), folded ? &*folded : nullptr);
+  dev.matmul_glu(glu_act(glu), wg.dtype, dptr(wg), dptr(wu), dptr<float>(folded ? *norm.node->inputs[0] : *gate.inputs[1]),
+                 dptr<float>(*glu.output), wg.shape[0], wg.shape[1], tokens, dptr<float>(*gate.output), dptr<float>(*up.output),
+                 folded ? &*folded : nullptr);
 }
 
 namespace {
@@ -168,8 +166,8 @@ namespace {
 const CudaOp kOps[] = {
     {MINFER_OP_RMS_NORM, any, run_rms_norm},
     {MINFER_OP_ROPE, any, run_rope},
-    {MINFER_OP_SWIGLU, any, run_swiglu},
-    {MINFER_OP_GEGLU, any, run_geglu},
+    {MINFER_OP_SWIGLU, any, run_glu},
+    {MINFER_OP_GEGLU, any, run_glu},
     {MINFER_OP_ATTENTION, check_attention, run_attention},
     {MINFER_OP_MATMUL, check_weight, run_matmul},
 };

@@ -47,10 +47,13 @@ struct StepNorm {
 };
 void run_matmul_group(CudaDevice &dev, std::span<const MatmulStep> steps, const minfer_step_args &args, StepNorm norm = {});
 
-// The FFN's gate and up matmuls (same input, weight dtype and shape) and the SwiGLU of their
-// outputs, which nothing else reads, as one step.
-void run_matmul_swiglu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &swiglu,
-                       const minfer_step_args &args, StepNorm norm = {});
+// The FFN's gate and up matmuls (same input, weight dtype and shape) and the SWIGLU or GEGLU
+// of their outputs, which nothing else reads, as one step.
+void run_matmul_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &glu,
+                    const minfer_step_args &args, StepNorm norm = {});
+
+// A SWIGLU or GEGLU node's activation (launchers.h: MINFER_CUDA_GLU_*).
+inline int32_t glu_act(const minfer_node &n) { return n.op == MINFER_OP_GEGLU ? MINFER_CUDA_GLU_GELU : MINFER_CUDA_GLU_SILU; }
 
 // Two ROPE nodes at the same positions with the same parameters (a step's queries and keys),
 // independent of each other, in one launch.
