@@ -213,6 +213,53 @@ std::vector<Case> all_cases() {
       GraphBuilder g; auto x = g.input("in0", MINFER_DTYPE_F32, sh);
       g.mark_output(g.argmax("node", x)); return g.finish(); }, MINFER_OP_ARGMAX, {MINFER_DTYPE_F32}});
   }
+  // Mixture of experts (ABI 1.7). top_k over router-sized rows (values on a 0.5 grid, so ties
+  // are common, and the specials: NaN never before a number); the chosen experts' weights;
+  // the expert matmul over every weight type, one input per row and one per chosen expert;
+  // the weighted sum.
+  for (auto [n, rows, k] : std::vector<std::tuple<int64_t, int64_t, int32_t>>{{8, 3, 2}, {60, 7, 4}, {128, 1, 8}, {128, 130, 8}, {256, 5, 256}}) {
+    cases.push_back({"top_k f32[" + std::to_string(n) + "," + std::to_string(rows) + "] k" + std::to_string(k), [n = n, rows = rows, k = k] {
+      GraphBuilder g; auto x = g.input("in0", MINFER_DTYPE_F32, {n, rows});
+      g.mark_output(g.top_k("node", x, k)); return g.finish(); }, MINFER_OP_TOP_K, {MINFER_DTYPE_F32}});
+  }
+  for (bool norm : {true, false})
+    for (auto [ne, rows, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{8, 3, 2}, {128, 1, 8}, {128, 37, 8}, {60, 5, 4}}) {
+      cases.push_back({"moe_weights " + std::string(norm ? "normalized" : "softmax") + " logits[" + std::to_string(ne) + "," + std::to_string(rows) +
+                           "] k" + std::to_string(k),
+                       [norm, ne = ne, rows = rows, k = k] {
+                         GraphBuilder g;
+                         auto l = g.input("in0", MINFER_DTYPE_F32, {ne, rows}), ids = g.input("in1", MINFER_DTYPE_I32, {k, rows});
+                         g.mark_output(g.moe_weights("node", l, ids, norm, norm ? 1.0f : 2.5f));
+                         return g.finish();
+                       },
+                       MINFER_OP_MOE_WEIGHTS, {MINFER_DTYPE_F32}});
+    }
+  for (int32_t dt : weight_types) {
+    const int64_t per = minfer_dtype_info(dt).block_values, k_small = per == 1 ? 8 : per * 2;
+    // (in, out, experts, chosen, rows, one input per chosen expert)
+    std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>> shapes = {
+        {k_small, 7, 4, 2, 1, false}, {k_small, 7, 4, 2, 5, true}, {per == 256 ? 1024 : 896, 33, 16, 4, 1, false},
+        {per == 256 ? 1024 : 896, 33, 16, 4, 37, false}, {per == 256 ? 512 : 384, 20, 8, 3, 19, true}};
+    if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 24, 32, 8, 1, true});
+    for (auto [kin, m, ne, kk, rows, per_pair] : shapes) {
+      cases.push_back({"matmul_id " + std::string(minfer_dtype_name(dt)) + " w[" + std::to_string(kin) + "," + std::to_string(m) + "," +
+                           std::to_string(ne) + "] x" + std::to_string(rows) + " k" + std::to_string(kk) + (per_pair ? " per-choice x" : ""),
+                       [dt, kin = kin, m = m, ne = ne, kk = kk, rows = rows, per_pair = per_pair] {
+                         GraphBuilder g;
+                         auto w = g.input("in0", dt, {kin, m, ne});
+                         auto x = per_pair ? g.input("in1", MINFER_DTYPE_F32, {kin, kk, rows}) : g.input("in1", MINFER_DTYPE_F32, {kin, rows});
+                         auto ids = g.input("in2", MINFER_DTYPE_I32, {kk, rows});
+                         g.mark_output(g.matmul_id("node", w, x, ids));
+                         return g.finish();
+                       },
+                       MINFER_OP_MATMUL_ID, {dt}});
+    }
+  }
+  for (auto [d, k, rows] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{7, 2, 1}, {2048, 8, 5}, {33, 4, 37}, {4096, 1, 3}}) {
+    cases.push_back({"moe_sum f32[" + std::to_string(d) + "," + std::to_string(k) + "," + std::to_string(rows) + "]", [d = d, k = k, rows = rows] {
+      GraphBuilder g; auto y = g.input("in0", MINFER_DTYPE_F32, {d, k, rows}), w = g.input("in1", MINFER_DTYPE_F32, {k, rows});
+      g.mark_output(g.moe_sum("node", y, w)); return g.finish(); }, MINFER_OP_MOE_SUM, {MINFER_DTYPE_F32}});
+  }
   // Attention over pages: each Seq is a slot with its page table row and the positions this
   // step brings (count tokens from `from`); pages are out of order and, where a case says so,
   // shared by two slots. The reference writes its copy of the caches; the backend's must end
@@ -351,6 +398,16 @@ std::vector<uint8_t> input_data(const minfer::Tensor &t, int32_t op, int input, 
     std::memcpy(out.data(), ids.data(), out.size());
     return out;
   }
+  if (op == MINFER_OP_TOP_K) {  // on a 0.5 grid (ties), with the specials
+    std::vector<uint8_t> b = f32_data(t.n_elements(), seed, true);
+    for (size_t i = 0; i < b.size(); i += 4) {
+      float x;
+      std::memcpy(&x, &b[i], 4);
+      if (std::isfinite(x) && std::fabs(x) < 1e6f) x = std::round(x * 2.0f) / 2.0f;
+      std::memcpy(&b[i], &x, 4);
+    }
+    return b;
+  }
   if (op == MINFER_OP_ROPE && input == 2) {  // frequency factors: 1 to 8, as Llama 3.1's range
     std::mt19937 rng(seed);
     std::vector<float> v(size_t(t.n_elements()));
@@ -406,7 +463,10 @@ double tolerance(int32_t op, int32_t in_dtype, float want, double rms) {
     // Block-type weights: backends may quantize activations to 8 bits for integer dot products
     // (as llama.cpp does), an error of about 1% of the output's size and up to 3.4% at single
     // outputs of these random blocks (K-quant scales spread widely); a misread layout is ~100%.
-    case MINFER_OP_MATMUL: return minfer_dtype_info(in_dtype).is_quantized ? 5e-2 * rms : 1e-5 * a + 2e-5 * rms;
+    case MINFER_OP_MATMUL:
+    case MINFER_OP_MATMUL_ID: return minfer_dtype_info(in_dtype).is_quantized ? 5e-2 * rms : 1e-5 * a + 2e-5 * rms;
+    case MINFER_OP_MOE_WEIGHTS: return 1e-5 * a + 1e-9;  // exp differs by a few ulp between libms
+    case MINFER_OP_MOE_SUM: return 1e-6 * a + 1e-6 * rms;  // k products summed, FMA or not
     // An f16 cache: backends may also round Q and the softmax weights to f16 for tensor-core
     // products (llama.cpp's CUDA flash attention does), ~1e-3 of the output's size; an f32
     // cache keeps f32 arithmetic.
@@ -541,7 +601,11 @@ class Conformance : public ::testing::TestWithParam<Target> {
 
     std::vector<std::vector<uint8_t>> data;
     std::vector<minfer::reference::RefTensor> ref_in;
-    const int64_t table_rows = c.op == MINFER_OP_ROPE ? 32768 : g.tensor(node.inputs[0]).shape[1];
+    // The range of the i32 input's values: positions, expert ids, or the table's rows.
+    const int64_t table_rows = c.op == MINFER_OP_ROPE          ? 32768
+                               : c.op == MINFER_OP_MOE_WEIGHTS ? g.tensor(node.inputs[0]).shape[0]
+                               : c.op == MINFER_OP_MATMUL_ID   ? g.tensor(node.inputs[0]).shape[2]
+                                                               : g.tensor(node.inputs[0]).shape[1];
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (auto f = c.fixed.find(i); f != c.fixed.end()) {
         data.emplace_back(f->second.size() * 4);

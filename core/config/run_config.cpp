@@ -106,8 +106,12 @@ void read_backends(const Reader &r, const YAML::Node &n, RunConfig &cfg) {
 
 void read_placement(const Reader &r, const YAML::Node &n, RunConfig &cfg) {
   r.expect_map(n, "'placement'");
-  r.only_keys(n, {"default", "rules"}, "'placement'");
+  r.only_keys(n, {"default", "rules", "experts"}, "'placement'");
   if (n["default"]) cfg.default_backend = r.scalar(n["default"], "default");
+  // experts: NAME — a mixture-of-experts model's routed experts (their matmuls, activation and
+  // weighted sum, and so their weights) on NAME, the rest where the other rules say
+  // (llama.cpp's --override-tensor exps=CPU). First, so it wins over a broader rule.
+  if (n["experts"]) cfg.rules.insert(cfg.rules.begin(), {std::string(kExpertNodes), r.scalar(n["experts"], "experts")});
   if (const YAML::Node rules = n["rules"]) {
     if (!rules.IsSequence()) r.fail(rules, "'rules' must be a list of {match: GLOB, backend: NAME}");
     for (const auto &rule : rules) {
@@ -320,9 +324,12 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
   if (!cfg.backend(cfg.default_backend))
     r.fail(placement ? placement["default"] : root,
            "default backend '" + cfg.default_backend + "' is not listed under 'backends'");
-  for (size_t i = 0; i < cfg.rules.size(); ++i)
+  const size_t shortcut = placement && placement["experts"] ? 1 : 0;
+  if (shortcut && !cfg.backend(cfg.rules[0].backend))
+    r.fail(placement["experts"], "'experts' sends the experts to backend '" + cfg.rules[0].backend + "', which is not listed under 'backends'");
+  for (size_t i = shortcut; i < cfg.rules.size(); ++i)
     if (!cfg.backend(cfg.rules[i].backend))
-      r.fail(placement["rules"][i]["backend"],
+      r.fail(placement["rules"][i - shortcut]["backend"],
              "rule sends nodes to backend '" + cfg.rules[i].backend +
                  "', which is not listed under 'backends'");
   return cfg;

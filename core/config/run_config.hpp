@@ -18,6 +18,10 @@ struct BackendConfig {
   std::vector<std::pair<std::string, std::string>> options;  // every other key, for the plugin
 };
 
+// The node names of a layer's routed experts (core/models/moe.cpp names them so): the rule
+// that 'placement: {experts: NAME}' stands for.
+inline constexpr const char *kExpertNodes = "blk.*.ffn_*_exps";
+
 struct PlacementRule {
   std::string match;    // glob over node names: "blk.*.ffn_*"
   std::string backend;

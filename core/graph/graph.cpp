@@ -295,6 +295,30 @@ TensorId GraphBuilder::dequantize(const std::string &name, TensorId a) {
   return new_node(name, MINFER_OP_DEQUANTIZE, {a}, MINFER_DTYPE_F16, t(a).rank, t(a).shape);
 }
 
+TensorId GraphBuilder::top_k(const std::string &name, TensorId x, int32_t k) {
+  minfer_top_k_params p{};
+  p.k = k;
+  return new_node(name, MINFER_OP_TOP_K, {x}, MINFER_DTYPE_I32, 2, {k, t(x).shape[1], 1, 1}, params_bytes(p));
+}
+
+TensorId GraphBuilder::moe_weights(const std::string &name, TensorId logits, TensorId ids, bool normalize, float scale) {
+  minfer_moe_weights_params p{};
+  p.gating = MINFER_MOE_GATING_SOFTMAX;
+  p.normalize = normalize ? 1 : 0;
+  p.scale = scale;
+  return new_node(name, MINFER_OP_MOE_WEIGHTS, {logits, ids}, MINFER_DTYPE_F32, 2, t(ids).shape, params_bytes(p), t(ids).token_dim);
+}
+
+TensorId GraphBuilder::matmul_id(const std::string &name, TensorId w, TensorId x, TensorId ids) {
+  return new_node(name, MINFER_OP_MATMUL_ID, {w, x, ids}, MINFER_DTYPE_F32, 3, {t(w).shape[1], t(ids).shape[0], t(ids).shape[1], 1}, {},
+                  t(ids).token_dim >= 0 ? 2 : -1);
+}
+
+TensorId GraphBuilder::moe_sum(const std::string &name, TensorId y, TensorId weights) {
+  return new_node(name, MINFER_OP_MOE_SUM, {y, weights}, MINFER_DTYPE_F32, 2, {t(y).shape[0], t(y).shape[2], 1, 1}, {},
+                  t(y).token_dim >= 0 ? 1 : -1);
+}
+
 void GraphBuilder::mark_output(TensorId id) {
   (void)t(id);
   g_.tensors_[size_t(id)].is_output = true;

@@ -112,6 +112,15 @@ class GraphBuilder {
   // i32 [rows]: the index of each row's largest value (greedy sampling on the backend).
   TensorId argmax(const std::string &name, TensorId x);
 
+  // Mixture of experts (minfer/ops.h): each row's k largest values' indices; the chosen
+  // experts' weights from the router logits; the matmul of each row with each chosen expert
+  // (w [in, out, n_expert], x [in, rows] or [in, k, rows]) -> [out, k, rows]; the weighted sum
+  // of the k experts' outputs -> [d, rows].
+  TensorId top_k(const std::string &name, TensorId x, int32_t k);
+  TensorId moe_weights(const std::string &name, TensorId logits, TensorId ids, bool normalize, float scale = 1.0f);
+  TensorId matmul_id(const std::string &name, TensorId w, TensorId x, TensorId ids);
+  TensorId moe_sum(const std::string &name, TensorId y, TensorId weights);
+
   void mark_output(TensorId t);
   Graph finish();
 

@@ -17,6 +17,7 @@ const std::map<std::string, HparamsReader> &registry() {
       {"llama", read_llama},
       {"qwen2", read_qwen2},
       {"qwen3", read_qwen3},
+      {"qwen3moe", read_qwen3moe},
       {"phi3", read_phi3},
       {"gemma2", read_gemma2},
       {"gemma3", read_gemma3},
@@ -138,6 +139,21 @@ Hparams read_common_hparams(const gguf::File &f, const std::string &arch) {
   hp.rope_dims = f.find(p + "rope.dimension_count") ? f.get_int(p + "rope.dimension_count") : hp.head_dim;
   if (hp.rope_dims <= 0 || hp.rope_dims > hp.head_dim || hp.rope_dims % 2) fail(p + "rope.dimension_count " + std::to_string(hp.rope_dims) + " must be even and at most the head size " + std::to_string(hp.head_dim));
   if (!(hp.rms_eps > 0) || !std::isfinite(hp.rms_eps)) fail(p + "attention.layer_norm_rms_epsilon must be a positive number");
+  // Routed experts (Mixtral under llama, qwen3moe): their width is expert_feed_forward_length
+  // where the file has it, else feed_forward_length (Mixtral's GGUFs).
+  if (f.find(p + "expert_count")) {
+    hp.n_expert = count(p + "expert_count", -1);
+    hp.n_expert_used = count(p + "expert_used_count", -1);
+    if (hp.n_expert_used > hp.n_expert)
+      fail(p + "expert_used_count " + std::to_string(hp.n_expert_used) + " is more than " + p + "expert_count " + std::to_string(hp.n_expert));
+    hp.n_ff_exp = count(p + "expert_feed_forward_length", hp.n_ff);
+    if (f.find(p + "expert_weights_scale")) hp.expert_weights_scale = f.get<float>(p + "expert_weights_scale");
+    if (f.find(p + "expert_gating_func") && f.get_int(p + "expert_gating_func") != 1)
+      fail(p + "expert_gating_func is " + std::to_string(f.get_int(p + "expert_gating_func")) + "; minfer routes by softmax (1) only");
+    if (!f.find_tensor("blk.0.ffn_gate_exps.weight") && f.find_tensor("blk.0.ffn_gate.0.weight"))
+      fail("the experts are stored one tensor each (blk.N.ffn_gate.E.weight, an old Mixtral conversion); minfer reads the merged "
+           "3-D ffn_*_exps tensors that llama.cpp's convert_hf_to_gguf.py has written since 2024: convert the model again");
+  }
   hp.n_vocab = f.tensor("token_embd.weight").shape[1];
   check_consistency(f, hp);
   return hp;

@@ -45,6 +45,11 @@ struct Hparams {
   int64_t n_swa = 0;
   std::vector<uint8_t> swa_layers;
   float rope_theta_swa = 0, rope_freq_scale_swa = 1.0f;
+  // Mixture of experts (every layer; moe.cpp): n_expert routed experts of n_ff_exp each,
+  // n_expert_used per token; 0 experts = a dense FFN of n_ff.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  bool expert_weights_norm = true;   // the chosen experts' probabilities renormalised to sum 1
+  float expert_weights_scale = 1.0f;
   bool is_swa_layer(int64_t l) const { return n_swa > 0 && l < int64_t(swa_layers.size()) && swa_layers[size_t(l)]; }
 };
 
@@ -91,6 +96,7 @@ std::unique_ptr<Model> load_model(std::shared_ptr<gguf::File> file, const BuildO
 Hparams read_llama(const gguf::File &f);
 Hparams read_qwen2(const gguf::File &f);
 Hparams read_qwen3(const gguf::File &f);
+Hparams read_qwen3moe(const gguf::File &f);
 Hparams read_phi3(const gguf::File &f);
 Hparams read_gemma2(const gguf::File &f);
 Hparams read_gemma3(const gguf::File &f);

@@ -6,6 +6,7 @@
 //              a per-head RMS norm before their RoPE; Phi-3: Q/K/V
 //              and gate/up read as row ranges of one fused weight each)
 //              x += Wdown (silu(Wgate n(x)) * Wup n(x))          (n = RMS norm with weight)
+//              (mixture of experts: the FFN of moe.cpp, k routed experts per token)
 //   logits = Wout n(x[rows])            (rows: the step's tokens that need logits;
 //                                        Wout = token_embd when output.weight is absent)
 // Gemma: x = embed * sqrt(n_embd); each of the two residual branches ends in its own RMS
@@ -16,60 +17,15 @@
 
 #include "common/error.hpp"
 #include "models/model.hpp"
+#include "models/weights.hpp"
+#include "models/moe.hpp"
 
 namespace minfer::models {
-namespace {
-
-class Builder {
- public:
-  Builder(const std::shared_ptr<gguf::File> &f, GraphBuilder &gb) : f_(*f), gb_(gb), owner_(f) {}
-
-  // A weight from the file, checked against the shape the hyperparameters imply.
-  TensorId weight(const std::string &name, std::vector<int64_t> shape, const std::string &why) {
-    const gguf::TensorInfo *t = f_.find_tensor(name);
-    if (!t) throw Error(f_.path() + ": missing tensor '" + name + "' (" + why + ")");
-    std::vector<int64_t> have(t->shape.begin(), t->shape.begin() + t->n_dims);
-    if (have != shape) {
-      auto str = [](const std::vector<int64_t> &s) {
-        std::string r = "[";
-        for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-        return r + "]";
-      };
-      throw Error(f_.path() + ": tensor '" + name + "' has shape " + str(have) + ", expected " + str(shape) + " (" + why + ")");
-    }
-    const gguf::File *file = &f_;  // kept alive by owner_
-    return gb_.weight(name, t->dtype, shape,
-                      HostBytes{t->data, t->n_bytes, owner_, [file](const uint8_t *p, uint64_t n) { file->release_pages(p, n); }});
-  }
-
-  // Rows [first, first + count) of a fused 2-D weight (Phi-3's attn_qkv, its gate+up ffn_up)
-  // as a weight of its own: rows are contiguous, so it is a range of the file's bytes.
-  TensorId weight_rows(const std::string &name, int64_t first, int64_t count, int64_t k, int64_t total_rows, const std::string &part,
-                       const std::string &why) {
-    const gguf::TensorInfo *t = f_.find_tensor(name);
-    if (!t) throw Error(f_.path() + ": missing tensor '" + name + "' (" + why + ")");
-    if (t->n_dims != 2 || t->shape[0] != k || t->shape[1] != total_rows)
-      throw Error(f_.path() + ": tensor '" + name + "' has shape [" + std::to_string(t->shape[0]) + ", " + std::to_string(t->shape[1]) +
-                  "], expected [" + std::to_string(k) + ", " + std::to_string(total_rows) + "] (" + why + ")");
-    const uint64_t row_bytes = t->n_bytes / uint64_t(total_rows);
-    const gguf::File *file = &f_;
-    return gb_.weight(name + "[" + part + "]", t->dtype, {k, count},
-                      HostBytes{t->data + uint64_t(first) * row_bytes, uint64_t(count) * row_bytes, owner_,
-                                [file](const uint8_t *p, uint64_t n) { file->release_pages(p, n); }});
-  }
-
- private:
-  const gguf::File &f_;
-  GraphBuilder &gb_;
-  std::shared_ptr<const void> owner_;
-};
-
-}  // namespace
 
 Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &hp, const BuildOptions &o) {
   const gguf::File &f = *file;
   GraphBuilder gb;
-  Builder w(file, gb);
+  WeightReader w(file, gb);
   const int64_t d = hp.n_embd, qd = hp.n_head * hp.head_dim, kvd = hp.n_head_kv * hp.head_dim, T = o.max_batch;
   const std::string dims = "n_embd " + std::to_string(d);
 
@@ -143,14 +99,19 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
     x = gb.add(p + "attn_residual", x, out);
 
     h = gb.rms_norm(p + "ffn_norm", x, w.weight(p + "ffn_norm.weight", {d}, "norm [" + dims + "]"), hp.rms_eps);
-    const TensorId wg = hp.fused_gate_up ? w.weight_rows(p + "ffn_up.weight", 0, hp.n_ff, d, 2 * hp.n_ff, "gate", "fused gate+up")
-                                         : w.weight(p + "ffn_gate.weight", {d, hp.n_ff}, "feed-forward gate");
-    const TensorId wu = hp.fused_gate_up ? w.weight_rows(p + "ffn_up.weight", hp.n_ff, hp.n_ff, d, 2 * hp.n_ff, "up", "fused gate+up")
-                                         : w.weight(p + "ffn_up.weight", {d, hp.n_ff}, "feed-forward up");
-    const TensorId g = gb.matmul(p + "ffn_gate", wg, h);
-    const TensorId u = gb.matmul(p + "ffn_up", wu, h);
-    const TensorId s = hp.gelu_ffn ? gb.geglu(p + "ffn_geglu", g, u) : gb.swiglu(p + "ffn_swiglu", g, u);
-    TensorId down = gb.matmul(p + "ffn_down", w.weight(p + "ffn_down.weight", {hp.n_ff, d}, "feed-forward down"), s);
+    TensorId down;
+    if (hp.n_expert > 0) {
+      down = build_moe_ffn(gb, w, p, h, hp);
+    } else {
+      const TensorId wg = hp.fused_gate_up ? w.weight_rows(p + "ffn_up.weight", 0, hp.n_ff, d, 2 * hp.n_ff, "gate", "fused gate+up")
+                                           : w.weight(p + "ffn_gate.weight", {d, hp.n_ff}, "feed-forward gate");
+      const TensorId wu = hp.fused_gate_up ? w.weight_rows(p + "ffn_up.weight", hp.n_ff, hp.n_ff, d, 2 * hp.n_ff, "up", "fused gate+up")
+                                           : w.weight(p + "ffn_up.weight", {d, hp.n_ff}, "feed-forward up");
+      const TensorId g = gb.matmul(p + "ffn_gate", wg, h);
+      const TensorId u = gb.matmul(p + "ffn_up", wu, h);
+      const TensorId s = hp.gelu_ffn ? gb.geglu(p + "ffn_geglu", g, u) : gb.swiglu(p + "ffn_swiglu", g, u);
+      down = gb.matmul(p + "ffn_down", w.weight(p + "ffn_down.weight", {hp.n_ff, d}, "feed-forward down"), s);
+    }
     if (hp.post_norms)
       down = gb.rms_norm(p + "post_ffw_norm", down, w.weight(p + "post_ffw_norm.weight", {d}, "norm [" + dims + "]"), hp.rms_eps);
     x = gb.add(p + "ffn_residual", x, down);

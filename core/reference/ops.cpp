@@ -1,5 +1,6 @@
 #include "reference/ops.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -243,6 +244,76 @@ std::vector<uint8_t> run_op(int32_t op, const std::vector<RefTensor> &in, int32_
     }
     case MINFER_OP_ATTENTION:
       return f32_bytes(attention(in, *static_cast<const minfer_attention_params *>(params)));
+    case MINFER_OP_TOP_K: {  // by selection: the largest not yet taken, the lower index on ties
+      const int64_t d = in[0].shape[0], rows = in[0].shape[1], k = out_shape[0];
+      std::vector<uint8_t> out(size_t(rows * k) * 4);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<bool> taken(size_t(d), false);
+        for (int64_t j = 0; j < k; ++j) {
+          int64_t best = -1;
+          for (int64_t i = 0; i < d; ++i) {
+            if (taken[size_t(i)]) continue;
+            const float v = f32(in[0])[r * d + i];
+            if (best < 0) best = i;
+            const float bv = f32(in[0])[r * d + best];
+            if (!std::isnan(v) && (std::isnan(bv) || v > bv)) best = i;
+          }
+          taken[size_t(best)] = true;
+          const int32_t id = int32_t(best);
+          std::memcpy(&out[size_t(r * k + j) * 4], &id, 4);
+        }
+      }
+      return out;
+    }
+    case MINFER_OP_MOE_WEIGHTS: {
+      const auto &p = *static_cast<const minfer_moe_weights_params *>(params);
+      const int64_t ne = in[0].shape[0], k = in[1].shape[0], rows = in[1].shape[1];
+      for (int64_t r = 0; r < rows; ++r) {
+        const float *l = f32(in[0]) + r * ne;
+        double mx = -INFINITY, sum = 0, chosen = 0;
+        for (int64_t i = 0; i < ne; ++i) mx = std::max(mx, double(l[i]));
+        for (int64_t i = 0; i < ne; ++i) sum += std::exp(double(l[i]) - mx);
+        std::vector<double> pj(static_cast<size_t>(k));
+        for (int64_t j = 0; j < k; ++j) {
+          const int32_t e = i32(in[1])[r * k + j];
+          if (e < 0 || e >= ne) throw Error("moe_weights: expert id " + std::to_string(e) + " outside 0.." + std::to_string(ne - 1));
+          pj[size_t(j)] = std::exp(double(l[e]) - mx) / sum;
+          chosen += pj[size_t(j)];
+        }
+        for (int64_t j = 0; j < k; ++j) y[size_t(r * k + j)] = float((p.normalize ? pj[size_t(j)] / chosen : pj[size_t(j)]) * p.scale);
+      }
+      return f32_bytes(y);
+    }
+    case MINFER_OP_MATMUL_ID: {
+      const RefTensor &w = in[0], &x = in[1], &ids = in[2];
+      const int64_t kin = w.shape[0], m = w.shape[1], ne = w.shape[2], k = ids.shape[0], rows = ids.shape[1];
+      const bool per_pair = x.shape[1] == k && x.shape[2] == rows && count(x.shape) == kin * k * rows && k > 1;
+      const uint64_t rb = dtype_bytes(w.dtype, kin, "matmul_id weight row");
+      std::vector<float> wrow(static_cast<size_t>(kin));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < k; ++j) {
+          const int32_t e = i32(ids)[r * k + j];
+          if (e < 0 || e >= ne) throw Error("matmul_id: expert id " + std::to_string(e) + " outside 0.." + std::to_string(ne - 1));
+          const float *xr = f32(x) + (per_pair ? r * k + j : r) * kin;
+          for (int64_t o = 0; o < m; ++o) {
+            quant::dequantize_row(w.dtype, w.data + (uint64_t(e) * uint64_t(m) + uint64_t(o)) * rb, wrow.data(), kin);
+            double acc = 0;
+            for (int64_t i = 0; i < kin; ++i) acc += double(wrow[size_t(i)]) * xr[i];
+            y[size_t((r * k + j) * m + o)] = float(acc);
+          }
+        }
+      return f32_bytes(y);
+    }
+    case MINFER_OP_MOE_SUM: {
+      const int64_t d = in[0].shape[0], k = in[0].shape[1], rows = in[0].shape[2];
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < d; ++i) {
+          double acc = 0;
+          for (int64_t j = 0; j < k; ++j) acc += double(f32(in[1])[r * k + j]) * f32(in[0])[(r * k + j) * d + i];
+          y[size_t(r * d + i)] = float(acc);
+        }
+      return f32_bytes(y);
+    }
     default:
       break;
   }

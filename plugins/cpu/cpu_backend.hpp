@@ -57,6 +57,12 @@ std::span<const CpuOp> elementwise_ops();
 std::span<const CpuOp> quant_ops();
 std::span<const CpuOp> norm_rope_ops();
 std::span<const CpuOp> matmul_ops();
+// y[t] = W x[t] for t < tokens, W [k, m] of dtype at wb: the kernel choice of every matmul
+// (MATMUL, and MATMUL_ID per expert); threads split W's rows.
+void matmul_rows(int32_t dtype, const uint8_t *wb, int64_t k, int64_t m, const float *x, int64_t tokens, float *y, const RunCtx &ctx);
+// MATMUL's check: "" when the weight's dtype has a decoder here.
+std::string weight_known(const minfer_node &n);
+std::span<const CpuOp> moe_ops();
 // How run_matmul runs node n for a step of `tokens` (--explain, ABI 1.3).
 std::string explain_matmul(const minfer_node &n, Isa isa, int64_t tokens);
 std::span<const CpuOp> attention_ops();

@@ -17,13 +17,6 @@
 namespace minfer::cpu {
 namespace {
 
-std::string weight_known(const minfer_node &n) {
-  const int32_t dt = n.inputs[0]->dtype;
-  if (dt == MINFER_DTYPE_F32 || dt == MINFER_DTYPE_F16 || dt == MINFER_DTYPE_BF16 || sdk::visit_block_dtype(dt, [](auto) {}))
-    return "";
-  return std::string("no decoder for ") + minfer_dtype_name(dt);
-}
-
 float dot(const float *a, const float *b, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight lanes: the compiler vectorizes this
   int64_t i = 0;
@@ -35,14 +28,10 @@ float dot(const float *a, const float *b, int64_t n) {
 }
 
 // Integer path: activations quantized to 8 bits once, then int8 dots per weight block.
-void matmul_quantized(const minfer_node &n, const RunCtx &ctx, QDotFn dot_q) {
-  const QDot4Fn dot4 = qdot4_for(n.inputs[0]->dtype, ctx.isa);  // four rows at once where there is a kernel
-  const minfer_tensor &w = *n.inputs[0];
-  const float *x = ptr<float>(*n.inputs[1]);
-  float *y = ptr<float>(*n.output);
-  const int64_t k = w.shape[0], m = w.shape[1], tokens = sdk::run_rows(*n.inputs[1], ctx.args);
-  const int64_t rb = sdk::row_bytes(w.dtype, k), kb = k / 32;
-  const uint8_t *wb = ptr(w);
+void matmul_quantized(int32_t dtype, const uint8_t *wb, int64_t k, int64_t m, const float *x, int64_t tokens, float *y,
+                      const RunCtx &ctx, QDotFn dot_q) {
+  const QDot4Fn dot4 = qdot4_for(dtype, ctx.isa);  // four rows at once where there is a kernel
+  const int64_t rb = sdk::row_bytes(dtype, k), kb = k / 32;
   thread_local std::vector<ActBlock> act;  // reused across calls: no allocation per token
   act.resize(size_t(tokens * kb));
   ActBlock *a = act.data();  // the workers must use this thread's buffer, not their own
@@ -77,27 +66,37 @@ bool takes_amx(int32_t w_dtype, Isa isa, int64_t tokens) {
 
 void run_matmul(const minfer_node &n, const RunCtx &ctx) {
   const minfer_tensor &w = *n.inputs[0];
-  if (takes_amx(w.dtype, ctx.isa, sdk::run_rows(*n.inputs[1], ctx.args)))
-    return amx_matmul(w.dtype, ptr(w), sdk::row_bytes(w.dtype, w.shape[0]), w.shape[0], w.shape[1], ptr<float>(*n.inputs[1]),
-                      sdk::run_rows(*n.inputs[1], ctx.args), ptr<float>(*n.output), ctx.pool);
-  if (QDotFn q = qdot_for(w.dtype, ctx.isa)) return matmul_quantized(n, ctx, q);
-  const float *x = ptr<float>(*n.inputs[1]);
-  float *y = ptr<float>(*n.output);
-  const int64_t k = w.shape[0], m = w.shape[1], tokens = sdk::run_rows(*n.inputs[1], ctx.args);
-  const int64_t rb = sdk::row_bytes(w.dtype, k);
-  const uint8_t *wb = ptr(w);
+  matmul_rows(w.dtype, ptr(w), w.shape[0], w.shape[1], ptr<float>(*n.inputs[1]), sdk::run_rows(*n.inputs[1], ctx.args),
+              ptr<float>(*n.output), ctx);
+}
+
+}  // namespace
+
+void matmul_rows(int32_t dtype, const uint8_t *wb, int64_t k, int64_t m, const float *x, int64_t tokens, float *y, const RunCtx &ctx) {
+  if (takes_amx(dtype, ctx.isa, tokens)) return amx_matmul(dtype, wb, sdk::row_bytes(dtype, k), k, m, x, tokens, y, ctx.pool);
+  if (QDotFn q = qdot_for(dtype, ctx.isa)) return matmul_quantized(dtype, wb, k, m, x, tokens, y, ctx, q);
+  const int64_t rb = sdk::row_bytes(dtype, k);
   ctx.pool.run(m, [&](int64_t o0, int64_t o1, int) {
-    std::vector<float> row(w.dtype == MINFER_DTYPE_F32 ? 0 : size_t(k));
+    std::vector<float> row(dtype == MINFER_DTYPE_F32 ? 0 : size_t(k));
     for (int64_t o = o0; o < o1; ++o) {
       const float *wr = reinterpret_cast<const float *>(wb + o * rb);
-      if (w.dtype != MINFER_DTYPE_F32) {
-        decode_row_f32(w.dtype, wb + o * rb, row.data(), k);
+      if (dtype != MINFER_DTYPE_F32) {
+        decode_row_f32(dtype, wb + o * rb, row.data(), k);
         wr = row.data();
       }
       for (int64_t t = 0; t < tokens; ++t) y[t * m + o] = dot(wr, x + t * k, k);
     }
   });
 }
+
+std::string weight_known(const minfer_node &n) {
+  const int32_t dt = n.inputs[0]->dtype;
+  if (dt == MINFER_DTYPE_F32 || dt == MINFER_DTYPE_F16 || dt == MINFER_DTYPE_BF16 || sdk::visit_block_dtype(dt, [](auto) {}))
+    return "";
+  return std::string("no decoder for ") + minfer_dtype_name(dt);
+}
+
+namespace {
 
 const CpuOp kOps[] = {
     {MINFER_OP_MATMUL, weight_known, run_matmul},
@@ -109,6 +108,7 @@ std::span<const CpuOp> matmul_ops() { return kOps; }
 
 std::string explain_matmul(const minfer_node &n, Isa isa, int64_t tokens) {
   const int32_t dt = n.inputs[0]->dtype;
+  if (n.op == MINFER_OP_MATMUL_ID) tokens = 1;  // a decode token's expert reads one row per expert
   const std::string type = minfer_dtype_name(dt);
   if (takes_amx(dt, isa, tokens)) return "amx bf16 tiles (" + type + " weights decoded to bf16 panels, f32 accumulators)";
   if (qdot_for(dt, isa))  // AMX machines run the few-token steps on the AVX-512 VNNI kernels

@@ -60,7 +60,7 @@ int usable_cores() {
 
 const sdk::OpTable<CpuOp> &op_table() {
   static const sdk::OpTable<CpuOp> table(
-      "cpu", {elementwise_ops(), quant_ops(), norm_rope_ops(), matmul_ops(), attention_ops()});
+      "cpu", {elementwise_ops(), quant_ops(), norm_rope_ops(), matmul_ops(), moe_ops(), attention_ops()});
   return table;
 }
 
@@ -101,7 +101,7 @@ class CpuSegment : public sdk::Segment {
   std::string explain(size_t node, int64_t tokens) const override {
     if (node >= nodes_.size()) throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "explain: no node " + std::to_string(node) + " in this segment");
     const minfer_node &n = nodes_[node].node();
-    return n.op == MINFER_OP_MATMUL ? explain_matmul(n, isa_, tokens) : "";
+    return n.op == MINFER_OP_MATMUL || n.op == MINFER_OP_MATMUL_ID ? explain_matmul(n, isa_, tokens) : "";
   }
 
   // The CPU runs a node to completion before the next: its wall time is its device time.

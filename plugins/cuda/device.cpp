@@ -385,6 +385,42 @@ const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t toke
   return q;
 }
 
+void CudaDevice::top_k_f32(const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows) {
+  check_launch(minfer_cuda_top_k_f32(&cfg_, x, out, n, k, rows));
+}
+
+void CudaDevice::moe_weights_f32(const float *logits, const int32_t *ids, float *out, int64_t n_expert, int64_t k, int64_t rows,
+                                 bool normalize, float scale) {
+  check_launch(minfer_cuda_moe_weights_f32(&cfg_, logits, ids, out, n_expert, k, rows, normalize ? 1 : 0, scale));
+}
+
+void CudaDevice::moe_sum_f32(const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows) {
+  check_launch(minfer_cuda_moe_sum_f32(&cfg_, y, w, out, d, k, rows));
+}
+
+void CudaDevice::matmul_id(const ExpertMatmul &e, const float *x, const int32_t *ids, float *y, int32_t node_tag, float *gate_out,
+                           float *up_out) {
+  const int64_t pairs = e.choices * e.rows;
+  if (pairs == 0) return;
+  void *route = scratch(7, minfer_cuda_moe_route_bytes(pairs, e.n_expert));
+  // A bad id's rows become NaN in what this call finally writes (y; gate_out too unfused).
+  check_launch(minfer_cuda_moe_route(&cfg_, ids, pairs, e.n_expert, route, e.up && !int8_experts(e) ? gate_out : y, e.m, error_flag_, node_tag));
+  const int32_t per_pair = e.x_per_pair ? 1 : 0;
+  if (int8_experts(e)) {
+    const int64_t x_rows = e.x_per_pair ? pairs : e.rows;
+    void *q = scratch(0, minfer_cuda_q8_act_bytes(e.k, x_rows));  // activations to 8 bits once
+    check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, e.k * x_rows));
+    return check_launch(
+        minfer_cuda_mmvq_id(&cfg_, e.dtype, e.w, e.up, e.act, q, y, e.k, e.m, e.n_expert, pairs, e.choices, per_pair, route, sm_count_));
+  }
+  if (!e.up) return check_launch(minfer_cuda_matmul_id(&cfg_, e.dtype, e.w, x, y, e.k, e.m, e.n_expert, pairs, e.choices, per_pair, route));
+  check_launch(minfer_cuda_matmul_id(&cfg_, e.dtype, e.w, x, gate_out, e.k, e.m, e.n_expert, pairs, e.choices, per_pair, route));
+  check_launch(minfer_cuda_matmul_id(&cfg_, e.dtype, e.up, x, up_out, e.k, e.m, e.n_expert, pairs, e.choices, per_pair, route));
+  glu_f32(e.act, gate_out, up_out, y, pairs * e.m);
+}
+
+bool CudaDevice::int8_experts(const ExpertMatmul &e) { return minfer_cuda_mmvq_supported(e.dtype) && e.k % 32 == 0; }
+
 void CudaDevice::matmul_glu(int32_t act, int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
                             int64_t tokens, float *gate_out, float *up_out, const RmsNormIn *norm) {
   if (norm && !folds_norm({&w_dtype, 1}, k, tokens, norm->w))
@@ -428,8 +464,9 @@ void CudaDevice::synchronize() {
     const std::string node =
         flag[0] > 0 && size_t(flag[0]) < node_names_.size() ? node_names_[size_t(flag[0])] : "?";
     throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT,
-                     "node '" + node + "' (get_rows): row id " + std::to_string(flag[1]) +
-                         " is outside the table; its output row was filled with NaN");
+                     "node '" + node + "': id " + std::to_string(flag[1]) +
+                         " is out of range (get_rows: outside the table's rows; matmul_id: outside its experts); what it read it "
+                         "for was filled with NaN");
   }
 }
 

@@ -140,6 +140,25 @@ class CudaDevice {
   // products (into gate_out, up_out) and the activation.
   void matmul_glu(int32_t act, int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
                   int64_t tokens, float *gate_out, float *up_out, const RmsNormIn *norm = nullptr);
+  // Mixture of experts (moe.cu). top_k, moe_weights, moe_sum: as minfer/ops.h says.
+  void top_k_f32(const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows);
+  void moe_weights_f32(const float *logits, const int32_t *ids, float *out, int64_t n_expert, int64_t k, int64_t rows, bool normalize,
+                       float scale);
+  void moe_sum_f32(const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows);
+  // The expert matmul: y [m, choices, rows] with pair p = row * choices + j from expert ids[p]
+  // of W [k, m, n_expert], x a row's (x [k, rows]) or the pair's own (x_per_pair). up: gated,
+  // y = act(gate x) * (up x), one launch on the int8 path, else gate_out and up_out hold the
+  // products. The route is built on the device; a bad id is reported at synchronize.
+  struct ExpertMatmul {
+    int32_t dtype;
+    const void *w, *up;
+    int32_t act;
+    int64_t k, m, n_expert, choices, rows;
+    bool x_per_pair;
+  };
+  void matmul_id(const ExpertMatmul &e, const float *x, const int32_t *ids, float *y, int32_t node_tag, float *gate_out = nullptr,
+                 float *up_out = nullptr);
+  static bool int8_experts(const ExpertMatmul &e);  // the experts take moe.cu's dp4a kernel (dtype and k decide)
   // A block-type matmul weight in device memory: `rows` rows of `cols` values.
   struct WeightRef {
     int32_t dtype;
@@ -170,7 +189,7 @@ class CudaDevice {
   int64_t attention_max_positions_ = 0;
   // Scratch memory that grows and is reused: [0] quantized activations, [1] f16 weights,
   // [2] f16 activations, [3] the padded f32 GEMM result, [4] split attention's partial rows,
-  // [5] split-K MMQ's partial sums, [6] argmax's partial bests.
+  // [5] split-K MMQ's partial sums, [6] argmax's partial bests, [7] the experts' route.
   void *scratch(int slot, size_t bytes);
   // x quantized once for MMQ, then the parts in one launch, split over k where the tiles
   // would not fill the GPU.
@@ -184,8 +203,8 @@ class CudaDevice {
                      int64_t k, int64_t tokens);
   // x (tokens x k) quantized for MMQ into scratch[0]; valid until the next call.
   const void *quantize_for_mmq(const float *x, int64_t k, int64_t tokens);
-  void *scratch_[7] = {};
-  size_t scratch_bytes_[7] = {};
+  void *scratch_[8] = {};
+  size_t scratch_bytes_[8] = {};
   int32_t sm_count_ = 0;
   int *attention_counters_ = nullptr;  // per (token, KV head): blocks of a split decode step done (flash_attention.cu)
   std::vector<std::pair<const void *, void *>> w16_cache_;  // weight -> its f16 copy (rows padded to 128)

@@ -82,10 +82,14 @@ class Planner {
     }
     for (size_t i = 0; i + 2 < nodes_.size(); ++i) {
       const minfer_node &g = nodes_[i].node(), &u = nodes_[i + 1].node(), &sw = nodes_[i + 2].node();
-      if (g.op != MINFER_OP_MATMUL || u.op != MINFER_OP_MATMUL || (sw.op != MINFER_OP_SWIGLU && sw.op != MINFER_OP_GEGLU) || p_.fused_away[i])
-        continue;
+      // Dense (MATMUL) or experts (MATMUL_ID of the same ids).
+      const bool dense = g.op == MINFER_OP_MATMUL && u.op == MINFER_OP_MATMUL;
+      const bool experts = g.op == MINFER_OP_MATMUL_ID && u.op == MINFER_OP_MATMUL_ID && same(*g.inputs[2], *u.inputs[2]);
+      if (!(dense || experts) || (sw.op != MINFER_OP_SWIGLU && sw.op != MINFER_OP_GEGLU) || p_.fused_away[i]) continue;
       const minfer_tensor &wg = *g.inputs[0], &wu = *u.inputs[0];
-      if (!same(*g.inputs[1], *u.inputs[1]) || wg.dtype != wu.dtype || wg.shape[0] != wu.shape[0] || wg.shape[1] != wu.shape[1]) continue;
+      if (!same(*g.inputs[1], *u.inputs[1]) || wg.dtype != wu.dtype || wg.shape[0] != wu.shape[0] || wg.shape[1] != wu.shape[1] ||
+          wg.shape[2] != wu.shape[2])
+        continue;
       if (!same(*sw.inputs[0], *g.output) || !same(*sw.inputs[1], *u.output)) continue;
       if (!(g.output->flags & u.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || read_after(i + 2, *g.output) || read_after(i + 2, *u.output))
         continue;

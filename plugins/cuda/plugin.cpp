@@ -20,7 +20,7 @@ namespace minfer::cuda {
 namespace {
 
 const sdk::OpTable<CudaOp> &op_table() {
-  static const sdk::OpTable<CudaOp> table("cuda", {elementwise_ops(), quant_ops(), model_ops()});
+  static const sdk::OpTable<CudaOp> table("cuda", {elementwise_ops(), quant_ops(), model_ops(), moe_ops()});
   return table;
 }
 
@@ -78,6 +78,8 @@ class CudaSegment : public sdk::Segment {
         const auto path = dev_.matmul_path(head.inputs[0]->dtype, head.inputs[0]->shape[0], tokens);
         const bool is_add = n.op == MINFER_OP_ADD || n.op == MINFER_OP_ADD_ROW_BROADCAST;
         inside = path == CudaDevice::MatmulPath::Gemv || (is_add && path == CudaDevice::MatmulPath::Mmq && plan_.fuse_add[o]);
+      } else if (head.op == MINFER_OP_MATMUL_ID) {
+        inside = CudaDevice::int8_experts({head.inputs[0]->dtype, nullptr, nullptr, 0, head.inputs[0]->shape[0], 0, 0, 0, 0, false});
       } else if (head.op == MINFER_OP_ROPE && plan_.fuse_rope_attention[o] &&
                  dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(nodes_[o + 2].node()),
                                          nodes_[o + 2].node().inputs[3]->dtype)) {
@@ -86,6 +88,12 @@ class CudaSegment : public sdk::Segment {
       return std::string(inside ? "inside the kernel of " : "a kernel of the step at ") + nodes_[o].name();
     }
     if (n.op == MINFER_OP_MATMUL) return explain_matmul(i, tokens);
+    if (n.op == MINFER_OP_MATMUL_ID) {
+      const bool int8 = CudaDevice::int8_experts({n.inputs[0]->dtype, nullptr, nullptr, 0, n.inputs[0]->shape[0], 0, 0, 0, 0, false});
+      return std::string(int8 ? "mmvq_id_kernel (dp4a on 8-bit activations; each chosen expert's rows read once for its tokens)"
+                              : "matmul_id_kernel (f32 math, rows decoded per token)") +
+             (plan_.fuse_glu[i] ? (int8 ? ", gate, up and the activation in one launch" : ", then the up matmul and the activation") : "");
+    }
     if (n.op == MINFER_OP_ROPE && plan_.fuse_rope[i]) {
       const minfer_node &at = nodes_[i + 2].node();
       if (plan_.fuse_rope_attention[i] && dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(at), at.inputs[3]->dtype))
@@ -144,6 +152,8 @@ class CudaSegment : public sdk::Segment {
       try {
         const StepNorm norm{plan_.norm_of[i], &norm_ran_};
         if (!plan_.group[i].empty()) run_matmul_group(dev_, plan_.group[i], args, norm);
+        else if (plan_.fuse_glu[i] && nodes_[i].node().op == MINFER_OP_MATMUL_ID)
+          run_matmul_id_glu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args, tags_[i]);
         else if (plan_.fuse_glu[i]) run_matmul_glu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args, norm);
         else if (plan_.norm_of[i]) run_matmul_group(dev_, std::vector<MatmulStep>{step_at(i)}, args, norm);
         else if (plan_.fuse_add[i]) run_matmul_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);

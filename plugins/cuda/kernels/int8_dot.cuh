@@ -53,4 +53,52 @@ __device__ __forceinline__ float sub_dot(const SubBlock &w, const minfer_cuda_q8
   return sub_dot_as<QBlock<Block>::kTwoScales, QBlock<Block>::kOffset>(w, a);
 }
 
+// One activation block from shared memory as five 8-byte loads: the 40-byte blocks of
+// consecutive lanes then fall in distinct banks (4-byte loads meet two to a bank).
+__device__ __forceinline__ minfer_cuda_q8_act load_act(const minfer_cuda_q8_act *p) {
+  const int2 *v = reinterpret_cast<const int2 *>(p);
+  minfer_cuda_q8_act a;
+  const int2 ds = v[0];
+  a.d = __int_as_float(ds.x), a.s = __int_as_float(ds.y);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int2 q = v[1 + i];
+    a.qs[2 * i] = q.x, a.qs[2 * i + 1] = q.y;
+  }
+  return a;
+}
+
+// A warp's kRows weight rows (row[r]; only r % kPartRows < live are read: a gated group's
+// gate rows then its up rows) dotted with nt <= kT tokens' activations in shared memory (xs,
+// token-major, ns blocks a token): each lane takes whole sub-blocks, kUnroll in flight per row,
+// and every activation block read serves all kRows rows. acc[r * kT + j]: the lane's part of
+// row r times token j (warp_sums totals them).
+template <class Block, int kRows, int kT, int kUnroll, int kPartRows>
+__device__ __forceinline__ void rows_dot_acts(const Block *(&row)[kRows], int live, const minfer_cuda_q8_act *xs, int64_t ns, int nt,
+                                              float (&acc)[kRows * kT]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < kRows * kT; ++i) acc[i] = 0;
+  for (int64_t sb0 = lane; sb0 < ns; sb0 += 32 * kUnroll) {
+    SubBlock s[kUnroll][kRows];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (r % kPartRows < live && sb0 + 32 * u < ns) unpack_sub(row[r], sb0 + 32 * u, s[u][r]);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (sb0 + 32 * u >= ns) break;
+#pragma unroll
+      for (int j = 0; j < kT; ++j) {
+        if (j >= nt) break;
+        const minfer_cuda_q8_act a = load_act(&xs[j * ns + sb0 + 32 * u]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          if (r % kPartRows < live) acc[r * kT + j] += sub_dot<Block>(s[u][r], a);
+      }
+    }
+  }
+}
+
 }  // namespace minfer::cuda

@@ -70,6 +70,35 @@ cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, co
 size_t minfer_cuda_argmax_scratch_bytes(int64_t d, int64_t rows);
 cudaError_t minfer_cuda_argmax_f32(minfer_cuda_launch_cfg *cfg, const float *x, int32_t *out, int64_t d, int64_t rows, void *scratch);
 
+/* moe.cu: mixture-of-experts routing (minfer/ops.h TOP_K, MOE_WEIGHTS, MOE_SUM). top_k: the k
+ * largest of each row of x f32 [n, rows], largest first, ties to the lower index, NaN last. */
+cudaError_t minfer_cuda_top_k_f32(minfer_cuda_launch_cfg *cfg, const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows);
+/* out[r][j] = softmax(logits[r])[ids[r][j]], divided by their sum over j where normalize, times scale */
+cudaError_t minfer_cuda_moe_weights_f32(minfer_cuda_launch_cfg *cfg, const float *logits, const int32_t *ids, float *out, int64_t n_expert,
+                                        int64_t k, int64_t rows, int32_t normalize, float scale);
+/* out[r] = sum_j w[r][j] y[r][j], y [d, k, rows] */
+cudaError_t minfer_cuda_moe_sum_f32(minfer_cuda_launch_cfg *cfg, const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows);
+
+/* A step's routing for MATMUL_ID, in device memory (minfer_cuda_moe_route_bytes): the (row,
+ * choice) pairs p = row * k + j grouped by expert, and the list of experts with any pair.
+ * Built on the device from the ids (no host sync; CUDA-graph safe). A pair whose id is outside
+ * [0, n_expert) is left out, its output row y[p] (m values) filled with NaN, and (error_tag,
+ * id) recorded in error_flag as get_rows does. */
+size_t minfer_cuda_moe_route_bytes(int64_t n_pairs, int64_t n_expert);
+int64_t minfer_cuda_moe_route_max_experts(void);
+cudaError_t minfer_cuda_moe_route(minfer_cuda_launch_cfg *cfg, const int32_t *ids, int64_t n_pairs, int64_t n_expert, void *route,
+                                  float *y, int64_t m, int32_t *error_flag, int32_t error_tag);
+/* The expert matmul over a route: y[p] = W[expert of p] x[p's row (x_per_pair: p)], W [k, m,
+ * n_expert]. matmul.cu: any weight dtype, f32 x (a warp per expert row, its pairs in turn). */
+cudaError_t minfer_cuda_matmul_id(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x, float *y, int64_t k,
+                                  int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices, int32_t x_per_pair, const void *route);
+/* moe.cu: the int8 block types of minfer_cuda_mmvq_supported on 8-bit activations (xq: x
+ * quantized by minfer_cuda_quantize_q8_act), each expert's rows read once per step for all its
+ * pairs. up non-NULL: gated, y[p] = act(gate x) * (up x) with w the gate. */
+cudaError_t minfer_cuda_mmvq_id(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const void *up, int32_t act, const void *xq,
+                                float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices, int32_t x_per_pair,
+                                const void *route, int32_t sm_count);
+
 /* A gated FFN's activation of the gate (glu.cuh): SwiGLU's silu, GeGLU's GELU (tanh form). */
 enum { MINFER_CUDA_GLU_SILU = 0, MINFER_CUDA_GLU_GELU = 1 };
 

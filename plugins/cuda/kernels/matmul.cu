@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include "grid.cuh"
+#include "moe_route.cuh"
 #include "minfer/decode.hpp"
 #include "reduce.cuh"
 
@@ -57,6 +58,41 @@ cudaError_t launch(minfer_cuda_launch_cfg *cfg, const void *w, const float *x, f
   return launched(cfg, "matmul_kernel", dtype);
 }
 
+// MATMUL_ID for every weight type: a warp per (active expert, row), the expert's pairs in
+// turn (the row's blocks decoded again per pair; the int8 types take moe.cu's kernel).
+template <class Block>
+__global__ void matmul_id_kernel(const Block *w, const float *x, float *y, int64_t k, int64_t m, int64_t choices, int x_per_pair, int per,
+                                 MoeRoute route) {
+  const int lane = threadIdx.x & 31;
+  const int64_t blocks_per_row = k / per;
+  for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < route.max_slots * m; item += int64_t(gridDim.x) * kWarps) {
+    const int64_t slot = item / m, o = item - slot * m;
+    if (slot >= route.n_active()) break;
+    const int32_t *sl = route.slot(slot);
+    const Block *row = w + (int64_t(sl[0]) * m + o) * blocks_per_row;
+    for (int32_t p = sl[1]; p < sl[2]; ++p) {
+      const int64_t pair = route.pairs()[p];
+      const float *xt = x + (x_per_pair ? pair : pair / choices) * k;
+      float acc = 0;
+      for (int64_t b = lane; b < blocks_per_row; b += 32) {
+        const float *xb = xt + b * per;
+        decode_any(row[b], [&](int i, float v) { acc += v * xb[i]; });
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) y[pair * m + o] = acc;
+    }
+  }
+}
+
+template <class Block>
+cudaError_t launch_id(minfer_cuda_launch_cfg *cfg, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t choices,
+                      int x_per_pair, int per, MoeRoute route, int32_t dtype) {
+  const int64_t blocks = (route.max_slots * m + kWarps - 1) / kWarps;
+  matmul_id_kernel<Block><<<unsigned(blocks < cfg->max_blocks ? blocks : cfg->max_blocks), kWarps * 32, 0, cfg->stream>>>(
+      static_cast<const Block *>(w), x, y, k, m, choices, x_per_pair, per, route);
+  return launched(cfg, "matmul_id_kernel", dtype);
+}
+
 }  // namespace
 }  // namespace minfer::cuda
 
@@ -72,6 +108,23 @@ extern "C" cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t d
   minfer::sdk::visit_block_dtype(dtype, [&](auto tag) {
     using Block = typename decltype(tag)::type;
     err = launch<Block>(cfg, w, x, y, k, m, tokens, per, dtype);
+  });
+  return err;
+}
+
+extern "C" cudaError_t minfer_cuda_matmul_id(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const float *x, float *y, int64_t k,
+                                             int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices, int32_t x_per_pair,
+                                             const void *route) {
+  if (n_pairs < 1) return cudaSuccess;
+  const MoeRoute r{static_cast<const int32_t *>(route), moe_route_slots(n_pairs, n_expert)};
+  if (dtype == MINFER_DTYPE_F32) return launch_id<F32>(cfg, w, x, y, k, m, choices, x_per_pair, 1, r, dtype);
+  if (dtype == MINFER_DTYPE_F16) return launch_id<F16>(cfg, w, x, y, k, m, choices, x_per_pair, 1, r, dtype);
+  if (dtype == MINFER_DTYPE_BF16) return launch_id<BF16>(cfg, w, x, y, k, m, choices, x_per_pair, 1, r, dtype);
+  cudaError_t err = cudaErrorNotSupported;
+  const int per = minfer_dtype_info(dtype).block_values;
+  minfer::sdk::visit_block_dtype(dtype, [&](auto tag) {
+    using Block = typename decltype(tag)::type;
+    err = launch_id<Block>(cfg, w, x, y, k, m, choices, x_per_pair, per, r, dtype);
   });
   return err;
 }

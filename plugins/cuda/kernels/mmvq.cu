@@ -83,21 +83,6 @@ __global__ void quantize_q8_act_kernel(const float *x, int64_t n_slots, Out out)
   quantize_blocks(x, n_slots, out);
 }
 
-// One activation block from shared memory as five 8-byte loads: the 40-byte blocks of
-// consecutive lanes then fall in distinct banks (4-byte loads meet two to a bank).
-__device__ __forceinline__ minfer_cuda_q8_act load_act(const minfer_cuda_q8_act *p) {
-  const int2 *v = reinterpret_cast<const int2 *>(p);
-  minfer_cuda_q8_act a;
-  const int2 ds = v[0];
-  a.d = __int_as_float(ds.x), a.s = __int_as_float(ds.y);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int2 q = v[1 + i];
-    a.qs[2 * i] = q.x, a.qs[2 * i + 1] = q.y;
-  }
-  return a;
-}
-
 // The weights of one launch, sharing x: part i's row groups (kRows rows each; kRows / 2 of
 // a gate and as many of its up weight gated) are [groups_end[i-1], groups_end[i]).
 struct MmvqParts {
@@ -149,28 +134,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) mmvq_kernel(const __g
       for (int r = 0; r < kRows; ++r)
         row[r] = kGated && r >= kPartRows ? static_cast<const Block *>(parts.up) + (o0 + r - kPartRows) * nb : w + (o0 + r) * nb;
       float acc[kN];
-#pragma unroll
-      for (int i = 0; i < kN; ++i) acc[i] = 0;
-      for (int64_t sb0 = lane; sb0 < ns; sb0 += 32 * kUnroll) {
-        SubBlock s[kUnroll][kRows];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-          for (int r = 0; r < kRows; ++r)
-            if (r % kPartRows < live && sb0 + 32 * u < ns) unpack_sub(row[r], sb0 + 32 * u, s[u][r]);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          if (sb0 + 32 * u >= ns) break;
-#pragma unroll
-          for (int j = 0; j < kT; ++j) {
-            if (j >= nt) break;
-            const minfer_cuda_q8_act a = load_act(&xs[j * ns + sb0 + 32 * u]);
-#pragma unroll
-            for (int r = 0; r < kRows; ++r)
-              if (r % kPartRows < live) acc[r * kT + j] += sub_dot<Block>(s[u][r], a);
-          }
-        }
-      }
+      rows_dot_acts<Block, kRows, kT, kUnroll, kPartRows>(row, live, xs, ns, nt, acc);
       float v = warp_sums(acc);
       constexpr int kShift = kN == 32 ? 0 : kN == 16 ? 1 : kN == 8 ? 2 : 3;  // 5 - log2(kN)
       const int idx = lane >> kShift, r = idx / kT, j = idx % kT;

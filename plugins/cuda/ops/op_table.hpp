@@ -52,6 +52,11 @@ void run_matmul_group(CudaDevice &dev, std::span<const MatmulStep> steps, const 
 void run_matmul_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &glu,
                     const minfer_step_args &args, StepNorm norm = {});
 
+// The experts' gate and up MATMUL_IDs (same x, ids, weight dtype and shape) and the SWIGLU
+// or GEGLU of their outputs as one step (one launch on the int8 path).
+void run_matmul_id_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &glu, const minfer_step_args &args,
+                       int32_t tag);
+
 // A SWIGLU or GEGLU node's activation (launchers.h: MINFER_CUDA_GLU_*).
 inline int32_t glu_act(const minfer_node &n) { return n.op == MINFER_OP_GEGLU ? MINFER_CUDA_GLU_GELU : MINFER_CUDA_GLU_SILU; }
 
@@ -69,5 +74,6 @@ void run_rope_attention(CudaDevice &dev, const minfer_node &rope_a, const minfer
 std::span<const CudaOp> elementwise_ops();
 std::span<const CudaOp> quant_ops();
 std::span<const CudaOp> model_ops();
+std::span<const CudaOp> moe_ops();
 
 }  // namespace minfer::cuda

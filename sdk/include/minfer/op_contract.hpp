@@ -61,6 +61,10 @@ struct AbiNeed {
   const char *what = "";
 };
 inline AbiNeed abi_needed(const minfer_node &n) {
+  if (n.op == MINFER_OP_TOP_K) return {7, "top_k"};
+  if (n.op == MINFER_OP_MOE_WEIGHTS) return {7, "moe_weights"};
+  if (n.op == MINFER_OP_MATMUL_ID) return {7, "matmul_id"};
+  if (n.op == MINFER_OP_MOE_SUM) return {7, "moe_sum"};
   if (n.op == MINFER_OP_GEGLU) return {6, "geglu"};
   if (n.op == MINFER_OP_SCALE) return {6, "scale"};
   if (n.op == MINFER_OP_ATTENTION && n.params) {
@@ -193,6 +197,54 @@ inline std::string check_op_contract(const minfer_node &n) {
       if (x.dtype != MINFER_DTYPE_F32 || x.rank != 2) return need(x, "f32 [d, rows]");
       if (out.dtype != MINFER_DTYPE_I32 || out.rank != 1 || out.shape[0] != x.shape[1])
         return need(out, ("i32 [" + std::to_string(x.shape[1]) + "]").c_str());
+      return "";
+    }
+    case MINFER_OP_TOP_K: {
+      const minfer_tensor &x = in_(0);
+      const int32_t k = params_of<minfer_top_k_params>(n).k;
+      if (x.dtype != MINFER_DTYPE_F32 || x.rank != 2) return need(x, "f32 [n, rows]");
+      if (k < 1 || k > x.shape[0]) return "k " + std::to_string(k) + " must be from 1 to the row length " + std::to_string(x.shape[0]);
+      if (out.dtype != MINFER_DTYPE_I32 || out.rank != 2 || out.shape[0] != k || out.shape[1] != x.shape[1])
+        return need(out, ("i32 [" + std::to_string(k) + ", " + std::to_string(x.shape[1]) + "]").c_str());
+      return "";
+    }
+    case MINFER_OP_MOE_WEIGHTS: {
+      const auto &p = params_of<minfer_moe_weights_params>(n);
+      const minfer_tensor &logits = in_(0), &ids = in_(1);
+      if (p.gating != MINFER_MOE_GATING_SOFTMAX) return "unknown gating " + std::to_string(p.gating) + " (known: 0 softmax)";
+      if (p.normalize != 0 && p.normalize != 1) return "normalize must be 0 or 1";
+      if (!std::isfinite(p.scale)) return "scale must be a finite number";
+      if (logits.dtype != MINFER_DTYPE_F32 || logits.rank != 2) return need(logits, "f32 [n_expert, rows]");
+      if (ids.dtype != MINFER_DTYPE_I32 || ids.rank != 2 || ids.shape[1] != logits.shape[1] || ids.shape[0] > logits.shape[0])
+        return need(ids, ("i32 [k <= " + std::to_string(logits.shape[0]) + ", " + std::to_string(logits.shape[1]) + "]").c_str());
+      if (out.dtype != MINFER_DTYPE_F32 || !same_shape(out, ids)) return need(out, "f32 shaped like ids");
+      return "";
+    }
+    case MINFER_OP_MATMUL_ID: {
+      const minfer_tensor &w = in_(0), &x = in_(1), &ids = in_(2);
+      const minfer_dtype_traits wt = minfer_dtype_info(w.dtype);
+      if (!(w.dtype == MINFER_DTYPE_F32 || w.dtype == MINFER_DTYPE_F16 || w.dtype == MINFER_DTYPE_BF16 || wt.is_quantized))
+        return need(w, "f32, f16, bf16 or a block type");
+      if (w.rank != 3) return need(w, "3-D [in, out, n_expert]");
+      if (ids.dtype != MINFER_DTYPE_I32 || ids.rank != 2) return need(ids, "i32 [k, rows]");
+      const int64_t k = ids.shape[0], rows = ids.shape[1];
+      const bool per_row = x.rank <= 2 && n_rows(x) == rows, per_pair = x.rank == 3 && x.shape[1] == k && x.shape[2] == rows;
+      if (x.dtype != MINFER_DTYPE_F32 || x.shape[0] != w.shape[0] || !(per_row || per_pair))
+        return need(x, ("f32 [" + std::to_string(w.shape[0]) + ", " + std::to_string(rows) + "] or [" + std::to_string(w.shape[0]) + ", " +
+                        std::to_string(k) + ", " + std::to_string(rows) + "]").c_str());
+      if (out.dtype != MINFER_DTYPE_F32 || out.rank != 3 || out.shape[0] != w.shape[1] || out.shape[1] != k || out.shape[2] != rows)
+        return need(out, ("f32 [" + std::to_string(w.shape[1]) + ", " + std::to_string(k) + ", " + std::to_string(rows) + "]").c_str());
+      if ((ids.token_dim >= 0) != (out.token_dim >= 0) || (ids.token_dim >= 0 && (ids.token_dim != 1 || out.token_dim != 2)))
+        return need(ids, "following the step's tokens in its dim 1 exactly when the output does in its dim 2");
+      return "";
+    }
+    case MINFER_OP_MOE_SUM: {
+      const minfer_tensor &y = in_(0), &wts = in_(1);
+      if (y.dtype != MINFER_DTYPE_F32 || y.rank != 3) return need(y, "f32 [d, k, rows]");
+      if (wts.dtype != MINFER_DTYPE_F32 || wts.rank != 2 || wts.shape[0] != y.shape[1] || wts.shape[1] != y.shape[2])
+        return need(wts, ("f32 [" + std::to_string(y.shape[1]) + ", " + std::to_string(y.shape[2]) + "]").c_str());
+      if (out.dtype != MINFER_DTYPE_F32 || out.rank != 2 || out.shape[0] != y.shape[0] || out.shape[1] != y.shape[2])
+        return need(out, ("f32 [" + std::to_string(y.shape[0]) + ", " + std::to_string(y.shape[2]) + "]").c_str());
       return "";
     }
     case MINFER_OP_ATTENTION: {

@@ -62,7 +62,26 @@ typedef enum minfer_op {
   /* ABI 1.6: out = softcap > 0 ? softcap * tanh(scale * x / softcap) : scale * x; f32, any
      shape; minfer_scale_params (Gemma's sqrt(n_embd) embedding scale, its final-logit cap) */
   MINFER_OP_SCALE = 15,
-  MINFER_OP_COUNT_ = 16 /* one past the largest id; not an op */
+  /* Mixture-of-experts routing and experts (ABI 1.7; docs/PLUGIN-ABI.md):
+     TOP_K: out[r] = the indices of the k largest values of row r, largest first (of equal
+     values the lower index first; NaN never chosen before a number); x f32 [n, rows] ->
+     out i32 [k, rows], k <= n; minfer_top_k_params */
+  MINFER_OP_TOP_K = 16,
+  /* MOE_WEIGHTS: each row's weights of its chosen experts from its router logits: logits f32
+     [n_expert, rows], ids i32 [k, rows] -> out f32 [k, rows]; p = softmax of the row's logits;
+     normalize 1: out[j] = p[ids[j]] / sum_j' p[ids[j']] (a softmax over the chosen logits),
+     0: out[j] = p[ids[j]]; then times scale. minfer_moe_weights_params */
+  MINFER_OP_MOE_WEIGHTS = 17,
+  /* MATMUL_ID: each row's matmul with each of its k chosen experts: W [in, out, n_expert] of
+     any weight dtype MATMUL takes, x f32 [in, rows] (one input per row, for every expert) or
+     [in, k, rows] (one per chosen expert), ids i32 [k, rows] with values in [0, n_expert) ->
+     out f32 [out, k, rows], out[r][j] = W[ids[r][j]] x[r] (or x[r][j]). The rows are the
+     step's tokens (token dim 2 of out and of a 3-D x, 1 of ids and of a 2-D x). */
+  MINFER_OP_MATMUL_ID = 18,
+  /* MOE_SUM: y f32 [d, k, rows], w f32 [k, rows] -> out f32 [d, rows],
+     out[r] = sum over j = 0..k-1, in that order, of w[r][j] * y[r][j] */
+  MINFER_OP_MOE_SUM = 19,
+  MINFER_OP_COUNT_ = 20 /* one past the largest id; not an op */
 } minfer_op;
 
 /* The common head of every parameter struct. */
@@ -118,6 +137,22 @@ typedef struct minfer_scale_params {
   float softcap; /* 0: none */
 } minfer_scale_params;
 
+typedef struct minfer_top_k_params {
+  size_t struct_size;
+  int32_t k; /* 1 <= k <= the row length */
+} minfer_top_k_params;
+
+typedef enum minfer_moe_gating {
+  MINFER_MOE_GATING_SOFTMAX = 0 /* p = softmax over the row's logits */
+} minfer_moe_gating;
+
+typedef struct minfer_moe_weights_params {
+  size_t struct_size;
+  int32_t gating;    /* minfer_moe_gating */
+  int32_t normalize; /* 1: the chosen weights divided by their sum; 0: as they are */
+  float scale;       /* every weight multiplied by it (1: none) */
+} minfer_moe_weights_params;
+
 typedef struct minfer_op_traits {
   const char *name;  /* "add_row_broadcast"; NULL for an unknown id */
   int32_t n_inputs;  /* exact input count */
@@ -142,6 +177,10 @@ static inline minfer_op_traits minfer_op_info(int32_t op) {
     case MINFER_OP_ARGMAX: t.name = "argmax"; t.n_inputs = 1; break;
     case MINFER_OP_GEGLU: t.name = "geglu"; t.n_inputs = 2; break;
     case MINFER_OP_SCALE: t.name = "scale"; t.n_inputs = 1; t.params_size = sizeof(minfer_scale_params); break;
+    case MINFER_OP_TOP_K: t.name = "top_k"; t.n_inputs = 1; t.params_size = sizeof(minfer_top_k_params); break;
+    case MINFER_OP_MOE_WEIGHTS: t.name = "moe_weights"; t.n_inputs = 2; t.params_size = sizeof(minfer_moe_weights_params); break;
+    case MINFER_OP_MATMUL_ID: t.name = "matmul_id"; t.n_inputs = 3; break;
+    case MINFER_OP_MOE_SUM: t.name = "moe_sum"; t.n_inputs = 2; break;
     default: break;
   }
   return t;

@@ -1,0 +1,266 @@
+// plugins/cuda/kernels/moe.cu — mixture-of-experts kernels: routing (top-k, the chosen
+// experts' weights, the weighted sum) and the expert matmul on 8-bit activations.
+//
+// MATMUL_ID runs in two launches after x is quantized: the route kernel groups the step's
+// (row, choice) pairs by expert on the device (counts, offsets, a scatter: no host sync, so
+// decode steps stay in CUDA graphs), then mmvq_id_kernel gives each (active expert, group of
+// rows) to a block: it stages up to kT of the expert's pairs' activations in shared memory and
+// its warps read each weight row once for all of them, as mmvq.cu does for a dense matmul. A
+// decode token thus reads only its k experts' rows; a prompt reads each chosen expert once per
+// kT of its tokens.
+#include <algorithm>
+
+#include "glu.cuh"
+#include "grid.cuh"
+#include "int8_dot.cuh"
+#include "moe_route.cuh"
+#include "reduce.cuh"
+
+namespace minfer::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kRows = 2;    // rows per warp, as mmvq.cu measured
+constexpr int kUnroll = 2;
+constexpr int kTokens = 8;  // pairs per pass over an expert's rows
+constexpr int kMaxExperts = 8192;  // the route kernel's shared counters
+
+// (value, index) a comes before b in top_k's order: larger first, NaN after every number,
+// equal values (and NaNs) by index.
+__device__ __forceinline__ bool before(float a, int ia, float b, int ib) {
+  const bool na = isnan(a), nb = isnan(b);
+  if (na != nb) return nb;
+  if (!na && a != b) return a > b;
+  return ia < ib;
+}
+
+// A warp per row: k rounds, each the first element after the previous pick (no memory of
+// what was taken, so any k and n run in registers).
+__global__ void top_k_kernel(const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; r < rows; r += (int64_t(gridDim.x) * blockDim.x) >> 5) {
+    const float *v = x + r * n;
+    float pv = 0;
+    int pi = -1;  // the previous pick; -1: none yet
+    for (int64_t j = 0; j < k; ++j) {
+      float bv = 0;
+      int bi = -1;
+      for (int64_t i = lane; i < n; i += 32) {
+        const float xv = v[i];
+        if (pi >= 0 && !before(pv, pi, xv, int(i))) continue;  // at or before the previous pick
+        if (bi < 0 || before(xv, int(i), bv, bi)) bv = xv, bi = int(i);
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi >= 0 && (bi < 0 || before(ov, oi, bv, bi))) bv = ov, bi = oi;
+      }
+      if (lane == 0) out[r * k + j] = bi;
+      pv = bv, pi = bi;
+    }
+  }
+}
+
+// A warp per row: the softmax's maximum and sum over the experts, then each choice's weight.
+// An id outside the experts gives NaN (matmul_id reports it).
+__global__ void moe_weights_kernel(const float *logits, const int32_t *ids, float *out, int64_t ne, int64_t k, int64_t rows, int normalize,
+                                   float scale) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; r < rows; r += (int64_t(gridDim.x) * blockDim.x) >> 5) {
+    const float *l = logits + r * ne;
+    float mx = -INFINITY;
+    for (int64_t i = lane; i < ne; i += 32) mx = fmaxf(mx, l[i]);
+    mx = warp_max(mx);
+    float all = 0;
+    for (int64_t i = lane; i < ne; i += 32) all += expf(l[i] - mx);
+    all = warp_sum(all);
+    float chosen = 0;
+    for (int64_t j = lane; j < k; j += 32) {
+      const int32_t e = ids[r * k + j];
+      chosen += e >= 0 && e < ne ? expf(l[e] - mx) : NAN;
+    }
+    chosen = warp_sum(chosen);
+    const float denom = normalize ? chosen : all;
+    for (int64_t j = lane; j < k; j += 32) {
+      const int32_t e = ids[r * k + j];
+      out[r * k + j] = e >= 0 && e < ne ? expf(l[e] - mx) / denom * scale : NAN;
+    }
+  }
+}
+
+__global__ void moe_sum_kernel(const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows) {
+  MINFER_GRID_STRIDE(i, d * rows) {
+    const int64_t r = i / d, c = i - r * d;
+    float acc = 0;
+    for (int64_t j = 0; j < k; ++j) acc = fmaf(w[r * k + j], y[(r * k + j) * d + c], acc);
+    out[i] = acc;
+  }
+}
+
+// One block: count the pairs per expert, offsets by a scan, then scatter the pair indices.
+// Within an expert the pairs' order is that of the atomics; each pair's result is its own.
+__global__ void moe_route_kernel(const int32_t *ids, int64_t n_pairs, int32_t ne, int32_t *route, int64_t max_slots, float *y, int64_t m,
+                                 int32_t *error_flag, int32_t error_tag) {
+  extern __shared__ int32_t counts[];  // [ne] counts, then [ne] next free place
+  int32_t *next = counts + ne;
+  for (int e = threadIdx.x; e < ne; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+    const int32_t e = ids[p];
+    if (e >= 0 && e < ne) {
+      atomicAdd(&counts[e], 1);
+    } else {
+      if (atomicCAS(error_flag, 0, error_tag) == 0) error_flag[1] = e;
+      for (int64_t i = 0; i < m; ++i) y[p * m + i] = NAN;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // a few hundred experts: one thread's scan is quicker than a block's
+    int32_t at = 0, active = 0;
+    for (int e = 0; e < ne; ++e) {
+      next[e] = at;
+      if (counts[e]) {
+        int32_t *s = route + 1 + 3 * active++;
+        s[0] = e, s[1] = at, s[2] = at + counts[e];
+      }
+      at += counts[e];
+    }
+    route[0] = active;
+  }
+  __syncthreads();
+  int32_t *pairs = route + 1 + 3 * max_slots;
+  for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+    const int32_t e = ids[p];
+    if (e >= 0 && e < ne) pairs[atomicAdd(&next[e], 1)] = int32_t(p);
+  }
+}
+
+// Work item = (active expert slot, block of kWarps row groups); a block's pairs are staged kT
+// (tpc) at a time. x rows: a pair's own (x_per_pair) or its row's (p / choices).
+template <class Block, int kT, bool kGated>
+__global__ void __launch_bounds__(kWarps * 32) mmvq_id_kernel(const Block *w, const Block *up, int act, const minfer_cuda_q8_act *x, float *y,
+                                                               int64_t k, int64_t m, int64_t choices, int x_per_pair, MoeRoute route,
+                                                               int tpc) {
+  constexpr int kN = kRows * kT;
+  constexpr int kPartRows = kGated ? kRows / 2 : kRows;
+  extern __shared__ minfer_cuda_q8_act xs[];
+  __shared__ int32_t pair_of[kT];
+  const int lane = threadIdx.x & 31;
+  const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs);
+  const int64_t groups = (m + kPartRows - 1) / kPartRows, gblocks = (groups + kWarps - 1) / kWarps;
+  const int64_t items = route.max_slots * gblocks;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t slot = item / gblocks, gb = item - slot * gblocks;
+    if (slot >= route.n_active()) break;  // slots are in order: the rest are inactive too
+    const int32_t *sl = route.slot(slot);
+    const int64_t e = sl[0], begin = sl[1], end = sl[2];
+    const int64_t g = gb * kWarps + (threadIdx.x >> 5), o0 = g * kPartRows;
+    const int live = g < groups ? int(m - o0 < kPartRows ? m - o0 : kPartRows) : 0;
+    const Block *row[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t o = o0 + (r % kPartRows < live ? r % kPartRows : 0);
+      row[r] = (kGated && r >= kPartRows ? up : w) + (e * m + o) * nb;
+    }
+    for (int64_t p0 = begin; p0 < end; p0 += tpc) {
+      const int nt = int(end - p0 < tpc ? end - p0 : tpc);
+      __syncthreads();  // the previous pass is done with xs and pair_of
+      if (threadIdx.x < nt) pair_of[threadIdx.x] = route.pairs()[p0 + threadIdx.x];
+      __syncthreads();
+      const int64_t per = ns * int64_t(sizeof(minfer_cuda_q8_act) / 8);
+      for (int64_t i = threadIdx.x; i < nt * per; i += blockDim.x) {
+        const int64_t j = i / per, piece = i - j * per, src_row = x_per_pair ? pair_of[j] : pair_of[j] / choices;
+        reinterpret_cast<int2 *>(xs)[i] = reinterpret_cast<const int2 *>(x + src_row * ns)[piece];
+      }
+      __syncthreads();
+      if (!live) continue;
+      float acc[kN];
+      rows_dot_acts<Block, kRows, kT, kUnroll, kPartRows>(row, live, xs, ns, nt, acc);
+      float v = warp_sums(acc);
+      constexpr int kShift = kN == 32 ? 0 : kN == 16 ? 1 : kN == 8 ? 2 : 3;
+      const int idx = lane >> kShift, r = idx / kT, j = idx % kT;
+      if (kGated) {
+        const float u = __shfl_down_sync(0xffffffffu, v, (kPartRows * kT) << kShift);
+        v = glu(act, v, u);
+      }
+      if ((lane & ((1 << kShift) - 1)) || r >= live || j >= nt) continue;
+      y[int64_t(pair_of[j]) * m + o0 + r] = v;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace minfer::cuda
+
+using namespace minfer::cuda;
+
+extern "C" cudaError_t minfer_cuda_top_k_f32(minfer_cuda_launch_cfg *cfg, const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows) {
+  if (k < 1 || k > n || n > INT32_MAX) return cudaErrorInvalidValue;
+  top_k_kernel<<<grid_for(cfg, rows * 32), kBlock, 0, cfg->stream>>>(x, out, n, k, rows);
+  return launched(cfg, "top_k_kernel");
+}
+
+extern "C" cudaError_t minfer_cuda_moe_weights_f32(minfer_cuda_launch_cfg *cfg, const float *logits, const int32_t *ids, float *out,
+                                                   int64_t n_expert, int64_t k, int64_t rows, int32_t normalize, float scale) {
+  moe_weights_kernel<<<grid_for(cfg, rows * 32), kBlock, 0, cfg->stream>>>(logits, ids, out, n_expert, k, rows, normalize, scale);
+  return launched(cfg, "moe_weights_kernel");
+}
+
+extern "C" cudaError_t minfer_cuda_moe_sum_f32(minfer_cuda_launch_cfg *cfg, const float *y, const float *w, float *out, int64_t d, int64_t k,
+                                               int64_t rows) {
+  moe_sum_kernel<<<grid_for(cfg, d * rows), kBlock, 0, cfg->stream>>>(y, w, out, d, k, rows);
+  return launched(cfg, "moe_sum_kernel");
+}
+
+extern "C" size_t minfer_cuda_moe_route_bytes(int64_t n_pairs, int64_t n_expert) {
+  return size_t(1 + 3 * moe_route_slots(n_pairs, n_expert) + n_pairs) * sizeof(int32_t);
+}
+
+extern "C" int64_t minfer_cuda_moe_route_max_experts(void) { return kMaxExperts; }
+
+extern "C" cudaError_t minfer_cuda_moe_route(minfer_cuda_launch_cfg *cfg, const int32_t *ids, int64_t n_pairs, int64_t n_expert, void *route,
+                                             float *y, int64_t m, int32_t *error_flag, int32_t error_tag) {
+  if (n_expert < 1 || n_expert > kMaxExperts || n_pairs > INT32_MAX) return cudaErrorInvalidValue;
+  const size_t smem = size_t(2 * n_expert) * sizeof(int32_t);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+  }
+  moe_route_kernel<<<1, 1024, smem, cfg->stream>>>(ids, n_pairs, int32_t(n_expert), static_cast<int32_t *>(route),
+                                                   moe_route_slots(n_pairs, n_expert), y, m, error_flag, error_tag);
+  return launched(cfg, "moe_route_kernel");
+}
+
+extern "C" cudaError_t minfer_cuda_mmvq_id(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *up, int32_t act,
+                                           const void *xq, float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs,
+                                           int64_t choices, int32_t x_per_pair, const void *route, int32_t sm_count) {
+  if (k % 32 || n_pairs < 1) return n_pairs < 1 ? cudaSuccess : cudaErrorInvalidValue;
+  int device = 0, optin = 48 * 1024;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  const size_t per_pair = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
+  const int tpc = int(std::min<int64_t>({kTokens, n_pairs, int64_t((size_t(optin) - 1024) / per_pair)}));
+  if (tpc < 1) return cudaErrorNotSupported;
+  const size_t smem = size_t(tpc) * per_pair;
+  const MoeRoute r{static_cast<const int32_t *>(route), moe_route_slots(n_pairs, n_expert)};
+  const int64_t part_rows = up ? kRows / 2 : kRows, groups = (m + part_rows - 1) / part_rows, gblocks = (groups + kWarps - 1) / kWarps;
+  // Every possible (expert, row block) item, capped at a few waves: a decode token's k
+  // experts fill the first k slots, and blocks past the active ones stop at once.
+  const int64_t items = r.max_slots * gblocks, cap = int64_t(sm_count > 0 ? sm_count : 132) * 8;
+  const int64_t blocks = std::min<int64_t>({items, cap, cfg->max_blocks});
+  cudaError_t e = cudaSuccess;
+  const bool known = visit_int8_block(dtype, [&](auto tag) {
+    using Block = decltype(tag);
+    const auto run = [&](auto kernel) {
+      if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      if (e == cudaSuccess)
+        kernel<<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(static_cast<const Block *>(w), static_cast<const Block *>(up), act,
+                                                                     static_cast<const minfer_cuda_q8_act *>(xq), y, k, m, choices,
+                                                                     x_per_pair, r, tpc);
+    };
+    if (up) tpc <= 4 ? run(mmvq_id_kernel<Block, 4, true>) : run(mmvq_id_kernel<Block, kTokens, true>);
+    else tpc <= 4 ? run(mmvq_id_kernel<Block, 4, false>) : run(mmvq_id_kernel<Block, kTokens, false>);
+  });
+  if (!known) return cudaErrorNotSupported;
+  if (e != cudaSuccess) return e;
+  return launched(cfg, up ? "mmvq_id_kernel (gate, up, glu)" : "mmvq_id_kernel", dtype);
+}

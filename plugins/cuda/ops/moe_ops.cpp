@@ -1,0 +1,68 @@
+// plugins/cuda/ops/moe_ops.cpp — handlers for the mixture-of-experts ops: top-k routing, the
+// chosen experts' weights, the expert matmul (alone, or a gate and up with their SwiGLU/GeGLU
+// as one step) and the weighted sum.
+#include "minfer/decode.hpp"
+#include "minfer/op_contract.hpp"
+#include "ops/op_table.hpp"
+
+namespace minfer::cuda {
+namespace {
+
+std::string any(const minfer_node &) { return ""; }
+
+void run_top_k(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  dev.top_k_f32(dptr<float>(*n.inputs[0]), dptr<int32_t>(*n.output), n.inputs[0]->shape[0], n.output->shape[0],
+                sdk::run_rows(*n.inputs[0], args));
+}
+
+void run_moe_weights(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  const auto &p = sdk::params_of<minfer_moe_weights_params>(n);
+  dev.moe_weights_f32(dptr<float>(*n.inputs[0]), dptr<int32_t>(*n.inputs[1]), dptr<float>(*n.output), n.inputs[0]->shape[0],
+                      n.inputs[1]->shape[0], sdk::run_rows(*n.inputs[1], args), p.normalize != 0, p.scale);
+}
+
+void run_moe_sum(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
+  dev.moe_sum_f32(dptr<float>(*n.inputs[0]), dptr<float>(*n.inputs[1]), dptr<float>(*n.output), n.output->shape[0], n.inputs[0]->shape[1],
+                  sdk::run_rows(*n.output, args));
+}
+
+std::string check_matmul_id(const minfer_node &n) {
+  const int32_t dt = n.inputs[0]->dtype;
+  if (!(dt == MINFER_DTYPE_F32 || dt == MINFER_DTYPE_F16 || dt == MINFER_DTYPE_BF16 || sdk::visit_block_dtype(dt, [](auto) {})))
+    return std::string("the cuda backend has no expert matmul kernel for ") + minfer_dtype_name(dt);
+  if (n.inputs[0]->shape[2] > minfer_cuda_moe_route_max_experts())
+    return std::to_string(n.inputs[0]->shape[2]) + " experts are more than the cuda routing kernel's " +
+           std::to_string(minfer_cuda_moe_route_max_experts());
+  return "";
+}
+
+CudaDevice::ExpertMatmul expert_matmul(const minfer_node &n, const minfer_step_args &args) {
+  const minfer_tensor &w = *n.inputs[0], &ids = *n.inputs[2];
+  return {w.dtype, dptr(w), nullptr, 0, w.shape[0], w.shape[1], w.shape[2], ids.shape[0], sdk::run_extent(ids, 1, args), n.inputs[1]->rank == 3};
+}
+
+void run_matmul_id(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t tag) {
+  dev.matmul_id(expert_matmul(n, args), dptr<float>(*n.inputs[1]), dptr<int32_t>(*n.inputs[2]), dptr<float>(*n.output), tag);
+}
+
+const CudaOp kOps[] = {
+    {MINFER_OP_TOP_K, any, run_top_k},
+    {MINFER_OP_MOE_WEIGHTS, any, run_moe_weights},
+    {MINFER_OP_MATMUL_ID, check_matmul_id, run_matmul_id},
+    {MINFER_OP_MOE_SUM, any, run_moe_sum},
+};
+
+}  // namespace
+
+void run_matmul_id_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &glu, const minfer_step_args &args,
+                       int32_t tag) {
+  CudaDevice::ExpertMatmul e = expert_matmul(gate, args);
+  e.up = dptr(*up.inputs[0]);
+  e.act = glu_act(glu);
+  dev.matmul_id(e, dptr<float>(*gate.inputs[1]), dptr<int32_t>(*gate.inputs[2]), dptr<float>(*glu.output), tag, dptr<float>(*gate.output),
+                dptr<float>(*up.output));
+}
+
+std::span<const CudaOp> moe_ops() { return kOps; }
+
+}  // namespace minfer::cuda
