@@ -20,7 +20,7 @@ mkdir -p ../shared && [ -e ../shared/testdata ] || ln -s "$PWD/$bundle/testdata"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
 step list_backends "$bin/minfer-app" --list-backends
 step conformance "$bin/minfer-op-conformance" --gtest_filter='Backends/*cuda*:ConformanceCoverage.*'
-step tests "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.*:KvTypes*:AllTypes/CudaVsCpu*:CudaVsCpuWide.*:Explain.*:Files/ArchReference*cuda*:*StoriesBatch*:*SynthBatch*cuda*'
+step tests "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.*:KvTypes*:AllTypes/CudaVsCpu*:CudaVsCpuWide.*:CudaVsCpuArchs.*:Explain.*:Files/ArchReference*cuda*:*StoriesBatch*:*SynthBatch*cuda*'
 command -v python3 >/dev/null && step app_batch_cuda python3 tests/check_app_batch.py "$bin/minfer-app" /tmp/minfer-app-batch configs/cuda.yaml
 command -v python3 >/dev/null && step server_cuda python3 tests/check_server.py "$bin/minfer-server" configs/cuda.yaml
 command -v python3 >/dev/null && step server_corpus_cuda python3 tests/check_server_corpus.py "$bin/minfer-server" configs/cuda.yaml
@@ -39,7 +39,7 @@ command -v python3 >/dev/null && step trace_schema python3 tests/validate_trace.
 if command -v compute-sanitizer >/dev/null; then
   # The reduced suite: every kernel family's conformance cases, then a whole synthetic Qwen2
   # (Q4_0: MMQ prefill, fused decode steps, both attention kernels) generating a few tokens.
-  MINFER_CONFORMANCE_OPS=matmul,attention,rms_norm,rope,swiglu,geglu,scale,get_rows,dequantize step memcheck \
+  MINFER_CONFORMANCE_OPS=matmul,attention,rms_norm,rope,swiglu,geglu,scale,get_rows,dequantize,top_k,moe_weights,matmul_id,moe_sum step memcheck \
     compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$bin/minfer-op-conformance" --gtest_filter='Backends/Conformance.EveryOpDtypeShape/cuda'
   "$bin/minfer-gguf" synth --arch qwen2 --preset tiny --type q4_0 --seed 3 -o /tmp/minfer-tiny-q4_0.gguf > /dev/null 2>&1

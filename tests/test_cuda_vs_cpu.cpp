@@ -34,7 +34,9 @@ Logits run(const std::shared_ptr<minfer::gguf::File> &file, const std::string &b
   bo.kv_type = MINFER_DTYPE_F16;
   bo.all_logits = true;
   const auto model = minfer::models::load_model(file, bo);
-  const auto cfg = minfer::parse_run_config("backends: {" + backend + ": {}}\n", "test.yaml");
+  // backend: a name ("cpu") or a name with its options ("cpu: {isa: avx2}").
+  const std::string entry = backend.find(':') == std::string::npos ? backend + ": {}" : backend;
+  const auto cfg = minfer::parse_run_config("backends: {" + entry + "}\n", "test.yaml");
   minfer::BackendSet backends = minfer::open_backends(cfg);
   minfer::Session session(model->graph, cfg, backends);
   minfer::Generator gen(*model, session);
@@ -52,8 +54,12 @@ Logits run(const std::shared_ptr<minfer::gguf::File> &file, const std::string &b
 
 // Synthesizes `preset` at `type`, then compares the CPU's and CUDA's logits: one prefill step of
 // n_prefill tokens and n_decode single-token steps (graph replays).
+// outlier_share: the share of positions allowed past max_rel_diff (mixture-of-experts models:
+// a token whose k-th and next router logits are within rounding takes another expert on each
+// backend, and its logits then differ by about their size).
 void expect_backends_agree(const std::string &preset, const std::string &type, int64_t n_prefill, int64_t n_decode,
-                           double max_rel_diff, int64_t layers = 0, const std::string &arch = "qwen2") {
+                           double max_rel_diff, int64_t layers = 0, const std::string &arch = "qwen2", double outlier_share = 0,
+                           const std::string &cpu = "cpu", const std::string &other = "cuda") {
   const fs::path path = fs::temp_directory_path() / ("minfer-" + arch + "-" + preset + "-" + type + ".gguf");
   minfer::synth::Options o;
   o.layers = layers;
@@ -71,20 +77,22 @@ void expect_backends_agree(const std::string &preset, const std::string &type, i
   for (auto &t : tokens) t = int32_t(rng() % uint32_t(std::min<int64_t>(n_vocab, 50000)));  // Phi-3: 32,064 tokens
   for (const bool one_by_one : {false, true}) {
     const std::vector<int32_t> feed(tokens.begin(), tokens.begin() + (one_by_one ? n_decode : n_prefill));
-    const Logits a = run(file, "cpu", feed, one_by_one), b = run(file, "cuda", feed, one_by_one);
+    const Logits a = run(file, cpu, feed, one_by_one), b = run(file, other, feed, one_by_one);
     ASSERT_EQ(a.v.size(), b.v.size());
     // Random-weight models have flat logits: many positions are near-ties that either
     // backend's rounding may flip. Agreement is required where the CPU's best token leads its
     // runner-up by more than twice the largest CPU/CUDA difference at that position (a flip
     // there is a bug, not rounding); the raw agreement is printed too.
-    int64_t agree = 0, clear = 0, agree_clear = 0;
+    int64_t agree = 0, clear = 0, agree_clear = 0, outliers = 0;
     double worst = 0;
     const int64_t n = int64_t(feed.size());
     for (int64_t t = 0; t < n; ++t) {
       const float *x = a.v.data() + t * n_vocab, *y = b.v.data() + t * n_vocab;
       double ss = 0, diff = 0;
       for (int64_t i = 0; i < n_vocab; ++i) ss += double(x[i]) * x[i], diff = std::max(diff, std::fabs(double(x[i]) - y[i]));
-      worst = std::max(worst, diff / std::sqrt(ss / double(n_vocab)));  // relative to the logits' RMS
+      const double rel = diff / std::sqrt(ss / double(n_vocab));  // relative to the logits' RMS
+      worst = std::max(worst, rel);
+      outliers += rel > max_rel_diff;
       const int64_t ta = std::max_element(x, x + n_vocab) - x, tb = std::max_element(y, y + n_vocab) - y;
       float second = -INFINITY;
       for (int64_t i = 0; i < n_vocab; ++i)
@@ -93,9 +101,10 @@ void expect_backends_agree(const std::string &preset, const std::string &type, i
       if (double(x[ta]) - second > 2 * diff) ++clear, agree_clear += ta == tb;
     }
     const double top1 = double(agree) / double(n), top1_clear = clear ? double(agree_clear) / double(clear) : 1.0;
-    std::printf("%s %s %s x%lld: top-1 agreement %.1f%% (%.1f%% of %lld clear positions), max |cpu - cuda| / rms(logits) = %.3g\n",
-                preset.c_str(), type.c_str(), one_by_one ? "decode" : "prefill", (long long)n, 100 * top1, 100 * top1_clear,
-                (long long)clear, worst);
+    std::printf("%s%s %s %s x%lld: top-1 agreement %.1f%% (%.1f%% of %lld clear positions), max |cpu - %s| / rms(logits) = %.3g"
+                " (%lld positions over %.3g)\n",
+                cpu == "cpu" ? "" : ("[" + cpu + "] ").c_str(), preset.c_str(), type.c_str(), one_by_one ? "decode" : "prefill", (long long)n, 100 * top1, 100 * top1_clear,
+                (long long)clear, other.c_str(), worst, (long long)outliers, max_rel_diff);
     EXPECT_GE(top1_clear, 0.99) << type;
     // The raw bar only guards against wholesale disagreement: over 32 decode positions each
     // near-tie flip costs 3.1%, and which ties flip moves with any change in summation order.
@@ -103,7 +112,10 @@ void expect_backends_agree(const std::string &preset, const std::string &type, i
     // Both backends quantize activations to 8 bits for Q4_0/Q8_0 weights (in different
     // places), so their logits may differ by a few percent of the logits' size; a wrong
     // kernel differs by ~100%.
-    EXPECT_LE(worst, max_rel_diff) << type;
+    // The share applies to prefill steps; single steps run the same kernels on every token.
+    const double share = one_by_one ? 0.0 : outlier_share;
+    if (share == 0) EXPECT_LE(worst, max_rel_diff) << type;
+    EXPECT_LE(double(outliers), std::floor(share * double(n))) << type << ": positions past " << max_rel_diff;
   }
   fs::remove(path);
 }
@@ -143,6 +155,42 @@ TEST(CudaVsCpuArchs, TinyModelsAgree) {
     for (const char *type : {"q8_0", "q4_k_m"}) expect_backends_agree("tiny", type, 256, 32, bound, 0, arch);
   }
   expect_backends_agree("tiny-longrope", "q8_0", 256, 32, 0.1, 0, "phi3");
+}
+
+// Qwen3-MoE's tiny preset (8 experts, 2 used) through the expert kernels: CUDA's dp4a
+// MATMUL_ID (gate, up and SwiGLU in one launch) for the int8 block types, its generic one for
+// F16, against the CPU's grouped matmuls. In a prompt step a token whose 2nd and 3rd router
+// logits lie within the backends' rounding takes another expert on each (the router's input
+// comes through quantized attention matmuls that round activations in other blocks), and its
+// logits then differ by about their size. H200: 3-106 of 256 positions past 0.1 for the int8
+// types, more with the CPU's AMX bf16 tiles than with its int8 GEMM (AVX2: 20), none at F16,
+// none in the single steps; the kernels themselves match in the conformance suite (200 rows).
+// So a prompt may have up to half its positions past the bound, top-1 must hold on every
+// clear position, and the single steps get no allowance.
+TEST(CudaVsCpuArchs, TinyMoeAgrees) {
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  for (const char *type : {"q4_0", "q8_0", "q4_k_m", "f16"}) expect_backends_agree("tiny", type, 256, 32, 0.1, 0, "qwen3moe", 0.5);
+  for (const char *type : {"q4_0", "q8_0"}) expect_backends_agree("tiny", type, 256, 32, 0.1, 0, "qwen3moe", 0.5, "cpu: {isa: avx2}");
+}
+
+// The CPU's kernels for prompts (the tiled int8 GEMM, int8_gemm.hpp) against its scalar row
+// dots, on each SIMD isa this machine has: the same 8-bit activations, so the logits differ
+// only by float summation order. 128 prompt tokens take the GEMM, the 16 single steps the row
+// dots (or the GEMM for the types that have none: Q4_1, Q5_1, Q5_K).
+TEST(CpuIsas, PromptKernelsAgreeWithScalar) {
+  for (const char *isa : {"avx512vnni", "avx2"}) {
+    try {
+      minfer::BackendSet b = minfer::open_backends(minfer::parse_run_config(std::string("backends: {cpu: {isa: ") + isa + "}}\n", "t.yaml"));
+    } catch (const std::exception &e) {
+      std::printf("isa %s skipped: %s\n", isa, e.what());
+      continue;
+    }
+    // The SIMD and scalar kernels sum in other orders (and Q4_0's takes its offset off at the
+    // end), which the random weights amplify to a few percent of the logits' RMS at the last
+    // layer (0.04-0.07 seen), as between CPU and CUDA; a wrong tile or panel is off by ~100%.
+    for (const char *type : {"q4_0", "q8_0", "q4_k_m", "q4_1", "q5_k"})
+      expect_backends_agree("tiny", type, 128, 16, 0.1, 0, "qwen2", 0, "cpu: {isa: scalar}", std::string("cpu: {isa: ") + isa + "}");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaVsCpu,

@@ -129,7 +129,7 @@ TEST(ModelChecks, InconsistentOrMistypedMetadataIsRefusedAtLoad) {
 // Every architecture's tiny synthetic preset loads and runs on the CPU (what `minfer-gguf
 // synth` writes, minfer reads: the key and tensor names llama.cpp's loader uses).
 TEST(SynthArchitectures, TinyPresetsLoadAndRun) {
-  for (const char *arch : {"qwen2", "llama", "qwen3", "phi3", "gemma2", "gemma3"}) {
+  for (const char *arch : {"qwen2", "llama", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"}) {
     minfer::synth::Options o;
     o.arch = arch;
     o.preset = "tiny";
@@ -162,7 +162,7 @@ TEST(SynthArchitectures, KeyAndTensorNamesMatchLlamaCppWrittenFiles) {
   if (td.empty() || !fs::is_directory(fs::path(td) / "arch")) GTEST_SKIP() << "../shared/testdata/arch not found";
   // Keys a file has only for its own settings (the tiny presets choose others).
   const std::set<std::string> optional = {"rope.scaling.type", "rope.scaling.factor", "rope.dimension_count"};
-  for (const char *arch : {"qwen2", "llama", "qwen3", "phi3", "gemma2", "gemma3"}) {
+  for (const char *arch : {"qwen2", "llama", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"}) {
     const auto ref = minfer::gguf::File::open((fs::path(td) / "arch" / (std::string(arch) + "-f32.gguf")).string());
     minfer::synth::Options o;
     o.arch = arch;

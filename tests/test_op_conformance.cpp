@@ -241,6 +241,9 @@ std::vector<Case> all_cases() {
         {k_small, 7, 4, 2, 1, false}, {k_small, 7, 4, 2, 5, true}, {per == 256 ? 1024 : 896, 33, 16, 4, 1, false},
         {per == 256 ? 1024 : 896, 33, 16, 4, 37, false}, {per == 256 ? 512 : 384, 20, 8, 3, 19, true}};
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 24, 32, 8, 1, true});
+    // A prompt's worth of rows: ~50 per expert, past the CPU's AMX crossover and into CUDA's
+    // grouped kernels.
+    shapes.push_back({per == 256 ? 512 : 256, 48, 8, 2, 200, false});
     for (auto [kin, m, ne, kk, rows, per_pair] : shapes) {
       cases.push_back({"matmul_id " + std::string(minfer_dtype_name(dt)) + " w[" + std::to_string(kin) + "," + std::to_string(m) + "," +
                            std::to_string(ne) + "] x" + std::to_string(rows) + " k" + std::to_string(kk) + (per_pair ? " per-choice x" : ""),

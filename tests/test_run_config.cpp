@@ -65,6 +65,19 @@ TEST(RunConfigValues, ABackendWithoutANameIsRefused) {
   EXPECT_NE(msg.find("c.yaml:2:3: a backend needs a name"), std::string::npos) << msg;
 }
 
+// placement: {experts: NAME} is the rule blk.*.ffn_*_exps, ahead of the written rules (so a
+// broader one such as blk.* does not take the experts), and names a listed backend.
+TEST(RunConfigValues, ExpertsShortcutIsTheFirstRule) {
+  const minfer::RunConfig c = minfer::parse_run_config(
+      "backends: {cuda: {}, cpu: {}}\nplacement: {default: cuda, experts: cpu, rules: [{match: 'blk.*', backend: cuda}]}\n", "c.yaml");
+  ASSERT_EQ(c.rules.size(), 2u);
+  EXPECT_EQ(c.rules[0].match, "blk.*.ffn_*_exps");
+  EXPECT_EQ(c.rules[0].backend, "cpu");
+  EXPECT_EQ(c.rules[1].match, "blk.*");
+  const std::string msg = error_of("backends: {cuda: {}, cpu: {}}\nplacement: {default: cuda, experts: gpu1}\n");
+  EXPECT_NE(msg.find("'experts' sends the experts to backend 'gpu1', which is not listed under 'backends'"), std::string::npos) << msg;
+}
+
 TEST(RunConfigValues, TheLimitsThemselvesAreAccepted) {
   for (const std::string ok : {"context: 1", "batch: 1", "generation: {temperature: 0}", "generation: {top_k: 0}",
                                "generation: {top_p: 1}", "generation: {min_p: 0}", "generation: {repeat_penalty: 1}",

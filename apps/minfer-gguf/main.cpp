@@ -2,7 +2,7 @@
 //   minfer-gguf info FILE [--json]
 //   minfer-gguf quantize IN OUT TYPE [--threads N]
 //   minfer-gguf tokenize FILE [--no-bos] (-p TEXT | -f TEXT_FILE)
-//   minfer-gguf synth --arch qwen2|llama --preset tiny|0.5b|1.5b|7b --type TYPE --seed N [--vocab VOCAB.gguf] [--layers N]
+//   minfer-gguf synth --arch ARCH --preset PRESET --type TYPE --seed N [--vocab VOCAB.gguf] [--layers N]
 //                     [--chat-template FILE.jinja] -o OUT
 //   minfer-gguf template (MODEL.gguf | --template FILE.jinja) --messages FILE.json [...]
 #include <cstdio>
@@ -40,11 +40,11 @@ const char *kUsage =
     "  minfer-gguf quantize IN OUT TYPE [--threads N]\n"
     "      TYPE: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k,\n"
     "            or a mix: q4_k_m, q5_k_m\n"
-    "  minfer-gguf synth --arch qwen2|llama|qwen3|phi3|gemma2|gemma3 --preset PRESET --type TYPE --seed N\n"
+    "  minfer-gguf synth --arch qwen2|llama|qwen3|qwen3moe|phi3|gemma2|gemma3 --preset PRESET --type TYPE --seed N\n"
     "                    [--vocab VOCAB.gguf] [--threads N] [--layers N] [--chat-template FILE.jinja] -o OUT\n"
     "      a seeded model with the preset's exact shapes and tensor set (--layers: only N blocks);\n"
-    "      presets: qwen2: tiny 0.5b 1.5b 7b; llama: those and 3.1-8b; qwen3: tiny 0.6b 8b; phi3: tiny mini;\n"
-    "               gemma2: tiny 2b 9b; gemma3: tiny 1b 4b\n"
+    "      presets: qwen2: tiny 0.5b 1.5b 7b; llama: those and 3.1-8b; qwen3: tiny 0.6b 8b; phi3: tiny mini tiny-longrope 4-mini;\n"
+    "               gemma2: tiny 2b 9b; gemma3: tiny 1b 4b; qwen3moe: tiny 30b-a3b\n"
     "  minfer-gguf tokenize FILE [--no-bos] [--no-parse-special] (-p TEXT | -f TEXT_FILE)\n"
     "      token ids as a JSON array (FILE: a model or a vocabulary-only GGUF)\n"
     "  minfer-gguf template (MODEL.gguf | --template FILE.jinja [--bos S] [--eos S]) --messages FILE.json\n"

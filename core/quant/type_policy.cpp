@@ -52,12 +52,15 @@ std::string file_type_names() {
 TypeChoice choose_type(const FileType &ft, const std::string &name, const std::vector<int64_t> &shape,
                        int32_t source_dtype, int n_layers, bool has_output) {
   if (shape.size() < 2) return {MINFER_DTYPE_F32, ""};  // norms and biases: tiny and sensitive
+  // Expert routers stay f32 (llama-quantize and convert_hf_to_gguf.py keep them so): small,
+  // and a rounding there changes which experts run.
+  if (name.find(".ffn_gate_inp.weight") != std::string::npos) return {MINFER_DTYPE_F32, ""};
   int32_t want = ft.base;
   const bool is_output = name == "output.weight" || (!has_output && name == "token_embd.weight");
   const bool plain_float = want == MINFER_DTYPE_F32 || want == MINFER_DTYPE_F16 || want == MINFER_DTYPE_BF16;
   if (is_output && !plain_float && want != MINFER_DTYPE_Q8_0) want = shape[0] % 256 == 0 ? MINFER_DTYPE_Q6_K : MINFER_DTYPE_Q8_0;
   if (ft.medium_mix) {
-    static const std::regex layer_re(R"(blk\.(\d+)\.(attn_v|ffn_down)\.weight)");
+    static const std::regex layer_re(R"(blk\.(\d+)\.(attn_v|ffn_down|ffn_down_exps)\.weight)");
     std::smatch m;
     if (std::regex_match(name, m, layer_re) && more_bits(std::stoi(m[1]), n_layers)) want = MINFER_DTYPE_Q6_K;
   }

@@ -30,6 +30,13 @@ const Preset kPresets[] = {
     {"qwen3", "tiny", 256, 2, 4, 2, 512, 151936, true, false, 1e6f, 1e-6f, 40960, 128, true},
     {"qwen3", "0.6b", 1024, 28, 16, 8, 3072, 151936, true, false, 1e6f, 1e-6f, 40960, 128, true},
     {"qwen3", "8b", 4096, 36, 32, 8, 12288, 151936, false, false, 1e6f, 1e-6f, 40960, 128, true},
+    // Qwen3-MoE: qwen3's attention, 128 experts of 768 (8 used) in every layer: Qwen3-30B-A3B.
+    {.arch = "qwen3moe", .name = "tiny", .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff = 768, .n_vocab = 151936,
+     .tied_embeddings = true, .qkv_bias = false, .rope_theta = 1e6f, .rms_eps = 1e-6f, .context_length = 40960, .head_dim = 64,
+     .qk_norm = true, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256},
+    {.arch = "qwen3moe", .name = "30b-a3b", .n_embd = 2048, .n_layer = 48, .n_head = 32, .n_head_kv = 4, .n_ff = 6144, .n_vocab = 151936,
+     .tied_embeddings = false, .qkv_bias = false, .rope_theta = 1e6f, .rms_eps = 1e-6f, .context_length = 40960, .head_dim = 128,
+     .qk_norm = true, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768},
     // Phi-3-mini shapes: fused QKV and gate+up, 32064-token vocabulary, separate output.
     // (attention.sliding_window 2047 as Phi-3-mini-4k files carry it; llama.cpp and minfer ignore it for phi3.)
     {.arch = "phi3", .name = "tiny", .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 4, .n_ff = 512, .n_vocab = 32064,
@@ -235,7 +242,7 @@ Preset find_preset(const std::string &arch, const std::string &preset) {
   for (const auto &p : kPresets)
     if (p.arch == arch && p.name == preset) return p;
   throw Error("no preset '" + preset + "' for architecture '" + arch +
-              "'; presets: qwen2: tiny, 0.5b, 1.5b, 7b; llama: those and 3.1-8b; qwen3: tiny, 0.6b, 8b; phi3: tiny, mini; "
+              "'; presets: qwen2: tiny, 0.5b, 1.5b, 7b; llama: those and 3.1-8b; qwen3: tiny, 0.6b, 8b; qwen3moe: tiny, 30b-a3b; phi3: tiny, mini; "
               "gemma2: tiny, 2b, 9b; gemma3: tiny, 1b, 4b");
 }
 
@@ -293,6 +300,11 @@ Report synthesize(const Options &o) {
     w.set(a + ".rope.scaling.type", Value::str("linear"));
     w.set(a + ".rope.scaling.factor", Value::f32(p.rope_linear_factor));
   }
+  if (p.n_expert > 0) {
+    w.set(a + ".expert_count", Value::u32(uint32_t(p.n_expert)));
+    w.set(a + ".expert_used_count", Value::u32(uint32_t(p.n_expert_used)));
+    w.set(a + ".expert_feed_forward_length", Value::u32(uint32_t(p.n_ff_exp)));
+  }
   w.set("minfer.synth.preset", Value::str(a + "/" + p.name));
   w.set("minfer.synth.seed", Value::u64(o.seed));
   add_vocab(w, o, p);
@@ -333,6 +345,14 @@ Report synthesize(const Options &o) {
     add(b + "attn_output.weight", {q_dim, p.n_embd});
     if (p.post_norms) add(b + "post_attention_norm.weight", {p.n_embd}, true);
     add(b + "ffn_norm.weight", {p.n_embd}, true);
+    if (p.n_expert > 0) {
+      add(b + "ffn_gate_inp.weight", {p.n_embd, p.n_expert});
+      add(b + "ffn_gate_exps.weight", {p.n_embd, p.n_ff_exp, p.n_expert});
+      add(b + "ffn_up_exps.weight", {p.n_embd, p.n_ff_exp, p.n_expert});
+      add(b + "ffn_down_exps.weight", {p.n_ff_exp, p.n_embd, p.n_expert});
+      if (p.post_norms) add(b + "post_ffw_norm.weight", {p.n_embd}, true);
+      continue;
+    }
     if (p.fused) {
       add(b + "ffn_up.weight", {p.n_embd, 2 * p.n_ff});  // gate rows, then up rows
     } else {

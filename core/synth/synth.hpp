@@ -34,10 +34,14 @@ struct Preset {
   // LongRoPE (Phi-3 128k, Phi-4-mini): rope_factors_long/short tensors (a smooth synthetic set),
   // rope.scaling.original_context_length and attn_factor sqrt(1 + ln(ctx / orig) / ln(orig)).
   int64_t longrope_orig_ctx = 0;
+  // Mixture of experts (every layer): n_expert experts of n_ff_exp, n_expert_used per token, a
+  // router ffn_gate_inp and 3-D ffn_{gate,up,down}_exps instead of the dense FFN (n_ff is then
+  // only the feed_forward_length key, as in Qwen3-MoE files).
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
 };
 
 // arch "qwen2" ("tiny", "0.5b", "1.5b", "7b"), "llama" (those and "3.1-8b"), "qwen3" ("tiny",
-// "0.6b", "8b"), "phi3" ("tiny", "mini"), "gemma2" ("tiny", "2b", "9b") or "gemma3" ("tiny",
+// "0.6b", "8b"), "qwen3moe" ("tiny", "30b-a3b"), "phi3" ("tiny", "mini"), "gemma2" ("tiny", "2b", "9b") or "gemma3" ("tiny",
 // "1b", "4b"). Throws listing the choices.
 Preset find_preset(const std::string &arch, const std::string &preset);
 

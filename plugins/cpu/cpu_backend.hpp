@@ -60,6 +60,16 @@ std::span<const CpuOp> matmul_ops();
 // y[t] = W x[t] for t < tokens, W [k, m] of dtype at wb: the kernel choice of every matmul
 // (MATMUL, and MATMUL_ID per expert); threads split W's rows.
 void matmul_rows(int32_t dtype, const uint8_t *wb, int64_t k, int64_t m, const float *x, int64_t tokens, float *y, const RunCtx &ctx);
+// One weight of several run in one pass (MATMUL_ID's experts): y [tokens, m] = W x for its
+// tokens, the x rows of the segments one after another.
+struct MatmulSegment {
+  const uint8_t *w;
+  int64_t tokens;
+  float *y;
+};
+// The segments in one pass of the thread pool where the integer kernels take them all (false:
+// nothing ran; run each with matmul_rows). x: every segment's rows, in order.
+bool matmul_segments(int32_t dtype, int64_t k, int64_t m, const float *x, std::span<const MatmulSegment> segs, const RunCtx &ctx);
 // MATMUL's check: "" when the weight's dtype has a decoder here.
 std::string weight_known(const minfer_node &n);
 std::span<const CpuOp> moe_ops();

@@ -1,16 +1,17 @@
 // plugins/cpu/ops_matmul.cpp — y[t] = W x[t] for weights of every type.
 //
 // Threads split the weight's output rows, so the weights are read once per call whatever the
-// batch. With AMX, many tokens times block-quantized weights go to tile products
-// (amx_matmul.hpp). Otherwise Q4_0/Q5_0/Q8_0/Q4_K/Q6_K weights take the integer path
-// (qdot.hpp), four rows at a time where a kernel exists (Q4_0/Q8_0 with VNNI); other types
-// decode each row to f32 once and dot it with every token's activations.
+// batch. matmul_path picks the kernel: with AMX, many tokens times block-quantized weights go
+// to tile products (amx_matmul.hpp); without, to the tiled int8 GEMM (int8_gemm.hpp). Few
+// tokens take the row dots of qdot.hpp (Q4_0/Q5_0/Q8_0/Q4_K/Q6_K; four rows at a time for
+// Q4_0/Q8_0 with VNNI); other types decode each row to f32 once and dot it with every token.
 #include <algorithm>
 #include <vector>
 
 #include "amx_matmul.hpp"
 #include "cpu_backend.hpp"
 #include "decode_row.hpp"
+#include "int8_gemm.hpp"
 #include "qdot.hpp"
 #include "thread_pool.hpp"
 
@@ -27,41 +28,80 @@ float dot(const float *a, const float *b, int64_t n) {
   return s;
 }
 
-// Integer path: activations quantized to 8 bits once, then int8 dots per weight block.
-void matmul_quantized(int32_t dtype, const uint8_t *wb, int64_t k, int64_t m, const float *x, int64_t tokens, float *y,
-                      const RunCtx &ctx, QDotFn dot_q) {
+// The tokens' activations quantized to 8 bits once per call, in the calling thread's buffer
+// (reused across calls; the workers must read this thread's buffer, not their own).
+const ActBlock *quantize_tokens(const float *x, int64_t tokens, int64_t k, ThreadPool &pool, Isa isa) {
+  const int64_t kb = k / 32;
+  thread_local std::vector<ActBlock> act;
+  act.resize(size_t(tokens * kb));
+  ActBlock *a = act.data();
+  pool.run(tokens, [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) quantize_activations(x + t * k, a + t * kb, k, isa);
+  });
+  return a;
+}
+
+// Row dots: activations quantized to 8 bits once, then int8 dots per weight block. The
+// work is one list of segments (a dense matmul is one; MATMUL_ID's experts one each), so a
+// decode token's k small expert matmuls are one pass of the pool, not k.
+void matmul_quantized(int32_t dtype, int64_t k, int64_t m, const float *x, std::span<const MatmulSegment> segs, const RunCtx &ctx,
+                      QDotFn dot_q) {
   const QDot4Fn dot4 = qdot4_for(dtype, ctx.isa);  // four rows at once where there is a kernel
   const int64_t rb = sdk::row_bytes(dtype, k), kb = k / 32;
-  thread_local std::vector<ActBlock> act;  // reused across calls: no allocation per token
-  act.resize(size_t(tokens * kb));
-  ActBlock *a = act.data();  // the workers must use this thread's buffer, not their own
-  ctx.pool.run(tokens, [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t) quantize_activations(x + t * k, a + t * kb, k);
-  });
+  int64_t tokens = 0;
+  for (const MatmulSegment &sg : segs) tokens += sg.tokens;
+  const ActBlock *a = quantize_tokens(x, tokens, k, ctx.pool, ctx.isa);
+  thread_local std::vector<int64_t> first;  // each segment's first token
+  first.resize(segs.size());
+  for (size_t i = 0, t = 0; i < segs.size(); t += size_t(segs[i].tokens), ++i) first[i] = int64_t(t);
+  const int64_t *seg_first = first.data();
   // Tokens in groups of kMaxTokens: each weight row stays in L1 across its group, and each
   // weight block is decoded once per group.
-  ctx.pool.run(m, [&](int64_t o0, int64_t o1, int) {
+  ctx.pool.run(int64_t(segs.size()) * m, [&](int64_t i0, int64_t i1, int) {
     float out[kMaxTokens], out4[4 * kMaxTokens];
-    for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
-      const int nt = int(std::min<int64_t>(kMaxTokens, tokens - t0));
-      int64_t o = o0;
-      if (dot4 && nt > 1)  // decode: four weight streams measured no faster (tg32 41.6 vs 42.6 t/s)
-        for (; o + 4 <= o1; o += 4) {
-          dot4(wb + o * rb, rb, a + t0 * kb, kb, nt, k, out4);
-          for (int j = 0; j < nt; ++j)
-            for (int r = 0; r < 4; ++r) y[(t0 + j) * m + o + r] = out4[j * 4 + r];
+    for (int64_t i = i0; i < i1;) {
+      const size_t si = size_t(i / m);
+      const MatmulSegment &sg = segs[si];
+      const int64_t o1 = std::min(i1 - int64_t(si) * m, m);
+      const ActBlock *sa = a + seg_first[si] * kb;
+      for (int64_t t0 = 0; t0 < sg.tokens; t0 += kMaxTokens) {
+        const int nt = int(std::min<int64_t>(kMaxTokens, sg.tokens - t0));
+        int64_t o = i - int64_t(si) * m;
+        if (dot4 && nt > 1)  // decode: four weight streams measured no faster (tg32 41.6 vs 42.6 t/s)
+          for (; o + 4 <= o1; o += 4) {
+            dot4(sg.w + o * rb, rb, sa + t0 * kb, kb, nt, k, out4);
+            for (int j = 0; j < nt; ++j)
+              for (int r = 0; r < 4; ++r) sg.y[(t0 + j) * m + o + r] = out4[j * 4 + r];
+          }
+        for (; o < o1; ++o) {
+          dot_q(sg.w + o * rb, sa + t0 * kb, kb, nt, k, out);
+          for (int j = 0; j < nt; ++j) sg.y[(t0 + j) * m + o] = out[j];
         }
-      for (; o < o1; ++o) {
-        dot_q(wb + o * rb, a + t0 * kb, kb, nt, k, out);
-        for (int j = 0; j < nt; ++j) y[(t0 + j) * m + o] = out[j];
       }
+      i = int64_t(si) * m + o1;
     }
   });
 }
 
-// Block weights on AMX tiles from kAmxMinTokens tokens on (the measured crossover).
-bool takes_amx(int32_t w_dtype, Isa isa, int64_t tokens) {
-  return isa == Isa::Amx && minfer_dtype_info(w_dtype).is_quantized && tokens >= kAmxMinTokens;
+// The kernels a matmul can run on; matmul_path is the one place that chooses.
+enum class MatmulPath { Amx, Gemm, RowDots, Decoded };
+
+// From kGemmMinTokens tokens on, the GEMM's packing pays for itself against the row dots.
+// minfer-bench --op matmul, 896 x 4864, AMD EPYC (Zen 4), 2 threads, us GEMM | row dots:
+// avx512vnni Q4_0 2: 173 | 144, 4: 192 | 268, 8: 310 | 496; Q8_0 2: 222 | 153, 4: 224 | 260;
+// avx2 Q4_0 2: 204 | 211, 4: 281 | 398; Q8_0 2: 247 | 181, 4: 468 | 497. Alone the GEMM wins
+// from 4, but not in a whole decode step of 4 sequences (0.5B Q4_0, minfer-bench --parallel
+// 4: S_TG 85 against 128 t/s, the 151,936-row output head streamed through the packing), so
+// 4-token steps stay on the row dots; at 6 it wins alone by 1.3-1.7x.
+constexpr int64_t kGemmMinTokens = 6;
+
+MatmulPath matmul_path(int32_t dtype, Isa isa, int64_t tokens) {
+  // Block weights on AMX tiles from kAmxMinTokens tokens on (the measured crossover).
+  if (isa == Isa::Amx && minfer_dtype_info(dtype).is_quantized && tokens >= kAmxMinTokens) return MatmulPath::Amx;
+  const bool row_dots = qdot_for(dtype, isa) != nullptr;
+  // Types without row dots (Q4_1, Q5_1, Q5_K) take the GEMM at any count: it beats decoding rows to f32.
+  if (gemm_takes(dtype, isa) && (tokens >= kGemmMinTokens || !row_dots)) return MatmulPath::Gemm;
+  return row_dots ? MatmulPath::RowDots : MatmulPath::Decoded;
 }
 
 void run_matmul(const minfer_node &n, const RunCtx &ctx) {
@@ -73,9 +113,16 @@ void run_matmul(const minfer_node &n, const RunCtx &ctx) {
 }  // namespace
 
 void matmul_rows(int32_t dtype, const uint8_t *wb, int64_t k, int64_t m, const float *x, int64_t tokens, float *y, const RunCtx &ctx) {
-  if (takes_amx(dtype, ctx.isa, tokens)) return amx_matmul(dtype, wb, sdk::row_bytes(dtype, k), k, m, x, tokens, y, ctx.pool);
-  if (QDotFn q = qdot_for(dtype, ctx.isa)) return matmul_quantized(dtype, wb, k, m, x, tokens, y, ctx, q);
   const int64_t rb = sdk::row_bytes(dtype, k);
+  switch (matmul_path(dtype, ctx.isa, tokens)) {
+    case MatmulPath::Amx: return amx_matmul(dtype, wb, rb, k, m, x, tokens, y, ctx.pool);
+    case MatmulPath::Gemm: return int8_gemm(dtype, ctx.isa, wb, rb, k, m, quantize_tokens(x, tokens, k, ctx.pool, ctx.isa), tokens, y, ctx.pool);
+    case MatmulPath::RowDots: {
+      const MatmulSegment seg{wb, tokens, y};
+      return matmul_quantized(dtype, k, m, x, {&seg, 1}, ctx, qdot_for(dtype, ctx.isa));
+    }
+    case MatmulPath::Decoded: break;
+  }
   ctx.pool.run(m, [&](int64_t o0, int64_t o1, int) {
     std::vector<float> row(dtype == MINFER_DTYPE_F32 ? 0 : size_t(k));
     for (int64_t o = o0; o < o1; ++o) {
@@ -87,6 +134,13 @@ void matmul_rows(int32_t dtype, const uint8_t *wb, int64_t k, int64_t m, const f
       for (int64_t t = 0; t < tokens; ++t) y[t * m + o] = dot(wr, x + t * k, k);
     }
   });
+}
+
+bool matmul_segments(int32_t dtype, int64_t k, int64_t m, const float *x, std::span<const MatmulSegment> segs, const RunCtx &ctx) {
+  for (const MatmulSegment &sg : segs)
+    if (matmul_path(dtype, ctx.isa, sg.tokens) != MatmulPath::RowDots) return false;
+  matmul_quantized(dtype, k, m, x, segs, ctx, qdot_for(dtype, ctx.isa));
+  return true;
 }
 
 std::string weight_known(const minfer_node &n) {
@@ -110,9 +164,14 @@ std::string explain_matmul(const minfer_node &n, Isa isa, int64_t tokens) {
   const int32_t dt = n.inputs[0]->dtype;
   if (n.op == MINFER_OP_MATMUL_ID) tokens = 1;  // a decode token's expert reads one row per expert
   const std::string type = minfer_dtype_name(dt);
-  if (takes_amx(dt, isa, tokens)) return "amx bf16 tiles (" + type + " weights decoded to bf16 panels, f32 accumulators)";
-  if (qdot_for(dt, isa))  // AMX machines run the few-token steps on the AVX-512 VNNI kernels
-    return std::string(isa_name(isa == Isa::Amx ? Isa::Avx512Vnni : isa)) + " int8 dot products on the " + type + " blocks (activations rounded to 8 bits)";
+  switch (matmul_path(dt, isa, tokens)) {
+    case MatmulPath::Amx: return "amx bf16 tiles (" + type + " weights decoded to bf16 panels, f32 accumulators)";
+    case MatmulPath::Gemm:
+      return std::string(isa_name(isa)) + " tiled int8 GEMM (" + type + " weights packed per call into 16-row panels, activations rounded to 8 bits)";
+    case MatmulPath::RowDots:  // AMX machines run the few-token steps on the AVX-512 VNNI kernels
+      return std::string(isa_name(isa == Isa::Amx ? Isa::Avx512Vnni : isa)) + " int8 dot products on the " + type + " blocks (activations rounded to 8 bits)";
+    case MatmulPath::Decoded: break;
+  }
   return dt == MINFER_DTYPE_F32 ? "f32 dot products" : "f32 dot products (" + type + " rows decoded to f32)";
 }
 

@@ -85,19 +85,26 @@ void run_matmul_id(const minfer_node &n, const RunCtx &ctx) {
     std::vector<int64_t> fill(begin.begin(), begin.end() - 1);
     for (int64_t i = 0; i < rows * k; ++i) pairs[size_t(fill[size_t(ids[i])]++)] = i;
   }
-  for (int64_t e = 0; e < ne; ++e) {
-    const int64_t c = begin[size_t(e + 1)] - begin[size_t(e)];
-    if (!c) continue;
-    const int64_t *pe = pairs.data() + begin[size_t(e)];
-    xg.resize(size_t(c * kin));
-    yg.resize(size_t(c * m));
-    for (int64_t i = 0; i < c; ++i) {
-      const float *src = xs + (per_pair ? pe[i] : pe[i] / k) * kin;
-      std::copy(src, src + kin, xg.data() + i * kin);
-    }
-    matmul_rows(w.dtype, ptr(w) + uint64_t(e) * expert_bytes, kin, m, xg.data(), c, yg.data(), ctx);
-    for (int64_t i = 0; i < c; ++i) std::copy(yg.data() + i * m, yg.data() + (i + 1) * m, out + pe[i] * m);
+  // The x rows in expert order, then every chosen expert in one pass where the integer
+  // kernels run them (else one matmul_rows each), then the results back to their pairs.
+  const int64_t n_pairs = rows * k;
+  xg.resize(size_t(n_pairs * kin));
+  yg.resize(size_t(n_pairs * m));
+  for (int64_t i = 0; i < n_pairs; ++i) {
+    const float *src = xs + (per_pair ? pairs[size_t(i)] : pairs[size_t(i)] / k) * kin;
+    std::copy(src, src + kin, xg.data() + i * kin);
   }
+  thread_local std::vector<MatmulSegment> segs;
+  segs.clear();
+  for (int64_t e = 0; e < ne; ++e)
+    if (const int64_t c = begin[size_t(e + 1)] - begin[size_t(e)])
+      segs.push_back({ptr(w) + uint64_t(e) * expert_bytes, c, yg.data() + begin[size_t(e)] * m});
+  if (!matmul_segments(w.dtype, kin, m, xg.data(), segs, ctx))
+    for (const MatmulSegment &sg : segs) {
+      const int64_t at = (sg.y - yg.data()) / m;
+      matmul_rows(w.dtype, sg.w, kin, m, xg.data() + at * kin, sg.tokens, sg.y, ctx);
+    }
+  for (int64_t i = 0; i < n_pairs; ++i) std::copy(yg.data() + i * m, yg.data() + (i + 1) * m, out + pairs[size_t(i)] * m);
 }
 
 void run_moe_sum(const minfer_node &n, const RunCtx &ctx) {

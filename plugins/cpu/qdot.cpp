@@ -527,19 +527,68 @@ bool has_avx2() {
 
 }  // namespace
 
-void quantize_activations(const float *x, ActBlock *out, int64_t n) {
+namespace {
+
+void quantize_activations_scalar(const float *x, ActBlock *out, int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float *v = x + b * 32;
     float amax = 0;
     for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(v[j]));
     const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
     out[b].d = d;
-    int32_t sum = 0;
-    for (int j = 0; j < 32; ++j) sum += out[b].qs[j] = int8_t(std::nearbyint(v[j] * id));
+    int32_t sum = 0, sum_lo = 0;
+    for (int j = 0; j < 32; ++j) {
+      sum += out[b].qs[j] = int8_t(std::nearbyint(v[j] * id));
+      if (j == 15) sum_lo = sum;
+    }
     out[b].sum = sum;
     out[b].d_sum = d * float(sum);
-    out[b].pad_ = 0;
+    out[b].d_sum_lo = d * float(sum_lo);
   }
+}
+
+__attribute__((target("avx2,fma"))) inline int32_t hsum_epi32(__m256i v) {
+  const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i s2 = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0xb1)));
+}
+
+// The same values as the scalar loop (cvtps rounds to nearest even, as nearbyint does in the
+// default rounding mode): a prompt step quantizes tokens x k values per matmul, and the
+// scalar loop's libm calls cost a third of the GEMM's time.
+__attribute__((target("avx2,fma"))) void quantize_activations_avx2(const float *x, ActBlock *out, int64_t n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float *v = x + b * 32;
+    __m256 f[4];
+    for (int i = 0; i < 4; ++i) f[i] = _mm256_loadu_ps(v + 8 * i);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, f[0]), _mm256_andnot_ps(sign, f[1])),
+                             _mm256_max_ps(_mm256_andnot_ps(sign, f[2]), _mm256_andnot_ps(sign, f[3])));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(f[i], _mm256_set1_ps(id)));
+    // packs interleave the 128-bit lanes: bytes come out as dwords 0 4 1 5 2 6 3 7.
+    const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(out[b].qs), p8);
+    const int32_t sum_lo = hsum_epi32(_mm256_add_epi32(q[0], q[1]));
+    const int32_t sum = sum_lo + hsum_epi32(_mm256_add_epi32(q[2], q[3]));
+    out[b].d = d;
+    out[b].sum = sum;
+    out[b].d_sum = d * float(sum);
+    out[b].d_sum_lo = d * float(sum_lo);
+  }
+}
+
+}  // namespace
+
+void quantize_activations(const float *x, ActBlock *out, int64_t n, Isa isa) {
+  if (isa == Isa::Scalar) return quantize_activations_scalar(x, out, n);
+  quantize_activations_avx2(x, out, n);
 }
 
 Isa best_isa() {

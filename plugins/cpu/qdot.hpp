@@ -15,12 +15,10 @@ struct ActBlock {
   float d;
   int32_t sum;   // sum of qs
   float d_sum;   // d * sum: Q4_0 (unsigned nibbles, offset 8) and K-quant mins correct by it
-  float pad_;
+  float d_sum_lo;  // d * the sum of qs[0..15]: Q6_K's scales cover 16 values (int8_gemm.hpp)
   int8_t qs[32];
 };
 
-// Quantizes n values (a multiple of 32) of x into n / 32 blocks.
-void quantize_activations(const float *x, ActBlock *out, int64_t n);
 
 // Dots one weight row of n values (dtype Q4_0, Q5_0, Q8_0, Q4_K or Q6_K) with the quantized activations of
 // n_tok tokens (1..kMaxTokens; token j's blocks start at x + j * x_stride): out[j].
@@ -36,6 +34,9 @@ Isa best_isa();
 bool isa_available(Isa isa);
 const char *isa_name(Isa isa);
 QDotFn qdot_for(int32_t weight_dtype, Isa isa);
+
+// Quantizes n values (a multiple of 32) of x into n / 32 blocks; the same bytes on every isa.
+void quantize_activations(const float *x, ActBlock *out, int64_t n, Isa isa);
 
 // Four consecutive weight rows (row_bytes apart) at once, for dtypes and ISAs that have such
 // a kernel (nullptr otherwise): out[j * 4 + r] is row r dotted with token j.

@@ -1,0 +1,363 @@
+#include "int8_gemm.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "minfer/blocks.h"
+#include "minfer/decode.hpp"
+#include "thread_pool.hpp"
+
+namespace minfer::cpu {
+namespace {
+
+constexpr int kRows = 16;         // weight rows per panel: the int32 lanes of a 512-bit vector
+constexpr int64_t kChunk = 32;    // groups of 32 values per k-chunk: 1024 values, a multiple of 256
+constexpr int kVnniTokens = 8;    // tokens per VNNI tile: 8 int32 + 8 f32 accumulators, 8 weight vectors
+constexpr int kAvx2Tokens = 4;    // tokens per AVX2 tile (16 vector registers)
+constexpr int kAvx2SignedTokens = 3;  // Q8_0's sign products need two more registers
+
+// One group of 32 values of a 16-row panel. q[g][r] holds values 4g..4g+3 of row r, unsigned
+// (or signed, for Q8_0 under AVX2); the value of row r is scale[h][r] * q + min[h][r] / d_a
+// per activation unit, i.e. a token contributes scale * d_a * dot(q, a) + min * d_a * sum(a).
+// H = 2 for types with a scale per 16 values (Q6_K): half h covers q[4h..4h+3].
+template <int H>
+struct alignas(64) Group {
+  uint8_t q[8][kRows][4];
+  float scale[H][kRows];
+  float min[H][kRows];
+};
+
+#define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define MINFER_VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+// ---- Packing: each type's values of one group of one row as 32 bytes, and its scale/min ----
+
+MINFER_AVX2 inline __m256i nibbles32(const uint8_t *qs16) {  // byte j: low nibble of qs[j], byte 16 + j: its high one
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qs16));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
+}
+
+// Byte i is 0x10 when bit i of the 32 bits at p is set.
+MINFER_AVX2 inline __m256i bit4_from(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)),
+                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                                              3, 3, 3, 3, 3, 3, 3));
+  const __m256i which = _mm256_set1_epi64x(0x8040201008040201);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, which), which), _mm256_set1_epi8(0x10));
+}
+
+MINFER_AVX2 inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+inline uint32_t load32(const uint8_t *p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// A unit per type: Block, H (scales per 32 values), Bits (of the unsigned values), values(row,
+// g, vnni) and scales(row, g, vnni, s, mn); g counts groups of 32 values from the row's start.
+struct UQ4_0 {
+  using Block = minfer_block_q4_0;
+  static constexpr int H = 1, Bits = 4;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) { return nibbles32(r[g].qs); }
+  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) {
+    const float d = f16(r[g].d);
+    s[0] = d, mn[0] = -8.0f * d;
+  }
+};
+struct UQ4_1 {
+  using Block = minfer_block_q4_1;
+  static constexpr int H = 1, Bits = 4;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) { return nibbles32(r[g].qs); }
+  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) {
+    s[0] = f16(r[g].d), mn[0] = f16(r[g].m);
+  }
+};
+struct UQ5_0 {
+  using Block = minfer_block_q5_0;
+  static constexpr int H = 1, Bits = 5;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) { return _mm256_or_si256(nibbles32(r[g].qs), bit4_from(load32(r[g].qh))); }
+  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) {
+    const float d = f16(r[g].d);
+    s[0] = d, mn[0] = -16.0f * d;
+  }
+};
+struct UQ5_1 {
+  using Block = minfer_block_q5_1;
+  static constexpr int H = 1, Bits = 5;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) { return _mm256_or_si256(nibbles32(r[g].qs), bit4_from(load32(r[g].qh))); }
+  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) {
+    s[0] = f16(r[g].d), mn[0] = f16(r[g].m);
+  }
+};
+// Q8_0: under VNNI the values move to 0..255 (+128, taken off through the min); vpmaddubsw
+// would saturate on those, so AVX2 keeps them signed and moves their signs onto the activations.
+struct UQ8_0 {
+  using Block = minfer_block_q8_0;
+  static constexpr int H = 1, Bits = 8;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool vnni) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r[g].qs));
+    return vnni ? _mm256_xor_si256(v, _mm256_set1_epi8(char(0x80))) : v;
+  }
+  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool vnni, float *s, float *mn) {
+    const float d = f16(r[g].d);
+    s[0] = d, mn[0] = vnni ? -128.0f * d : 0.0f;
+  }
+};
+// K-quants: group g is sub-block j = g % 8 of super-block g / 8 (32 values each). Q4_K and
+// Q5_K share the nibbles (low ones for even j), the 6-bit scales and mins, d and dmin.
+template <class KBlock>
+MINFER_AVX2 inline __m256i k_nibbles(const KBlock &b, int j) {
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs + 32 * (j / 2)));
+  return _mm256_and_si256(j % 2 ? _mm256_srli_epi16(bytes, 4) : bytes, _mm256_set1_epi8(0x0f));
+}
+template <class KBlock>
+MINFER_AVX2 inline void k_scales(const KBlock &b, int j, float *s, float *mn) {
+  int sc, m;
+  sdk::k4_scale_min(b.scales, j, sc, m);
+  s[0] = f16(b.d) * float(sc), mn[0] = -f16(b.dmin) * float(m);
+}
+struct UQ4_K {
+  using Block = minfer_block_q4_k;
+  static constexpr int H = 1, Bits = 4;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) { return k_nibbles(r[g / 8], int(g % 8)); }
+  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) { k_scales(r[g / 8], int(g % 8), s, mn); }
+};
+struct UQ5_K {
+  using Block = minfer_block_q5_k;
+  static constexpr int H = 1, Bits = 5;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) {
+    const Block &b = r[g / 8];
+    const int j = int(g % 8);
+    // Value l's fifth bit is bit j of qh[l].
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qh));
+    const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(qh, j), _mm256_set1_epi8(1));
+    return _mm256_or_si256(k_nibbles(b, j), _mm256_slli_epi16(bit, 4));
+  }
+  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) { k_scales(r[g / 8], int(g % 8), s, mn); }
+};
+// Q6_K: group g (values 32 (g % 8).. of super-block g / 8) has a scale per 16 values; the
+// values are 0..63 with offset 32.
+struct UQ6_K {
+  using Block = minfer_block_q6_k;
+  static constexpr int H = 2, Bits = 6;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) {
+    const Block &b = r[g / 8];
+    const int j = int(g % 8), half = j / 4, quarter = j % 4;
+    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.ql + 64 * half + 32 * (quarter & 1)));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qh + 32 * half));
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i low = quarter < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), _mm256_set1_epi8(0x03));
+    return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+  }
+  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) {
+    const Block &b = r[g / 8];
+    const int j = int(g % 8);
+    const float d = f16(b.d);
+    for (int h = 0; h < 2; ++h) s[h] = d * float(b.scales[2 * j + h]), mn[h] = -32.0f * s[h];
+  }
+};
+
+// 8 rows of 8 dwords to 8 vectors of one dword of each row: out[c] = (v[0][c], ..., v[7][c]).
+MINFER_AVX2 inline void transpose8x8(__m256i *v) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    v[c] = _mm256_permute2x128_si256(u[c], u[c + 4], 0x20);
+    v[c + 4] = _mm256_permute2x128_si256(u[c], u[c + 4], 0x31);
+  }
+}
+
+// Groups [g0, g0 + ng) of rows [0, rows) (row_bytes apart) into out[0..ng); rows past `rows`
+// are zero (their results are never stored).
+template <class U>
+MINFER_AVX2 void pack_panel(const uint8_t *w, int64_t row_bytes, int rows, int64_t g0, int64_t ng, bool vnni, Group<U::H> *out) {
+  using Block = typename U::Block;
+  for (int r0 = 0; r0 < kRows; r0 += 8) {
+    const Block *row[8];
+    for (int i = 0; i < 8; ++i) row[i] = r0 + i < rows ? reinterpret_cast<const Block *>(w + (r0 + i) * row_bytes) : nullptr;
+    for (int64_t j = 0; j < ng; ++j) {
+      Group<U::H> &G = out[j];
+      __m256i v[8];
+      for (int i = 0; i < 8; ++i) {
+        float s[U::H], mn[U::H];
+        if (row[i]) {
+          v[i] = U::values(row[i], g0 + j, vnni);
+          U::scales(row[i], g0 + j, vnni, s, mn);
+        } else {
+          v[i] = _mm256_setzero_si256();
+          for (int h = 0; h < U::H; ++h) s[h] = mn[h] = 0;
+        }
+        for (int h = 0; h < U::H; ++h) G.scale[h][r0 + i] = s[h], G.min[h][r0 + i] = mn[h];
+      }
+      transpose8x8(v);
+      for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i *>(G.q[c][r0]), v[c]);
+    }
+  }
+}
+
+// Σ a over the half h of an activation block that a scale covers (H = 2: 16 values each).
+template <int H>
+inline float d_sum_of(const ActBlock &x, int h) {
+  if constexpr (H == 1) return x.d_sum;
+  return h == 0 ? x.d_sum_lo : x.d_sum - x.d_sum_lo;
+}
+
+// ---- AVX-512 VNNI: 16 rows x T tokens ---------------------------------------------------
+
+template <int H, int T>
+MINFER_VNNI512 void tile_vnni(const Group<H> *G, int64_t ng, const ActBlock *a, int64_t kb, float *y, int64_t m, int rows, bool add) {
+  const __mmask16 mask = rows >= kRows ? __mmask16(0xffff) : __mmask16((1u << rows) - 1);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = add ? _mm512_maskz_loadu_ps(mask, y + t * m) : _mm512_setzero_ps();
+  for (int64_t j = 0; j < ng; ++j) {
+    const Group<H> &g = G[j];
+    __m512i w[8];
+    for (int c = 0; c < 8; ++c) w[c] = _mm512_load_si512(g.q[c]);
+    for (int h = 0; h < H; ++h) {
+      const __m512 s = _mm512_load_ps(g.scale[h]), mn = _mm512_load_ps(g.min[h]);
+      for (int t = 0; t < T; ++t) {
+        const ActBlock &x = a[t * kb + j];
+        __m512i ia = _mm512_setzero_si512();
+        // The 4 activations broadcast straight from memory (a load, not a move from a GPR).
+        for (int c = h * 8 / H; c < (h + 1) * 8 / H; ++c)
+          ia = _mm512_dpbusd_epi32(ia, w[c], _mm512_broadcastd_epi32(_mm_loadu_si32(x.qs + 4 * c)));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(s, _mm512_set1_ps(x.d)), acc[t]);
+        acc[t] = _mm512_fmadd_ps(mn, _mm512_set1_ps(d_sum_of<H>(x, h)), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * m, mask, acc[t]);
+}
+
+// ---- AVX2: 8 rows (half `half` of the panel) x T tokens ------------------------------------
+// vpmaddubsw adds pairs of u8 x s8 products into int16 with saturation: P groups of 4 values
+// are summed in int16 before widening while that cannot overflow (2 * 15 * 127 * 8 < 2^15
+// for 4-bit values, * 4 for 5-bit, * 2 for 6-bit). Signed (Q8_0) weights go through
+// |w| x sign(a, w), one group at a time.
+template <int H, int T, int P, bool Signed>
+MINFER_AVX2 void tile_avx2(const Group<H> *G, int64_t ng, const ActBlock *a, int64_t kb, float *y, int64_t m, int rows, int half, bool add) {
+  const int n = std::clamp(rows - 8 * half, 0, 8);
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[T];
+  y += 8 * half;
+  for (int t = 0; t < T; ++t) acc[t] = add ? _mm256_maskload_ps(y + t * m, mask) : _mm256_setzero_ps();
+  for (int64_t j = 0; j < ng; ++j) {
+    const Group<H> &g = G[j];
+    for (int h = 0; h < H; ++h) {
+      __m256i ia[T];
+      for (int t = 0; t < T; ++t) ia[t] = _mm256_setzero_si256();
+      for (int c0 = h * 8 / H; c0 < (h + 1) * 8 / H; c0 += P) {
+        __m256i p16[T];
+        for (int c = c0; c < c0 + P; ++c) {
+          const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i *>(g.q[c][8 * half]));
+          const __m256i wu = Signed ? _mm256_sign_epi8(wv, wv) : wv;
+          for (int t = 0; t < T; ++t) {
+            const __m256i xb = _mm256_broadcastd_epi32(_mm_loadu_si32(a[t * kb + j].qs + 4 * c));
+            const __m256i prod = _mm256_maddubs_epi16(wu, Signed ? _mm256_sign_epi8(xb, wv) : xb);
+            p16[t] = c == c0 ? prod : _mm256_add_epi16(p16[t], prod);
+          }
+        }
+        for (int t = 0; t < T; ++t) ia[t] = _mm256_add_epi32(ia[t], _mm256_madd_epi16(p16[t], ones));
+      }
+      const __m256 s = _mm256_load_ps(g.scale[h] + 8 * half), mn = _mm256_load_ps(g.min[h] + 8 * half);
+      for (int t = 0; t < T; ++t) {
+        const ActBlock &x = a[t * kb + j];
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(s, _mm256_set1_ps(x.d)), acc[t]);
+        if (!Signed) acc[t] = _mm256_fmadd_ps(mn, _mm256_set1_ps(d_sum_of<H>(x, h)), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_maskstore_ps(y + t * m, mask, acc[t]);
+}
+
+// Calls f(std::integral_constant<int, n>) for n = 1..N.
+template <int N, class F>
+void by_count(int n, F &&f) {
+  if constexpr (N > 1)
+    if (n < N) return by_count<N - 1>(n, f);
+  f(std::integral_constant<int, N>{});
+}
+
+template <class U>
+void gemm_typed(bool vnni, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y,
+                ThreadPool &pool) {
+  constexpr int H = U::H;
+  // Groups of 4 values summed in int16 under AVX2 (see tile_avx2); Q8_0 runs signed.
+  constexpr int P = U::Bits == 4 ? 8 / H : U::Bits == 5 ? 4 / H : U::Bits == 6 ? 2 : 1;
+  constexpr bool Signed = U::Bits == 8;
+  const int64_t kb = k / 32, panels = (m + kRows - 1) / kRows;
+  // Threads take whole panels; within a thread, k-chunk by k-chunk so the tokens' activations
+  // of a chunk (tokens x 32 blocks) stay in L2 while each panel's chunk is packed once.
+  pool.run(panels, [&](int64_t p0, int64_t p1, int) {
+    thread_local std::vector<Group<H>> buf;
+    buf.resize(size_t(std::min(kChunk, kb)));
+    for (int64_t c0 = 0; c0 < kb; c0 += kChunk) {
+      const int64_t ng = std::min(kChunk, kb - c0);
+      for (int64_t p = p0; p < p1; ++p) {
+        const int rows = int(std::min<int64_t>(kRows, m - p * kRows));
+        pack_panel<U>(w + p * kRows * row_bytes, row_bytes, rows, c0, ng, vnni, buf.data());
+        float *yp = y + p * kRows;
+        if (vnni) {
+          for (int64_t t0 = 0; t0 < tokens; t0 += kVnniTokens)
+            by_count<kVnniTokens>(int(std::min<int64_t>(kVnniTokens, tokens - t0)), [&](auto tag) {
+              tile_vnni<H, decltype(tag)::value>(buf.data(), ng, a + t0 * kb + c0, kb, yp + t0 * m, m, rows, c0 > 0);
+            });
+        } else {
+          constexpr int TT = Signed ? kAvx2SignedTokens : kAvx2Tokens;
+          for (int half = 0; half < 2 && 8 * half < rows; ++half)
+            for (int64_t t0 = 0; t0 < tokens; t0 += TT)
+              by_count<TT>(int(std::min<int64_t>(TT, tokens - t0)), [&](auto tag) {
+                tile_avx2<H, decltype(tag)::value, P, Signed>(buf.data(), ng, a + t0 * kb + c0, kb, yp + t0 * m, m, rows, half, c0 > 0);
+              });
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+bool gemm_takes(int32_t dtype, Isa isa) {
+  if (isa != Isa::Avx512Vnni && isa != Isa::Avx2) return false;
+  switch (dtype) {
+    case MINFER_DTYPE_Q4_0: case MINFER_DTYPE_Q4_1: case MINFER_DTYPE_Q5_0: case MINFER_DTYPE_Q5_1: case MINFER_DTYPE_Q8_0:
+    case MINFER_DTYPE_Q4_K: case MINFER_DTYPE_Q5_K: case MINFER_DTYPE_Q6_K:
+      return true;
+    default: return false;
+  }
+}
+
+void int8_gemm(int32_t dtype, Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t m, const ActBlock *a, int64_t tokens,
+               float *y, ThreadPool &pool) {
+  const bool vnni = isa == Isa::Avx512Vnni;
+  switch (dtype) {
+    case MINFER_DTYPE_Q4_0: return gemm_typed<UQ4_0>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q4_1: return gemm_typed<UQ4_1>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q5_0: return gemm_typed<UQ5_0>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q5_1: return gemm_typed<UQ5_1>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q8_0: return gemm_typed<UQ8_0>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q4_K: return gemm_typed<UQ4_K>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q5_K: return gemm_typed<UQ5_K>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q6_K: return gemm_typed<UQ6_K>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
+    default: break;
+  }
+}
+
+}  // namespace minfer::cpu
