@@ -86,14 +86,14 @@ void matmul_quantized(int32_t dtype, int64_t k, int64_t m, const float *x, std::
 // The kernels a matmul can run on; matmul_path is the one place that chooses.
 enum class MatmulPath { Amx, Gemm, RowDots, Decoded };
 
-// From kGemmMinTokens tokens on, the GEMM's packing pays for itself against the row dots.
-// minfer-bench --op matmul, 896 x 4864, AMD EPYC (Zen 4), 2 threads, us GEMM | row dots:
-// avx512vnni Q4_0 2: 173 | 144, 4: 192 | 268, 8: 310 | 496; Q8_0 2: 222 | 153, 4: 224 | 260;
-// avx2 Q4_0 2: 204 | 211, 4: 281 | 398; Q8_0 2: 247 | 181, 4: 468 | 497. Alone the GEMM wins
-// from 4, but not in a whole decode step of 4 sequences (0.5B Q4_0, minfer-bench --parallel
-// 4: S_TG 85 against 128 t/s, the 151,936-row output head streamed through the packing), so
-// 4-token steps stay on the row dots; at 6 it wins alone by 1.3-1.7x.
-constexpr int64_t kGemmMinTokens = 6;
+// From kGemmMinTokens tokens on, the GEMM beats the row dots in whole steps. Alone, on a
+// matrix that stays in L3, it wins from 4 (minfer-bench --op matmul, 896 x 4864, AMD EPYC
+// Zen 4, 2 threads, us GEMM | row dots: avx512vnni Q4_0 4: 192 | 268, 8: 310 | 496; avx2 Q4_0
+// 4: 281 | 398), but a decode step streams its weights from memory, which the row dots
+// overlap with their arithmetic and the packing does not: 0.5B Q4_0, minfer-bench --parallel
+// 1,4,8,16 --npp 32, S_TG t/s with the GEMM from 4 | 8 | 16 tokens | never: B=4 106-116 |
+// 119-145 | 111-132 | 116-164; B=8 - | 143-149 | 129-131 | 120-156; B=16 - | 201 | 172-203 | 118-128.
+constexpr int64_t kGemmMinTokens = 8;
 
 MatmulPath matmul_path(int32_t dtype, Isa isa, int64_t tokens) {
   // Block weights on AMX tiles from kAmxMinTokens tokens on (the measured crossover).
