@@ -9,6 +9,7 @@
 
 #include "minfer/blocks.h"
 #include "minfer/decode.hpp"
+#include "block_bits.hpp"
 #include "thread_pool.hpp"
 
 namespace minfer::cpu {
@@ -36,64 +37,30 @@ struct alignas(64) Group {
 
 // ---- Packing: each type's values of one group of one row as 32 bytes, and its scale/min ----
 
-MINFER_AVX2 inline __m256i nibbles32(const uint8_t *qs16) {  // byte j: low nibble of qs[j], byte 16 + j: its high one
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qs16));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
-}
-
-// Byte i is 0x10 when bit i of the 32 bits at p is set.
-MINFER_AVX2 inline __m256i bit4_from(uint32_t bits) {
-  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)),
-                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                                                              3, 3, 3, 3, 3, 3, 3));
-  const __m256i which = _mm256_set1_epi64x(0x8040201008040201);
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, which), which), _mm256_set1_epi8(0x10));
-}
-
 MINFER_AVX2 inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-
-inline uint32_t load32(const uint8_t *p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // A unit per type: Block, H (scales per 32 values), Bits (of the unsigned values), values(row,
 // g, vnni) and scales(row, g, vnni, s, mn); g counts groups of 32 values from the row's start.
-struct UQ4_0 {
-  using Block = minfer_block_q4_0;
-  static constexpr int H = 1, Bits = 4;
-  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) { return nibbles32(r[g].qs); }
+// Q4_0, Q4_1, Q5_0, Q5_1: one block per group; Bits 4 or 5 (the fifth bits in qh). Types
+// with a min m (value d*q + m) pass it through; the others' offset (8, 16) goes into the min.
+template <class B, int kBits, int kOffset>
+struct ULegacy {
+  using Block = B;
+  static constexpr int H = 1, Bits = kBits;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) {
+    if constexpr (kBits == 4) return nibbles32(r[g].qs);
+    else return _mm256_or_si256(nibbles32(r[g].qs), high_bits_0x10(r[g].qh));
+  }
   MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) {
-    const float d = f16(r[g].d);
-    s[0] = d, mn[0] = -8.0f * d;
+    s[0] = f16(r[g].d);
+    if constexpr (kOffset == 0) mn[0] = f16(r[g].m);
+    else mn[0] = -float(kOffset) * s[0];
   }
 };
-struct UQ4_1 {
-  using Block = minfer_block_q4_1;
-  static constexpr int H = 1, Bits = 4;
-  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) { return nibbles32(r[g].qs); }
-  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) {
-    s[0] = f16(r[g].d), mn[0] = f16(r[g].m);
-  }
-};
-struct UQ5_0 {
-  using Block = minfer_block_q5_0;
-  static constexpr int H = 1, Bits = 5;
-  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) { return _mm256_or_si256(nibbles32(r[g].qs), bit4_from(load32(r[g].qh))); }
-  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) {
-    const float d = f16(r[g].d);
-    s[0] = d, mn[0] = -16.0f * d;
-  }
-};
-struct UQ5_1 {
-  using Block = minfer_block_q5_1;
-  static constexpr int H = 1, Bits = 5;
-  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) { return _mm256_or_si256(nibbles32(r[g].qs), bit4_from(load32(r[g].qh))); }
-  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) {
-    s[0] = f16(r[g].d), mn[0] = f16(r[g].m);
-  }
-};
+using UQ4_0 = ULegacy<minfer_block_q4_0, 4, 8>;
+using UQ4_1 = ULegacy<minfer_block_q4_1, 4, 0>;
+using UQ5_0 = ULegacy<minfer_block_q5_0, 5, 16>;
+using UQ5_1 = ULegacy<minfer_block_q5_1, 5, 0>;
 // Q8_0: under VNNI the values move to 0..255 (+128, taken off through the min); vpmaddubsw
 // would saturate on those, so AVX2 keeps them signed and moves their signs onto the activations.
 struct UQ8_0 {

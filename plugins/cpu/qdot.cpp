@@ -1,6 +1,7 @@
 #include "qdot.hpp"
 
 #include "amx_matmul.hpp"
+#include "block_bits.hpp"
 
 #include <immintrin.h>
 
@@ -155,10 +156,7 @@ void qdot_avx2(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, 
 #define MINFER_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
 
 // Q4_0: the nibbles 0..15 are already unsigned: dot(q, a) - 8 * sum(a) = dot(q - 8, a).
-MINFER_VNNI inline __m256i nibbles(const minfer_block_q4_0 &w) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i *>(w.qs));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
-}
+MINFER_VNNI inline __m256i nibbles(const minfer_block_q4_0 &w) { return nibbles32(w.qs); }
 
 // acc += dw * d_a * dot(q, a) for unsigned nibbles q; the -8 offset, dw * 8 * d_a * sum(a),
 // is summed apart in a scalar (corr) and subtracted once per row.
@@ -397,19 +395,6 @@ void q5_0_scalar(const void *w_row, const ActBlock *x, int64_t stride, int n_tok
     }
     out[t] = sum;
   }
-}
-
-// Byte i of the result is 0x10 when bit i of the 32-bit word at p is set, else 0.
-__attribute__((target("avx2"))) inline __m256i high_bits_0x10(const uint8_t *p) {
-  uint32_t bits;
-  std::memcpy(&bits, p, 4);
-  // Bytes 0-7 look at qh byte 0, 8-15 at byte 1 (first 128-bit lane), 16-23 at 2, 24-31 at 3.
-  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)),
-                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2,
-                                                              2, 3, 3, 3, 3, 3, 3, 3, 3));
-  const __m256i which = _mm256_set1_epi64x(0x8040201008040201);  // byte i tests bit i % 8
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, which), which);
-  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
 #define MINFER_Q5_0_KERNEL(NAME, TARGET, DOT)                                                                   \

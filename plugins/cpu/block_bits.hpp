@@ -1,0 +1,32 @@
+// plugins/cpu/block_bits.hpp — a block's packed values as 32 bytes (AVX2): the unpacking that
+// the row dots (qdot.cpp) and the GEMM's packing (int8_gemm.cpp) share.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace minfer::cpu {
+
+// 16 bytes of nibbles -> 32 values 0..15: byte j the low nibble of qs[j], byte 16 + j its high one.
+__attribute__((target("avx2"))) inline __m256i nibbles32(const uint8_t *qs16) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qs16));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
+}
+
+// Byte i of the result is 0x10 when bit i of the 32-bit word at p is set, else 0 (Q5_0/Q5_1's
+// fifth bits).
+__attribute__((target("avx2"))) inline __m256i high_bits_0x10(const uint8_t *p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  // Bytes 0-7 look at qh byte 0, 8-15 at byte 1 (first 128-bit lane), 16-23 at 2, 24-31 at 3.
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)),
+                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2,
+                                                              2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i which = _mm256_set1_epi64x(0x8040201008040201);  // byte i tests bit i % 8
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, which), which);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+}  // namespace minfer::cpu
