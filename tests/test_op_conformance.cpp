@@ -154,6 +154,8 @@ std::vector<Case> all_cases() {
     // Batched decode steps (CUDA: the few-token tensor-core matmul): two token tiles over long
     // rows split over k with an odd row count, and one tile with a partial row block.
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({4096, 33, 20}), shapes.push_back({1024, 130, 6});
+    // Whole 16-row panels (the CPU holds Q4_0 matmul weights so): decode, a batch, a prompt.
+    if (dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q8_0) shapes.push_back({896, 64, 1}), shapes.push_back({896, 48, 11}), shapes.push_back({1024, 128, 130});
     for (auto [k, m, n] : shapes) {
       cases.push_back({"matmul " + std::string(minfer_dtype_name(dt)) + " w[" + std::to_string(k) + "," + std::to_string(m) + "] x" + std::to_string(n),
                        [dt, k = k, m = m, n = n] {
@@ -594,8 +596,10 @@ class Conformance : public ::testing::TestWithParam<Target> {
     return p;
   }
 
-  // Runs one case; returns "" on success, "unsupported: ..." or the failure.
-  std::string run_case(const Case &c, uint32_t seed) {
+  // Runs one case; returns "" on success, "unsupported: ..." or the failure. rewrite: after
+  // compile and a first run, input 0 gets new values (a backend that keeps weights in its own
+  // layout must take them), and the case's result is the second run's.
+  std::string run_case(const Case &c, uint32_t seed, bool rewrite = false) {
     const Graph g = c.build();
     const minfer::Node &node = g.nodes().at(0);
     minfer::AbiNode desc(g, node);
@@ -626,8 +630,8 @@ class Conformance : public ::testing::TestWithParam<Target> {
     // the same bytes into its own.
     std::vector<std::vector<uint8_t>> ref_data = data;
     for (size_t i = 0; i < ref_in.size(); ++i) ref_in[i].data = ref_data[i].data();
-    const std::vector<uint8_t> want = minfer::reference::run_op(c.op, ref_in, out.dtype, out.shape,
-                                                                node.params.empty() ? nullptr : node.params.data());
+    std::vector<uint8_t> want = minfer::reference::run_op(c.op, ref_in, out.dtype, out.shape,
+                                                          node.params.empty() ? nullptr : node.params.data());
 
     std::vector<Placed> ins;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -642,6 +646,16 @@ class Conformance : public ::testing::TestWithParam<Target> {
     auto seg = backend_->compile({&desc.node()});
     backend_->execute(*seg, 0, c.step);
     backend_->synchronize();
+    if (rewrite) {
+      data[0] = input_data(g.tensor(node.inputs[0]), c.op, 0, table_rows, seed + 1000u);
+      ref_data = data;
+      for (size_t i = 0; i < ref_in.size(); ++i) ref_in[i].data = ref_data[i].data();
+      want = minfer::reference::run_op(c.op, ref_in, out.dtype, out.shape, node.params.empty() ? nullptr : node.params.data());
+      std::memcpy(ins[0].image.data() + kGuard, data[0].data(), data[0].size());
+      ins[0].buf->write(kGuard, data[0].data(), data[0].size());
+      backend_->execute(*seg, 1, c.step);
+      backend_->synchronize();
+    }
 
     std::vector<uint8_t> got_all(o.image.size());
     o.buf->read(0, got_all.data(), got_all.size());
@@ -687,6 +701,28 @@ TEST_P(Conformance, EveryOpDtypeShape) {
   std::printf("conformance[%s]: %d passed, %d failed, %d not supported by this backend\n", t.label.c_str(),
               passed, failed, unsupported);
   EXPECT_GT(passed, 0) << "no case ran on " << t.label;
+}
+
+// Weights written after compile and after a run: the matmul uses the new ones, and reading
+// them back gives what was written (the CPU repacks Q4_0 weights in place at compile).
+TEST_P(Conformance, MatmulWeightsRewrittenAfterCompile) {
+  const Target &t = GetParam();
+  if (!op_selected(MINFER_OP_MATMUL)) GTEST_SKIP() << "filtered out";
+  int ran = 0, seed = 5;
+  for (const Case &c : all_cases()) {
+    if (c.op != MINFER_OP_MATMUL || (c.dtypes[0] != MINFER_DTYPE_Q4_0 && c.dtypes[0] != MINFER_DTYPE_F16 && c.dtypes[0] != MINFER_DTYPE_F32)) continue;
+    std::string r;
+    try {
+      r = run_case(c, uint32_t(seed++) * 104729u, true);
+    } catch (const std::exception &e) {
+      r = std::string("error: ") + e.what();
+    }
+    if (r.rfind("unsupported: ", 0) == 0) continue;
+    EXPECT_EQ(r, "") << t.label << ": " << c.label;
+    ++ran;
+  }
+  if (ran == 0 && t.label.rfind("cpu", 0) != 0) GTEST_SKIP() << t.label << " runs no q4_0, f16 or f32 matmul case";
+  EXPECT_GT(ran, 0) << "no q4_0, f16 or f32 matmul ran on " << t.label;
 }
 
 // 64-bit indexing: a tensor of more than 2^31 values (a 7B model's largest matrices have

@@ -193,6 +193,18 @@ TEST(Explain, CpuNamesEachMatmulsKernel) {
   EXPECT_EQ(kernel_lines(e, "blk.0.attn_norm"), "") << "ops without a choice of kernel stay out of the list\n" << e;
 }
 
+// Without AMX, Q4_0 matmul weights are repacked into panels in the backend's own copy; with
+// the weights read in place from the file they stay rows.
+TEST(Explain, CpuNamesQ4_0PanelsWhereItRepacks) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "this CPU has no AVX2";
+  const std::string e = explain_tiny("backends: {cpu: {isa: avx2}}\n");
+  const std::string q = kernel_lines(e, "blk.0.ffn_down");
+  EXPECT_NE(q.find("1: avx2 int8 dot products on q4_0 weights repacked at load into 16-row panels"), std::string::npos) << e;
+  EXPECT_NE(q.find("64: avx2 int8 dot products on q4_0 weights repacked at load into 16-row panels"), std::string::npos) << e;
+  const std::string mapped = explain_tiny("backends: {cpu: {isa: avx2, weights: mapped}}\n");
+  EXPECT_NE(kernel_lines(mapped, "blk.0.ffn_down").find("1: avx2 int8 dot products on the q4_0 blocks"), std::string::npos) << mapped;
+}
+
 TEST(Explain, CudaNamesPathsAndFusions) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
   const std::string e = explain_tiny("backends: {cuda: {}}\n");

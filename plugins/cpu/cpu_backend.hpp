@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <span>
 #include <string>
 
@@ -10,6 +11,8 @@
 #include "minfer/tensor.hpp"
 
 namespace minfer::cpu {
+
+class ThreadPool;
 
 // Host memory, 64-byte aligned for any vector width.
 class CpuBuffer : public sdk::Buffer {
@@ -22,9 +25,26 @@ class CpuBuffer : public sdk::Buffer {
   void read(uint64_t offset, void *dst, uint64_t bytes) override;
   uint8_t *data() { return data_; }
 
+  // Q4_0 matmul weights held as 16-row panels (q4_0_panels.hpp), in buffers the plugin owns.
+  // Compile offers a matmul's [k, m] weight at offset (and repacks it), or pins a range that
+  // another op reads in GGUF order (back to rows, never repacked). panels() is the weight's
+  // data in panels, repacked again after a host write, or nullptr where it is not held so.
+  void offer_panels(uint64_t offset, int64_t k, int64_t m, ThreadPool &pool);
+  void pin_rows(uint64_t offset, uint64_t bytes);
+  const uint8_t *panels(uint64_t offset, ThreadPool &pool);
+  bool holds_panels(uint64_t offset) const;
+
  private:
+  struct PanelRange {
+    uint64_t bytes;
+    int64_t k, m;
+    bool pinned, in_panels;
+  };
+  // Ranges overlapping [offset, offset + bytes) back in GGUF order.
+  void to_rows(uint64_t offset, uint64_t bytes);
   uint8_t *data_ = nullptr;
   bool owned_ = true;
+  std::map<uint64_t, PanelRange> panel_ranges_;  // by offset
 };
 
 // Where a tensor's element 0 lives.
@@ -32,8 +52,6 @@ template <class T = uint8_t>
 T *ptr(const minfer_tensor &t) {
   return reinterpret_cast<T *>(sdk::buffer_of<CpuBuffer>(t).data() + t.offset);
 }
-
-class ThreadPool;
 
 enum class Isa;
 

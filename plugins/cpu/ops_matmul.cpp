@@ -12,6 +12,7 @@
 #include "cpu_backend.hpp"
 #include "decode_row.hpp"
 #include "int8_gemm.hpp"
+#include "q4_0_panels.hpp"
 #include "qdot.hpp"
 #include "thread_pool.hpp"
 
@@ -41,6 +42,10 @@ const ActBlock *quantize_tokens(const float *x, int64_t tokens, int64_t k, Threa
   return a;
 }
 
+// Rows per chunk of the row dots' dynamic split: a multiple of the four-row kernels, ~100
+// chunks for a 7B-sized matrix on 2 threads, so a thread slowed by the VM gives its rows away.
+constexpr int64_t kRowGrain = 64;
+
 // Row dots: activations quantized to 8 bits once, then int8 dots per weight block. The
 // work is one list of segments (a dense matmul is one; MATMUL_ID's experts one each), so a
 // decode token's k small expert matmuls are one pass of the pool, not k.
@@ -57,7 +62,7 @@ void matmul_quantized(int32_t dtype, int64_t k, int64_t m, const float *x, std::
   const int64_t *seg_first = first.data();
   // Tokens in groups of kMaxTokens: each weight row stays in L1 across its group, and each
   // weight block is decoded once per group.
-  ctx.pool.run(int64_t(segs.size()) * m, [&](int64_t i0, int64_t i1, int) {
+  ctx.pool.run_dynamic(int64_t(segs.size()) * m, kRowGrain, [&](int64_t i0, int64_t i1, int) {
     float out[kMaxTokens], out4[4 * kMaxTokens];
     for (int64_t i = i0; i < i1;) {
       const size_t si = size_t(i / m);
@@ -104,8 +109,18 @@ MatmulPath matmul_path(int32_t dtype, Isa isa, int64_t tokens) {
   return row_dots ? MatmulPath::RowDots : MatmulPath::Decoded;
 }
 
+// The weight's panels where compile put it in panels (cpu_backend.hpp), else nullptr.
+const uint8_t *q4_0_panels(const minfer_tensor &w, const RunCtx &ctx) {
+  return w.dtype == MINFER_DTYPE_Q4_0 ? sdk::buffer_of<CpuBuffer>(w).panels(w.offset, ctx.pool) : nullptr;
+}
+
 void run_matmul(const minfer_node &n, const RunCtx &ctx) {
   const minfer_tensor &w = *n.inputs[0];
+  if (const uint8_t *panels = q4_0_panels(w, ctx)) {
+    const int64_t k = w.shape[0], tokens = sdk::run_rows(*n.inputs[1], ctx.args);
+    return q4_0_panel_matmul(ctx.isa, panels, k, w.shape[1], quantize_tokens(ptr<float>(*n.inputs[1]), tokens, k, ctx.pool, ctx.isa),
+                                 tokens, ptr<float>(*n.output), ctx.pool);
+  }
   matmul_rows(w.dtype, ptr(w), w.shape[0], w.shape[1], ptr<float>(*n.inputs[1]), sdk::run_rows(*n.inputs[1], ctx.args),
               ptr<float>(*n.output), ctx);
 }
@@ -164,6 +179,9 @@ std::string explain_matmul(const minfer_node &n, Isa isa, int64_t tokens) {
   const int32_t dt = n.inputs[0]->dtype;
   if (n.op == MINFER_OP_MATMUL_ID) tokens = 1;  // a decode token's expert reads one row per expert
   const std::string type = minfer_dtype_name(dt);
+  const minfer_tensor &w = *n.inputs[0];
+  if (n.op == MINFER_OP_MATMUL && dt == MINFER_DTYPE_Q4_0 && sdk::buffer_of<CpuBuffer>(w).holds_panels(w.offset))
+    return std::string(isa_name(isa)) + " int8 dot products on q4_0 weights repacked at load into 16-row panels (activations rounded to 8 bits)";
   switch (matmul_path(dt, isa, tokens)) {
     case MatmulPath::Amx: return "amx bf16 tiles (" + type + " weights decoded to bf16 panels, f32 accumulators)";
     case MatmulPath::Gemm:

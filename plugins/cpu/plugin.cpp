@@ -2,6 +2,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <sys/mman.h>
 
 #include "cpu_backend.hpp"
+#include "q4_0_panels.hpp"
 #include "qdot.hpp"
 #include "thread_pool.hpp"
 #include "minfer/op_table.hpp"
@@ -38,12 +40,67 @@ CpuBuffer::~CpuBuffer() {
 void CpuBuffer::write(uint64_t offset, const void *src, uint64_t bytes) {
   if (!owned_) throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "write to a buffer of host memory the cpu backend only reads");
   check_range(offset, bytes, "write");
+  to_rows(offset, bytes);  // the bytes around a partial write stay what the host wrote
   std::memcpy(data_ + offset, src, bytes);
 }
 
 void CpuBuffer::read(uint64_t offset, void *dst, uint64_t bytes) {
   check_range(offset, bytes, "read");
+  to_rows(offset, bytes);
   std::memcpy(dst, data_ + offset, bytes);
+}
+
+void CpuBuffer::to_rows(uint64_t offset, uint64_t bytes) {
+  if (panel_ranges_.empty()) return;
+  auto it = panel_ranges_.upper_bound(offset);
+  if (it != panel_ranges_.begin()) --it;
+  for (; it != panel_ranges_.end() && it->first < offset + bytes; ++it)
+    if (it->second.in_panels && it->first + it->second.bytes > offset) {
+      panels_to_rows(data_ + it->first, it->second.k, it->second.m, nullptr);
+      it->second.in_panels = false;
+    }
+}
+
+void CpuBuffer::offer_panels(uint64_t offset, int64_t k, int64_t m, ThreadPool &pool) {
+  if (!owned_ || !panels_fit(k, m)) return;
+  const uint64_t bytes = uint64_t(m) * uint64_t(sdk::row_bytes(MINFER_DTYPE_Q4_0, k));
+  check_range(offset, bytes, "a matmul weight");
+  auto it = panel_ranges_.find(offset);
+  if (it != panel_ranges_.end() && (it->second.pinned || (it->second.bytes == bytes && it->second.k == k))) {
+    panels(offset, pool);
+    return;
+  }
+  // Another weight of this offset before (a test's buffer used again), or one overlapping it.
+  to_rows(offset, bytes);
+  for (auto o = panel_ranges_.begin(); o != panel_ranges_.end();)
+    o = o->first < offset + bytes && o->first + o->second.bytes > offset && !o->second.pinned ? panel_ranges_.erase(o) : std::next(o);
+  for (const auto &[at, r] : panel_ranges_)
+    if (at < offset + bytes && at + r.bytes > offset) return;  // pinned bytes inside it
+  panel_ranges_[offset] = {bytes, k, m, false, false};
+  panels(offset, pool);
+}
+
+void CpuBuffer::pin_rows(uint64_t offset, uint64_t bytes) {
+  to_rows(offset, bytes);
+  bool covered = false;
+  for (auto &[at, r] : panel_ranges_)
+    if (at < offset + bytes && at + r.bytes > offset) r.pinned = true, covered = covered || (at <= offset && at + r.bytes >= offset + bytes);
+  if (!covered) panel_ranges_.emplace(offset, PanelRange{bytes, 0, 0, true, false});
+}
+
+const uint8_t *CpuBuffer::panels(uint64_t offset, ThreadPool &pool) {
+  auto it = panel_ranges_.find(offset);
+  if (it == panel_ranges_.end() || it->second.pinned) return nullptr;
+  if (!it->second.in_panels) {
+    rows_to_panels(data_ + offset, it->second.k, it->second.m, &pool);
+    it->second.in_panels = true;
+  }
+  return data_ + offset;
+}
+
+bool CpuBuffer::holds_panels(uint64_t offset) const {
+  auto it = panel_ranges_.find(offset);
+  return it != panel_ranges_.end() && !it->second.pinned;
 }
 
 namespace {
@@ -76,6 +133,7 @@ class CpuSegment : public sdk::Segment {
       max_tokens_ = std::min(max_tokens_, sdk::check_compiled_node(n));
       run_.push_back(op_table().find(n.op)->run);
     }
+    plan_panels();
   }
 
   void execute(const minfer_step_args &args) override {
@@ -95,6 +153,30 @@ class CpuSegment : public sdk::Segment {
                                        minfer_op_name(nodes_[i].node().op) + "): " + e.what());
       }
       if (timed) times_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+  }
+
+  // Q4_0 matmul weights go into panels where the matmul kernels read them that way (the
+  // AVX2 and AVX-512 GEMM; AMX and the scalar reference read rows); any other reader of a Q4_0
+  // tensor (GET_ROWS of a tied embedding, DEQUANTIZE, MATMUL_ID's experts) keeps it in rows.
+  void plan_panels() {
+    const bool isa_takes = isa_ == Isa::Avx2 || isa_ == Isa::Avx512Vnni;
+    const auto matmul_weight = [&](const minfer_node &n, int32_t i) {
+      const minfer_tensor &w = *n.inputs[i];
+      return isa_takes && n.op == MINFER_OP_MATMUL && i == 0 && w.rank == 2 && w.token_dim < 0 && sdk::is_contiguous(w);
+    };
+    for (const auto &on : nodes_) {
+      const minfer_node &n = on.node();
+      for (int32_t i = 0; i < n.n_inputs; ++i) {
+        const minfer_tensor &t = *n.inputs[i];
+        if (t.dtype == MINFER_DTYPE_Q4_0 && !matmul_weight(n, i))
+          sdk::buffer_of<CpuBuffer>(t).pin_rows(t.offset, uint64_t(std::max<int64_t>(1, sdk::n_bytes(t))));
+      }
+    }
+    for (const auto &on : nodes_) {
+      const minfer_node &n = on.node();
+      if (n.n_inputs > 0 && n.inputs[0]->dtype == MINFER_DTYPE_Q4_0 && matmul_weight(n, 0))
+        sdk::buffer_of<CpuBuffer>(*n.inputs[0]).offer_panels(n.inputs[0]->offset, n.inputs[0]->shape[0], n.inputs[0]->shape[1], pool_);
     }
   }
 

@@ -1,5 +1,6 @@
 #include "thread_pool.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <immintrin.h>
 
@@ -48,6 +49,19 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t, int64_t, int)>
   }
   while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
   if (error_) std::rethrow_exception(error_);
+}
+
+void ThreadPool::run_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)> &f) {
+  if (n <= 0) return;
+  const int t = size();
+  if (t == 1 || n <= grain) {
+    f(0, n, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  run(t, [&](int64_t, int64_t, int index) {
+    for (int64_t i0; (i0 = next.fetch_add(grain, std::memory_order_relaxed)) < n;) f(i0, std::min(n, i0 + grain), index);
+  });
 }
 
 void ThreadPool::work(int index) {
