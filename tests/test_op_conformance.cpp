@@ -154,6 +154,8 @@ std::vector<Case> all_cases() {
     // Batched decode steps (CUDA: the few-token tensor-core matmul): two token tiles over long
     // rows split over k with an odd row count, and one tile with a partial row block.
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({4096, 33, 20}), shapes.push_back({1024, 130, 6});
+    // 2-4 tokens over long rows of whole 16-byte pieces (CUDA: the few-token dp4a GEMV), odd row counts.
+    if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 33, 2}), shapes.push_back({2048, 70, 3}), shapes.push_back({4096, 48, 4});
     // Whole 16-row panels (the CPU holds Q4_0 matmul weights so): decode, a batch, a prompt.
     if (dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q8_0) shapes.push_back({896, 64, 1}), shapes.push_back({896, 48, 11}), shapes.push_back({1024, 128, 130});
     for (auto [k, m, n] : shapes) {
