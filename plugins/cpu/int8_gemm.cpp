@@ -254,14 +254,6 @@ MINFER_AVX2 void tile_avx2(const Group<H> *G, int64_t ng, const ActBlock *a, int
   for (int t = 0; t < T; ++t) _mm256_maskstore_ps(y + t * m, mask, acc[t]);
 }
 
-// Calls f(std::integral_constant<int, n>) for n = 1..N.
-template <int N, class F>
-void by_count(int n, F &&f) {
-  if constexpr (N > 1)
-    if (n < N) return by_count<N - 1>(n, f);
-  f(std::integral_constant<int, N>{});
-}
-
 template <class U>
 void gemm_typed(bool vnni, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y,
                 ThreadPool &pool) {

@@ -44,14 +44,6 @@ void convert(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
 #define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define MINFER_VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 
-// Calls f(std::integral_constant<int, n>) for n = 1..N.
-template <int N, class F>
-void by_count(int n, F &&f) {
-  if constexpr (N > 1)
-    if (n < N) return by_count<N - 1>(n, f);
-  f(std::integral_constant<int, N>{});
-}
-
 // ---- Dot products straight from the panels ------------------------------------------------
 // Each (16 rows, block, token) is 8 vpdpbusd against broadcast activations (AVX2: 8 vpmaddubsw
 // on 8 rows, summed in int16: 8 * 2 * 15 * 127 < 2^15) and two FMAs; each block's nibbles are

@@ -7,8 +7,17 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace minfer::cpu {
+
+// Calls f(std::integral_constant<int, n>) for n = 1..N.
+template <int N, class F>
+void by_count(int n, F &&f) {
+  if constexpr (N > 1)
+    if (n < N) return by_count<N - 1>(n, f);
+  f(std::integral_constant<int, N>{});
+}
 
 // 32 activations as int8 with their scale: x ~ d * qs.
 struct ActBlock {
