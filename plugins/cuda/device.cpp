@@ -247,12 +247,12 @@ static bool mmvq_beats_mmq(int64_t k, int64_t tokens) {
 }
 
 // Whether the few-token tensor-core matmul (few_token_mma.cu) beats both the dp4a GEMV and
-// MMQ. Measured on the H200 (scripts/gpu-fewtoken-sweep.sh, Q4_0, 7B gate 3584x18944, down
-// 18944x3584 and QKV 3584x4608, us): it costs 35-39 on gate and down from 2 to 16 tokens and
-// 49-54 at 32, against the GEMV's 22/27/42 on gate at 2/4/8 tokens (down: 31/42/89) and MMQ's
-// 66-75 from 2 to 32. So from 5 tokens, and at 4 where k is long (down: 35.8 vs 41.5), to 32
-// (MMQ from 64: 75-81 against its 120-190 there).
-static bool few_token_mma_wins(int64_t k, int64_t tokens) { return (tokens >= 5 || (tokens == 4 && k > 8192)) && tokens <= 32; }
+// MMQ. Measured on the H200 (Q4_0, ncu kernel times, us): on the 7B gate and down matrices
+// it costs 18 from 2 to 8 tokens, 22 at 16 and 30 at 32 (plus its sum kernel where stream-K
+// cut row blocks, ~5), against the GEMV's 23/28/42 on gate at 2/4/8 tokens (down 35/42 at
+// 2/4) and MMQ's 66-75 from 2 to 32; at 64 it is compute-bound (76 against MMQ's ~65). One
+// token keeps the GEMV, which quantizes x itself and takes the RMS norm in.
+static bool few_token_mma_wins(int64_t, int64_t tokens) { return tokens >= 2 && tokens <= 32; }
 
 CudaDevice::MatmulPath CudaDevice::matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const {
   constexpr int64_t kGemmMinTokens = 16;
@@ -372,11 +372,10 @@ void CudaDevice::mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_
 
 void CudaDevice::few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act,
                                const float *x, int64_t k, int64_t tokens) {
-  void *xh = scratch(2, minfer_cuda_few_token_x_bytes(k, tokens));  // activations to f16 once
-  check_launch(minfer_cuda_few_token_x(&cfg_, x, xh, k, tokens));
+  const void *xq = quantize_for_mmq(x, k, tokens);  // activations to 8 bits once
   const size_t partial_bytes = minfer_cuda_few_token_partials_bytes(parts, n_parts, up, k, tokens, sm_count_);
-  float *partials = partial_bytes ? static_cast<float *>(scratch(5, partial_bytes)) : nullptr;
-  check_launch(minfer_cuda_few_token_mma(&cfg_, w_dtype, parts, n_parts, up, act, xh, k, tokens, sm_count_, partials));
+  auto *partials = static_cast<float *>(scratch(5, partial_bytes));
+  check_launch(minfer_cuda_few_token_mma(&cfg_, w_dtype, parts, n_parts, up, act, xq, k, tokens, sm_count_, partials));
 }
 
 const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t tokens) {

@@ -37,8 +37,8 @@ struct DeviceOptions {
   // GEMV (mmvq), whose time grows with the tokens while MMQ's stays flat at few tokens.
   // 0: the measured crossover (mmvq_beats_mmq: by token count and k).
   int64_t mmq_min_tokens = 0;
-  // Steps of a few tokens (few_token_mma_wins: 5..32, by measurement) of the types
-  // few_token_mma.cu knows take it (f16 tensor cores, the weights dequantized in registers)
+  // Steps of a few tokens (few_token_mma_wins: 2..32, by measurement) of the types
+  // few_token_mma.cu knows take it (int8 tensor cores on the weights' nibbles)
   // instead of the GEMV or MMQ: false keeps those two.
   bool few_token_mma = true;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
@@ -197,7 +197,7 @@ class CudaDevice {
   // The few-token dp4a path (mmvq.cu): x quantized once, the parts (or a gate with its up) in one launch.
   void mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act, const float *x, int64_t k,
             int64_t tokens);
-  // The few-token tensor-core path (few_token_mma.cu): x converted to f16 once, the parts (or a
+  // The few-token tensor-core path (few_token_mma.cu): x quantized once, the parts (or a
   // gate with its up) in one launch.
   void few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act, const float *x,
                      int64_t k, int64_t tokens);

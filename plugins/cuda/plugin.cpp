@@ -185,7 +185,7 @@ class CudaSegment : public sdk::Segment {
       return "mmq_kernel: gate, up and " + act + " in one launch (int8 tensor cores on the " + type + " blocks)";
     if (plan_.fuse_glu[i] && path == P::Mmvq) return "quantize_q8_act_kernel + mmvq_kernel: gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)";
     if (plan_.fuse_glu[i] && path == P::FewTokenMma)
-      return "few_token_x_kernel + few_token_mma_kernel: gate, up and " + act + " in one launch (f16 tensor cores, the " + type + " blocks dequantized in registers)";
+      return "quantize_q8_act_kernel + few_token_mma_kernel: gate, up and " + act + " in one launch (int8 tensor cores on the " + type + " nibbles)";
     // A group of two weight dtypes: one mixed GEMV launch for a token, the steps one by one for a prompt.
     const bool mixed = std::any_of(plan_.group[i].begin(), plan_.group[i].end(), [&](const MatmulStep &st) { return st.matmul->inputs[0]->dtype != w.dtype; });
     std::string t;
@@ -200,9 +200,10 @@ class CudaSegment : public sdk::Segment {
         t = std::string(dev_.f16_copy(dptr(w)) ? "its cached f16 copy" : "dequantized to f16 per call") + " + f16 tensor-core GEMM";
         break;
       case P::Mmvq: t = "quantize_q8_act_kernel + mmvq_kernel: dp4a on the " + type + " blocks"; break;
+      case P::FewTokenMma: t = "quantize_q8_act_kernel + few_token_mma_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " nibbles"; break;
       case P::Generic: t = "matmul_kernel (f32 math on " + type + ")"; break;
     }
-    if (plan_.fuse_add[i]) t += path == P::Mmq || path == P::Gemv ? ", the add in its epilogue" : ", then an add kernel";
+    if (plan_.fuse_add[i]) t += path == P::Mmq || path == P::Gemv || path == P::Mmvq || path == P::FewTokenMma ? ", the add in its epilogue" : ", then an add kernel";
     if (plan_.fuse_glu[i]) t += path == P::Mmq ? "; up in the same launch, then glu_f32_kernel" : "; the same for up, then glu_f32_kernel";
     t += norm;
     if (!plan_.group[i].empty() && (path == P::Gemv || (path == P::Mmq && !mixed))) {

@@ -1,32 +1,26 @@
-// plugins/cuda/kernels/few_token_mma.cu — matmul for a few tokens (up to 32: batched decode
-// steps) on f16 tensor cores: y[t] = W x[t] with Q4_0 weights dequantized in registers.
+// plugins/cuda/kernels/few_token_mma.cu — matmul for a few tokens (2..32: batched decode
+// steps) on int8 tensor cores: y[t] = W x[t] with Q4_0 weights, x quantized as for MMQ.
 //
-// Between the one-token GEMV and MMQ both other paths are compute-bound: the dp4a GEMV
-// (mmvq.cu) spends its instructions per token, MMQ (a 64-token tile) its scale arithmetic per
-// sub-block product, so a 7B gate matrix cost 27 us at 4 tokens and 66 us at 16-64 tokens
-// against ~12 us to read it. Here each weight is dequantized once per call, straight from its
-// GGUF block into the B fragment of mma.m16n8k16 (d * (q - 8) in f16: a mask, a subtract and a
-// multiply per two weights), and the tokens ride in the M dimension, 16 per tile: the scale is
-// inside the weight, so the f32 accumulators take whole rows without any per-block math.
+// Between the one-token GEMV and MMQ every earlier path was bound by instructions, not bytes:
+// the dp4a GEMV (mmvq.cu) spends its work per token, MMQ its tile loads and scale arithmetic,
+// and f16 tensor cores (this file's first kernel) a dequantization per weight: a 7B gate
+// matrix cost 28 us at 4 tokens and 36-48 us at 8-32. Here the weights ride in the M
+// dimension of mma.m16n8k32 (s8) as the nibbles they are: a lane's 32-bit word of a Q4_0
+// block's quantized bytes 4q..4q+3 holds positions 4q..4q+3 (low nibbles: A register a0 or
+// a1) and 16+4q..16+4q+3 (high: a2 or a3), so a mask, a shift and a mask make a row's A
+// registers for a block; the tokens ride in N, eight a tile. The integer product of a block
+// uses nibbles 0..15; the -8 comes back through the activations' scaled sum: d_w (d_x
+// sum(q_w q_x) - 8 d_x sum(q_x)). One mma covers 16 rows x 32 values x 8 tokens for ~13
+// instructions. Measured (H200, ncu): 18 us on a 7B gate or down matrix from 2 to 8 tokens,
+// 22 at 16, 30 at 32.
 //
-// The sum over a block's 32 positions may run in any order, as long as weights and
-// activations agree. A lane's 32-bit word of quantized bytes 4q..4q+3 holds positions
-// 4q..4q+3 (low nibbles) and 16+4q..16+4q+3 (high); masking its nibble pairs gives the f16
-// pairs (4q, 4q+2), (16+4q, 16+4q+2), (4q+1, 4q+3), (16+4q+1, 16+4q+3), which become the
-// lane's B registers of the block's two k16 steps. The activations are converted to f16 once
-// per call in that order (few_token_x_kernel), so the matching A registers of a lane are one
-// 16-byte load per token row.
-//
-// Both sides come through shared memory, four blocks of k (128 values) a stage, by cp.async in
-// 8- and 16-byte pieces, double-buffered: read straight from global memory, a lane's 2-byte
-// pieces of 8 rows cost a wavefront per row and the kernel ran at a quarter of the bytes'
-// rate (a 7B gate matrix: 52 us at 2-16 tokens).
-//
-// A warp makes 32 weight rows (four n8 tiles; gated 16 gate rows and the same 16 up
-// rows) x all tokens, over its split of k. Measured (H200, 7B gate and down): 35-39 us from 2
-// to 16 tokens, 49-54 at 32; the GEMV and MMQ cost 42-89 and 67-71 at 8 tokens. Matrices with few row blocks split k over several
-// blocks; their partials are summed in a fixed order by few_token_sum_kernel (the same result
-// every run).
+// Both sides come through shared memory by cp.async in 16-byte pieces, eight blocks of k (256
+// values: 144 bytes of a Q4_0 row, two MMQ runs of a token) a stage, several stages in flight.
+// A row's 144 bytes are 36 words: the eight rows a warp reads at once fall on distinct banks
+// at every word; a token's stage is 320 bytes kept 336 apart for the same reason. A warp
+// makes 32 rows (two m16 tiles; gated 16 gate rows and the same 16 up rows) x all tokens over
+// its share of the work: stream-K (first_item) keeps every block of the one wave busy to the
+// end, whatever the rows. Rows must be whole 16-byte pieces: k a multiple of 256.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -36,23 +30,31 @@
 #include "grid.cuh"
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
+#include "q8_act.cuh"
 
 namespace minfer::cuda {
 namespace {
 
 constexpr int kWarps = 4;                           // per block
-constexpr int kRowTiles = 4;                        // n8 tiles of weight rows per warp
-constexpr int kWarpRows = 8 * kRowTiles;            // 32
+constexpr int kRowTiles = 2;                        // m16 tiles of weight rows per warp
+constexpr int kWarpRows = 16 * kRowTiles;           // 32
 constexpr int kBlockRows = kWarps * kWarpRows;      // 128 (64 part rows gated)
-constexpr int kStageBlocks = 4;                     // blocks of k per stage (72 bytes of a Q4_0 row)
-constexpr int kMaxTiles = 2;                        // token tiles of 16: 32 tokens at most
-constexpr int kMaxSplits = 16, kMinSplitStages = 2; // split-K: at most 16, each >= 2 stages
+constexpr int kStageBlocks = 8;                     // blocks of k per stage
+constexpr int kWRowBytes = kStageBlocks * int(sizeof(minfer_block_q4_0));  // 144: nine 16-byte pieces
+constexpr int kXRunBytes = int(sizeof(minfer_cuda_q8_act4));               // 160: four blocks of a token
+constexpr int kXStageBytes = 2 * kXRunBytes, kXStride = kXStageBytes + 16; // 320 in 336
+constexpr int kMaxTiles = 4;                        // token tiles of 8: 32 tokens at most (MMQ from 64)
+constexpr int kMinBlocks = 2;                       // blocks per SM the registers must allow
 constexpr int kParts = 3;
-// Shared rows: a weight row's stage (72 bytes) in 80, so the 8 rows a warp's lanes read at
-// once start 20 words apart (distinct banks); a token's stage (256 bytes) in 320, so the two
-// tokens of each 8-lane phase of a 16-byte read are 64 bytes apart mod 128.
-constexpr int kWStride = 80, kXStride = 160;        // bytes, halves
-constexpr int kWPieces = 9;                         // 8-byte pieces of a row's stage
+static_assert(kWRowBytes % 16 == 0 && (kWRowBytes / 4) % 8 == 4, "rows g of a warp's read on distinct banks");
+static_assert((kXStride / 4) % 8 == 4, "tokens g of a warp's read on distinct banks");
+
+// Stages in the pipeline: two blocks an SM, each with two or three stages (36-54 KiB of
+// weights) in flight while it works on one. Measured (H200, 7B gate at 4 and 16 tokens):
+// three stages at three blocks an SM were 4-25% slower.
+constexpr int stages_for(int tiles) { return tiles <= 2 ? 4 : 3; }
+constexpr size_t stage_bytes(int tiles) { return size_t(kBlockRows) * kWRowBytes + size_t(8 * tiles) * kXStride; }
+constexpr size_t smem_bytes(int tiles) { return stages_for(tiles) * stage_bytes(tiles); }
 
 struct FewParts {
   const void *w[kParts];
@@ -62,9 +64,7 @@ struct FewParts {
   int add_broadcast[kParts];
   const void *up;  // gated (one part, the gate): y = act(gate x) * (up x)
   int act;         // MINFER_CUDA_GLU_*
-  int splits;
-  float *partials;  // splits > 1: split z of part p at partials + z * stride + off[p], [tokens][m]
-  int64_t partial_stride, partial_off[kParts];
+  float *partials;  // two slots a block of kBlockRows x tokens sums (see first_item)
 };
 
 template <class T>
@@ -72,184 +72,271 @@ __device__ __forceinline__ T pick(const T (&a)[kParts], int p) {
   return p == 0 ? a[0] : p == 1 ? a[1] : a[2];
 }
 
-// Position of slot s (0..31) of a converted 32-value block: lane q's 8 slots 8q..8q+7 hold
-// positions 4q, 4q+2, 4q+1, 4q+3, then the same plus 16 (the order the weight words unpack in).
-__device__ __forceinline__ int slot_position(int s) {
-  const int q = s >> 3, i = s & 7;
-  return (i >= 4 ? 16 : 0) + 4 * q + ((i & 3) == 1 ? 2 : (i & 3) == 2 ? 1 : (i & 3));
+// Row block rb's part, its rows and its first part row.
+struct RowBlock {
+  int p;
+  int64_t m, base;
+};
+template <bool kGated>
+__device__ __forceinline__ RowBlock row_block(const FewParts &parts, int64_t rb) {
+  const int p = rb < parts.blocks_end[0] ? 0 : rb < parts.blocks_end[1] ? 1 : 2;
+  return {p, pick(parts.m, p), (rb - (p == 0 ? 0 : pick(parts.blocks_end, p - 1))) * (kGated ? kBlockRows / 2 : kBlockRows)};
 }
 
-// x [tokens][k] f32 -> xh [16 * tiles][k] f16, each 32-value block in slot order; rows past
-// the tokens are zeros.
-__global__ void few_token_x_kernel(const float *x, __half *xh, int64_t k, int64_t tokens, int64_t rows) {
-  MINFER_GRID_STRIDE(i, rows * k) {
-    const int64_t t = i / k, c = i - t * k, b = c & ~int64_t(31);
-    const float v = t < tokens ? x[t * k + b + slot_position(int(c & 31))] : 0.0f;
-    xh[i] = __float2half_rn(v);
-  }
+// Stream-K: the work is (row block, stage) items, rb * stages + s, cut evenly over the grid:
+// block c takes [first_item(c), first_item(c + 1)). A row block inside one block's range is
+// written out by it; one cut by a range's ends leaves partial sums in the slots of the blocks
+// that share it (slot 0 when the row block is where that block's range starts, else slot 1),
+// which few_token_sum_kernel adds up in block order: the same result every run.
+__host__ __device__ __forceinline__ int64_t first_item(int64_t c, int64_t total, int64_t grid) { return c * total / grid; }
+__device__ __forceinline__ int64_t block_of_item(int64_t i, int64_t total, int64_t grid) { return ((i + 1) * grid - 1) / total; }
+
+// Shared row lr of a block (0..127) is warp lr / 32's row lr % 32: part row base + lr
+// (gated: rows 0..15 of a warp are the gate's part rows base + 16 (lr / 32) + lr % 32, 16..31
+// the same rows of up).
+template <bool kGated>
+__device__ __forceinline__ int64_t part_row(int64_t base, int lr) {
+  return kGated ? base + 16 * (lr >> 5) + (lr & 15) : base + lr;
 }
 
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+__device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+               : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
 }
 
-// (word >> shift) & 0x000F000F as two f16 of 1024 + nibble, then d * (nibble - 8).
-template <int kShift>
-__device__ __forceinline__ uint32_t dequant_pair(uint32_t word, __half2 d) {
-  const uint32_t bits = ((word >> kShift) & 0x000F000Fu) | 0x64006400u;
-  const __half2 v = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&bits), __half2half2(__ushort_as_half(0x6408))), d);  // 0x6408: 1032
-  return *reinterpret_cast<const uint32_t *>(&v);
+// A row's quantized word q of block u (0..7) of a stage and the block's scale. Blocks come in
+// pairs of 36 bytes (nine words): the odd block's 16 bytes are words 5..8, the even one's
+// straddle words 0..4 by two bytes.
+__device__ __forceinline__ uint32_t q4_word(const uint32_t *row, int u, int q) {
+  const uint32_t *pair = row + 9 * (u >> 1);
+  return (u & 1) ? pair[5 + q] : __byte_perm(pair[q], pair[q + 1], 0x5432);
+}
+__device__ __forceinline__ float q4_scale(const uint32_t *row, int u) {
+  const uint32_t *pair = row + 9 * (u >> 1);
+  return __half2float(__ushort_as_half((u & 1) ? uint16_t(pair[4] >> 16) : uint16_t(pair[0])));
 }
 
 template <int kTiles, bool kGated>
-__global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 4 : 3) few_token_mma_kernel(const __grid_constant__ FewParts parts, const __half *xh, int64_t k,
-                                                                     int64_t tokens) {
-  constexpr int kTok = 16 * kTiles;
-  constexpr int kPartRows = kGated ? kWarpRows / 2 : kWarpRows;  // rows of the part per warp
-  __shared__ __align__(16) uint8_t wsm[2][kBlockRows][kWStride];
-  __shared__ __align__(16) __half xsm[2][kTok][kXStride];
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) few_token_mma_kernel(const __grid_constant__ FewParts parts,
+                                                                                const minfer_cuda_q8_act4 *x, int64_t k, int64_t tokens) {
+  constexpr int kStages = stages_for(kTiles), kTok = 8 * kTiles;
+  constexpr int kWPieces = kBlockRows * (kWRowBytes / 16) / (kWarps * 32);  // 9 a thread a stage
+  constexpr int kXPieces = kTok * (kXStageBytes / 16);                      // 20 a token
+  extern __shared__ __align__(16) uint8_t smem[];
+  const auto wsm = [&](int buf) { return smem + size_t(buf) * stage_bytes(kTiles); };
+  const auto xsm = [&](int buf) { return wsm(buf) + kBlockRows * kWRowBytes; };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int64_t nb = k / 32, stages = nb / kStageBlocks, units = parts.blocks_end[kParts - 1] * parts.splits;
-  for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    const int64_t rb = unit / parts.splits;
-    const int split = int(unit - rb * parts.splits);
-    const int p = rb < parts.blocks_end[0] ? 0 : rb < parts.blocks_end[1] ? 1 : 2;
-    const int64_t m = pick(parts.m, p);
-    const int64_t base = (rb - (p == 0 ? 0 : pick(parts.blocks_end, p - 1))) * (kWarps * kPartRows);  // the block's first part row
-    // The pieces this thread copies each stage: shared row i is warp i / 32's tile (i / 8) % 4,
-    // lane row i % 8 (gated: tiles 2 and 3 are up's rows); rows past the end copy the last row.
-    // Found again each stage: keeping nine pointers cost a block per SM of registers.
-    const auto source = [&](int i) {
-      const int r = (i >> 3) & 3;
-      const bool up = kGated && r >= kRowTiles / 2;
-      const int64_t o_want = base + (i >> 5) * kPartRows + 8 * (up ? r - kRowTiles / 2 : r) + (i & 7), o = o_want < m ? o_want : m - 1;
-      return static_cast<const uint8_t *>(up ? parts.up : pick(parts.w, p)) + o * nb * int64_t(sizeof(minfer_block_q4_0));
-    };
-    const auto issue = [&](int64_t s, int buf) {
+  const int64_t nb = k / 32, stages = nb / kStageBlocks, runs = (nb + 3) / 4, row_bytes = nb * int64_t(sizeof(minfer_block_q4_0));
+  const int64_t total = parts.blocks_end[kParts - 1] * stages;
+  const int64_t i0 = first_item(blockIdx.x, total, gridDim.x), i1 = first_item(blockIdx.x + 1, total, gridDim.x);
+
+  // The copies: item ii's weight pieces (a thread's nine keep their rows through a row block;
+  // rows past the end copy the last row) and its stage of every token (zeros past the tokens).
+  int64_t ii = i0, rb_issued = -1;
+  const uint8_t *src[kWPieces];
+  const auto issue = [&](int buf) {
+    if (ii < i1) {
+      const int64_t rb = ii / stages, s = ii - rb * stages;
+      if (rb != rb_issued) {
+        rb_issued = rb;
+        const RowBlock b = row_block<kGated>(parts, rb);
+        const uint8_t *w = static_cast<const uint8_t *>(pick(parts.w, b.p)), *up = static_cast<const uint8_t *>(parts.up);
 #pragma unroll
-      for (int j = 0; j < kWPieces; ++j) {
-        const int idx = threadIdx.x + kWarps * 32 * j, i = idx / kWPieces, piece = idx % kWPieces;
-        cp_async_zfill<8>(&wsm[buf][i][8 * piece], source(i) + s * kStageBlocks * int64_t(sizeof(minfer_block_q4_0)) + 8 * piece, 8);
+        for (int j = 0; j < kWPieces; ++j) {
+          const int idx = threadIdx.x + kWarps * 32 * j, lr = idx / (kWRowBytes / 16), piece = idx % (kWRowBytes / 16);
+          const int64_t o_want = part_row<kGated>(b.base, lr), o = o_want < b.m ? o_want : b.m - 1;
+          src[j] = (kGated && (lr & 16) ? up : w) + o * row_bytes + 16 * piece;
+        }
       }
+      uint8_t *ws = wsm(buf);
 #pragma unroll
-      for (int j = 0; j < kTok * 16 / (kWarps * 32); ++j) {  // a token's stage: 16 pieces of 16 bytes
-        const int idx = threadIdx.x + kWarps * 32 * j, t = idx >> 4, piece = idx & 15;
-        cp_async16(&xsm[buf][t][8 * piece], xh + t * k + s * kStageBlocks * 32 + 8 * piece);
+      for (int j = 0; j < kWPieces; ++j) cp_async16(ws + (threadIdx.x + kWarps * 32 * j) * 16, src[j] + s * kWRowBytes);
+      uint8_t *xs = xsm(buf);
+#pragma unroll
+      for (int j = 0; j < (kXPieces + kWarps * 32 - 1) / (kWarps * 32); ++j) {
+        const int idx = threadIdx.x + kWarps * 32 * j, t = idx / (kXStageBytes / 16), piece = idx % (kXStageBytes / 16);
+        if (kXPieces % (kWarps * 32) != 0 && idx >= kXPieces) break;
+        const bool live = t < tokens;
+        const uint8_t *from = reinterpret_cast<const uint8_t *>(x + (live ? t : 0) * runs + 2 * s) + 16 * piece;
+        cp_async16_zfill(xs + t * kXStride + 16 * piece, from, live ? 16 : 0);
       }
-      cp_async_commit();
-    };
-    float acc[kTiles][kRowTiles][4];
+      ++ii;
+    }
+    cp_async_commit();  // empty groups past the range keep the wait count simple
+  };
+
+  float acc[kTiles][kRowTiles][4];
+  const auto clear = [&] {
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll
       for (int r = 0; r < kRowTiles; ++r) acc[t][r][0] = acc[t][r][1] = acc[t][r][2] = acc[t][r][3] = 0.0f;
-    const int64_t s0 = stages * split / parts.splits, s1 = stages * (split + 1) / parts.splits;
-    issue(s0, 0);
-    for (int64_t s = s0; s < s1; ++s) {
-      const int buf = int(s - s0) & 1;
-      if (s + 1 < s1) {
-        issue(s + 1, buf ^ 1);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();
+  };
+  // acc[t][r][i]: shared row 32 warp + 16 r + g + 8 (i / 2), token 8 t + 2 q + i % 2.
+  const auto flush = [&](int64_t rb, bool whole, int slot) {
+    if (!whole) {
+      float *out = parts.partials + (2 * int64_t(blockIdx.x) + slot) * kBlockRows * tokens;
 #pragma unroll
-      for (int u = 0; u < kStageBlocks; ++u) {
-        uint4 lo[kTiles], hi[kTiles];  // tokens 16t + g and 16t + g + 8: slots 8q..8q+7 of block u
+      for (int t = 0; t < kTiles; ++t)
 #pragma unroll
-        for (int t = 0; t < kTiles; ++t) {
-          lo[t] = *reinterpret_cast<const uint4 *>(&xsm[buf][16 * t + g][32 * u + 8 * q]);
-          hi[t] = *reinterpret_cast<const uint4 *>(&xsm[buf][16 * t + g + 8][32 * u + 8 * q]);
-        }
+        for (int r = 0; r < kRowTiles; ++r)
 #pragma unroll
-        for (int r = 0; r < kRowTiles; ++r) {
-          const uint16_t *b = reinterpret_cast<const uint16_t *>(&wsm[buf][warp * kWarpRows + 8 * r + g][18 * u]);
-          const uint32_t word = uint32_t(b[1 + 2 * q]) | (uint32_t(b[2 + 2 * q]) << 16);
-          const __half2 d = __half2half2(__ushort_as_half(b[0]));
-          const uint32_t b00 = dequant_pair<0>(word, d), b01 = dequant_pair<8>(word, d);
-          const uint32_t b10 = dequant_pair<4>(word, d), b11 = dequant_pair<12>(word, d);
-#pragma unroll
-          for (int t = 0; t < kTiles; ++t) {
-            const uint32_t a0[4] = {lo[t].x, hi[t].x, lo[t].y, hi[t].y}, a1[4] = {lo[t].z, hi[t].z, lo[t].w, hi[t].w};
-            mma_f16(acc[t][r], a0, b00, b01);
-            mma_f16(acc[t][r], a1, b10, b11);
+          for (int i = 0; i < 4; ++i) {
+            const int64_t tok = 8 * t + 2 * q + (i & 1);
+            if (tok < tokens) out[tok * kBlockRows + warp * kWarpRows + 16 * r + g + 8 * (i >> 1)] = acc[t][r][i];
           }
-        }
-      }
-      __syncthreads();  // this buffer is refilled next stage
+      return;
     }
-    const int64_t o0 = base + warp * kPartRows;
-    if (o0 >= m) continue;
-    // acc[t][r][h * 2 + j]: token 16t + g + 8h, row 8r + 2q + j of the warp's tiles.
-    float *const y = parts.splits > 1 ? parts.partials + split * parts.partial_stride + pick(parts.partial_off, p) : pick(parts.y, p);
-    const float *const add = parts.splits > 1 ? nullptr : pick(parts.add, p);
-    const bool bcast = pick(parts.add_broadcast, p) != 0;
+    const RowBlock b = row_block<kGated>(parts, rb);
+    float *const y = pick(parts.y, b.p);
+    const float *const add = pick(parts.add, b.p);
+    const bool bcast = pick(parts.add_broadcast, b.p) != 0;
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll
-      for (int r = 0; r < (kGated ? kRowTiles / 2 : kRowTiles); ++r)
+      for (int r = 0; r < (kGated ? 1 : kRowTiles); ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t tok = 16 * t + g + 8 * h, o = o0 + 8 * r + 2 * q;
-          if (tok >= tokens || o >= m) continue;
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            if (o + j >= m) break;
-            float v = acc[t][r][2 * h + j];
-            if (kGated) v = glu(parts.act, v, acc[t][r + kRowTiles / 2][2 * h + j]);
-            const int64_t at = tok * m + o + j;
-            y[at] = add ? v + add[bcast ? o + j : at] : v;
-          }
+        for (int i = 0; i < 4; ++i) {
+          const int64_t tok = 8 * t + 2 * q + (i & 1), o = part_row<kGated>(b.base, warp * kWarpRows + 16 * r + g + 8 * (i >> 1));
+          if (tok >= tokens || o >= b.m) continue;
+          float v = acc[t][r][i];
+          if (kGated) v = glu(parts.act, v, acc[t][1][i]);
+          const int64_t at = tok * b.m + o;
+          y[at] = add ? v + add[bcast ? o : at] : v;
         }
+  };
+
+#pragma unroll
+  for (int b = 0; b < kStages - 1; ++b) issue(b);
+  clear();
+  for (int64_t ic = i0; ic < i1; ++ic) {
+    const int n = int((ic - i0) % kStages);
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // item ic is in; everyone is done with the buffer refilled next
+    issue((n + kStages - 1) % kStages);
+    const auto *wrows = reinterpret_cast<const uint32_t *>(wsm(n) + warp * kWarpRows * kWRowBytes);
+    const uint8_t *xs = xsm(n);
+#pragma unroll
+    for (int u = 0; u < kStageBlocks; ++u) {
+      // Token tile t: b0, b1 of token 8t + g; the scales of tokens 8t + 2q and 8t + 2q + 1.
+      uint32_t b0[kTiles], b1[kTiles];
+      float2 ds0[kTiles], ds1[kTiles];
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) {
+        const uint8_t *run = xs + (8 * t + g) * kXStride + (u >> 2) * kXRunBytes + 32 + 32 * (u & 3);
+        b0[t] = *reinterpret_cast<const uint32_t *>(run + 4 * q);
+        b1[t] = *reinterpret_cast<const uint32_t *>(run + 16 + 4 * q);
+        const uint8_t *sc = xs + (8 * t + 2 * q) * kXStride + (u >> 2) * kXRunBytes + 8 * (u & 3);
+        ds0[t] = *reinterpret_cast<const float2 *>(sc);
+        ds1[t] = *reinterpret_cast<const float2 *>(sc + kXStride);
+        ds0[t].y *= -8.0f, ds1[t].y *= -8.0f;
+      }
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r) {
+        const uint32_t *row_lo = wrows + (16 * r + g) * (kWRowBytes / 4), *row_hi = row_lo + 8 * (kWRowBytes / 4);
+        const uint32_t w_lo = q4_word(row_lo, u, q), w_hi = q4_word(row_hi, u, q);
+        const float d_lo = q4_scale(row_lo, u), d_hi = q4_scale(row_hi, u);
+        const uint32_t a0 = w_lo & 0x0F0F0F0Fu, a1 = w_hi & 0x0F0F0F0Fu, a2 = (w_lo >> 4) & 0x0F0F0F0Fu, a3 = (w_hi >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+        for (int t = 0; t < kTiles; ++t) {
+          int c[4];
+          mma_s8(c, a0, a1, a2, a3, b0[t], b1[t]);
+          // c[2h + j]: row g + 8h of the tile, token 8t + 2q + j.
+          acc[t][r][0] = fmaf(d_lo, fmaf(ds0[t].x, float(c[0]), ds0[t].y), acc[t][r][0]);
+          acc[t][r][1] = fmaf(d_lo, fmaf(ds1[t].x, float(c[1]), ds1[t].y), acc[t][r][1]);
+          acc[t][r][2] = fmaf(d_hi, fmaf(ds0[t].x, float(c[2]), ds0[t].y), acc[t][r][2]);
+          acc[t][r][3] = fmaf(d_hi, fmaf(ds1[t].x, float(c[3]), ds1[t].y), acc[t][r][3]);
+        }
+      }
+    }
+    const int64_t rb = ic / stages, s = ic - rb * stages;
+    if (s == stages - 1 || ic == i1 - 1) {  // the end of this block's part of row block rb
+      const int64_t seg0 = rb * stages > i0 ? rb * stages : i0;
+      flush(rb, seg0 == rb * stages && s == stages - 1, seg0 == i0 ? 0 : 1);
+      clear();
+    }
   }
+  cp_async_wait<0>();
 }
 
-// y = the splits' partials summed in split order, plus the add.
-__global__ void few_token_sum_kernel(const __grid_constant__ FewParts parts, int64_t tokens) {
-  const int64_t n0 = tokens * parts.m[0], n1 = n0 + tokens * parts.m[1], n = n1 + tokens * parts.m[2];
-  MINFER_GRID_STRIDE(i, n) {
-    const int p = i < n0 ? 0 : i < n1 ? 1 : 2;
-    const int64_t j = i - (p == 0 ? 0 : p == 1 ? n0 : n1), m = pick(parts.m, p);
-    float v = 0.0f;
-    for (int z = 0; z < parts.splits; ++z) v += parts.partials[z * parts.partial_stride + pick(parts.partial_off, p) + j];
-    const float *add = pick(parts.add, p);
-    if (add) v += add[pick(parts.add_broadcast, p) ? j % m : j];
-    pick(parts.y, p)[j] = v;
+// The row blocks that stream-K cut: a block per row block and token, a thread per shared row;
+// y = the partial sums of the blocks that shared the row block, in block order, plus the add
+// (gated: act(gate) * up of the summed gate and up rows).
+template <bool kGated>
+__global__ void __launch_bounds__(kBlockRows) few_token_sum_kernel(const __grid_constant__ FewParts parts, int64_t tokens, int64_t stages,
+                                                                  int64_t grid) {
+  const int64_t rb = blockIdx.x / tokens, tok = blockIdx.x - rb * tokens, total = parts.blocks_end[kParts - 1] * stages;
+  const int64_t c0 = block_of_item(rb * stages, total, grid), c1 = block_of_item(rb * stages + stages - 1, total, grid);
+  const int lr = threadIdx.x;
+  if (c0 == c1 || (kGated && (lr & 16))) return;  // whole in one block, written by it; up rows ride with their gate rows
+  const RowBlock b = row_block<kGated>(parts, rb);
+  const int64_t o = part_row<kGated>(b.base, lr);
+  if (o >= b.m) return;
+  const int64_t slot = kBlockRows * tokens, at = tok * kBlockRows + lr;
+  const float *in = parts.partials + (2 * c0 + (first_item(c0, total, grid) < rb * stages ? 1 : 0)) * slot + at;
+  float v = in[0], u = kGated ? in[16] : 0.0f;
+  in = parts.partials + 2 * (c0 + 1) * slot + at;  // slot 0 of the later blocks: the row block starts their ranges
+#pragma unroll 4
+  for (int64_t c = c0 + 1; c <= c1; ++c, in += 2 * slot) {
+    v += in[0];
+    if (kGated) u += in[16];
   }
+  if (kGated) v = glu(parts.act, v, u);
+  const int64_t y_at = tok * b.m + o;
+  const float *const add = pick(parts.add, b.p);
+  pick(parts.y, b.p)[y_at] = add ? v + add[pick(parts.add_broadcast, b.p) ? o : y_at] : v;
 }
 
-int64_t token_tiles(int64_t tokens) { return tokens <= 16 ? 1 : 2; }
+int token_tiles(int64_t tokens) { return tokens <= 8 ? 1 : tokens <= 16 ? 2 : 4; }
 
-// The parts' row blocks, and the split that fills the GPU: about two blocks per SM.
+// Blocks of this kernel an SM holds (its shared memory decides), asked once per instantiation.
+template <int kTiles, bool kGated>
+int blocks_per_sm() {
+  static const int n = [] {
+    auto *kernel = few_token_mma_kernel<kTiles, kGated>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(kTiles))) != cudaSuccess) return 0;
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem_bytes(kTiles)) != cudaSuccess) return 0;
+    return blocks;
+  }();
+  return n;
+}
+
+template <int T, bool G>
+struct Shape {
+  static constexpr int kTiles = T;
+  static constexpr bool kGated = G;
+};
+
+// f(Shape<tiles, gated>{}) for the instantiation these tokens take.
+template <class F>
+auto visit_tiles(int64_t tokens, bool gated, F &&f) {
+  const int tiles = token_tiles(tokens);
+  if (gated) return tiles == 1 ? f(Shape<1, true>{}) : tiles == 2 ? f(Shape<2, true>{}) : f(Shape<4, true>{});
+  return tiles == 1 ? f(Shape<1, false>{}) : tiles == 2 ? f(Shape<2, false>{}) : f(Shape<4, false>{});
+}
+
+// The parts' row blocks and the grid: every slot of the GPU (blocks per SM x SMs), never more
+// blocks than items.
 struct Plan {
   FewParts parts{};
-  int64_t row_blocks = 0;
+  int64_t row_blocks = 0, stages = 0, grid = 0;
 };
-Plan plan(const minfer_cuda_mmq_part *in, int32_t n_parts, const void *up, int64_t k, int64_t tokens, int32_t sm_count) {
+Plan plan(const minfer_cuda_mmq_part *in, int32_t n_parts, const void *up, int64_t k, int32_t sm_count, int per_sm) {
   Plan pl;
   const int64_t part_rows = up ? kBlockRows / 2 : kBlockRows;
-  int64_t off = 0;
   for (int i = 0; i < kParts; ++i) {
     if (i < n_parts) {
       pl.parts.w[i] = in[i].w, pl.parts.y[i] = in[i].y, pl.parts.add[i] = in[i].add, pl.parts.m[i] = in[i].m;
       pl.parts.add_broadcast[i] = in[i].add_broadcast;
       pl.row_blocks += (in[i].m + part_rows - 1) / part_rows;
-      pl.parts.partial_off[i] = off;
-      off += tokens * in[i].m;
     }
     pl.parts.blocks_end[i] = pl.row_blocks;
   }
   pl.parts.up = up;
-  pl.parts.partial_stride = off;
-  // Blocks to aim at: enough warps per SM to keep the weight stream going (each warp has one
-  // stage in flight), fewer where the partials of many tokens would cost more than they hide.
-  const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * (tokens <= 16 ? 6 : tokens <= 32 ? 4 : 2);
-  int64_t splits = up ? 1 : std::min<int64_t>({kMaxSplits, (want + pl.row_blocks - 1) / pl.row_blocks, std::max<int64_t>(1, (k / (32 * kStageBlocks)) / kMinSplitStages)});
-  pl.parts.splits = int(std::max<int64_t>(1, splits));
+  pl.stages = k / (32 * kStageBlocks);
+  pl.grid = std::min<int64_t>(int64_t(sm_count > 0 ? sm_count : 132) * std::max(1, per_sm), pl.row_blocks * pl.stages);
   return pl;
 }
 
@@ -259,49 +346,43 @@ Plan plan(const minfer_cuda_mmq_part *in, int32_t n_parts, const void *up, int64
 using namespace minfer::cuda;
 
 extern "C" int minfer_cuda_few_token_mma_supported(int32_t dtype, int64_t k, int64_t tokens) {
-  return dtype == MINFER_DTYPE_Q4_0 && k % (32 * kStageBlocks) == 0 && tokens >= 1 && tokens <= 16 * kMaxTiles;
+  return dtype == MINFER_DTYPE_Q4_0 && k % (32 * kStageBlocks) == 0 && tokens >= 1 && tokens <= 8 * kMaxTiles;
 }
 
-extern "C" size_t minfer_cuda_few_token_x_bytes(int64_t k, int64_t tokens) {
-  return size_t(16 * token_tiles(tokens)) * size_t(k) * sizeof(__half);
-}
-
-extern "C" cudaError_t minfer_cuda_few_token_x(minfer_cuda_launch_cfg *cfg, const float *x, void *xh, int64_t k, int64_t tokens) {
-  if (k % (32 * kStageBlocks) || tokens < 1 || tokens > 16 * kMaxTiles) return cudaErrorInvalidValue;
-  if (reinterpret_cast<uintptr_t>(xh) % 16) return cudaErrorMisalignedAddress;  // read as 16-byte pieces
-  const int64_t rows = 16 * token_tiles(tokens);
-  few_token_x_kernel<<<grid_for(cfg, rows * k), kBlock, 0, cfg->stream>>>(x, static_cast<__half *>(xh), k, tokens, rows);
-  return launched(cfg, "few_token_x_kernel");
+static int per_sm_for(int64_t tokens, bool gated) {
+  return visit_tiles(tokens, gated, [](auto s) { return blocks_per_sm<decltype(s)::kTiles, decltype(s)::kGated>(); });
 }
 
 extern "C" size_t minfer_cuda_few_token_partials_bytes(const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int64_t k,
                                                        int64_t tokens, int32_t sm_count) {
-  if (n_parts < 1 || n_parts > kParts) return 0;
-  const Plan pl = plan(parts, n_parts, up, k, tokens, sm_count);
-  return pl.parts.splits > 1 ? size_t(pl.parts.splits) * size_t(pl.parts.partial_stride) * sizeof(float) : 0;
+  if (n_parts < 1 || n_parts > kParts || tokens < 1 || tokens > 8 * kMaxTiles) return 0;
+  const Plan pl = plan(parts, n_parts, up, k, sm_count, per_sm_for(tokens, up != nullptr));
+  return size_t(2 * pl.grid) * kBlockRows * size_t(tokens) * sizeof(float);
 }
 
 extern "C" cudaError_t minfer_cuda_few_token_mma(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *in, int32_t n_parts,
-                                                 const void *up, int32_t act, const void *xh, int64_t k, int64_t tokens, int32_t sm_count,
+                                                 const void *up, int32_t act, const void *xq, int64_t k, int64_t tokens, int32_t sm_count,
                                                  float *partials) {
   if (!minfer_cuda_few_token_mma_supported(dtype, k, tokens)) return cudaErrorNotSupported;
-  if (n_parts < 1 || n_parts > kParts || (up && n_parts != 1)) return cudaErrorInvalidValue;
-  Plan pl = plan(in, n_parts, up, k, tokens, sm_count);
-  if (pl.parts.splits > 1 && !partials) return cudaErrorInvalidValue;  // minfer_cuda_few_token_partials_bytes said how much
-  pl.parts.partials = partials;
+  if (n_parts < 1 || n_parts > kParts || (up && n_parts != 1) || !partials) return cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(xq) % 16 || reinterpret_cast<uintptr_t>(up) % 16) return cudaErrorMisalignedAddress;  // 16-byte pieces
+  for (int i = 0; i < n_parts; ++i)
+    if (reinterpret_cast<uintptr_t>(in[i].w) % 16) return cudaErrorMisalignedAddress;
+  const int per_sm = per_sm_for(tokens, up != nullptr);
+  if (per_sm < 1) return cudaErrorNotSupported;  // the shared memory it wants is not there
+  Plan pl = plan(in, n_parts, up, k, sm_count, per_sm);
+  pl.parts.partials = partials;  // minfer_cuda_few_token_partials_bytes said how much
   pl.parts.act = act;
-  const int64_t units = pl.row_blocks * pl.parts.splits;
-  const unsigned grid = unsigned(std::min<int64_t>(units, cfg->max_blocks));
-  const auto *x = static_cast<const __half *>(xh);
-  const int64_t tiles = token_tiles(tokens);
-  const auto run = [&](auto kernel) { kernel<<<grid, kWarps * 32, 0, cfg->stream>>>(pl.parts, x, k, tokens); };
-  if (up) tiles == 1 ? run(few_token_mma_kernel<1, true>) : run(few_token_mma_kernel<2, true>);
-  else tiles == 1 ? run(few_token_mma_kernel<1, false>) : run(few_token_mma_kernel<2, false>);
+  const auto *x = static_cast<const minfer_cuda_q8_act4 *>(xq);
+  visit_tiles(tokens, up != nullptr, [&](auto s) {
+    constexpr int T = decltype(s)::kTiles;
+    few_token_mma_kernel<T, decltype(s)::kGated><<<unsigned(pl.grid), kWarps * 32, smem_bytes(T), cfg->stream>>>(pl.parts, x, k, tokens);
+    return 0;
+  });
   cudaError_t e = launched(cfg, up ? (act == MINFER_CUDA_GLU_GELU ? "few_token_mma_kernel (gate, up, gelu)" : "few_token_mma_kernel (gate, up, silu)")
                                      : "few_token_mma_kernel", dtype);
-  if (e != cudaSuccess || pl.parts.splits == 1) return e;
-  int64_t n = 0;
-  for (int i = 0; i < n_parts; ++i) n += tokens * in[i].m;
-  few_token_sum_kernel<<<grid_for(cfg, n), kBlock, 0, cfg->stream>>>(pl.parts, tokens);
+  if (e != cudaSuccess || (pl.grid <= pl.row_blocks && pl.row_blocks % pl.grid == 0)) return e;  // no row block cut
+  if (up) few_token_sum_kernel<true><<<unsigned(pl.row_blocks * tokens), kBlockRows, 0, cfg->stream>>>(pl.parts, tokens, pl.stages, pl.grid);
+  else few_token_sum_kernel<false><<<unsigned(pl.row_blocks * tokens), kBlockRows, 0, cfg->stream>>>(pl.parts, tokens, pl.stages, pl.grid);
   return launched(cfg, "few_token_sum_kernel", dtype);
 }

@@ -232,19 +232,17 @@ int minfer_cuda_mmq_glu_supported(int32_t dtype);
 cudaError_t minfer_cuda_mmq_glu(minfer_cuda_launch_cfg *cfg, int32_t dtype, int32_t act, const void *gate, const void *up, const void *xq,
                                 float *y, int64_t k, int64_t m, int64_t tokens);
 
-/* few_token_mma.cu: a few tokens (1..64; batched decode steps) on f16 tensor cores, the
- * weights dequantized in registers (Q4_0 so far: minfer_cuda_few_token_mma_supported). x is
- * converted first by minfer_cuda_few_token_x into xh (16-byte aligned,
- * minfer_cuda_few_token_x_bytes); the parts (or a gate with its up: y = act(gate x) * (up x))
- * in one launch, split over k where the rows would not fill the GPU, into `partials`
- * (minfer_cuda_few_token_partials_bytes; 0: no split) summed in a fixed order. */
+/* few_token_mma.cu: a few tokens (1..32; batched decode steps) on int8 tensor cores, the
+ * weights' nibbles read in place (Q4_0 so far: minfer_cuda_few_token_mma_supported), x
+ * quantized as for MMQ (minfer_cuda_quantize_mmq_x); the parts (or a gate with its up: y =
+ * act(gate x) * (up x)) in one launch, the work cut evenly over the GPU (stream-K), row
+ * blocks cut between blocks summed in a fixed order from `partials`
+ * (minfer_cuda_few_token_partials_bytes) by a second kernel. */
 int minfer_cuda_few_token_mma_supported(int32_t dtype, int64_t k, int64_t tokens);
-size_t minfer_cuda_few_token_x_bytes(int64_t k, int64_t tokens);
-cudaError_t minfer_cuda_few_token_x(minfer_cuda_launch_cfg *cfg, const float *x, void *xh, int64_t k, int64_t tokens);
 size_t minfer_cuda_few_token_partials_bytes(const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int64_t k,
                                             int64_t tokens, int32_t sm_count);
 cudaError_t minfer_cuda_few_token_mma(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts,
-                                      const void *up, int32_t act, const void *xh, int64_t k, int64_t tokens, int32_t sm_count,
+                                      const void *up, int32_t act, const void *xq, int64_t k, int64_t tokens, int32_t sm_count,
                                       float *partials);
 
 /* matmul.cu: y[t][o] = sum_i W[o][i] x[t][i] for W of any weight dtype; one warp per row. */
