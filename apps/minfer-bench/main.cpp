@@ -1,7 +1,10 @@
 // apps/minfer-bench — prompt-processing and generation speed, the way llama-bench measures it.
-//   minfer-bench -m MODEL.gguf [--config RUN.yaml] [-p 512] [-n 128] [-r 5] [-t THREADS] [--json]
-// pp: one step over p prompt tokens from an empty cache; tg: n single-token steps from an empty
-// cache. One warm-up run of each test is not counted; mean ± sd over -r repetitions.
+//   minfer-bench -m MODEL.gguf [--config RUN.yaml] [-p 512,...] [-n 128,...] [-d 0,...] [-r 5] [-t THREADS] [--json]
+// pp: p prompt tokens fed after d tokens already in the cache; tg: n single-token steps after
+// d tokens (d = 0: an empty cache). Every p and every n runs at every d, the depth's tokens
+// fed again before each repetition and not timed. One warm-up run of each test is not
+// counted; mean ± sd over -r repetitions.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,7 +31,7 @@
 namespace {
 
 const char *kUsage =
-    "usage: minfer-bench -m MODEL.gguf [--config RUN.yaml] [-p N] [-n N] [-r N] [-t THREADS] [--json]\n"
+    "usage: minfer-bench -m MODEL.gguf [--config RUN.yaml] [-p N,...] [-n N,...] [-d N,...] [-r N] [-t THREADS] [--json]\n"
     "       minfer-bench --op matmul --type TYPE -k K --rows M --tokens N [--config RUN.yaml] [-r N]\n"
     "       minfer-bench -m MODEL.gguf --parallel 1,4,16,64 [--npp 512] [--ntg 128] [-b N] [--config RUN.yaml] [--json]\n"
     "  --parallel B,...  many sequences at once (continuous batching), as llama-batched-bench prints it:\n"
@@ -38,16 +41,42 @@ const char *kUsage =
     "                 of TYPE: f32, f16, q4_0, q8_0, q4_k, ...) x (N x K); -r calls (default 20)\n"
     "  -m FILE        model to measure\n"
     "  --config FILE  backends, placement and options (default: the cpu backend)\n"
-    "  -p N           prompt tokens for the pp test (default 512; 0 skips it)\n"
-    "  -n N           tokens for the tg test (default 128; 0 skips it)\n"
+    "  -p N,...       prompt tokens of each pp test (default 512; 0 skips it)\n"
+    "  -n N,...       generated tokens of each tg test (default 128; 0 skips it)\n"
+    "  -d, --n-depth N,...  tokens already in the cache before each test (default 0), shown as\n"
+    "                 'tg128 @ d4096'; every -p and -n runs at every depth\n"
     "  -r N           repetitions (default 5)\n"
     "  -t N           cpu threads (default: all cores)\n"
     "  --kv-type T    f16 (default) or f32\n"
     "  --json         JSON instead of a Markdown table\n";
 
+// "1,4,16" -> {1, 4, 16}, each in [lo, hi]; the flag names itself in the error.
+std::vector<int64_t> parse_counts(const std::string &flag, const std::string &list, int64_t lo, int64_t hi) {
+  std::vector<int64_t> out;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, comma - at);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception &) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v < lo || v > hi)
+      throw minfer::Error(flag + " takes a comma-separated list of counts from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                          ", not '" + list + "'");
+    out.push_back(v);
+    at = comma + 1;
+  }
+  return out;
+}
+
 struct Result {
-  std::string test;
-  int64_t tokens;
+  std::string test;   // "pp512", "tg128 @ d4096"
+  bool pp;
+  int64_t tokens, depth;
+  int64_t n_kv = 0;  // positions in the cache when a repetition ended: depth + tokens
   std::vector<double> tps;
   double mean() const {
     double s = 0;
@@ -69,7 +98,8 @@ int main(int argc, char **argv) {
   try {
     minfer::init_logging(spdlog::level::warn);
     std::string model_path, config_path, threads, kv = "f16";
-    int64_t p = 512, n = 128, reps = 5;
+    std::vector<int64_t> ps = {512}, ns = {128}, depths = {0};
+    int64_t reps = 5;
     bool as_json = false, reps_given = false;
     minfer::bench::OpBenchSpec op;
     bool op_mode = false, batched = false;
@@ -82,21 +112,14 @@ int main(int argc, char **argv) {
       };
       if (a == "-m") model_path = value();
       else if (a == "--config") config_path = value();
-      else if (a == "-p") p = std::stoll(value());
-      else if (a == "-n") n = std::stoll(value());
+      else if (a == "-p") ps = parse_counts(a, value(), 0, int64_t(1) << 24);
+      else if (a == "-n") ns = parse_counts(a, value(), 0, int64_t(1) << 24);
+      else if (a == "-d" || a == "--n-depth") depths = parse_counts(a, value(), 0, int64_t(1) << 24);
       else if (a == "-r") reps = std::stoll(value()), reps_given = true;
       else if (a == "--op") op.op = value(), op_mode = true;
       else if (a == "--parallel" || a == "-np") {
         batched = true;
-        bs.parallel.clear();
-        const std::string list = value();
-        for (size_t at = 0; at <= list.size();) {
-          const size_t comma = std::min(list.find(',', at), list.size());
-          const long long b = std::stoll(list.substr(at, comma - at));
-          if (b < 1 || b > 1024) throw minfer::Error("--parallel takes counts from 1 to 1024, not " + std::to_string(b));
-          bs.parallel.push_back(b);
-          at = comma + 1;
-        }
+        bs.parallel = parse_counts(a, value(), 1, 1024);
       }
       else if (a == "--npp") bs.npp = std::stoll(value());
       else if (a == "--ntg") bs.ntg = std::stoll(value());
@@ -122,7 +145,8 @@ int main(int argc, char **argv) {
       return 0;
     }
     if (model_path.empty()) throw minfer::Error(std::string("no model: give -m MODEL.gguf\n") + kUsage);
-    if (p < 0 || n < 0 || reps < 1 || (p == 0 && n == 0)) throw minfer::Error("-p and -n must be >= 0 (not both 0), -r >= 1");
+    std::erase(ps, 0), std::erase(ns, 0);  // 0: that test skipped
+    if (reps < 1 || (ps.empty() && ns.empty())) throw minfer::Error("nothing to run: -p and -n are both 0 (or -r < 1)");
     minfer::RunConfig cfg = config_path.empty() ? minfer::parse_run_config("backends: {cpu: {}}\n", "(default: cpu)")
                                                 : minfer::load_run_config(config_path);
     if (!threads.empty())
@@ -157,8 +181,10 @@ int main(int argc, char **argv) {
       return 0;
     }
     minfer::models::BuildOptions bo;
-    bo.n_ctx = std::max<int64_t>(p, n) + 16;
-    bo.max_batch = std::max<int64_t>(p, 1);
+    const int64_t max_p = ps.empty() ? 0 : *std::max_element(ps.begin(), ps.end()), max_n = ns.empty() ? 0 : *std::max_element(ns.begin(), ns.end());
+    const int64_t max_d = *std::max_element(depths.begin(), depths.end());
+    bo.n_ctx = std::max(max_p, max_n) + max_d + 16;
+    bo.max_batch = std::max<int64_t>(max_p, 1);  // the depth's tokens go in steps of this many too
     bo.kv_type = kv == "f32" ? MINFER_DTYPE_F32 : MINFER_DTYPE_F16;
     const auto model = minfer::models::load_model(file, bo);
     minfer::BackendSet backends = minfer::open_backends(cfg);
@@ -166,29 +192,39 @@ int main(int argc, char **argv) {
     minfer::Generator gen(*model, session);
 
     std::mt19937 rng(1234);
-    std::vector<int32_t> prompt(static_cast<size_t>(p));
-    for (auto &t : prompt) t = int32_t(rng() % uint32_t(model->hp.n_vocab));
-    using Clock = std::chrono::steady_clock;
-    auto run_pp = [&] {
-      gen.reset();
-      const auto t0 = Clock::now();
-      gen.feed(prompt);
-      return double(p) / std::chrono::duration<double>(Clock::now() - t0).count();
+    const auto random_tokens = [&](int64_t count) {
+      std::vector<int32_t> t(static_cast<size_t>(count));
+      for (auto &id : t) id = int32_t(rng() % uint32_t(model->hp.n_vocab));
+      return t;
     };
-    auto run_tg = [&] {
+    const std::vector<int32_t> prompt = random_tokens(max_p), context = random_tokens(max_d);
+    using Clock = std::chrono::steady_clock;
+    // One repetition: the depth's tokens into an empty cache, then the timed part.
+    auto run = [&](Result &r) {
       gen.reset();
-      int32_t tok = int32_t(rng() % uint32_t(model->hp.n_vocab));
+      if (r.depth > 0) gen.feed({context.begin(), context.begin() + r.depth});
       const auto t0 = Clock::now();
-      for (int64_t i = 0; i < n; ++i) gen.feed({tok});
-      return double(n) / std::chrono::duration<double>(Clock::now() - t0).count();
+      if (r.pp) {
+        gen.feed({prompt.begin(), prompt.begin() + r.tokens});
+      } else {
+        const int32_t tok = context.empty() ? 0 : context[0];
+        for (int64_t i = 0; i < r.tokens; ++i) gen.feed({tok});
+      }
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      r.n_kv = gen.n_past();
+      return double(r.tokens) / s;
     };
     std::vector<Result> results;
-    if (p > 0) results.push_back({"pp" + std::to_string(p), p, {}});
-    if (n > 0) results.push_back({"tg" + std::to_string(n), n, {}});
+    const auto add_tests = [&](bool pp, const std::vector<int64_t> &counts) {
+      for (int64_t c : counts)
+        for (int64_t d : depths)
+          results.push_back({(pp ? "pp" : "tg") + std::to_string(c) + (d > 0 ? " @ d" + std::to_string(d) : ""), pp, c, d, 0, {}});
+    };
+    add_tests(true, ps);
+    add_tests(false, ns);
     for (auto &r : results) {
-      const bool pp = r.test[0] == 'p';
-      pp ? run_pp() : run_tg();  // warm-up, not counted
-      for (int64_t i = 0; i < reps; ++i) r.tps.push_back(pp ? run_pp() : run_tg());
+      run(r);  // warm-up, not counted
+      for (int64_t i = 0; i < reps; ++i) r.tps.push_back(run(r));
     }
 
     int64_t params = 0;
@@ -215,6 +251,8 @@ int main(int argc, char **argv) {
                         {"threads", thread_str},
                         {"test", r.test},
                         {"tokens", r.tokens},
+                        {"n_depth", r.depth},
+                        {"n_kv", r.n_kv},
                         {"reps", reps},
                         {"tps_mean", minfer::json::number(r.mean())},
                         {"tps_sd", minfer::json::number(r.sd())}});
