@@ -154,10 +154,10 @@ TEST(Placement, SegmentLocalOutputsAreThoseOnlyTheSegmentReads) {
 namespace {
 
 // The --explain report of a synthetic Qwen2 (tiny, Q4_0; its tied output is Q6_K) on `backends`.
-std::string explain_tiny(const std::string &backends, const std::string &arch = "qwen2") {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("minfer-explain-tiny-" + arch + "-q4_0.gguf");
+std::string explain_tiny(const std::string &backends, const std::string &arch = "qwen2", const std::string &type = "q4_0") {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("minfer-explain-tiny-" + arch + "-" + type + ".gguf");
   minfer::synth::Options o;
-  o.arch = arch, o.preset = "tiny", o.type = "q4_0", o.seed = 5, o.out = path.string();
+  o.arch = arch, o.preset = "tiny", o.type = type, o.seed = 5, o.out = path.string();
   minfer::synth::synthesize(o);
   auto file = minfer::gguf::File::open(path.string());
   minfer::models::BuildOptions bo;
@@ -203,6 +203,9 @@ TEST(Explain, CpuNamesQ4_0PanelsWhereItRepacks) {
   EXPECT_NE(q.find("64: avx2 int8 dot products on q4_0 weights repacked at load into 16-row panels"), std::string::npos) << e;
   const std::string mapped = explain_tiny("backends: {cpu: {isa: avx2, weights: mapped}}\n");
   EXPECT_NE(kernel_lines(mapped, "blk.0.ffn_down").find("1: avx2 int8 dot products on the q4_0 blocks"), std::string::npos) << mapped;
+  // Q4_K too (a Q4_K_M file's Q4_K matmuls; its Q6_K ones stay in rows).
+  const std::string k = explain_tiny("backends: {cpu: {isa: avx2}}\n", "qwen2", "q4_k_m");
+  EXPECT_NE(k.find("avx2 int8 dot products on q4_k weights repacked at load into 16-row panels"), std::string::npos) << k;
 }
 
 TEST(Explain, CudaNamesPathsAndFusions) {

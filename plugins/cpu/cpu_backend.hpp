@@ -25,11 +25,11 @@ class CpuBuffer : public sdk::Buffer {
   void read(uint64_t offset, void *dst, uint64_t bytes) override;
   uint8_t *data() { return data_; }
 
-  // Q4_0 matmul weights held as 16-row panels (q4_0_panels.hpp), in buffers the plugin owns.
+  // Q4_0 and Q4_K matmul weights held as 16-row panels (panels.hpp), in buffers the plugin owns.
   // Compile offers a matmul's [k, m] weight at offset (and repacks it), or pins a range that
   // another op reads in GGUF order (back to rows, never repacked). panels() is the weight's
   // data in panels, repacked again after a host write, or nullptr where it is not held so.
-  void offer_panels(uint64_t offset, int64_t k, int64_t m, ThreadPool &pool);
+  void offer_panels(uint64_t offset, int32_t dtype, int64_t k, int64_t m, ThreadPool &pool);
   void pin_rows(uint64_t offset, uint64_t bytes);
   const uint8_t *panels(uint64_t offset, ThreadPool &pool);
   bool holds_panels(uint64_t offset) const;
@@ -37,6 +37,7 @@ class CpuBuffer : public sdk::Buffer {
  private:
   struct PanelRange {
     uint64_t bytes;
+    int32_t dtype;
     int64_t k, m;
     bool pinned, in_panels;
   };

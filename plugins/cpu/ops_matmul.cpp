@@ -12,7 +12,7 @@
 #include "cpu_backend.hpp"
 #include "decode_row.hpp"
 #include "int8_gemm.hpp"
-#include "q4_0_panels.hpp"
+#include "panels.hpp"
 #include "qdot.hpp"
 #include "thread_pool.hpp"
 
@@ -110,16 +110,16 @@ MatmulPath matmul_path(int32_t dtype, Isa isa, int64_t tokens) {
 }
 
 // The weight's panels where compile put it in panels (cpu_backend.hpp), else nullptr.
-const uint8_t *q4_0_panels(const minfer_tensor &w, const RunCtx &ctx) {
-  return w.dtype == MINFER_DTYPE_Q4_0 ? sdk::buffer_of<CpuBuffer>(w).panels(w.offset, ctx.pool) : nullptr;
+const uint8_t *weight_panels(const minfer_tensor &w, const RunCtx &ctx) {
+  return panels_take(w.dtype) ? sdk::buffer_of<CpuBuffer>(w).panels(w.offset, ctx.pool) : nullptr;
 }
 
 void run_matmul(const minfer_node &n, const RunCtx &ctx) {
   const minfer_tensor &w = *n.inputs[0];
-  if (const uint8_t *panels = q4_0_panels(w, ctx)) {
+  if (const uint8_t *panels = weight_panels(w, ctx)) {
     const int64_t k = w.shape[0], tokens = sdk::run_rows(*n.inputs[1], ctx.args);
-    return q4_0_panel_matmul(ctx.isa, panels, k, w.shape[1], quantize_tokens(ptr<float>(*n.inputs[1]), tokens, k, ctx.pool, ctx.isa),
-                                 tokens, ptr<float>(*n.output), ctx.pool);
+    return panel_matmul(w.dtype, ctx.isa, panels, k, w.shape[1], quantize_tokens(ptr<float>(*n.inputs[1]), tokens, k, ctx.pool, ctx.isa),
+                        tokens, ptr<float>(*n.output), ctx.pool);
   }
   matmul_rows(w.dtype, ptr(w), w.shape[0], w.shape[1], ptr<float>(*n.inputs[1]), sdk::run_rows(*n.inputs[1], ctx.args),
               ptr<float>(*n.output), ctx);
@@ -180,8 +180,8 @@ std::string explain_matmul(const minfer_node &n, Isa isa, int64_t tokens) {
   if (n.op == MINFER_OP_MATMUL_ID) tokens = 1;  // a decode token's expert reads one row per expert
   const std::string type = minfer_dtype_name(dt);
   const minfer_tensor &w = *n.inputs[0];
-  if (n.op == MINFER_OP_MATMUL && dt == MINFER_DTYPE_Q4_0 && sdk::buffer_of<CpuBuffer>(w).holds_panels(w.offset))
-    return std::string(isa_name(isa)) + " int8 dot products on q4_0 weights repacked at load into 16-row panels (activations rounded to 8 bits)";
+  if (n.op == MINFER_OP_MATMUL && panels_take(dt) && sdk::buffer_of<CpuBuffer>(w).holds_panels(w.offset))
+    return std::string(isa_name(isa)) + " int8 dot products on " + type + " weights repacked at load into 16-row panels (activations rounded to 8 bits)";
   switch (matmul_path(dt, isa, tokens)) {
     case MatmulPath::Amx: return "amx bf16 tiles (" + type + " weights decoded to bf16 panels, f32 accumulators)";
     case MatmulPath::Gemm:

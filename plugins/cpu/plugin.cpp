@@ -12,7 +12,7 @@
 #include <sys/mman.h>
 
 #include "cpu_backend.hpp"
-#include "q4_0_panels.hpp"
+#include "panels.hpp"
 #include "qdot.hpp"
 #include "thread_pool.hpp"
 #include "minfer/op_table.hpp"
@@ -56,17 +56,17 @@ void CpuBuffer::to_rows(uint64_t offset, uint64_t bytes) {
   if (it != panel_ranges_.begin()) --it;
   for (; it != panel_ranges_.end() && it->first < offset + bytes; ++it)
     if (it->second.in_panels && it->first + it->second.bytes > offset) {
-      panels_to_rows(data_ + it->first, it->second.k, it->second.m, nullptr);
+      panels_to_rows(it->second.dtype, data_ + it->first, it->second.k, it->second.m, nullptr);
       it->second.in_panels = false;
     }
 }
 
-void CpuBuffer::offer_panels(uint64_t offset, int64_t k, int64_t m, ThreadPool &pool) {
-  if (!owned_ || !panels_fit(k, m)) return;
-  const uint64_t bytes = uint64_t(m) * uint64_t(sdk::row_bytes(MINFER_DTYPE_Q4_0, k));
+void CpuBuffer::offer_panels(uint64_t offset, int32_t dtype, int64_t k, int64_t m, ThreadPool &pool) {
+  if (!owned_ || !panels_fit(dtype, k, m)) return;
+  const uint64_t bytes = uint64_t(m) * uint64_t(sdk::row_bytes(dtype, k));
   check_range(offset, bytes, "a matmul weight");
   auto it = panel_ranges_.find(offset);
-  if (it != panel_ranges_.end() && (it->second.pinned || (it->second.bytes == bytes && it->second.k == k))) {
+  if (it != panel_ranges_.end() && (it->second.pinned || (it->second.bytes == bytes && it->second.k == k && it->second.dtype == dtype))) {
     panels(offset, pool);
     return;
   }
@@ -76,7 +76,7 @@ void CpuBuffer::offer_panels(uint64_t offset, int64_t k, int64_t m, ThreadPool &
     o = o->first < offset + bytes && o->first + o->second.bytes > offset && !o->second.pinned ? panel_ranges_.erase(o) : std::next(o);
   for (const auto &[at, r] : panel_ranges_)
     if (at < offset + bytes && at + r.bytes > offset) return;  // pinned bytes inside it
-  panel_ranges_[offset] = {bytes, k, m, false, false};
+  panel_ranges_[offset] = {bytes, dtype, k, m, false, false};
   panels(offset, pool);
 }
 
@@ -85,14 +85,14 @@ void CpuBuffer::pin_rows(uint64_t offset, uint64_t bytes) {
   bool covered = false;
   for (auto &[at, r] : panel_ranges_)
     if (at < offset + bytes && at + r.bytes > offset) r.pinned = true, covered = covered || (at <= offset && at + r.bytes >= offset + bytes);
-  if (!covered) panel_ranges_.emplace(offset, PanelRange{bytes, 0, 0, true, false});
+  if (!covered) panel_ranges_.emplace(offset, PanelRange{bytes, 0, 0, 0, true, false});
 }
 
 const uint8_t *CpuBuffer::panels(uint64_t offset, ThreadPool &pool) {
   auto it = panel_ranges_.find(offset);
   if (it == panel_ranges_.end() || it->second.pinned) return nullptr;
   if (!it->second.in_panels) {
-    rows_to_panels(data_ + offset, it->second.k, it->second.m, &pool);
+    rows_to_panels(it->second.dtype, data_ + offset, it->second.k, it->second.m, &pool);
     it->second.in_panels = true;
   }
   return data_ + offset;
@@ -156,8 +156,8 @@ class CpuSegment : public sdk::Segment {
     }
   }
 
-  // Q4_0 matmul weights go into panels where the matmul kernels read them that way (the
-  // AVX2 and AVX-512 GEMM; AMX and the scalar reference read rows); any other reader of a Q4_0
+  // Q4_0 and Q4_K matmul weights go into panels where the matmul kernels read them that way
+  // (AVX2 and AVX-512; AMX and the scalar reference read rows); any other reader of such a
   // tensor (GET_ROWS of a tied embedding, DEQUANTIZE, MATMUL_ID's experts) keeps it in rows.
   void plan_panels() {
     const bool isa_takes = isa_ == Isa::Avx2 || isa_ == Isa::Avx512Vnni;
@@ -169,14 +169,15 @@ class CpuSegment : public sdk::Segment {
       const minfer_node &n = on.node();
       for (int32_t i = 0; i < n.n_inputs; ++i) {
         const minfer_tensor &t = *n.inputs[i];
-        if (t.dtype == MINFER_DTYPE_Q4_0 && !matmul_weight(n, i))
+        if (panels_take(t.dtype) && !matmul_weight(n, i))
           sdk::buffer_of<CpuBuffer>(t).pin_rows(t.offset, uint64_t(std::max<int64_t>(1, sdk::n_bytes(t))));
       }
     }
     for (const auto &on : nodes_) {
       const minfer_node &n = on.node();
-      if (n.n_inputs > 0 && n.inputs[0]->dtype == MINFER_DTYPE_Q4_0 && matmul_weight(n, 0))
-        sdk::buffer_of<CpuBuffer>(*n.inputs[0]).offer_panels(n.inputs[0]->offset, n.inputs[0]->shape[0], n.inputs[0]->shape[1], pool_);
+      if (n.n_inputs > 0 && panels_take(n.inputs[0]->dtype) && matmul_weight(n, 0))
+        sdk::buffer_of<CpuBuffer>(*n.inputs[0]).offer_panels(n.inputs[0]->offset, n.inputs[0]->dtype, n.inputs[0]->shape[0], n.inputs[0]->shape[1],
+                                                             pool_);
     }
   }
 

@@ -1,4 +1,4 @@
-#include "q4_0_panels.hpp"
+#include "panels.hpp"
 
 #include <immintrin.h>
 
@@ -12,33 +12,15 @@
 namespace minfer::cpu {
 namespace {
 
-// Each panel's bytes are its 16 rows' bytes: one panel at a time through a copy of them.
-template <bool kToPanels>
-void convert(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
-  const int64_t nb = k / 32, panel_bytes = kPanelRows * nb * int64_t(sizeof(minfer_block_q4_0)), panels = m / kPanelRows;
-  const auto some = [&](int64_t p0, int64_t p1, int) {
-    std::vector<uint8_t> copy(static_cast<size_t>(panel_bytes));
-    for (int64_t p = p0; p < p1; ++p) {
-      uint8_t *at = w + p * panel_bytes;
-      std::memcpy(copy.data(), at, size_t(panel_bytes));
-      auto *rows = reinterpret_cast<minfer_block_q4_0 *>(kToPanels ? copy.data() : at);
-      auto *panel = reinterpret_cast<Q4_0Panel *>(kToPanels ? at : copy.data());
-      for (int64_t b = 0; b < nb; ++b)
-        for (int r = 0; r < kPanelRows; ++r) {
-          minfer_block_q4_0 &row = rows[r * nb + b];
-          Q4_0Panel &pb = panel[b];
-          if constexpr (kToPanels) {
-            pb.d[r] = row.d;
-            for (int c = 0; c < 4; ++c) std::memcpy(pb.qs[c][r], row.qs + 4 * c, 4);
-          } else {
-            row.d = pb.d[r];
-            for (int c = 0; c < 4; ++c) std::memcpy(row.qs + 4 * c, pb.qs[c][r], 4);
-          }
-        }
-    }
-  };
-  if (pool) pool->run(panels, some);
-  else some(0, panels, 0);
+// A row's block into its panel block or back: the scale, then its four 4-byte pieces.
+void move_q4_0(minfer_block_q4_0 &row, Q4_0Panel &pb, int r, bool to_panels) {
+  if (to_panels) {
+    pb.d[r] = row.d;
+    for (int c = 0; c < 4; ++c) std::memcpy(pb.qs[c][r], row.qs + 4 * c, 4);
+  } else {
+    row.d = pb.d[r];
+    for (int c = 0; c < 4; ++c) std::memcpy(row.qs + 4 * c, pb.qs[c][r], 4);
+  }
 }
 
 #define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -145,7 +127,11 @@ void q4_0_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, con
   panel_dots(isa == Isa::Avx512Vnni, reinterpret_cast<const Q4_0Panel *>(panels), k, m, a, tokens, y, pool);
 }
 
-void rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) { convert<true>(w, k, m, pool); }
-void panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) { convert<false>(w, k, m, pool); }
+void q4_0_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
+  convert_panels<minfer_block_q4_0, Q4_0Panel, 32>(w, k, m, true, pool, move_q4_0);
+}
+void q4_0_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
+  convert_panels<minfer_block_q4_0, Q4_0Panel, 32>(w, k, m, false, pool, move_q4_0);
+}
 
 }  // namespace minfer::cpu

@@ -1,0 +1,96 @@
+// plugins/cpu/panels.hpp — Q4_0 and Q4_K matmul weights repacked, in their own buffer, into
+// 16-row panels.
+//
+// In GGUF order a matmul reads one row at a time: each (row, block, token) then pays a
+// horizontal sum and a scale product beside its integer dot, and a decode step (or a batch
+// of them) runs compute-bound at a fraction of the bytes' rate. Interleaved so that 16 rows'
+// same 4 bytes lie side by side, one 64-byte load holds [row][4 values] for 16 rows, the
+// layout of the tiled GEMM's panels (int8_gemm.hpp), and the scales of 16 rows are vectors:
+// every token count, one included, runs at the bytes' rate. Same size as the rows: panel p
+// of a matrix holds rows 16p..16p+15 where those rows were.
+//
+// The repack happens in place in the plugin's own weight buffer, so the model is held once.
+// CpuBuffer keeps which ranges hold panels; a host read or write of such a range turns it
+// back into rows first, so the host never sees the layout.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "minfer/blocks.h"
+#include "minfer/dtype.h"
+#include "qdot.hpp"
+#include "thread_pool.hpp"
+
+namespace minfer::cpu {
+
+inline constexpr int kPanelRows = 16;
+
+// Q4_0 (q4_0_panels.cpp): one 32-value block of 16 rows: the rows' scales, then qs[c][r] =
+// bytes 4c..4c+3 of row r's block (low nibbles: values 4c..4c+3; high: 16 + 4c..).
+struct Q4_0Panel {
+  uint16_t d[kPanelRows];
+  uint8_t qs[4][kPanelRows][4];
+};
+static_assert(sizeof(Q4_0Panel) == kPanelRows * sizeof(minfer_block_q4_0), "a panel block is its rows' blocks, moved");
+
+// Q4_K (q4_k_panels.cpp): one 256-value block of 16 rows: the rows' d and dmin, word i of
+// each row's 12 scale bytes (the words the 6-bit fields are decoded from), then qs[g][c][r] =
+// bytes 32g + 4c..+3 of row r (low nibbles: values 64g + 4c..+3 of sub-block 2g; high: the
+// same positions of sub-block 2g + 1).
+struct Q4_KPanel {
+  uint16_t d[kPanelRows], dmin[kPanelRows];
+  uint32_t scales[3][kPanelRows];
+  uint8_t qs[4][8][kPanelRows][4];
+};
+static_assert(sizeof(Q4_KPanel) == kPanelRows * sizeof(minfer_block_q4_k), "a panel block is its rows' blocks, moved");
+
+// In place, one panel at a time through a copy of its bytes: move(row block, panel block, row,
+// to_panels) moves one row's block into or out of the panel's.
+template <class Block, class Panel, int kValues, class Move>
+void convert_panels(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool, Move move) {
+  const int64_t nb = k / kValues, panel_bytes = kPanelRows * nb * int64_t(sizeof(Block));
+  const auto some = [&](int64_t p0, int64_t p1, int) {
+    std::vector<uint8_t> copy(static_cast<size_t>(panel_bytes));
+    for (int64_t p = p0; p < p1; ++p) {
+      uint8_t *at = w + p * panel_bytes;
+      std::memcpy(copy.data(), at, size_t(panel_bytes));
+      auto *rows = reinterpret_cast<Block *>(to_panels ? copy.data() : at);
+      auto *panel = reinterpret_cast<Panel *>(to_panels ? at : copy.data());
+      for (int64_t b = 0; b < nb; ++b)
+        for (int r = 0; r < kPanelRows; ++r) move(rows[r * nb + b], panel[b], r, to_panels);
+    }
+  };
+  if (pool) pool->run(m / kPanelRows, some);
+  else some(0, m / kPanelRows, 0);
+}
+
+// The weight types held as panels, and whether a [k, m] weight of one can be: whole panels.
+inline bool panels_take(int32_t dtype) { return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_K; }
+inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
+  return panels_take(dtype) && k % minfer_dtype_info(dtype).block_values == 0 && m % kPanelRows == 0 && m > 0;
+}
+
+// In place: m rows of k values (GGUF order) to panels, and back.
+void q4_0_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
+void q4_0_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
+void q4_k_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
+void q4_k_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
+inline void rows_to_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
+  dtype == MINFER_DTYPE_Q4_K ? q4_k_rows_to_panels(w, k, m, pool) : q4_0_rows_to_panels(w, k, m, pool);
+}
+inline void panels_to_rows(int32_t dtype, uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
+  dtype == MINFER_DTYPE_Q4_K ? q4_k_panels_to_rows(w, k, m, pool) : q4_0_panels_to_rows(w, k, m, pool);
+}
+
+// y[t * m + o] = row o of the panels (m rows of k values) dotted with token t, for t < tokens
+// (activations quantized by quantize_activations); isa Avx2 or Avx512Vnni.
+void q4_0_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool);
+void q4_k_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool);
+inline void panel_matmul(int32_t dtype, Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y,
+                         ThreadPool &pool) {
+  dtype == MINFER_DTYPE_Q4_K ? q4_k_panel_matmul(isa, panels, k, m, a, tokens, y, pool) : q4_0_panel_matmul(isa, panels, k, m, a, tokens, y, pool);
+}
+
+}  // namespace minfer::cpu

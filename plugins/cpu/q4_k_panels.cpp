@@ -1,0 +1,170 @@
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "panels.hpp"
+
+namespace minfer::cpu {
+namespace {
+
+// A row's block into its panel block or back: d, dmin, the three scale words, then the 32
+// 4-byte pieces of its quantized bytes.
+void move_q4_k(minfer_block_q4_k &row, Q4_KPanel &pb, int r, bool to_panels) {
+  if (to_panels) {
+    pb.d[r] = row.d, pb.dmin[r] = row.dmin;
+    for (int i = 0; i < 3; ++i) std::memcpy(&pb.scales[i][r], row.scales + 4 * i, 4);
+    for (int g = 0; g < 4; ++g)
+      for (int c = 0; c < 8; ++c) std::memcpy(pb.qs[g][c][r], row.qs + 32 * g + 4 * c, 4);
+  } else {
+    row.d = pb.d[r], row.dmin = pb.dmin[r];
+    for (int i = 0; i < 3; ++i) std::memcpy(row.scales + 4 * i, &pb.scales[i][r], 4);
+    for (int g = 0; g < 4; ++g)
+      for (int c = 0; c < 8; ++c) std::memcpy(row.qs + 32 * g + 4 * c, pb.qs[g][c][r], 4);
+  }
+}
+
+#define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define MINFER_VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+// ---- Dot products straight from the panels ------------------------------------------------
+// Per (16 rows, 256 values, token): 64 vpdpbusd against broadcast activations (AVX2: 64
+// vpmaddubsw on 8 rows, a sub-block summed in int16: 8 * 2 * 15 * 127 < 2^15) and four FMAs
+// per sub-block pair; the 16 rows' six-bit scales and mins decoded as vectors once per block
+// (the row dots spent ~135 instructions per row and block, compute-bound at half the bytes'
+// rate). Sub-block j of a row: d sc_j d_x dot(q, x) - dmin m_j d_x sum(x).
+
+// The scale words decode as the row dots' (qdot.cpp q4_k_scales_simd), 16 rows at once: sc03
+// and m03 hold sub-blocks 0-3's six-bit fields a byte each, sc47 and m47 those of 4-7.
+
+template <int T>
+MINFER_VNNI512 void q4_k_dots_vnni(const Q4_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
+  const __m512i low = _mm512_set1_epi8(0x0f), six = _mm512_set1_epi32(0x3f3f3f3f), four = _mm512_set1_epi32(0x0f0f0f0f);
+  const __m512i two = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int l = 0; l < int(sizeof(Q4_KPanel)); l += 64) _mm_prefetch(reinterpret_cast<const char *>(p + b + 2) + l, _MM_HINT_T0);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].dmin)));
+    const __m512i u0 = _mm512_loadu_si512(p[b].scales[0]), u1 = _mm512_loadu_si512(p[b].scales[1]), u2 = _mm512_loadu_si512(p[b].scales[2]);
+    const __m512i sc03 = _mm512_and_si512(u0, six), m03 = _mm512_and_si512(u1, six);
+    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, four), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), two), 4));
+    const __m512i m47 =
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), four), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), two), 4));
+    for (int g = 0; g < 4; ++g) {
+      const __m512i scw = g < 2 ? sc03 : sc47, mw = g < 2 ? m03 : m47;
+      const int sh0 = 16 * (g & 1), sh1 = sh0 + 8;  // sub-blocks 2g and 2g + 1: bytes 2(g % 2) and 2(g % 2) + 1
+      const __m512 dsc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(scw, sh0), byte)));
+      const __m512 dsc1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(scw, sh1), byte)));
+      const __m512 dm0 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(mw, sh0), byte)));
+      const __m512 dm1 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(mw, sh1), byte)));
+      __m512i s0[T], s1[T];
+      for (int t = 0; t < T; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
+      for (int c = 0; c < 8; ++c) {
+        const __m512i v = _mm512_loadu_si512(p[b].qs[g][c]);
+        const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        for (int t = 0; t < T; ++t) {
+          const ActBlock *x = a + t * kb + b * 8 + 2 * g;
+          s0[t] = _mm512_dpbusd_epi32(s0[t], lo, _mm512_set1_epi32(*reinterpret_cast<const int32_t *>(x[0].qs + 4 * c)));
+          s1[t] = _mm512_dpbusd_epi32(s1[t], hi, _mm512_set1_epi32(*reinterpret_cast<const int32_t *>(x[1].qs + 4 * c)));
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const ActBlock *x = a + t * kb + b * 8 + 2 * g;
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[t]), _mm512_mul_ps(dsc0, _mm512_set1_ps(x[0].d)), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[t]), _mm512_mul_ps(dsc1, _mm512_set1_ps(x[1].d)), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(dm0, _mm512_set1_ps(x[0].d_sum), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(dm1, _mm512_set1_ps(x[1].d_sum), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
+}
+
+template <int T>
+MINFER_AVX2 void q4_k_dots_avx2(const Q4_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
+  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), six = _mm256_set1_epi32(0x3f3f3f3f);
+  const __m256i four = _mm256_set1_epi32(0x0f0f0f0f), two = _mm256_set1_epi32(0x03030303), byte = _mm256_set1_epi32(0xff);
+  for (int half = 0; half < 2; ++half) {  // 8 rows at a time; the second pass reads the panel from L2
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      if (half == 0)
+        for (int l = 0; l < int(sizeof(Q4_KPanel)); l += 64) _mm_prefetch(reinterpret_cast<const char *>(p + b + 2) + l, _MM_HINT_T0);
+      const int r0 = 8 * half;
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].d + r0)));
+      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].dmin + r0)));
+      const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[0] + r0));
+      const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[1] + r0));
+      const __m256i u2 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[2] + r0));
+      const __m256i sc03 = _mm256_and_si256(u0, six), m03 = _mm256_and_si256(u1, six);
+      const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(u2, four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4));
+      const __m256i m47 =
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4));
+      for (int g = 0; g < 4; ++g) {
+        __m256i p0[T], p1[T];
+        for (int c = 0; c < 8; ++c) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].qs[g][c][r0]));
+          const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+          for (int t = 0; t < T; ++t) {
+            const ActBlock *x = a + t * kb + b * 8 + 2 * g;
+            const __m256i q0 = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(*reinterpret_cast<const int32_t *>(x[0].qs + 4 * c)));
+            const __m256i q1 = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(*reinterpret_cast<const int32_t *>(x[1].qs + 4 * c)));
+            p0[t] = c == 0 ? q0 : _mm256_add_epi16(p0[t], q0);
+            p1[t] = c == 0 ? q1 : _mm256_add_epi16(p1[t], q1);
+          }
+        }
+        const __m256i scw = g < 2 ? sc03 : sc47, mw = g < 2 ? m03 : m47;
+        const int sh0 = 16 * (g & 1), sh1 = sh0 + 8;
+        const __m256 dsc0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(scw, sh0), byte)));
+        const __m256 dsc1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(scw, sh1), byte)));
+        const __m256 dm0 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(mw, sh0), byte)));
+        const __m256 dm1 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(mw, sh1), byte)));
+        for (int t = 0; t < T; ++t) {
+          const ActBlock *x = a + t * kb + b * 8 + 2 * g;
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p0[t], ones)), _mm256_mul_ps(dsc0, _mm256_set1_ps(x[0].d)), acc[t]);
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p1[t], ones)), _mm256_mul_ps(dsc1, _mm256_set1_ps(x[1].d)), acc[t]);
+          acc[t] = _mm256_fnmadd_ps(dm0, _mm256_set1_ps(x[0].d_sum), acc[t]);
+          acc[t] = _mm256_fnmadd_ps(dm1, _mm256_set1_ps(x[1].d_sum), acc[t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * m + 8 * half, acc[t]);
+  }
+}
+
+// Tokens per pass: what the registers hold (AVX-512: two int32 sums and an accumulator a
+// token; AVX2: two int16 sums and an accumulator of 8 rows a token in 16 registers).
+constexpr int kVnniTokens = 8, kAvx2Tokens = 4;
+
+}  // namespace
+
+void q4_k_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool) {
+  const auto *pb = reinterpret_cast<const Q4_KPanel *>(panels);
+  const int64_t nb = k / 256, kb = k / 32, n_panels = m / kPanelRows;
+  const bool vnni = isa == Isa::Avx512Vnni;
+  pool.run_dynamic(n_panels, 4, [&](int64_t p0, int64_t p1, int) {
+    for (int64_t p = p0; p < p1; ++p) {
+      if (vnni)
+        for (int64_t t0 = 0; t0 < tokens; t0 += kVnniTokens)
+          by_count<kVnniTokens>(int(std::min<int64_t>(kVnniTokens, tokens - t0)), [&](auto tag) {
+            q4_k_dots_vnni<decltype(tag)::value>(pb + p * nb, nb, a + t0 * kb, kb, y + t0 * m + p * kPanelRows, m);
+          });
+      else
+        for (int64_t t0 = 0; t0 < tokens; t0 += kAvx2Tokens)
+          by_count<kAvx2Tokens>(int(std::min<int64_t>(kAvx2Tokens, tokens - t0)), [&](auto tag) {
+            q4_k_dots_avx2<decltype(tag)::value>(pb + p * nb, nb, a + t0 * kb, kb, y + t0 * m + p * kPanelRows, m);
+          });
+    }
+  });
+}
+
+void q4_k_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
+  convert_panels<minfer_block_q4_k, Q4_KPanel, 256>(w, k, m, true, pool, move_q4_k);
+}
+void q4_k_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
+  convert_panels<minfer_block_q4_k, Q4_KPanel, 256>(w, k, m, false, pool, move_q4_k);
+}
+
+}  // namespace minfer::cpu
