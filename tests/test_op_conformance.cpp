@@ -156,8 +156,8 @@ std::vector<Case> all_cases() {
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({4096, 33, 20}), shapes.push_back({1024, 130, 6});
     // 2-4 tokens over long rows of whole 16-byte pieces (CUDA: the few-token dp4a GEMV), odd row counts.
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 33, 2}), shapes.push_back({2048, 70, 3}), shapes.push_back({4096, 48, 4});
-    // Whole 16-row panels (the CPU holds Q4_0 and Q4_K matmul weights so): decode, a batch, a prompt.
-    if (dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q8_0 || dt == MINFER_DTYPE_Q4_K) {
+    // Whole 16-row panels (the CPU holds Q4_0, Q4_K and Q6_K matmul weights so): decode, a batch, a prompt.
+    if (dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q8_0 || dt == MINFER_DTYPE_Q4_K || dt == MINFER_DTYPE_Q6_K) {
       const int64_t kp = per == 256 ? 1024 : 896;
       shapes.push_back({kp, 64, 1}), shapes.push_back({kp, 48, 11}), shapes.push_back({1024, 128, 130});
     }
@@ -709,14 +709,15 @@ TEST_P(Conformance, EveryOpDtypeShape) {
 }
 
 // Weights written after compile and after a run: the matmul uses the new ones, and reading
-// them back gives what was written (the CPU repacks Q4_0 and Q4_K weights in place at compile).
+// them back gives what was written (the CPU repacks Q4_0, Q4_K and Q6_K weights in place at compile).
 TEST_P(Conformance, MatmulWeightsRewrittenAfterCompile) {
   const Target &t = GetParam();
   if (!op_selected(MINFER_OP_MATMUL)) GTEST_SKIP() << "filtered out";
   int ran = 0, seed = 5;
   for (const Case &c : all_cases()) {
     const int32_t dt = c.dtypes[0];
-    if (c.op != MINFER_OP_MATMUL || (dt != MINFER_DTYPE_Q4_0 && dt != MINFER_DTYPE_Q4_K && dt != MINFER_DTYPE_F16 && dt != MINFER_DTYPE_F32)) continue;
+    const bool panels = dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q4_K || dt == MINFER_DTYPE_Q6_K;
+    if (c.op != MINFER_OP_MATMUL || (!panels && dt != MINFER_DTYPE_F16 && dt != MINFER_DTYPE_F32)) continue;
     std::string r;
     try {
       r = run_case(c, uint32_t(seed++) * 104729u, true);

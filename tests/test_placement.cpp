@@ -203,9 +203,13 @@ TEST(Explain, CpuNamesQ4_0PanelsWhereItRepacks) {
   EXPECT_NE(q.find("64: avx2 int8 dot products on q4_0 weights repacked at load into 16-row panels"), std::string::npos) << e;
   const std::string mapped = explain_tiny("backends: {cpu: {isa: avx2, weights: mapped}}\n");
   EXPECT_NE(kernel_lines(mapped, "blk.0.ffn_down").find("1: avx2 int8 dot products on the q4_0 blocks"), std::string::npos) << mapped;
-  // Q4_K too (a Q4_K_M file's Q4_K matmuls; its Q6_K ones stay in rows).
+  // Q4_K too (a Q4_K_M file's matmuls); Q6_K under AVX-512 only.
   const std::string k = explain_tiny("backends: {cpu: {isa: avx2}}\n", "qwen2", "q4_k_m");
   EXPECT_NE(k.find("avx2 int8 dot products on q4_k weights repacked at load into 16-row panels"), std::string::npos) << k;
+  EXPECT_NE(k.find("avx2 int8 dot products on the q6_k blocks"), std::string::npos) << k;
+  if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) return;
+  const std::string v = explain_tiny("backends: {cpu: {isa: avx512vnni}}\n", "qwen2", "q4_k_m");
+  EXPECT_NE(v.find("avx512vnni int8 dot products on q6_k weights repacked at load into 16-row panels"), std::string::npos) << v;
 }
 
 TEST(Explain, CudaNamesPathsAndFusions) {

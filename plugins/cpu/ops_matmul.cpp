@@ -111,7 +111,7 @@ MatmulPath matmul_path(int32_t dtype, Isa isa, int64_t tokens) {
 
 // The weight's panels where compile put it in panels (cpu_backend.hpp), else nullptr.
 const uint8_t *weight_panels(const minfer_tensor &w, const RunCtx &ctx) {
-  return panels_take(w.dtype) ? sdk::buffer_of<CpuBuffer>(w).panels(w.offset, ctx.pool) : nullptr;
+  return panel_dtype(w.dtype) ? sdk::buffer_of<CpuBuffer>(w).panels(w.offset, ctx.pool) : nullptr;
 }
 
 void run_matmul(const minfer_node &n, const RunCtx &ctx) {
@@ -180,7 +180,7 @@ std::string explain_matmul(const minfer_node &n, Isa isa, int64_t tokens) {
   if (n.op == MINFER_OP_MATMUL_ID) tokens = 1;  // a decode token's expert reads one row per expert
   const std::string type = minfer_dtype_name(dt);
   const minfer_tensor &w = *n.inputs[0];
-  if (n.op == MINFER_OP_MATMUL && panels_take(dt) && sdk::buffer_of<CpuBuffer>(w).holds_panels(w.offset))
+  if (n.op == MINFER_OP_MATMUL && panel_dtype(dt) && sdk::buffer_of<CpuBuffer>(w).holds_panels(w.offset))
     return std::string(isa_name(isa)) + " int8 dot products on " + type + " weights repacked at load into 16-row panels (activations rounded to 8 bits)";
   switch (matmul_path(dt, isa, tokens)) {
     case MatmulPath::Amx: return "amx bf16 tiles (" + type + " weights decoded to bf16 panels, f32 accumulators)";

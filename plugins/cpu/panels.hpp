@@ -1,5 +1,5 @@
-// plugins/cpu/panels.hpp — Q4_0 and Q4_K matmul weights repacked, in their own buffer, into
-// 16-row panels.
+// plugins/cpu/panels.hpp — Q4_0, Q4_K and Q6_K matmul weights repacked, in their own buffer,
+// into 16-row panels.
 //
 // In GGUF order a matmul reads one row at a time: each (row, block, token) then pays a
 // horizontal sum and a scale product beside its integer dot, and a decode step (or a batch
@@ -46,6 +46,17 @@ struct Q4_KPanel {
 };
 static_assert(sizeof(Q4_KPanel) == kPanelRows * sizeof(minfer_block_q4_k), "a panel block is its rows' blocks, moved");
 
+// Q6_K (q6_k_panels.cpp): one 256-value block of 16 rows: the rows' d, scale s of each row,
+// then ql[h][q][c][r] = ql bytes 64h + 32q + 4c..+3 of row r and qh[h][c][r] = qh bytes 32h +
+// 4c..+3 (the low four and the high two bits of values 128h + 32q' + 4c.. for the four q').
+struct Q6_KPanel {
+  uint16_t d[kPanelRows];
+  int8_t scales[16][kPanelRows];
+  uint8_t ql[2][2][8][kPanelRows][4];
+  uint8_t qh[2][8][kPanelRows][4];
+};
+static_assert(sizeof(Q6_KPanel) == kPanelRows * sizeof(minfer_block_q6_k), "a panel block is its rows' blocks, moved");
+
 // In place, one panel at a time through a copy of its bytes: move(row block, panel block, row,
 // to_panels) moves one row's block into or out of the panel's.
 template <class Block, class Panel, int kValues, class Move>
@@ -66,10 +77,14 @@ void convert_panels(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool
   else some(0, m / kPanelRows, 0);
 }
 
-// The weight types held as panels, and whether a [k, m] weight of one can be: whole panels.
-inline bool panels_take(int32_t dtype) { return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_K; }
+// The weight types panels exist for; those an isa reads as panels (Q6_K: AVX-512 only, see
+// q6_k_panels.cpp); and whether a [k, m] weight can be held so: whole panels.
+inline bool panel_dtype(int32_t dtype) { return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_K || dtype == MINFER_DTYPE_Q6_K; }
+inline bool panels_take(int32_t dtype, Isa isa) {
+  return (isa == Isa::Avx512Vnni && panel_dtype(dtype)) || (isa == Isa::Avx2 && (dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_K));
+}
 inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
-  return panels_take(dtype) && k % minfer_dtype_info(dtype).block_values == 0 && m % kPanelRows == 0 && m > 0;
+  return panel_dtype(dtype) && k % minfer_dtype_info(dtype).block_values == 0 && m % kPanelRows == 0 && m > 0;
 }
 
 // In place: m rows of k values (GGUF order) to panels, and back.
@@ -77,20 +92,29 @@ void q4_0_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
 void q4_0_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
 void q4_k_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
 void q4_k_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
+void q6_k_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
+void q6_k_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
 inline void rows_to_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
-  dtype == MINFER_DTYPE_Q4_K ? q4_k_rows_to_panels(w, k, m, pool) : q4_0_rows_to_panels(w, k, m, pool);
+  if (dtype == MINFER_DTYPE_Q4_K) return q4_k_rows_to_panels(w, k, m, pool);
+  if (dtype == MINFER_DTYPE_Q6_K) return q6_k_rows_to_panels(w, k, m, pool);
+  q4_0_rows_to_panels(w, k, m, pool);
 }
 inline void panels_to_rows(int32_t dtype, uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
-  dtype == MINFER_DTYPE_Q4_K ? q4_k_panels_to_rows(w, k, m, pool) : q4_0_panels_to_rows(w, k, m, pool);
+  if (dtype == MINFER_DTYPE_Q4_K) return q4_k_panels_to_rows(w, k, m, pool);
+  if (dtype == MINFER_DTYPE_Q6_K) return q6_k_panels_to_rows(w, k, m, pool);
+  q4_0_panels_to_rows(w, k, m, pool);
 }
 
 // y[t * m + o] = row o of the panels (m rows of k values) dotted with token t, for t < tokens
 // (activations quantized by quantize_activations); isa Avx2 or Avx512Vnni.
 void q4_0_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool);
 void q4_k_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool);
+void q6_k_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool);
 inline void panel_matmul(int32_t dtype, Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y,
                          ThreadPool &pool) {
-  dtype == MINFER_DTYPE_Q4_K ? q4_k_panel_matmul(isa, panels, k, m, a, tokens, y, pool) : q4_0_panel_matmul(isa, panels, k, m, a, tokens, y, pool);
+  if (dtype == MINFER_DTYPE_Q4_K) return q4_k_panel_matmul(isa, panels, k, m, a, tokens, y, pool);
+  if (dtype == MINFER_DTYPE_Q6_K) return q6_k_panel_matmul(isa, panels, k, m, a, tokens, y, pool);
+  q4_0_panel_matmul(isa, panels, k, m, a, tokens, y, pool);
 }
 
 }  // namespace minfer::cpu

@@ -169,13 +169,13 @@ class CpuSegment : public sdk::Segment {
       const minfer_node &n = on.node();
       for (int32_t i = 0; i < n.n_inputs; ++i) {
         const minfer_tensor &t = *n.inputs[i];
-        if (panels_take(t.dtype) && !matmul_weight(n, i))
+        if (panel_dtype(t.dtype) && !matmul_weight(n, i))
           sdk::buffer_of<CpuBuffer>(t).pin_rows(t.offset, uint64_t(std::max<int64_t>(1, sdk::n_bytes(t))));
       }
     }
     for (const auto &on : nodes_) {
       const minfer_node &n = on.node();
-      if (n.n_inputs > 0 && panels_take(n.inputs[0]->dtype) && matmul_weight(n, 0))
+      if (n.n_inputs > 0 && panels_take(n.inputs[0]->dtype, isa_) && matmul_weight(n, 0))
         sdk::buffer_of<CpuBuffer>(*n.inputs[0]).offer_panels(n.inputs[0]->offset, n.inputs[0]->dtype, n.inputs[0]->shape[0], n.inputs[0]->shape[1],
                                                              pool_);
     }

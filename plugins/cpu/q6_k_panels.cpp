@@ -1,0 +1,109 @@
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "minfer/plugin.hpp"
+#include "panels.hpp"
+
+namespace minfer::cpu {
+namespace {
+
+// A row's block into its panel block or back: d, the 16 scales, then its low and high bits
+// in 4-byte pieces.
+void move_q6_k(minfer_block_q6_k &row, Q6_KPanel &pb, int r, bool to_panels) {
+  if (to_panels) {
+    pb.d[r] = row.d;
+    for (int s = 0; s < 16; ++s) pb.scales[s][r] = row.scales[s];
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < 8; ++c) {
+        for (int qq = 0; qq < 2; ++qq) std::memcpy(pb.ql[h][qq][c][r], row.ql + 64 * h + 32 * qq + 4 * c, 4);
+        std::memcpy(pb.qh[h][c][r], row.qh + 32 * h + 4 * c, 4);
+      }
+  } else {
+    row.d = pb.d[r];
+    for (int s = 0; s < 16; ++s) row.scales[s] = pb.scales[s][r];
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < 8; ++c) {
+        for (int qq = 0; qq < 2; ++qq) std::memcpy(row.ql + 64 * h + 32 * qq + 4 * c, pb.ql[h][qq][c][r], 4);
+        std::memcpy(row.qh + 32 * h + 4 * c, pb.qh[h][c][r], 4);
+      }
+  }
+}
+
+#define MINFER_VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+// ---- Dot products straight from the panels ------------------------------------------------
+// Activation block j (values 32j..32j+31) covers sub-blocks 2j and 2j+1 (16 values each, an
+// int8 scale each). Its values are the low or high nibbles of ql bytes (64h + 32(q & 1) + l,
+// h = j / 4, q = j % 4) with two high bits from qh byte 32h + l at bit 2q, unsigned 0..63:
+// dot(v - 32, x) = dot(v, x) - 32 sum(x) per sub-block, the sums from the activation block
+// (d_sum_lo: the first 16 values). Per (16 rows, 32 values, token): 8 vpdpbusd and four FMAs.
+// AVX-512 only: measured (AMD EPYC Zen 4, 2 threads, 2048 x 65536, us; rows | panels) it
+// gains little at one token (vnni 4080 | 3290-3780) and much at four (11830 | 4940-5370),
+// but an AVX2 version was slower than the row dots at one token (4395 | 4747-5052) and made
+// Qwen2-1.5B Q4_K_M's tg32 3% slower, so AVX2 machines keep Q6_K in rows.
+
+template <int T>
+MINFER_VNNI512 void q6_k_dots_vnni(const Q6_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
+  const __m512i low = _mm512_set1_epi8(0x0f), two = _mm512_set1_epi8(0x03);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int l = 0; l < int(sizeof(Q6_KPanel)); l += 64) _mm_prefetch(reinterpret_cast<const char *>(p + b + 2) + l, _MM_HINT_T0);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
+    for (int j = 0; j < 8; ++j) {
+      const int h = j / 4, q = j % 4;
+      const __m512 ds0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].scales[2 * j])))));
+      const __m512 ds1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].scales[2 * j + 1])))));
+      __m512i s0[T], s1[T];
+      for (int t = 0; t < T; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
+      for (int c = 0; c < 8; ++c) {
+        const __m512i l4 = _mm512_loadu_si512(p[b].ql[h][q & 1][c]), h2 = _mm512_loadu_si512(p[b].qh[h][c]);
+        const __m512i lo = q < 2 ? _mm512_and_si512(l4, low) : _mm512_and_si512(_mm512_srli_epi16(l4, 4), low);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(h2, 2 * q), two);
+        const __m512i v = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));  // hi <= 3: the shift stays in its byte
+        for (int t = 0; t < T; ++t) {
+          const ActBlock &x = a[t * kb + b * 8 + j];
+          const __m512i xv = _mm512_set1_epi32(*reinterpret_cast<const int32_t *>(x.qs + 4 * c));
+          if (c < 4) s0[t] = _mm512_dpbusd_epi32(s0[t], v, xv);
+          else s1[t] = _mm512_dpbusd_epi32(s1[t], v, xv);
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const ActBlock &x = a[t * kb + b * 8 + j];
+        const __m512 xd = _mm512_set1_ps(x.d);
+        acc[t] = _mm512_fmadd_ps(ds0, _mm512_fmadd_ps(xd, _mm512_cvtepi32_ps(s0[t]), _mm512_set1_ps(-32.0f * x.d_sum_lo)), acc[t]);
+        acc[t] = _mm512_fmadd_ps(ds1, _mm512_fmadd_ps(xd, _mm512_cvtepi32_ps(s1[t]), _mm512_set1_ps(-32.0f * (x.d_sum - x.d_sum_lo))), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
+}
+
+// Tokens per pass: what the registers hold (two int32 sums and an accumulator a token).
+constexpr int kVnniTokens = 8;
+
+}  // namespace
+
+void q6_k_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool) {
+  const auto *pb = reinterpret_cast<const Q6_KPanel *>(panels);
+  const int64_t nb = k / 256, kb = k / 32, n_panels = m / kPanelRows;
+  if (isa != Isa::Avx512Vnni) throw sdk::Error(MINFER_ERR_INTERNAL, "q6_k panels are read by the AVX-512 VNNI kernel only (panels_take)");
+  pool.run_dynamic(n_panels, 4, [&](int64_t p0, int64_t p1, int) {
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t t0 = 0; t0 < tokens; t0 += kVnniTokens)
+        by_count<kVnniTokens>(int(std::min<int64_t>(kVnniTokens, tokens - t0)), [&](auto tag) {
+          q6_k_dots_vnni<decltype(tag)::value>(pb + p * nb, nb, a + t0 * kb, kb, y + t0 * m + p * kPanelRows, m);
+        });
+  });
+}
+
+void q6_k_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
+  convert_panels<minfer_block_q6_k, Q6_KPanel, 256>(w, k, m, true, pool, move_q6_k);
+}
+void q6_k_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
+  convert_panels<minfer_block_q6_k, Q6_KPanel, 256>(w, k, m, false, pool, move_q6_k);
+}
+
+}  // namespace minfer::cpu
