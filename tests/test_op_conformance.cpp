@@ -248,6 +248,9 @@ std::vector<Case> all_cases() {
         {k_small, 7, 4, 2, 1, false}, {k_small, 7, 4, 2, 5, true}, {per == 256 ? 1024 : 896, 33, 16, 4, 1, false},
         {per == 256 ? 1024 : 896, 33, 16, 4, 37, false}, {per == 256 ? 512 : 384, 20, 8, 3, 19, true}};
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 24, 32, 8, 1, true});
+    // Experts of whole 16-row panels (the CPU holds Q4_0, Q4_K and Q6_K ones so): a decode
+    // token, a few per-choice inputs.
+    shapes.push_back({per == 256 ? 1024 : 512, 32, 16, 4, 1, false}), shapes.push_back({per == 256 ? 512 : 256, 32, 8, 2, 3, true});
     // A prompt's worth of rows: ~50 per expert, past the CPU's AMX crossover and into CUDA's
     // grouped kernels.
     shapes.push_back({per == 256 ? 512 : 256, 48, 8, 2, 200, false});

@@ -55,6 +55,7 @@ T *ptr(const minfer_tensor &t) {
 }
 
 enum class Isa;
+struct ActBlock;
 
 // What a kernel gets besides its node: the step's counts, the threads, the instruction set.
 struct RunCtx {
@@ -89,6 +90,12 @@ struct MatmulSegment {
 // The segments in one pass of the thread pool where the integer kernels take them all (false:
 // nothing ran; run each with matmul_rows). x: every segment's rows, in order.
 bool matmul_segments(int32_t dtype, int64_t k, int64_t m, const float *x, std::span<const MatmulSegment> segs, const RunCtx &ctx);
+// The tokens' activations quantized to 8-bit blocks (quantize_activations), in the calling
+// thread's buffer, valid until its next call.
+const ActBlock *quantize_tokens(const float *x, int64_t tokens, int64_t k, ThreadPool &pool, Isa isa);
+// A MATMUL or MATMUL_ID weight's data in 16-row panels where compile put it so (panels.hpp),
+// else nullptr.
+const uint8_t *weight_panels(const minfer_tensor &w, const RunCtx &ctx);
 // MATMUL's check: "" when the weight's dtype has a decoder here.
 std::string weight_known(const minfer_node &n);
 std::span<const CpuOp> moe_ops();

@@ -29,6 +29,8 @@ float dot(const float *a, const float *b, int64_t n) {
   return s;
 }
 
+}  // namespace
+
 // The tokens' activations quantized to 8 bits once per call, in the calling thread's buffer
 // (reused across calls; the workers must read this thread's buffer, not their own).
 const ActBlock *quantize_tokens(const float *x, int64_t tokens, int64_t k, ThreadPool &pool, Isa isa) {
@@ -41,6 +43,8 @@ const ActBlock *quantize_tokens(const float *x, int64_t tokens, int64_t k, Threa
   });
   return a;
 }
+
+namespace {
 
 // Rows per chunk of the row dots' dynamic split: a multiple of the four-row kernels, ~100
 // chunks for a 7B-sized matrix on 2 threads, so a thread slowed by the VM gives its rows away.
@@ -109,17 +113,21 @@ MatmulPath matmul_path(int32_t dtype, Isa isa, int64_t tokens) {
   return row_dots ? MatmulPath::RowDots : MatmulPath::Decoded;
 }
 
-// The weight's panels where compile put it in panels (cpu_backend.hpp), else nullptr.
+}  // namespace
+
 const uint8_t *weight_panels(const minfer_tensor &w, const RunCtx &ctx) {
   return panel_dtype(w.dtype) ? sdk::buffer_of<CpuBuffer>(w).panels(w.offset, ctx.pool) : nullptr;
 }
+
+namespace {
 
 void run_matmul(const minfer_node &n, const RunCtx &ctx) {
   const minfer_tensor &w = *n.inputs[0];
   if (const uint8_t *panels = weight_panels(w, ctx)) {
     const int64_t k = w.shape[0], tokens = sdk::run_rows(*n.inputs[1], ctx.args);
-    return panel_matmul(w.dtype, ctx.isa, panels, k, w.shape[1], quantize_tokens(ptr<float>(*n.inputs[1]), tokens, k, ctx.pool, ctx.isa),
-                        tokens, ptr<float>(*n.output), ctx.pool);
+    const PanelSegment seg{panels, 0, tokens, ptr<float>(*n.output)};
+    return panel_matmul(w.dtype, ctx.isa, k, w.shape[1], quantize_tokens(ptr<float>(*n.inputs[1]), tokens, k, ctx.pool, ctx.isa), {&seg, 1},
+                        ctx.pool);
   }
   matmul_rows(w.dtype, ptr(w), w.shape[0], w.shape[1], ptr<float>(*n.inputs[1]), sdk::run_rows(*n.inputs[1], ctx.args),
               ptr<float>(*n.output), ctx);
@@ -180,7 +188,7 @@ std::string explain_matmul(const minfer_node &n, Isa isa, int64_t tokens) {
   if (n.op == MINFER_OP_MATMUL_ID) tokens = 1;  // a decode token's expert reads one row per expert
   const std::string type = minfer_dtype_name(dt);
   const minfer_tensor &w = *n.inputs[0];
-  if (n.op == MINFER_OP_MATMUL && panel_dtype(dt) && sdk::buffer_of<CpuBuffer>(w).holds_panels(w.offset))
+  if (panel_dtype(dt) && sdk::buffer_of<CpuBuffer>(w).holds_panels(w.offset))
     return std::string(isa_name(isa)) + " int8 dot products on " + type + " weights repacked at load into 16-row panels (activations rounded to 8 bits)";
   switch (matmul_path(dt, isa, tokens)) {
     case MatmulPath::Amx: return "amx bf16 tiles (" + type + " weights decoded to bf16 panels, f32 accumulators)";

@@ -2,11 +2,13 @@
 //
 // MATMUL_ID groups a step's (row, choice) pairs by expert, so each chosen expert's weights
 // are read once for all the rows routed to it (a prompt) and an unchosen one not at all (a
-// decode token reads k of n_expert); each group runs on matmul_rows, the kernels of MATMUL.
+// decode token reads k of n_expert); the groups run as one pass over the experts' panels where
+// compile put them in panels (panels.hpp), else on the row kernels of MATMUL.
 #include <cmath>
 #include <vector>
 
 #include "cpu_backend.hpp"
+#include "panels.hpp"
 #include "thread_pool.hpp"
 #include "minfer/op_contract.hpp"
 
@@ -94,6 +96,15 @@ void run_matmul_id(const minfer_node &n, const RunCtx &ctx) {
     const float *src = xs + (per_pair ? pairs[size_t(i)] : pairs[size_t(i)] / k) * kin;
     std::copy(src, src + kin, xg.data() + i * kin);
   }
+  if (const uint8_t *panels = weight_panels(w, ctx)) {  // each expert's rows are whole panels (plan_panels)
+    const ActBlock *a = quantize_tokens(xg.data(), n_pairs, kin, ctx.pool, ctx.isa);
+    thread_local std::vector<PanelSegment> psegs;
+    psegs.clear();
+    for (int64_t e = 0; e < ne; ++e)
+      if (const int64_t c = begin[size_t(e + 1)] - begin[size_t(e)])
+        psegs.push_back({panels + uint64_t(e) * expert_bytes, begin[size_t(e)], c, yg.data() + begin[size_t(e)] * m});
+    panel_matmul(w.dtype, ctx.isa, kin, m, a, psegs, ctx.pool);
+  } else {
   thread_local std::vector<MatmulSegment> segs;
   segs.clear();
   for (int64_t e = 0; e < ne; ++e)
@@ -104,6 +115,7 @@ void run_matmul_id(const minfer_node &n, const RunCtx &ctx) {
       const int64_t at = (sg.y - yg.data()) / m;
       matmul_rows(w.dtype, sg.w, kin, m, xg.data() + at * kin, sg.tokens, sg.y, ctx);
     }
+  }
   for (int64_t i = 0; i < n_pairs; ++i) std::copy(yg.data() + i * m, yg.data() + (i + 1) * m, out + pairs[size_t(i)] * m);
 }
 

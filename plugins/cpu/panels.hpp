@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "minfer/blocks.h"
@@ -105,16 +106,22 @@ inline void panels_to_rows(int32_t dtype, uint8_t *w, int64_t k, int64_t m, Thre
   q4_0_panels_to_rows(w, k, m, pool);
 }
 
-// y[t * m + o] = row o of the panels (m rows of k values) dotted with token t, for t < tokens
-// (activations quantized by quantize_activations); isa Avx2 or Avx512Vnni.
-void q4_0_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool);
-void q4_k_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool);
-void q6_k_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool);
-inline void panel_matmul(int32_t dtype, Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y,
-                         ThreadPool &pool) {
-  if (dtype == MINFER_DTYPE_Q4_K) return q4_k_panel_matmul(isa, panels, k, m, a, tokens, y, pool);
-  if (dtype == MINFER_DTYPE_Q6_K) return q6_k_panel_matmul(isa, panels, k, m, a, tokens, y, pool);
-  q4_0_panel_matmul(isa, panels, k, m, a, tokens, y, pool);
-}
+// One panel (16 rows of k values) dotted with `tokens` tokens' activations (quantized by
+// quantize_activations, k / 32 blocks a token): y[t * m + r] for row r; isa Avx2 or
+// Avx512Vnni (Q6_K: Avx512Vnni).
+void q4_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
+void q4_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
+void q6_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
+
+// A matmul over panels of m rows each: segment s is a matrix's panels and its tokens
+// [first, first + tokens) of a, written to y (tokens x m). A dense matmul is one segment,
+// MATMUL_ID's chosen experts one each: all of them one pass of the pool, panels handed out
+// four at a time.
+struct PanelSegment {
+  const uint8_t *panels;
+  int64_t first, tokens;
+  float *y;
+};
+void panel_matmul(int32_t dtype, Isa isa, int64_t k, int64_t m, const ActBlock *a, std::span<const PanelSegment> segs, ThreadPool &pool);
 
 }  // namespace minfer::cpu

@@ -156,14 +156,16 @@ class CpuSegment : public sdk::Segment {
     }
   }
 
-  // Q4_0 and Q4_K matmul weights go into panels where the matmul kernels read them that way
-  // (AVX2 and AVX-512; AMX and the scalar reference read rows); any other reader of such a
-  // tensor (GET_ROWS of a tied embedding, DEQUANTIZE, MATMUL_ID's experts) keeps it in rows.
+  // Q4_0, Q4_K and Q6_K matmul weights (MATMUL_ID's experts too) go into panels where the
+  // kernels read them that way (AVX2 and AVX-512; AMX and the scalar reference read rows);
+  // any other reader of such a tensor (GET_ROWS of a tied embedding, DEQUANTIZE) keeps it in rows.
   void plan_panels() {
     const bool isa_takes = isa_ == Isa::Avx2 || isa_ == Isa::Avx512Vnni;
+    // MATMUL's weight, or MATMUL_ID's experts where each expert's rows are whole panels.
     const auto matmul_weight = [&](const minfer_node &n, int32_t i) {
       const minfer_tensor &w = *n.inputs[i];
-      return isa_takes && n.op == MINFER_OP_MATMUL && i == 0 && w.rank == 2 && w.token_dim < 0 && sdk::is_contiguous(w);
+      if (!isa_takes || i != 0 || w.token_dim >= 0 || !sdk::is_contiguous(w)) return false;
+      return (n.op == MINFER_OP_MATMUL && w.rank == 2) || (n.op == MINFER_OP_MATMUL_ID && w.rank == 3 && w.shape[1] % kPanelRows == 0);
     };
     for (const auto &on : nodes_) {
       const minfer_node &n = on.node();
@@ -175,9 +177,10 @@ class CpuSegment : public sdk::Segment {
     }
     for (const auto &on : nodes_) {
       const minfer_node &n = on.node();
-      if (n.n_inputs > 0 && panels_take(n.inputs[0]->dtype, isa_) && matmul_weight(n, 0))
-        sdk::buffer_of<CpuBuffer>(*n.inputs[0]).offer_panels(n.inputs[0]->offset, n.inputs[0]->dtype, n.inputs[0]->shape[0], n.inputs[0]->shape[1],
-                                                             pool_);
+      if (n.n_inputs > 0 && panels_take(n.inputs[0]->dtype, isa_) && matmul_weight(n, 0)) {
+        const minfer_tensor &w = *n.inputs[0];
+        sdk::buffer_of<CpuBuffer>(w).offer_panels(w.offset, w.dtype, w.shape[0], w.shape[1] * (w.rank == 3 ? w.shape[2] : 1), pool_);
+      }
     }
   }
 

@@ -102,29 +102,21 @@ MINFER_AVX2 void panel_dots_avx2(const Q4_0Panel *p, int64_t nb, const ActBlock 
 // and 8 accumulators of 32; AVX2: 4 int16 and 4 float accumulators of 16).
 constexpr int kPanelVnniTokens = 8, kPanelAvx2Tokens = 4;
 
-// Tokens [0, tokens) in passes of a few, panels handed out 4 at a time.
-void panel_dots(bool vnni, const Q4_0Panel *pb, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool) {
-  const int64_t kb = k / 32, panels = m / kPanelRows;
-  pool.run_dynamic(panels, 4, [&](int64_t p0, int64_t p1, int) {
-    for (int64_t p = p0; p < p1; ++p) {
-      if (vnni)
-        for (int64_t t0 = 0; t0 < tokens; t0 += kPanelVnniTokens)
-          by_count<kPanelVnniTokens>(int(std::min<int64_t>(kPanelVnniTokens, tokens - t0)), [&](auto tag) {
-            panel_dots_vnni<decltype(tag)::value>(pb + p * kb, kb, a + t0 * kb, kb, y + t0 * m + p * kPanelRows, m);
-          });
-      else
-        for (int64_t t0 = 0; t0 < tokens; t0 += kPanelAvx2Tokens)
-          by_count<kPanelAvx2Tokens>(int(std::min<int64_t>(kPanelAvx2Tokens, tokens - t0)), [&](auto tag) {
-            panel_dots_avx2<decltype(tag)::value>(pb + p * kb, kb, a + t0 * kb, kb, y + t0 * m + p * kPanelRows, m);
-          });
-    }
-  });
-}
-
 }  // namespace
 
-void q4_0_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool) {
-  panel_dots(isa == Isa::Avx512Vnni, reinterpret_cast<const Q4_0Panel *>(panels), k, m, a, tokens, y, pool);
+void q4_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
+  const auto *pb = reinterpret_cast<const Q4_0Panel *>(panel);
+  const int64_t kb = k / 32;
+  if (isa == Isa::Avx512Vnni)
+    for (int64_t t0 = 0; t0 < tokens; t0 += kPanelVnniTokens)
+      by_count<kPanelVnniTokens>(int(std::min<int64_t>(kPanelVnniTokens, tokens - t0)), [&](auto tag) {
+        panel_dots_vnni<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m);
+      });
+  else
+    for (int64_t t0 = 0; t0 < tokens; t0 += kPanelAvx2Tokens)
+      by_count<kPanelAvx2Tokens>(int(std::min<int64_t>(kPanelAvx2Tokens, tokens - t0)), [&](auto tag) {
+        panel_dots_avx2<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m);
+      });
 }
 
 void q4_0_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {

@@ -140,24 +140,19 @@ constexpr int kVnniTokens = 8, kAvx2Tokens = 4;
 
 }  // namespace
 
-void q4_k_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool) {
-  const auto *pb = reinterpret_cast<const Q4_KPanel *>(panels);
-  const int64_t nb = k / 256, kb = k / 32, n_panels = m / kPanelRows;
-  const bool vnni = isa == Isa::Avx512Vnni;
-  pool.run_dynamic(n_panels, 4, [&](int64_t p0, int64_t p1, int) {
-    for (int64_t p = p0; p < p1; ++p) {
-      if (vnni)
-        for (int64_t t0 = 0; t0 < tokens; t0 += kVnniTokens)
-          by_count<kVnniTokens>(int(std::min<int64_t>(kVnniTokens, tokens - t0)), [&](auto tag) {
-            q4_k_dots_vnni<decltype(tag)::value>(pb + p * nb, nb, a + t0 * kb, kb, y + t0 * m + p * kPanelRows, m);
-          });
-      else
-        for (int64_t t0 = 0; t0 < tokens; t0 += kAvx2Tokens)
-          by_count<kAvx2Tokens>(int(std::min<int64_t>(kAvx2Tokens, tokens - t0)), [&](auto tag) {
-            q4_k_dots_avx2<decltype(tag)::value>(pb + p * nb, nb, a + t0 * kb, kb, y + t0 * m + p * kPanelRows, m);
-          });
-    }
-  });
+void q4_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
+  const auto *pb = reinterpret_cast<const Q4_KPanel *>(panel);
+  const int64_t nb = k / 256, kb = k / 32;
+  if (isa == Isa::Avx512Vnni)
+    for (int64_t t0 = 0; t0 < tokens; t0 += kVnniTokens)
+      by_count<kVnniTokens>(int(std::min<int64_t>(kVnniTokens, tokens - t0)), [&](auto tag) {
+        q4_k_dots_vnni<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m);
+      });
+  else
+    for (int64_t t0 = 0; t0 < tokens; t0 += kAvx2Tokens)
+      by_count<kAvx2Tokens>(int(std::min<int64_t>(kAvx2Tokens, tokens - t0)), [&](auto tag) {
+        q4_k_dots_avx2<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m);
+      });
 }
 
 void q4_k_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {

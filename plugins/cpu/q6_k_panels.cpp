@@ -44,6 +44,54 @@ void move_q6_k(minfer_block_q6_k &row, Q6_KPanel &pb, int r, bool to_panels) {
 // but an AVX2 version was slower than the row dots at one token (4395 | 4747-5052) and made
 // Qwen2-1.5B Q4_K_M's tg32 3% slower, so AVX2 machines keep Q6_K in rows.
 
+// One or two tokens: each (h, c)'s ql and qh pieces loaded once for the four activation
+// blocks 4h..4h+3 that share them (the high bits of block 4h + q are qh bits 2q, moved to bits
+// 4-5 by one shift and a mask), 8 int32 sums a token; more tokens take the loop below, whose
+// 8 sums for all blocks would not fit the registers.
+template <int T>
+MINFER_VNNI512 void q6_k_dots_vnni_few(const Q6_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
+  const __m512i low = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int l = 0; l < int(sizeof(Q6_KPanel)); l += 64) _mm_prefetch(reinterpret_cast<const char *>(p + b + 2) + l, _MM_HINT_T0);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
+    for (int h = 0; h < 2; ++h) {
+      __m512i s[4][2][T];  // block 4h + q, sub-block (values 0-15, 16-31), token
+      for (int q = 0; q < 4; ++q)
+        for (int t = 0; t < T; ++t) s[q][0][t] = s[q][1][t] = _mm512_setzero_si512();
+      for (int c = 0; c < 8; ++c) {
+        const __m512i l0 = _mm512_loadu_si512(p[b].ql[h][0][c]), l1 = _mm512_loadu_si512(p[b].ql[h][1][c]);
+        const __m512i hb = _mm512_loadu_si512(p[b].qh[h][c]);
+        // (lo & 0x0f) | hi, one ternary-logic op each (0xEA: (A & B) | C).
+        const __m512i v[4] = {
+            _mm512_ternarylogic_epi32(l0, low, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits45), 0xEA),
+            _mm512_ternarylogic_epi32(l1, low, _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45), 0xEA),
+            _mm512_ternarylogic_epi32(_mm512_srli_epi16(l0, 4), low, _mm512_and_si512(hb, bits45), 0xEA),
+            _mm512_ternarylogic_epi32(_mm512_srli_epi16(l1, 4), low, _mm512_and_si512(_mm512_srli_epi16(hb, 2), bits45), 0xEA)};
+        for (int t = 0; t < T; ++t)
+          for (int q = 0; q < 4; ++q) {
+            const ActBlock &x = a[t * kb + b * 8 + 4 * h + q];
+            __m512i &sum = s[q][c / 4][t];
+            sum = _mm512_dpbusd_epi32(sum, v[q], _mm512_set1_epi32(*reinterpret_cast<const int32_t *>(x.qs + 4 * c)));
+          }
+      }
+      for (int q = 0; q < 4; ++q) {
+        const int j = 4 * h + q;
+        const __m512 ds0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].scales[2 * j])))));
+        const __m512 ds1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].scales[2 * j + 1])))));
+        for (int t = 0; t < T; ++t) {
+          const ActBlock &x = a[t * kb + b * 8 + j];
+          const __m512 xd = _mm512_set1_ps(x.d);
+          acc[t] = _mm512_fmadd_ps(ds0, _mm512_fmadd_ps(xd, _mm512_cvtepi32_ps(s[q][0][t]), _mm512_set1_ps(-32.0f * x.d_sum_lo)), acc[t]);
+          acc[t] = _mm512_fmadd_ps(ds1, _mm512_fmadd_ps(xd, _mm512_cvtepi32_ps(s[q][1][t]), _mm512_set1_ps(-32.0f * (x.d_sum - x.d_sum_lo))), acc[t]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
+}
+
 template <int T>
 MINFER_VNNI512 void q6_k_dots_vnni(const Q6_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
   const __m512i low = _mm512_set1_epi8(0x0f), two = _mm512_set1_epi8(0x03);
@@ -86,17 +134,16 @@ constexpr int kVnniTokens = 8;
 
 }  // namespace
 
-void q6_k_panel_matmul(Isa isa, const uint8_t *panels, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y, ThreadPool &pool) {
-  const auto *pb = reinterpret_cast<const Q6_KPanel *>(panels);
-  const int64_t nb = k / 256, kb = k / 32, n_panels = m / kPanelRows;
+void q6_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
   if (isa != Isa::Avx512Vnni) throw sdk::Error(MINFER_ERR_INTERNAL, "q6_k panels are read by the AVX-512 VNNI kernel only (panels_take)");
-  pool.run_dynamic(n_panels, 4, [&](int64_t p0, int64_t p1, int) {
-    for (int64_t p = p0; p < p1; ++p)
-      for (int64_t t0 = 0; t0 < tokens; t0 += kVnniTokens)
-        by_count<kVnniTokens>(int(std::min<int64_t>(kVnniTokens, tokens - t0)), [&](auto tag) {
-          q6_k_dots_vnni<decltype(tag)::value>(pb + p * nb, nb, a + t0 * kb, kb, y + t0 * m + p * kPanelRows, m);
-        });
-  });
+  const auto *pb = reinterpret_cast<const Q6_KPanel *>(panel);
+  const int64_t nb = k / 256, kb = k / 32;
+  for (int64_t t0 = 0; t0 < tokens; t0 += kVnniTokens)
+    by_count<kVnniTokens>(int(std::min<int64_t>(kVnniTokens, tokens - t0)), [&](auto tag) {
+      constexpr int kT = decltype(tag)::value;
+      if constexpr (kT <= 2) q6_k_dots_vnni_few<kT>(pb, nb, a + t0 * kb, kb, y + t0 * m, m);
+      else q6_k_dots_vnni<kT>(pb, nb, a + t0 * kb, kb, y + t0 * m, m);
+    });
 }
 
 void q6_k_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
