@@ -14,6 +14,7 @@
 // back into rows first, so the host never sees the layout.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -88,22 +89,19 @@ inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
   return panel_dtype(dtype) && k % minfer_dtype_info(dtype).block_values == 0 && m % kPanelRows == 0 && m > 0;
 }
 
-// In place: m rows of k values (GGUF order) to panels, and back.
-void q4_0_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
-void q4_0_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
-void q4_k_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
-void q4_k_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
-void q6_k_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
-void q6_k_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool);
-inline void rows_to_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
-  if (dtype == MINFER_DTYPE_Q4_K) return q4_k_rows_to_panels(w, k, m, pool);
-  if (dtype == MINFER_DTYPE_Q6_K) return q6_k_rows_to_panels(w, k, m, pool);
-  q4_0_rows_to_panels(w, k, m, pool);
+// In place: m rows of k values (GGUF order) to panels, or back.
+void q4_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
+void q4_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
+void q6_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
+inline void repack_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
+  (dtype == MINFER_DTYPE_Q4_K ? q4_k_convert : dtype == MINFER_DTYPE_Q6_K ? q6_k_convert : q4_0_convert)(w, k, m, to_panels, pool);
 }
-inline void panels_to_rows(int32_t dtype, uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
-  if (dtype == MINFER_DTYPE_Q4_K) return q4_k_panels_to_rows(w, k, m, pool);
-  if (dtype == MINFER_DTYPE_Q6_K) return q6_k_panels_to_rows(w, k, m, pool);
-  q4_0_panels_to_rows(w, k, m, pool);
+
+// Tokens [0, tokens) in passes of at most kPass: pass(tag, t0), tag's value the pass's count.
+template <int kPass, class F>
+void in_passes(int64_t tokens, F &&pass) {
+  for (int64_t t0 = 0; t0 < tokens; t0 += kPass)
+    by_count<kPass>(int(std::min<int64_t>(kPass, tokens - t0)), [&](auto tag) { pass(tag, t0); });
 }
 
 // One panel (16 rows of k values) dotted with `tokens` tokens' activations (quantized by

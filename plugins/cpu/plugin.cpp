@@ -56,7 +56,7 @@ void CpuBuffer::to_rows(uint64_t offset, uint64_t bytes) {
   if (it != panel_ranges_.begin()) --it;
   for (; it != panel_ranges_.end() && it->first < offset + bytes; ++it)
     if (it->second.in_panels && it->first + it->second.bytes > offset) {
-      panels_to_rows(it->second.dtype, data_ + it->first, it->second.k, it->second.m, nullptr);
+      repack_panels(it->second.dtype, data_ + it->first, it->second.k, it->second.m, false, nullptr);
       it->second.in_panels = false;
     }
 }
@@ -92,7 +92,7 @@ const uint8_t *CpuBuffer::panels(uint64_t offset, ThreadPool &pool) {
   auto it = panel_ranges_.find(offset);
   if (it == panel_ranges_.end() || it->second.pinned) return nullptr;
   if (!it->second.in_panels) {
-    rows_to_panels(it->second.dtype, data_ + offset, it->second.k, it->second.m, &pool);
+    repack_panels(it->second.dtype, data_ + offset, it->second.k, it->second.m, true, &pool);
     it->second.in_panels = true;
   }
   return data_ + offset;

@@ -108,22 +108,12 @@ void q4_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   const auto *pb = reinterpret_cast<const Q4_0Panel *>(panel);
   const int64_t kb = k / 32;
   if (isa == Isa::Avx512Vnni)
-    for (int64_t t0 = 0; t0 < tokens; t0 += kPanelVnniTokens)
-      by_count<kPanelVnniTokens>(int(std::min<int64_t>(kPanelVnniTokens, tokens - t0)), [&](auto tag) {
-        panel_dots_vnni<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m);
-      });
-  else
-    for (int64_t t0 = 0; t0 < tokens; t0 += kPanelAvx2Tokens)
-      by_count<kPanelAvx2Tokens>(int(std::min<int64_t>(kPanelAvx2Tokens, tokens - t0)), [&](auto tag) {
-        panel_dots_avx2<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m);
-      });
+    return in_passes<kPanelVnniTokens>(tokens, [&](auto tag, int64_t t0) { panel_dots_vnni<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
+  in_passes<kPanelAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { panel_dots_avx2<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
 }
 
-void q4_0_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
-  convert_panels<minfer_block_q4_0, Q4_0Panel, 32>(w, k, m, true, pool, move_q4_0);
-}
-void q4_0_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
-  convert_panels<minfer_block_q4_0, Q4_0Panel, 32>(w, k, m, false, pool, move_q4_0);
+void q4_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
+  convert_panels<minfer_block_q4_0, Q4_0Panel, 32>(w, k, m, to_panels, pool, move_q4_0);
 }
 
 }  // namespace minfer::cpu

@@ -144,22 +144,12 @@ void q4_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   const auto *pb = reinterpret_cast<const Q4_KPanel *>(panel);
   const int64_t nb = k / 256, kb = k / 32;
   if (isa == Isa::Avx512Vnni)
-    for (int64_t t0 = 0; t0 < tokens; t0 += kVnniTokens)
-      by_count<kVnniTokens>(int(std::min<int64_t>(kVnniTokens, tokens - t0)), [&](auto tag) {
-        q4_k_dots_vnni<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m);
-      });
-  else
-    for (int64_t t0 = 0; t0 < tokens; t0 += kAvx2Tokens)
-      by_count<kAvx2Tokens>(int(std::min<int64_t>(kAvx2Tokens, tokens - t0)), [&](auto tag) {
-        q4_k_dots_avx2<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m);
-      });
+    return in_passes<kVnniTokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_vnni<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
+  in_passes<kAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_avx2<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
 }
 
-void q4_k_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
-  convert_panels<minfer_block_q4_k, Q4_KPanel, 256>(w, k, m, true, pool, move_q4_k);
-}
-void q4_k_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
-  convert_panels<minfer_block_q4_k, Q4_KPanel, 256>(w, k, m, false, pool, move_q4_k);
+void q4_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
+  convert_panels<minfer_block_q4_k, Q4_KPanel, 256>(w, k, m, to_panels, pool, move_q4_k);
 }
 
 }  // namespace minfer::cpu

@@ -138,19 +138,15 @@ void q6_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   if (isa != Isa::Avx512Vnni) throw sdk::Error(MINFER_ERR_INTERNAL, "q6_k panels are read by the AVX-512 VNNI kernel only (panels_take)");
   const auto *pb = reinterpret_cast<const Q6_KPanel *>(panel);
   const int64_t nb = k / 256, kb = k / 32;
-  for (int64_t t0 = 0; t0 < tokens; t0 += kVnniTokens)
-    by_count<kVnniTokens>(int(std::min<int64_t>(kVnniTokens, tokens - t0)), [&](auto tag) {
-      constexpr int kT = decltype(tag)::value;
-      if constexpr (kT <= 2) q6_k_dots_vnni_few<kT>(pb, nb, a + t0 * kb, kb, y + t0 * m, m);
-      else q6_k_dots_vnni<kT>(pb, nb, a + t0 * kb, kb, y + t0 * m, m);
-    });
+  in_passes<kVnniTokens>(tokens, [&](auto tag, int64_t t0) {
+    constexpr int kT = decltype(tag)::value;
+    if constexpr (kT <= 2) q6_k_dots_vnni_few<kT>(pb, nb, a + t0 * kb, kb, y + t0 * m, m);
+    else q6_k_dots_vnni<kT>(pb, nb, a + t0 * kb, kb, y + t0 * m, m);
+  });
 }
 
-void q6_k_rows_to_panels(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
-  convert_panels<minfer_block_q6_k, Q6_KPanel, 256>(w, k, m, true, pool, move_q6_k);
-}
-void q6_k_panels_to_rows(uint8_t *w, int64_t k, int64_t m, ThreadPool *pool) {
-  convert_panels<minfer_block_q6_k, Q6_KPanel, 256>(w, k, m, false, pool, move_q6_k);
+void q6_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
+  convert_panels<minfer_block_q6_k, Q6_KPanel, 256>(w, k, m, to_panels, pool, move_q6_k);
 }
 
 }  // namespace minfer::cpu
