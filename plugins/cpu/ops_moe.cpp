@@ -105,16 +105,16 @@ void run_matmul_id(const minfer_node &n, const RunCtx &ctx) {
         psegs.push_back({panels + uint64_t(e) * expert_bytes, begin[size_t(e)], c, yg.data() + begin[size_t(e)] * m});
     panel_matmul(w.dtype, ctx.isa, kin, m, a, psegs, ctx.pool);
   } else {
-  thread_local std::vector<MatmulSegment> segs;
-  segs.clear();
-  for (int64_t e = 0; e < ne; ++e)
-    if (const int64_t c = begin[size_t(e + 1)] - begin[size_t(e)])
-      segs.push_back({ptr(w) + uint64_t(e) * expert_bytes, c, yg.data() + begin[size_t(e)] * m});
-  if (!matmul_segments(w.dtype, kin, m, xg.data(), segs, ctx))
-    for (const MatmulSegment &sg : segs) {
-      const int64_t at = (sg.y - yg.data()) / m;
-      matmul_rows(w.dtype, sg.w, kin, m, xg.data() + at * kin, sg.tokens, sg.y, ctx);
-    }
+    thread_local std::vector<MatmulSegment> segs;
+    segs.clear();
+    for (int64_t e = 0; e < ne; ++e)
+      if (const int64_t c = begin[size_t(e + 1)] - begin[size_t(e)])
+        segs.push_back({ptr(w) + uint64_t(e) * expert_bytes, c, yg.data() + begin[size_t(e)] * m});
+    if (!matmul_segments(w.dtype, kin, m, xg.data(), segs, ctx))
+      for (const MatmulSegment &sg : segs) {
+        const int64_t at = (sg.y - yg.data()) / m;
+        matmul_rows(w.dtype, sg.w, kin, m, xg.data() + at * kin, sg.tokens, sg.y, ctx);
+      }
   }
   for (int64_t i = 0; i < n_pairs; ++i) std::copy(yg.data() + i * m, yg.data() + (i + 1) * m, out + pairs[size_t(i)] * m);
 }

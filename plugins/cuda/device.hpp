@@ -102,7 +102,7 @@ class CudaDevice {
   // How matmul() multiplies: Mmq (int8 tensor cores on the blocks), Gemv (one-token dp4a, x
   // quantized in the kernel, the add and grouping fused), F16Gemm (weights dequantized to f16 —
   // cached per weight or per call — and a tensor-core GEMM), Mmvq (dp4a after a quantize
-  // kernel), FewTokenMma (2..64 tokens on f16 tensor cores, dequantizing in registers),
+  // kernel), FewTokenMma (Q4_0, 2..32 tokens on int8 tensor cores, the nibbles read in place),
   // Generic (f32 math, any type). The one place the choice is made.
   enum class MatmulPath { Mmq, Gemv, F16Gemm, Mmvq, FewTokenMma, Generic };
   MatmulPath matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const;
