@@ -28,6 +28,9 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
                         ? opts_.max_grid_blocks
                         : max_grid_x;
   cfg_.kernel_dtype = -1;
+  int cc_major = 0;
+  check_cuda(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device_), "reading the device's compute capability");
+  cfg_.pdl = opts_.pdl && cc_major >= 9 ? 1 : 0;
   error_flag_ = static_cast<int32_t *>(alloc(2 * sizeof(int32_t)));
   check_cuda(cudaMemset(error_flag_, 0, 2 * sizeof(int32_t)), "clearing the error flag");
   check_cuda(cudaMallocHost(&error_flag_host_, 2 * sizeof(int32_t)), "allocating the error flag's host copy");
@@ -324,7 +327,10 @@ bool CudaDevice::one_gemv_launch(std::span<const int32_t> dtypes, int64_t k, int
 }
 
 bool CudaDevice::folds_norm(std::span<const int32_t> dtypes, int64_t k, int64_t tokens, const float *norm_w) const {
-  return one_gemv_launch(dtypes, k, tokens) && reinterpret_cast<uintptr_t>(norm_w) % 16 == 0;
+  const bool one_few_token_launch = !dtypes.empty() && dtypes.size() <= size_t(kMinferCudaMmqMaxParts) &&
+                                    matmul_path(dtypes[0], k, tokens) == MatmulPath::FewTokenMma &&
+                                    std::all_of(dtypes.begin(), dtypes.end(), [&](int32_t d) { return d == dtypes[0]; });
+  return (one_gemv_launch(dtypes, k, tokens) || one_few_token_launch) && reinterpret_cast<uintptr_t>(norm_w) % 16 == 0;
 }
 
 void CudaDevice::matmul_group(const float *x, int64_t k, int64_t tokens, const std::vector<MatmulPart> &parts, const RmsNormIn *norm) {
@@ -350,7 +356,7 @@ void CudaDevice::matmul_group(const float *x, int64_t k, int64_t tokens, const s
     minfer_cuda_mmq_part mp[kMinferCudaMmqMaxParts];
     for (size_t i = 0; i < parts.size(); ++i) mp[i] = {parts[i].w, parts[i].y, parts[i].add, parts[i].m, parts[i].add_broadcast ? 1 : 0};
     if (path == MatmulPath::Mmvq) return mmvq(dtypes[0], mp, int32_t(parts.size()), nullptr, 0, x, k, tokens);
-    if (path == MatmulPath::FewTokenMma) return few_token_mma(dtypes[0], mp, int32_t(parts.size()), nullptr, 0, x, k, tokens);
+    if (path == MatmulPath::FewTokenMma) return few_token_mma(dtypes[0], mp, int32_t(parts.size()), nullptr, 0, x, k, tokens, norm);
     return mmq(dtypes[0], mp, int32_t(parts.size()), x, k, tokens);
   }
   for (const MatmulPart &p : parts) matmul(p.dtype, p.w, x, p.y, k, p.m, tokens, p.add, p.add_broadcast, p.unfused);
@@ -371,8 +377,15 @@ void CudaDevice::mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_
 }
 
 void CudaDevice::few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act,
-                               const float *x, int64_t k, int64_t tokens) {
-  const void *xq = quantize_for_mmq(x, k, tokens);  // activations to 8 bits once
+                               const float *x, int64_t k, int64_t tokens, const RmsNormIn *norm) {
+  const void *xq = nullptr;  // activations to 8 bits once (with the RMS norm folded in: its launch saved)
+  if (norm) {
+    void *q = scratch(0, minfer_cuda_mmq_x_bytes(k, tokens));
+    check_launch(minfer_cuda_rms_norm_quantize_mmq_x(&cfg_, x, norm->w, norm->eps, q, k, tokens));
+    xq = q;
+  } else {
+    xq = quantize_for_mmq(x, k, tokens);
+  }
   const size_t partial_bytes = minfer_cuda_few_token_partials_bytes(parts, n_parts, up, k, tokens, sm_count_);
   auto *partials = static_cast<float *>(scratch(5, partial_bytes));
   check_launch(minfer_cuda_few_token_mma(&cfg_, w_dtype, parts, n_parts, up, act, xq, k, tokens, sm_count_, partials));
@@ -435,7 +448,7 @@ void CudaDevice::matmul_glu(int32_t act, int32_t w_dtype, const void *gate, cons
   }
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::FewTokenMma) {  // one launch, y written once
     const minfer_cuda_mmq_part part{gate, y, nullptr, m, 0};
-    return few_token_mma(w_dtype, &part, 1, up, act, x, k, tokens);
+    return few_token_mma(w_dtype, &part, 1, up, act, x, k, tokens, norm);
   }
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq && minfer_cuda_mmq_glu_supported(w_dtype))  // one launch, y written once
     return check_launch(minfer_cuda_mmq_glu(&cfg_, w_dtype, act, gate, up, quantize_for_mmq(x, k, tokens), y, k, m, tokens));

@@ -29,6 +29,9 @@ struct DeviceOptions {
   bool debug_sync = false;     // synchronize after every launch to pin a failing kernel
   int64_t max_grid_blocks = 0; // 0 = the device's limit; small values exercise grid-stride loops
   bool cuda_graphs = true;     // replay single-token (decode) steps from a captured CUDA Graph
+  // Programmatic dependent launch (compute capability 9.0 and later; ignored before): each
+  // kernel is scheduled while the previous one drains (kernels/grid.cuh launch_kernel()).
+  bool pdl = true;
   // Prefill matmuls of block-quantized weights (the types of kernels/qblock.cuh): true = int8
   // tensor-core GEMM reading the packed blocks (mmq.cu, no f16 copy); false = weights
   // dequantized to f16 + f16 tensor-core GEMM (the path Q2_K and Q3_K always take).
@@ -130,7 +133,8 @@ class CudaDevice {
   // one dtype, or two where the GEMV mixes them (minfer_cuda_gemv_mixable), the first's parts
   // first.
   bool one_gemv_launch(std::span<const int32_t> dtypes, int64_t k, int64_t tokens) const;
-  // Whether a step of these products can take the norm folded in (the one-token GEMV).
+  // Whether a step of these products can take the norm folded in: the one-token GEMV (into its
+  // dot products), the few-token tensor-core path (into x's quantizing).
   bool folds_norm(std::span<const int32_t> dtypes, int64_t k, int64_t tokens, const float *norm_w) const;
   // Up to kMinferCudaGemvMaxParts weights of one k: one launch for a decode token where
   // one_gemv_launch says so, one MMQ launch for a prompt when they share a dtype, else each as
@@ -197,10 +201,10 @@ class CudaDevice {
   // The few-token dp4a path (mmvq.cu): x quantized once, the parts (or a gate with its up) in one launch.
   void mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act, const float *x, int64_t k,
             int64_t tokens);
-  // The few-token tensor-core path (few_token_mma.cu): x quantized once, the parts (or a
-  // gate with its up) in one launch.
+  // The few-token tensor-core path (few_token_mma.cu): x quantized once (norm: x is the RMS
+  // norm's input, normalized as it is quantized), the parts (or a gate with its up) in one launch.
   void few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act, const float *x,
-                     int64_t k, int64_t tokens);
+                     int64_t k, int64_t tokens, const RmsNormIn *norm = nullptr);
   // x (tokens x k) quantized for MMQ into scratch[0]; valid until the next call.
   const void *quantize_for_mmq(const float *x, int64_t k, int64_t tokens);
   void *scratch_[8] = {};

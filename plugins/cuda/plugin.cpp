@@ -174,8 +174,13 @@ class CudaSegment : public sdk::Segment {
     const std::string type = minfer_dtype_name(w.dtype);
     using P = CudaDevice::MatmulPath;
     const P path = dev_.matmul_path(w.dtype, w.shape[0], tokens);
-    std::string norm;  // the RMS norm folded into this step's one-token GEMV
-    if (plan_.norm_of[i] && path == P::Gemv)
+    std::string norm;  // the RMS norm folded into this step's one-token GEMV or few-token quantizing
+    std::vector<int32_t> dtypes{w.dtype};
+    if (!plan_.group[i].empty()) {
+      dtypes.clear();
+      for (const MatmulStep &st : plan_.group[i]) dtypes.push_back(st.matmul->inputs[0]->dtype);
+    }
+    if (plan_.norm_of[i] && dev_.folds_norm(dtypes, w.shape[0], tokens, nullptr))  // the norm weights' alignment aside
       for (size_t j = 0; j < i; ++j)
         if (&nodes_[j].node() == plan_.norm_of[i]) norm = ", the RMS norm " + nodes_[j].name() + " folded in";
     const std::string act = plan_.fuse_glu[i] && nodes_[i + 2].node().op == MINFER_OP_GEGLU ? "GeGLU" : "SwiGLU";
@@ -185,7 +190,8 @@ class CudaSegment : public sdk::Segment {
       return "mmq_kernel: gate, up and " + act + " in one launch (int8 tensor cores on the " + type + " blocks)";
     if (plan_.fuse_glu[i] && path == P::Mmvq) return "quantize_q8_act_kernel + mmvq_kernel: gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)";
     if (plan_.fuse_glu[i] && path == P::FewTokenMma)
-      return "quantize_q8_act_kernel + few_token_mma_kernel: gate, up and " + act + " in one launch (int8 tensor cores on the " + type + " nibbles)";
+      return std::string(norm.empty() ? "quantize_q8_act_kernel" : "rms_norm_quantize_kernel") + " + few_token_mma_kernel: gate, up and " + act +
+             " in one launch (int8 tensor cores on the " + type + " nibbles)" + norm;
     // A group of two weight dtypes: one mixed GEMV launch for a token, the steps one by one for a prompt.
     const bool mixed = std::any_of(plan_.group[i].begin(), plan_.group[i].end(), [&](const MatmulStep &st) { return st.matmul->inputs[0]->dtype != w.dtype; });
     std::string t;
@@ -200,7 +206,10 @@ class CudaSegment : public sdk::Segment {
         t = std::string(dev_.f16_copy(dptr(w)) ? "its cached f16 copy" : "dequantized to f16 per call") + " + f16 tensor-core GEMM";
         break;
       case P::Mmvq: t = "quantize_q8_act_kernel + mmvq_kernel: dp4a on the " + type + " blocks"; break;
-      case P::FewTokenMma: t = "quantize_q8_act_kernel + few_token_mma_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " nibbles"; break;
+      case P::FewTokenMma:
+        t = std::string(norm.empty() ? "quantize_q8_act_kernel" : "rms_norm_quantize_kernel") +
+            " + few_token_mma_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " nibbles";
+        break;
       case P::Generic: t = "matmul_kernel (f32 math on " + type + ")"; break;
     }
     if (plan_.fuse_add[i]) t += path == P::Mmq || path == P::Gemv || path == P::Mmvq || path == P::FewTokenMma ? ", the add in its epilogue" : ", then an add kernel";
@@ -316,6 +325,7 @@ struct CudaPlugin {
     o.debug_sync = opts.take_bool("debug_sync", false);
     o.max_grid_blocks = opts.take_int("max_grid_blocks", 0, 0, int64_t(1) << 31);
     o.cuda_graphs = opts.take_bool("cuda_graphs", true);
+    o.pdl = opts.take_bool("pdl", true);
     o.mmq = opts.take_bool("mmq", true);
     o.mmq_min_tokens = opts.take_int("mmq_min_tokens", 0, 0, 4096);  // 0: by measurement (token count, k)
     o.few_token_mma = opts.take_bool("few_token_mma", true);

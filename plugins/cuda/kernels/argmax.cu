@@ -33,6 +33,7 @@ __device__ __forceinline__ Best warp_best(Best b) {
 // partial[r * chunks + c]: the best of chunk c of row r.
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_chunks_kernel(const float *x, Best *partial, int64_t d, int64_t rows,
                                                                        int64_t chunks) {
+  wait_for_inputs();
   __shared__ Best part[kArgmaxThreads / 32];
   for (int64_t item = blockIdx.x; item < rows * chunks; item += gridDim.x) {
     const int64_t r = item / chunks, c0 = (item % chunks) * kChunk;
@@ -60,6 +61,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_chunks_kernel(const flo
 }
 
 __global__ void argmax_merge_kernel(const Best *partial, int32_t *out, int64_t rows, int64_t chunks) {
+  wait_for_inputs();
   const int lane = threadIdx.x & 31;
   for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += int64_t(gridDim.x) * (blockDim.x / 32)) {
     Best b{0, -1};
@@ -82,11 +84,11 @@ extern "C" cudaError_t minfer_cuda_argmax_f32(minfer_cuda_launch_cfg *cfg, const
                                               void *scratch) {
   if (rows <= 0) return cudaSuccess;
   const int64_t chunks = (d + kChunk - 1) / kChunk, items = rows * chunks;
-  argmax_chunks_kernel<<<unsigned(items < cfg->max_blocks ? items : cfg->max_blocks), kArgmaxThreads, 0, cfg->stream>>>(
+  launch_kernel(cfg, argmax_chunks_kernel, unsigned(items < cfg->max_blocks ? items : cfg->max_blocks), kArgmaxThreads, 0,
       x, static_cast<Best *>(scratch), d, rows, chunks);
   if (const cudaError_t e = launched(cfg, "argmax_chunks_kernel"); e != cudaSuccess) return e;
   const int64_t blocks = (rows + 7) / 8;
-  argmax_merge_kernel<<<unsigned(blocks < cfg->max_blocks ? blocks : cfg->max_blocks), 256, 0, cfg->stream>>>(static_cast<Best *>(scratch),
+  launch_kernel(cfg, argmax_merge_kernel, unsigned(blocks < cfg->max_blocks ? blocks : cfg->max_blocks), 256, 0, static_cast<Best *>(scratch),
                                                                                                               out, rows, chunks);
   return launched(cfg, "argmax_merge_kernel");
 }

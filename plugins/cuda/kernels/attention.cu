@@ -21,6 +21,7 @@ __device__ __forceinline__ void st(__half *p, int64_t i, float v) { p[i] = __flo
 
 template <class T>
 __global__ void kv_write_kernel(const float *k, const float *v, T *kc, T *vc, int64_t tokens, int64_t kvd, minfer_cuda_kv_pages kv) {
+  wait_for_inputs();
   MINFER_GRID_STRIDE(i, tokens * kvd) {
     const int64_t t = i / kvd, at = kv_row(kv, kv.slots[t], kv.positions[t]) * kvd + i % kvd;
     st(kc, at, k[i]);
@@ -31,6 +32,7 @@ __global__ void kv_write_kernel(const float *k, const float *v, T *kc, T *vc, in
 template <class T>
 __global__ void attention_kernel(const float *q, const T *kc, const T *vc, float *out, int64_t tokens, int n_head,
                                  int n_kv, int hd, minfer_cuda_kv_pages kv, minfer_cuda_attn_scores sc) {
+  wait_for_inputs();
   extern __shared__ float smem[];
   __shared__ float scratch[32];
   float *qs = smem, *score = smem + hd;
@@ -79,10 +81,10 @@ using namespace minfer::cuda;
 extern "C" cudaError_t minfer_cuda_kv_write(minfer_cuda_launch_cfg *cfg, const float *k, const float *v, void *kc, void *vc,
                                             int32_t dtype, int64_t tokens, int64_t kvd, minfer_cuda_kv_pages kv) {
   if (dtype == MINFER_DTYPE_F16)
-    kv_write_kernel<__half><<<grid_for(cfg, tokens * kvd), kBlock, 0, cfg->stream>>>(
+    launch_kernel(cfg, kv_write_kernel<__half>, grid_for(cfg, tokens * kvd), kBlock, 0,
         k, v, static_cast<__half *>(kc), static_cast<__half *>(vc), tokens, kvd, kv);
   else if (dtype == MINFER_DTYPE_F32)
-    kv_write_kernel<float><<<grid_for(cfg, tokens * kvd), kBlock, 0, cfg->stream>>>(
+    launch_kernel(cfg, kv_write_kernel<float>, grid_for(cfg, tokens * kvd), kBlock, 0,
         k, v, static_cast<float *>(kc), static_cast<float *>(vc), tokens, kvd, kv);
   else
     return cudaErrorNotSupported;
@@ -105,12 +107,12 @@ extern "C" cudaError_t minfer_cuda_attention(minfer_cuda_launch_cfg *cfg, const 
   const unsigned grid = unsigned(work < cfg->max_blocks ? work : cfg->max_blocks);
   if (dtype == MINFER_DTYPE_F16) {
     if (smem > 48 * 1024) cudaFuncSetAttribute(attention_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    attention_kernel<__half><<<grid, kAttnThreads, smem, cfg->stream>>>(q, static_cast<const __half *>(kc),
+    launch_kernel(cfg, attention_kernel<__half>, grid, kAttnThreads, smem, q, static_cast<const __half *>(kc),
                                                                          static_cast<const __half *>(vc), out, tokens,
                                                                          n_head, n_kv, hd, kv, scores);
   } else if (dtype == MINFER_DTYPE_F32) {
     if (smem > 48 * 1024) cudaFuncSetAttribute(attention_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    attention_kernel<float><<<grid, kAttnThreads, smem, cfg->stream>>>(q, static_cast<const float *>(kc),
+    launch_kernel(cfg, attention_kernel<float>, grid, kAttnThreads, smem, q, static_cast<const float *>(kc),
                                                                         static_cast<const float *>(vc), out, tokens, n_head,
                                                                         n_kv, hd, kv, scores);
   } else {

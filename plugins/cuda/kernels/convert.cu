@@ -11,6 +11,7 @@ namespace {
 constexpr int kPerThread = 8;
 
 __global__ void convert_f32_f16_vec8_kernel(const float4 *x, uint4 *y, int64_t n_chunks) {
+  wait_for_inputs();
   MINFER_GRID_STRIDE(i, n_chunks) {
     const float4 a = x[2 * i], b = x[2 * i + 1];
     const __half2 h0 = __floats2half2_rn(a.x, a.y), h1 = __floats2half2_rn(a.z, a.w);
@@ -26,6 +27,7 @@ __global__ void convert_f32_f16_vec8_kernel(const float4 *x, uint4 *y, int64_t n
 
 // Scalar form: the tail after the last whole chunk, or unaligned tensors.
 __global__ void convert_f32_f16_kernel(const float *x, __half *y, int64_t n) {
+  wait_for_inputs();
   MINFER_GRID_STRIDE(i, n) y[i] = __float2half_rn(x[i]);
 }
 
@@ -41,14 +43,14 @@ extern "C" cudaError_t minfer_cuda_convert_f32_f16(minfer_cuda_launch_cfg *cfg,
   int64_t done = 0;
   if (aligned && n >= kPerThread) {
     const int64_t chunks = n / kPerThread;
-    convert_f32_f16_vec8_kernel<<<grid_for(cfg, chunks), kBlock, 0, cfg->stream>>>(
+    launch_kernel(cfg, convert_f32_f16_vec8_kernel, grid_for(cfg, chunks), kBlock, 0,
         reinterpret_cast<const float4 *>(x), reinterpret_cast<uint4 *>(y), chunks);
     const cudaError_t err = launched(cfg, "convert_f32_f16_vec8_kernel");
     if (err != cudaSuccess) return err;
     done = chunks * kPerThread;
   }
   if (done < n) {
-    convert_f32_f16_kernel<<<grid_for(cfg, n - done), kBlock, 0, cfg->stream>>>(
+    launch_kernel(cfg, convert_f32_f16_kernel, grid_for(cfg, n - done), kBlock, 0,
         x + done, reinterpret_cast<__half *>(y) + done, n - done);
     return launched(cfg, "convert_f32_f16_kernel");
   }

@@ -12,6 +12,7 @@ namespace {
 
 template <class Block>
 __global__ void dequantize_f16_kernel(const Block *x, __half *y, int64_t n_blocks, int32_t per_block) {
+  wait_for_inputs();
   MINFER_GRID_STRIDE(b, n_blocks) {
     __half *out = y + b * per_block;
     sdk::decode_block(x[b], [&](int j, float v) { out[j] = __float2half_rn(v); });
@@ -30,7 +31,7 @@ extern "C" cudaError_t minfer_cuda_dequantize_f16(minfer_cuda_launch_cfg *cfg, i
   minfer::sdk::visit_block_dtype(dtype, [&](auto tag) {
     using Block = typename decltype(tag)::type;
     const int64_t n_blocks = n / per;
-    dequantize_f16_kernel<Block><<<grid_for(cfg, n_blocks), kBlock, 0, cfg->stream>>>(
+    launch_kernel(cfg, dequantize_f16_kernel<Block>, grid_for(cfg, n_blocks), kBlock, 0,
         static_cast<const Block *>(x), reinterpret_cast<__half *>(y), n_blocks, per);
     err = launched(cfg, "dequantize_f16_kernel", dtype);
   });

@@ -120,6 +120,7 @@ __device__ __forceinline__ float q4_scale(const uint32_t *row, int u) {
 template <int kTiles, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) few_token_mma_kernel(const __grid_constant__ FewParts parts,
                                                                                 const minfer_cuda_q8_act4 *x, int64_t k, int64_t tokens) {
+  wait_for_inputs();
   constexpr int kStages = stages_for(kTiles), kTok = 8 * kTiles;
   constexpr int kWPieces = kBlockRows * (kWRowBytes / 16) / (kWarps * 32);  // 9 a thread a stage
   constexpr int kXPieces = kTok * (kXStageBytes / 16);                      // 20 a token
@@ -266,6 +267,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) few_token_mma_kernel(
 template <bool kGated>
 __global__ void __launch_bounds__(kBlockRows) few_token_sum_kernel(const __grid_constant__ FewParts parts, int64_t tokens, int64_t stages,
                                                                   int64_t grid) {
+  wait_for_inputs();
   const int64_t rb = blockIdx.x / tokens, tok = blockIdx.x - rb * tokens, total = parts.blocks_end[kParts - 1] * stages;
   const int64_t c0 = block_of_item(rb * stages, total, grid), c1 = block_of_item(rb * stages + stages - 1, total, grid);
   const int lr = threadIdx.x;
@@ -376,13 +378,13 @@ extern "C" cudaError_t minfer_cuda_few_token_mma(minfer_cuda_launch_cfg *cfg, in
   const auto *x = static_cast<const minfer_cuda_q8_act4 *>(xq);
   visit_tiles(tokens, up != nullptr, [&](auto s) {
     constexpr int T = decltype(s)::kTiles;
-    few_token_mma_kernel<T, decltype(s)::kGated><<<unsigned(pl.grid), kWarps * 32, smem_bytes(T), cfg->stream>>>(pl.parts, x, k, tokens);
+    launch_kernel(cfg, few_token_mma_kernel<T, decltype(s)::kGated>, unsigned(pl.grid), kWarps * 32, smem_bytes(T), pl.parts, x, k, tokens);
     return 0;
   });
   cudaError_t e = launched(cfg, up ? (act == MINFER_CUDA_GLU_GELU ? "few_token_mma_kernel (gate, up, gelu)" : "few_token_mma_kernel (gate, up, silu)")
                                      : "few_token_mma_kernel", dtype);
   if (e != cudaSuccess || (pl.grid <= pl.row_blocks && pl.row_blocks % pl.grid == 0)) return e;  // no row block cut
-  if (up) few_token_sum_kernel<true><<<unsigned(pl.row_blocks * tokens), kBlockRows, 0, cfg->stream>>>(pl.parts, tokens, pl.stages, pl.grid);
-  else few_token_sum_kernel<false><<<unsigned(pl.row_blocks * tokens), kBlockRows, 0, cfg->stream>>>(pl.parts, tokens, pl.stages, pl.grid);
+  if (up) launch_kernel(cfg, few_token_sum_kernel<true>, unsigned(pl.row_blocks * tokens), kBlockRows, 0, pl.parts, tokens, pl.stages, pl.grid);
+  else launch_kernel(cfg, few_token_sum_kernel<false>, unsigned(pl.row_blocks * tokens), kBlockRows, 0, pl.parts, tokens, pl.stages, pl.grid);
   return launched(cfg, "few_token_sum_kernel", dtype);
 }

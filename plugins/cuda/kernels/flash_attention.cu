@@ -58,6 +58,7 @@ template <class T, int HD>
 __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *q, const T *kc, const T *vc, float *out, float *partials,
                                                                    int64_t tokens, int n_head, int n_kv, minfer_cuda_kv_pages kv,
                                                                    minfer_cuda_attn_scores scores, int64_t row_tiles, int splits, int64_t chunk) {
+  wait_for_inputs();
   constexpr int KS = k_stride<HD>(), D = HD / 32;  // dims per lane in P·V
   extern __shared__ float4 smem4[];
   float *qs = reinterpret_cast<float *>(smem4), *ks = qs + kRows * HD, *vs = ks + kKeys * KS;
@@ -198,6 +199,7 @@ __global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const fl
                                                                         float *partials, int64_t tokens, int n_head, int n_kv,
                                                                         minfer_cuda_kv_pages kv, minfer_cuda_attn_scores scores, int64_t row_tiles,
                                                                         int splits, int64_t chunk) {
+  wait_for_inputs();
   constexpr int KP = HD + 8, VP = kTcKeys + 8, NB = HD / 8;  // padded rows; n-blocks of the output
   extern __shared__ uint4 tc_smem[];
   __half *ks = reinterpret_cast<__half *>(tc_smem), *vt = ks + kTcKeys * KP;
@@ -340,6 +342,7 @@ __global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const fl
 
 // out = sum_z e^(m_z - M) acc_z / sum_z e^(m_z - M) l_z, M = max_z m_z; one block per row.
 __global__ void flash_merge_kernel(const float *partials, float *out, int64_t tokens, int n_head, int n_kv, int hd, int splits) {
+  wait_for_inputs();
   const int group = n_head / n_kv;
   const int64_t rows = tokens * group;
   for (int64_t item = blockIdx.x; item < int64_t(n_kv) * rows; item += gridDim.x) {
@@ -402,6 +405,7 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
                                                                       float *out, float *partials, int *counters, int64_t tokens, int n_head,
                                                                       int n_kv, minfer_cuda_kv_pages kv, minfer_cuda_attn_scores scores, int splits, int64_t chunk,
                                                                       const int32_t *rope_pos, minfer_cuda_rope rope) {
+  wait_for_inputs();
   constexpr int D = HD / 32, kPieces = HD * int(sizeof(T)) / 16;  // 16-byte pieces of a row
   __shared__ __align__(16) float qs[kRows][HD];
   __shared__ float wm[kDecodeWarps][kRows], wl[kDecodeWarps][kRows];
@@ -632,7 +636,7 @@ cudaError_t launch_decode_rows(minfer_cuda_launch_cfg *cfg, const float *q, cons
   constexpr size_t smem = decode_smem_bytes<T, HD>();
   const cudaError_t e = cudaFuncSetAttribute(flash_decode_kernel<T, HD, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
-  flash_decode_kernel<T, HD, kRows><<<grid, kDecodeThreads, smem, cfg->stream>>>(q, k_new, v_new, static_cast<T *>(kc), static_cast<T *>(vc), out,
+  launch_kernel(cfg, flash_decode_kernel<T, HD, kRows>, grid, kDecodeThreads, smem, q, k_new, v_new, static_cast<T *>(kc), static_cast<T *>(vc), out,
                                                                                  partials, counters, tokens, n_head, n_kv, kv, scores, p.splits,
                                                                                  p.chunk, rope_pos, rope);
   return cudaGetLastError();
@@ -660,7 +664,7 @@ cudaError_t launch_tc(minfer_cuda_launch_cfg *cfg, const float *q, const void *k
   }
   const int64_t items = int64_t(n_kv) * p.row_tiles * p.splits;
   const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
-  flash_attention_tc_kernel<HD><<<grid, kTcThreads, smem, cfg->stream>>>(q, static_cast<const __half *>(kc), static_cast<const __half *>(vc),
+  launch_kernel(cfg, flash_attention_tc_kernel<HD>, grid, kTcThreads, smem, q, static_cast<const __half *>(kc), static_cast<const __half *>(vc),
                                                                          out, partials, tokens, n_head, n_kv, kv, scores, p.row_tiles,
                                                                          p.splits, p.chunk);
   return cudaGetLastError();
@@ -676,7 +680,7 @@ cudaError_t launch(minfer_cuda_launch_cfg *cfg, const float *q, const void *kc, 
   }
   const int64_t items = int64_t(n_kv) * p.row_tiles * p.splits;
   const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
-  flash_attention_kernel<T, HD><<<grid, kThreads, smem, cfg->stream>>>(q, static_cast<const T *>(kc), static_cast<const T *>(vc), out,
+  launch_kernel(cfg, flash_attention_kernel<T, HD>, grid, kThreads, smem, q, static_cast<const T *>(kc), static_cast<const T *>(vc), out,
                                                                        partials, tokens, n_head, n_kv, kv, scores, p.row_tiles,
                                                                        p.splits, p.chunk);
   return cudaGetLastError();
@@ -746,7 +750,7 @@ extern "C" cudaError_t minfer_cuda_flash_attention(minfer_cuda_launch_cfg *cfg, 
   cfg->kernel_dtype = dtype;
   if (e != cudaSuccess || pt.splits == 1) return e;
   const int64_t rows = tokens * n_head;
-  flash_merge_kernel<<<unsigned(rows < cfg->max_blocks ? rows : cfg->max_blocks), 64, 0, cfg->stream>>>(partials, out, tokens, n_head,
+  launch_kernel(cfg, flash_merge_kernel, unsigned(rows < cfg->max_blocks ? rows : cfg->max_blocks), 64, 0, partials, out, tokens, n_head,
                                                                                                        n_kv, hd, pt.splits);
   return launched(cfg, "flash_merge_kernel", dtype);
 }

@@ -20,6 +20,7 @@ using namespace nvcuda;
 constexpr int kTile = 64;
 
 __global__ void gemm_f16_kernel(const __half *x, const __half *w, float *c, int64_t n, int64_t m, int64_t k) {
+  wait_for_inputs();
   const int warp = threadIdx.x >> 5;
   const int64_t row0 = int64_t(blockIdx.y) * kTile + (warp >> 1) * 32;  // tokens
   const int64_t col0 = int64_t(blockIdx.x) * kTile + (warp & 1) * 32;   // outputs
@@ -54,6 +55,7 @@ constexpr int kBM = 128, kBN = 128, kBK = 32, kPadK = kBK + 8;
 
 __global__ void __launch_bounds__(256) gemm_f16_tiled_kernel(const __half *x, const __half *w, float *c, int64_t n, int64_t m,
                                                              int64_t k) {
+  wait_for_inputs();
   __shared__ __align__(32) __half as[kBM][kPadK];
   __shared__ __align__(32) __half bs[kBN][kPadK];
   const int tid = threadIdx.x, warp = tid >> 5;
@@ -106,10 +108,10 @@ extern "C" cudaError_t minfer_cuda_gemm_f16(minfer_cuda_launch_cfg *cfg, const v
   if (n % kTile || m % kTile || k % 16 || m / kTile > 2147483647 || n / kTile > 65535) return cudaErrorInvalidValue;
   if (n % kBM == 0 && m % kBN == 0 && k % kBK == 0) {
     const dim3 grid(unsigned(m / kBN), unsigned(n / kBM));
-    gemm_f16_tiled_kernel<<<grid, 256, 0, cfg->stream>>>(static_cast<const __half *>(x), static_cast<const __half *>(w), c, n, m, k);
+    launch_kernel(cfg, gemm_f16_tiled_kernel, grid, 256, 0, static_cast<const __half *>(x), static_cast<const __half *>(w), c, n, m, k);
     return launched(cfg, "gemm_f16_tiled_kernel");
   }
   const dim3 grid(unsigned(m / kTile), unsigned(n / kTile));
-  gemm_f16_kernel<<<grid, 128, 0, cfg->stream>>>(static_cast<const __half *>(x), static_cast<const __half *>(w), c, n, m, k);
+  launch_kernel(cfg, gemm_f16_kernel, grid, 128, 0, static_cast<const __half *>(x), static_cast<const __half *>(w), c, n, m, k);
   return launched(cfg, "gemm_f16_kernel");
 }

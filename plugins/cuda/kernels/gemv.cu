@@ -315,6 +315,7 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
 template <class Block, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const __grid_constant__ GemvParts parts, const Block *up, const float *x,
                                                                                                          int64_t k) {
+  wait_for_inputs();
   extern __shared__ minfer_cuda_q8_act xs[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs), rows = parts.end[parts.n - 1];
@@ -344,6 +345,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const _
 // Parts of two block types in one launch (gemv_short_rows with BlockB); short rows only.
 template <class BlockA, class BlockB>
 __global__ void __launch_bounds__(kWarps * 32, 2) gemv_mixed_kernel(const __grid_constant__ GemvParts parts, const float *x, int64_t k) {
+  wait_for_inputs();
   extern __shared__ minfer_cuda_q8_act xs[];
   gemv_short_rows<BlockA, false, BlockB>(parts, nullptr, x, k / 32, k / (32 * QBlock<BlockA>::kSubs), xs);
 }
@@ -410,9 +412,9 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
     gp.staged = aligned;
     if (aligned) smem = staged_smem;
     if (up)
-      gemv_quantizing_kernel<Block, true><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(gp, static_cast<const Block *>(up), x, k);
+      launch_kernel(cfg, gemv_quantizing_kernel<Block, true>, unsigned(blocks), kWarps * 32, smem, gp, static_cast<const Block *>(up), x, k);
     else
-      gemv_quantizing_kernel<Block, false><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(gp, nullptr, x, k);
+      launch_kernel(cfg, gemv_quantizing_kernel<Block, false>, unsigned(blocks), kWarps * 32, smem, gp, nullptr, x, k);
   });
   if (!known) return cudaErrorNotSupported;
   return launched(cfg, up ? (act == MINFER_CUDA_GLU_GELU ? "gemv_quantizing_kernel (gate, up, gelu)" : "gemv_quantizing_kernel (gate, up, silu)") : n_parts > 1 ? "gemv_quantizing_kernel (grouped)" : "gemv_quantizing_kernel",
@@ -435,7 +437,7 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing_mixed(minfer_cuda_launch_cfg 
   const int64_t blocks = gemv_blocks(cfg, m, kShortRows, sm_count);
   const size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
   visit_mixed_pair(dtype_a, dtype_b, [&](auto a, auto b) {
-    gemv_mixed_kernel<decltype(a), decltype(b)><<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(gp, x, k);
+    launch_kernel(cfg, gemv_mixed_kernel<decltype(a), decltype(b)>, unsigned(blocks), kWarps * 32, smem, gp, x, k);
   });
   return launched(cfg, "gemv_mixed_kernel (grouped, two block types)", dtype_a);
 }

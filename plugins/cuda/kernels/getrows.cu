@@ -24,6 +24,7 @@ template <class T>
 __global__ void get_rows_plain_kernel(const T *table, int64_t table_rows, int64_t d,
                                       const int32_t *ids, int64_t n_ids, float *y, int32_t *flag,
                                       int32_t tag) {
+  wait_for_inputs();
   MINFER_GRID_STRIDE(i, n_ids * d) {
     const int64_t r = i / d, c = i % d;
     const int32_t id = ids[r];
@@ -40,6 +41,7 @@ template <class Block>
 __global__ void get_rows_block_kernel(const Block *table, int64_t table_rows, int64_t d,
                                       int32_t per_block, const int32_t *ids, int64_t n_ids,
                                       float *y, int32_t *flag, int32_t tag) {
+  wait_for_inputs();
   const int64_t blocks_per_row = d / per_block;
   MINFER_GRID_STRIDE(i, n_ids * blocks_per_row) {
     const int64_t r = i / blocks_per_row, b = i % blocks_per_row;
@@ -64,17 +66,17 @@ extern "C" cudaError_t minfer_cuda_get_rows(minfer_cuda_launch_cfg *cfg, int32_t
                                             const int32_t *ids, int64_t n_ids, float *y,
                                             int32_t *flag, int32_t tag) {
   if (dtype == MINFER_DTYPE_F32) {
-    get_rows_plain_kernel<float><<<grid_for(cfg, n_ids * d), kBlock, 0, cfg->stream>>>(
+    launch_kernel(cfg, get_rows_plain_kernel<float>, grid_for(cfg, n_ids * d), kBlock, 0,
         static_cast<const float *>(table), table_rows, d, ids, n_ids, y, flag, tag);
     return launched(cfg, "get_rows_plain_kernel", dtype);
   }
   if (dtype == MINFER_DTYPE_F16) {
-    get_rows_plain_kernel<__half><<<grid_for(cfg, n_ids * d), kBlock, 0, cfg->stream>>>(
+    launch_kernel(cfg, get_rows_plain_kernel<__half>, grid_for(cfg, n_ids * d), kBlock, 0,
         static_cast<const __half *>(table), table_rows, d, ids, n_ids, y, flag, tag);
     return launched(cfg, "get_rows_plain_kernel", dtype);
   }
   if (dtype == MINFER_DTYPE_BF16) {
-    get_rows_plain_kernel<__nv_bfloat16><<<grid_for(cfg, n_ids * d), kBlock, 0, cfg->stream>>>(
+    launch_kernel(cfg, get_rows_plain_kernel<__nv_bfloat16>, grid_for(cfg, n_ids * d), kBlock, 0,
         static_cast<const __nv_bfloat16 *>(table), table_rows, d, ids, n_ids, y, flag, tag);
     return launched(cfg, "get_rows_plain_kernel", dtype);
   }
@@ -82,7 +84,7 @@ extern "C" cudaError_t minfer_cuda_get_rows(minfer_cuda_launch_cfg *cfg, int32_t
   const int32_t per = minfer_dtype_info(dtype).block_values;
   minfer::sdk::visit_block_dtype(dtype, [&](auto tag_type) {
     using Block = typename decltype(tag_type)::type;
-    get_rows_block_kernel<Block><<<grid_for(cfg, n_ids * (d / per)), kBlock, 0, cfg->stream>>>(
+    launch_kernel(cfg, get_rows_block_kernel<Block>, grid_for(cfg, n_ids * (d / per)), kBlock, 0,
         static_cast<const Block *>(table), table_rows, d, per, ids, n_ids, y, flag, tag);
     err = launched(cfg, "get_rows_block_kernel", dtype);
   });

@@ -19,6 +19,7 @@ typedef struct minfer_cuda_launch_cfg {
   int64_t max_blocks;      /* grid clamp: the hardware's limit, or lower to test grid-stride loops */
   const char *kernel_name; /* out: the last kernel launched (static string), for error messages */
   int32_t kernel_dtype;    /* out: the dtype it was instantiated for, or -1 */
+  int32_t pdl;             /* launch with programmatic dependent launch (grid.cuh launch_kernel()) */
 } minfer_cuda_launch_cfg;
 
 /* elementwise.cu */
@@ -224,6 +225,10 @@ size_t minfer_cuda_mmq_partials_bytes(int32_t dtype, const minfer_cuda_mmq_part 
  * minfer_cuda_mmq_x_bytes): 8 bits per 32 values, a token's blocks in runs of four. */
 size_t minfer_cuda_mmq_x_bytes(int64_t k, int64_t tokens);
 cudaError_t minfer_cuda_quantize_mmq_x(minfer_cuda_launch_cfg *cfg, const float *x, void *q, int64_t k, int64_t tokens);
+/* The same with an RMS norm folded in: token t's values x[t] * norm_w / sqrt(mean(x[t]^2) +
+ * eps), quantized (x, norm_w and q 16-byte aligned). */
+cudaError_t minfer_cuda_rms_norm_quantize_mmq_x(minfer_cuda_launch_cfg *cfg, const float *x, const float *norm_w, float eps, void *q,
+                                                int64_t k, int64_t tokens);
 cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *xq,
                             int64_t k, int64_t tokens, const minfer_cuda_mmq_split *split);
 /* An FFN's gate and up weights (same dtype and shape, m rows) and their activation in one

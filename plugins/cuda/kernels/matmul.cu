@@ -32,6 +32,7 @@ __device__ __forceinline__ void decode_any(const Block &b, Put &&put) {
 
 template <class Block>
 __global__ void matmul_kernel(const Block *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens, int per) {
+  wait_for_inputs();
   const int lane = threadIdx.x & 31;
   const int64_t blocks_per_row = k / per;
   for (int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); o < m; o += int64_t(gridDim.x) * kWarps) {
@@ -53,7 +54,7 @@ template <class Block>
 cudaError_t launch(minfer_cuda_launch_cfg *cfg, const void *w, const float *x, float *y, int64_t k, int64_t m,
                    int64_t tokens, int per, int32_t dtype) {
   const int64_t blocks = (m + kWarps - 1) / kWarps;
-  matmul_kernel<Block><<<unsigned(blocks < cfg->max_blocks ? blocks : cfg->max_blocks), kWarps * 32, 0, cfg->stream>>>(
+  launch_kernel(cfg, matmul_kernel<Block>, unsigned(blocks < cfg->max_blocks ? blocks : cfg->max_blocks), kWarps * 32, 0,
       static_cast<const Block *>(w), x, y, k, m, tokens, per);
   return launched(cfg, "matmul_kernel", dtype);
 }
@@ -63,6 +64,7 @@ cudaError_t launch(minfer_cuda_launch_cfg *cfg, const void *w, const float *x, f
 template <class Block>
 __global__ void matmul_id_kernel(const Block *w, const float *x, float *y, int64_t k, int64_t m, int64_t choices, int x_per_pair, int per,
                                  MoeRoute route) {
+  wait_for_inputs();
   const int lane = threadIdx.x & 31;
   const int64_t blocks_per_row = k / per;
   for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < route.max_slots * m; item += int64_t(gridDim.x) * kWarps) {
@@ -88,7 +90,7 @@ template <class Block>
 cudaError_t launch_id(minfer_cuda_launch_cfg *cfg, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t choices,
                       int x_per_pair, int per, MoeRoute route, int32_t dtype) {
   const int64_t blocks = (route.max_slots * m + kWarps - 1) / kWarps;
-  matmul_id_kernel<Block><<<unsigned(blocks < cfg->max_blocks ? blocks : cfg->max_blocks), kWarps * 32, 0, cfg->stream>>>(
+  launch_kernel(cfg, matmul_id_kernel<Block>, unsigned(blocks < cfg->max_blocks ? blocks : cfg->max_blocks), kWarps * 32, 0,
       static_cast<const Block *>(w), x, y, k, m, choices, x_per_pair, per, route);
   return launched(cfg, "matmul_id_kernel", dtype);
 }

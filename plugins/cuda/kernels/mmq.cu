@@ -121,6 +121,7 @@ __device__ __forceinline__ T pick(const T (&a)[kMinferCudaMmqMaxParts], int p) {
 }
 
 __global__ void mmq_split_sum_kernel(const __grid_constant__ MmqParts parts) {
+  wait_for_inputs();
   MINFER_GRID_STRIDE(i, parts.partial_stride) {
     const int p = i < parts.partial_off[1] ? 0 : i < parts.partial_off[2] ? 1 : 2;
     const int64_t at = i - pick(parts.partial_off, p), m = pick(parts.m, p);
@@ -138,6 +139,7 @@ template <class Block, int kTileRows, bool kGated>
 __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kGated ? 2 : 1>::kMinBlocks)
     mmq_kernel(const __grid_constant__ MmqParts parts, const minfer_cuda_q8_act4 *x, int64_t k, int64_t tokens, int64_t row_tiles,
                int64_t token_tiles, int64_t group_tiles) {
+  wait_for_inputs();
   using QB = QBlock<Block>;
   constexpr int kW = kGated ? 2 : 1;  // weights per tile
   using L = MmqLayout<Block, kTileRows, kW>;
@@ -461,11 +463,11 @@ cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part
     const cudaError_t err = cudaFuncSetAttribute(mmq_kernel<Block, kTileRows, kGated>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
   }
-  mmq_kernel<Block, kTileRows, kGated><<<unsigned(units < cfg->max_blocks ? units : cfg->max_blocks), kThreads, smem, cfg->stream>>>(
+  launch_kernel(cfg, mmq_kernel<Block, kTileRows, kGated>, unsigned(units < cfg->max_blocks ? units : cfg->max_blocks), kThreads, smem,
       parts, static_cast<const minfer_cuda_q8_act4 *>(xq), k, tokens, row_tiles, token_tiles, group_tiles);
   if (splits > 1) {
     if (const cudaError_t err = launched(cfg, "mmq_kernel (split k)", dtype); err != cudaSuccess) return err;
-    mmq_split_sum_kernel<<<grid_for(cfg, parts.partial_stride), kBlock, 0, cfg->stream>>>(parts);
+    launch_kernel(cfg, mmq_split_sum_kernel, grid_for(cfg, parts.partial_stride), kBlock, 0, parts);
     return launched(cfg, "mmq_split_sum_kernel", dtype);
   }
   return launched(cfg,

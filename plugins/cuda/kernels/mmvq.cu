@@ -80,7 +80,38 @@ struct BlockRuns {
 
 template <class Out>
 __global__ void quantize_q8_act_kernel(const float *x, int64_t n_slots, Out out) {
+  wait_for_inputs();
   quantize_blocks(x, n_slots, out);
+}
+
+// x * w / rms(x) for each token in MMQ's runs: an RMS norm folded into the quantizing before
+// a few-token matmul (few_token_mma.cu), which saves the norm's own launch and its f32
+// output. A block per token: its x^2 summed first, then quantized with the scale (blockDim.x
+// a multiple of 32: whole warps go round for quantize8's shuffles).
+__global__ void rms_norm_quantize_kernel(const float *x, const float *w, float eps, int64_t k, BlockRuns out) {
+  wait_for_inputs();
+  __shared__ float scratch[32];
+  const float *xt = x + int64_t(blockIdx.x) * k;
+  float ss = 0;
+  for (int64_t i = 4 * int64_t(threadIdx.x); i < k; i += 4 * int64_t(blockDim.x)) {
+    const float4 v = *reinterpret_cast<const float4 *>(xt + i);
+    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+  const float scale = rsqrtf(block_sum(ss, scratch) / float(k) + eps);
+  const int sub = threadIdx.x & 3;
+  const int64_t slots = out.runs * 4, first = int64_t(blockIdx.x) * slots;
+  for (int64_t j0 = 0; j0 < slots; j0 += blockDim.x >> 2) {
+    const int64_t j = j0 + (threadIdx.x >> 2);
+    float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
+    if (j < out.kb) {
+      const float4 *xv = reinterpret_cast<const float4 *>(xt + j * 32 + sub * 8), *wv = reinterpret_cast<const float4 *>(w + j * 32 + sub * 8);
+      const float4 a = xv[0], b = xv[1], wa = wv[0], wb = wv[1];
+      v0 = make_float4(a.x * wa.x * scale, a.y * wa.y * scale, a.z * wa.z * scale, a.w * wa.w * scale);
+      v1 = make_float4(b.x * wb.x * scale, b.y * wb.y * scale, b.z * wb.z * scale, b.w * wb.w * scale);
+    }
+    const Q8Part r = quantize8(v0, v1);
+    if (j < slots) out.write(first + j, sub, r);
+  }
 }
 
 // The weights of one launch, sharing x: part i's row groups (kRows rows each; kRows / 2 of
@@ -110,6 +141,7 @@ __device__ __forceinline__ T pick(const T (&a)[kMinferCudaMmqMaxParts], int p) {
 template <class Block, int kT, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) mmvq_kernel(const __grid_constant__ MmvqParts parts, const minfer_cuda_q8_act *x,
                                                                       int64_t k, int64_t tokens, int tpc) {
+  wait_for_inputs();
   constexpr int kN = kRows * kT;  // sums per warp: row r, token j is value r * kT + j
   constexpr int kPartRows = kGated ? kRows / 2 : kRows;  // rows of the part per group
   extern __shared__ minfer_cuda_q8_act xs[];  // tpc tokens' activation blocks, token-major
@@ -161,7 +193,7 @@ extern "C" size_t minfer_cuda_q8_act_bytes(int64_t k, int64_t tokens) {
 
 extern "C" cudaError_t minfer_cuda_quantize_q8_act(minfer_cuda_launch_cfg *cfg, const float *x, void *q, int64_t n) {
   const int64_t blocks = n / 32;
-  quantize_q8_act_kernel<<<grid_for(cfg, blocks * 4), kBlock, 0, cfg->stream>>>(x, blocks, PlainBlocks{static_cast<minfer_cuda_q8_act *>(q)});
+  launch_kernel(cfg, quantize_q8_act_kernel<PlainBlocks>, grid_for(cfg, blocks * 4), kBlock, 0, x, blocks, PlainBlocks{static_cast<minfer_cuda_q8_act *>(q)});
   return launched(cfg, "quantize_q8_act_kernel");
 }
 
@@ -174,8 +206,20 @@ extern "C" cudaError_t minfer_cuda_quantize_mmq_x(minfer_cuda_launch_cfg *cfg, c
   if (reinterpret_cast<uintptr_t>(q) % 16) return cudaErrorMisalignedAddress;  // MMQ copies 16-byte pieces
   const BlockRuns out{static_cast<minfer_cuda_q8_act4 *>(q), k / 32, (k / 32 + 3) / 4};
   const int64_t slots = out.runs * 4 * tokens;
-  quantize_q8_act_kernel<<<grid_for(cfg, slots * 4), kBlock, 0, cfg->stream>>>(x, slots, out);
+  launch_kernel(cfg, quantize_q8_act_kernel<BlockRuns>, grid_for(cfg, slots * 4), kBlock, 0, x, slots, out);
   return launched(cfg, "quantize_q8_act_kernel (MMQ runs of four blocks)");
+}
+
+extern "C" cudaError_t minfer_cuda_rms_norm_quantize_mmq_x(minfer_cuda_launch_cfg *cfg, const float *x, const float *norm_w, float eps, void *q,
+                                                       int64_t k, int64_t tokens) {
+  if (k % 32 || tokens < 1) return tokens < 1 ? cudaSuccess : cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(q) % 16 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(norm_w) % 16)
+    return cudaErrorMisalignedAddress;
+  const BlockRuns out{static_cast<minfer_cuda_q8_act4 *>(q), k / 32, (k / 32 + 3) / 4};
+  // Four lanes a block of 32 values: one pass over a 3584-value row at 448 threads.
+  const int threads = int(std::min<int64_t>(1024, std::max<int64_t>(128, (out.runs * 16 + 31) / 32 * 32)));
+  launch_kernel(cfg, rms_norm_quantize_kernel, unsigned(tokens), threads, 0, x, norm_w, eps, k, out);
+  return launched(cfg, "rms_norm_quantize_kernel (MMQ runs of four blocks)");
 }
 
 extern "C" int minfer_cuda_mmvq_supported(int32_t dtype) {
@@ -220,7 +264,7 @@ extern "C" cudaError_t minfer_cuda_mmvq(minfer_cuda_launch_cfg *cfg, int32_t dty
     using Block = decltype(tag);
     const auto run = [&](auto kernel) {
       if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-      if (e == cudaSuccess) kernel<<<grid, kWarps * 32, smem, cfg->stream>>>(parts, xa, k, tokens, tpc);
+      if (e == cudaSuccess) launch_kernel(cfg, kernel, grid, kWarps * 32, smem, parts, xa, k, tokens, tpc);
     };
     // Four tokens or fewer: half the sums to reduce.
     if (up) tpc <= 4 ? run(mmvq_kernel<Block, 4, true>) : run(mmvq_kernel<Block, kTokens, true>);

@@ -37,6 +37,7 @@ __device__ __forceinline__ bool before(float a, int ia, float b, int ib) {
 // A warp per row: k rounds, each the first element after the previous pick (no memory of
 // what was taken, so any k and n run in registers).
 __global__ void top_k_kernel(const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows) {
+  wait_for_inputs();
   const int lane = threadIdx.x & 31;
   for (int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; r < rows; r += (int64_t(gridDim.x) * blockDim.x) >> 5) {
     const float *v = x + r * n;
@@ -65,6 +66,7 @@ __global__ void top_k_kernel(const float *x, int32_t *out, int64_t n, int64_t k,
 // An id outside the experts gives NaN (matmul_id reports it).
 __global__ void moe_weights_kernel(const float *logits, const int32_t *ids, float *out, int64_t ne, int64_t k, int64_t rows, int normalize,
                                    float scale) {
+  wait_for_inputs();
   const int lane = threadIdx.x & 31;
   for (int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; r < rows; r += (int64_t(gridDim.x) * blockDim.x) >> 5) {
     const float *l = logits + r * ne;
@@ -89,6 +91,7 @@ __global__ void moe_weights_kernel(const float *logits, const int32_t *ids, floa
 }
 
 __global__ void moe_sum_kernel(const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows) {
+  wait_for_inputs();
   MINFER_GRID_STRIDE(i, d * rows) {
     const int64_t r = i / d, c = i - r * d;
     float acc = 0;
@@ -101,6 +104,7 @@ __global__ void moe_sum_kernel(const float *y, const float *w, float *out, int64
 // Within an expert the pairs' order is that of the atomics; each pair's result is its own.
 __global__ void moe_route_kernel(const int32_t *ids, int64_t n_pairs, int32_t ne, int32_t *route, int64_t max_slots, float *y, int64_t m,
                                  int32_t *error_flag, int32_t error_tag) {
+  wait_for_inputs();
   extern __shared__ int32_t counts[];  // [ne] counts, then [ne] next free place
   int32_t *next = counts + ne;
   for (int e = threadIdx.x; e < ne; e += blockDim.x) counts[e] = 0;
@@ -141,6 +145,7 @@ template <class Block, int kT, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32) mmvq_id_kernel(const Block *w, const Block *up, int act, const minfer_cuda_q8_act *x, float *y,
                                                                int64_t k, int64_t m, int64_t choices, int x_per_pair, MoeRoute route,
                                                                int tpc) {
+  wait_for_inputs();
   constexpr int kN = kRows * kT;
   constexpr int kPartRows = kGated ? kRows / 2 : kRows;
   extern __shared__ minfer_cuda_q8_act xs[];
@@ -196,19 +201,19 @@ using namespace minfer::cuda;
 
 extern "C" cudaError_t minfer_cuda_top_k_f32(minfer_cuda_launch_cfg *cfg, const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows) {
   if (k < 1 || k > n || n > INT32_MAX) return cudaErrorInvalidValue;
-  top_k_kernel<<<grid_for(cfg, rows * 32), kBlock, 0, cfg->stream>>>(x, out, n, k, rows);
+  launch_kernel(cfg, top_k_kernel, grid_for(cfg, rows * 32), kBlock, 0, x, out, n, k, rows);
   return launched(cfg, "top_k_kernel");
 }
 
 extern "C" cudaError_t minfer_cuda_moe_weights_f32(minfer_cuda_launch_cfg *cfg, const float *logits, const int32_t *ids, float *out,
                                                    int64_t n_expert, int64_t k, int64_t rows, int32_t normalize, float scale) {
-  moe_weights_kernel<<<grid_for(cfg, rows * 32), kBlock, 0, cfg->stream>>>(logits, ids, out, n_expert, k, rows, normalize, scale);
+  launch_kernel(cfg, moe_weights_kernel, grid_for(cfg, rows * 32), kBlock, 0, logits, ids, out, n_expert, k, rows, normalize, scale);
   return launched(cfg, "moe_weights_kernel");
 }
 
 extern "C" cudaError_t minfer_cuda_moe_sum_f32(minfer_cuda_launch_cfg *cfg, const float *y, const float *w, float *out, int64_t d, int64_t k,
                                                int64_t rows) {
-  moe_sum_kernel<<<grid_for(cfg, d * rows), kBlock, 0, cfg->stream>>>(y, w, out, d, k, rows);
+  launch_kernel(cfg, moe_sum_kernel, grid_for(cfg, d * rows), kBlock, 0, y, w, out, d, k, rows);
   return launched(cfg, "moe_sum_kernel");
 }
 
@@ -226,7 +231,7 @@ extern "C" cudaError_t minfer_cuda_moe_route(minfer_cuda_launch_cfg *cfg, const 
     const cudaError_t e = cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
   }
-  moe_route_kernel<<<1, 1024, smem, cfg->stream>>>(ids, n_pairs, int32_t(n_expert), static_cast<int32_t *>(route),
+  launch_kernel(cfg, moe_route_kernel, 1, 1024, smem, ids, n_pairs, int32_t(n_expert), static_cast<int32_t *>(route),
                                                    moe_route_slots(n_pairs, n_expert), y, m, error_flag, error_tag);
   return launched(cfg, "moe_route_kernel");
 }
@@ -253,7 +258,7 @@ extern "C" cudaError_t minfer_cuda_mmvq_id(minfer_cuda_launch_cfg *cfg, int32_t 
     const auto run = [&](auto kernel) {
       if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       if (e == cudaSuccess)
-        kernel<<<unsigned(blocks), kWarps * 32, smem, cfg->stream>>>(static_cast<const Block *>(w), static_cast<const Block *>(up), act,
+        launch_kernel(cfg, kernel, unsigned(blocks), kWarps * 32, smem, static_cast<const Block *>(w), static_cast<const Block *>(up), act,
                                                                      static_cast<const minfer_cuda_q8_act *>(xq), y, k, m, choices,
                                                                      x_per_pair, r, tpc);
     };

@@ -14,6 +14,7 @@ namespace {
 constexpr int kCached = 7;
 
 __global__ void rms_norm_f32_kernel(const float *x, const float *w, float *y, int64_t rows, int64_t d, float eps) {
+  wait_for_inputs();
   __shared__ float scratch[32];
   const bool cached = d % 4 == 0 && d / 4 <= int64_t(kCached) * blockDim.x &&
                       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
@@ -58,6 +59,6 @@ using namespace minfer::cuda;
 extern "C" cudaError_t minfer_cuda_rms_norm_f32(minfer_cuda_launch_cfg *cfg, const float *x, const float *w, float *y,
                                                 int64_t rows, int64_t d, float eps) {
   const int64_t blocks = rows < cfg->max_blocks ? rows : cfg->max_blocks;
-  rms_norm_f32_kernel<<<unsigned(blocks > 0 ? blocks : 1), kBlock, 0, cfg->stream>>>(x, w, y, rows, d, eps);
+  launch_kernel(cfg, rms_norm_f32_kernel, unsigned(blocks > 0 ? blocks : 1), kBlock, 0, x, w, y, rows, d, eps);
   return launched(cfg, "rms_norm_f32_kernel");
 }

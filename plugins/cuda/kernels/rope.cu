@@ -12,6 +12,7 @@ constexpr int kMaxPairs = 256;  // n_dims <= 512 (the launcher checks)
 // double exp and log) is computed once per block into shared memory, not once per element.
 __global__ void rope_f32_kernel(const float *x0, float *y0, int64_t heads0, const float *x1, float *y1, int64_t heads1,
                                 const int32_t *pos, int64_t tokens, int32_t hd, minfer_cuda_rope r) {
+  wait_for_inputs();
   __shared__ double frequency[kMaxPairs];
   const float *x = blockIdx.y ? x1 : x0;
   float *y = blockIdx.y ? y1 : y0;
@@ -48,6 +49,6 @@ extern "C" cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const f
   if (r.n_dims / 2 > kMaxPairs || r.n_dims > hd) return cudaErrorInvalidValue;
   const int64_t most_heads = x2 && heads2 > heads ? heads2 : heads;
   const dim3 grid(grid_for(cfg, tokens * most_heads * 32), x2 ? 2 : 1);  // a warp per row
-  rope_f32_kernel<<<grid, kBlock, 0, cfg->stream>>>(x, y, heads, x2, y2, heads2, pos, tokens, hd, r);
+  launch_kernel(cfg, rope_f32_kernel, grid, kBlock, 0, x, y, heads, x2, y2, heads2, pos, tokens, hd, r);
   return launched(cfg, "rope_f32_kernel");
 }
