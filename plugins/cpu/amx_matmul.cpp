@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "decode_row.hpp"
+#include "panels.hpp"
 #include "minfer/blocks.h"
 #include "thread_pool.hpp"
 
@@ -227,7 +228,7 @@ bool amx_available() {
 }
 
 void amx_matmul(int32_t dtype, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t m, const float *x, int64_t tokens, float *y,
-                ThreadPool &pool) {
+                ThreadPool &pool, bool w_in_panels) {
   const int64_t steps = k / kStep, tile_words = steps * kTileWords;
   const int64_t token_tiles = (tokens + kTile - 1) / kTile, panels = (m + kTile - 1) / kTile;
   // The tokens in tile order once per call (an even count of tiles: they go in pairs), in the
@@ -245,15 +246,22 @@ void amx_matmul(int32_t dtype, const uint8_t *w, int64_t row_bytes, int64_t k, i
   pool.run((panels + 1) / 2, [&](int64_t p0, int64_t p1, int) {
     thread_local std::vector<int32_t> panel_q;
     thread_local std::vector<float> row_f32;
+    thread_local std::vector<uint8_t> rows_of_panel;  // w_in_panels: the panel being decoded, as rows
     panel_q.resize(size_t(2 * tile_words));
     row_f32.resize(size_t(k));
+    if (w_in_panels) rows_of_panel.resize(size_t(kTile * row_bytes));
     alignas(64) float out[4 * kTile * kTile];
     configure_tiles();
     for (int64_t p = p0; p < p1; ++p) {
       int rows[2];
       for (int h = 0; h < 2; ++h) {
         rows[h] = int(std::clamp<int64_t>(m - (2 * p + h) * kTile, 0, kTile));
-        pack_weight_panel(dtype, w + (2 * p + h) * kTile * row_bytes, row_bytes, rows[h], k, panel_q.data() + h * tile_words, row_f32.data());
+        const uint8_t *src = w + (2 * p + h) * kTile * row_bytes;
+        if (w_in_panels && rows[h] > 0) {  // whole panels: m is a multiple of 16 there
+          panel_rows(dtype, src, k, rows_of_panel.data());
+          src = rows_of_panel.data();
+        }
+        pack_weight_panel(dtype, src, row_bytes, rows[h], k, panel_q.data() + h * tile_words, row_f32.data());
       }
       // The next pair's weights, spread over this pair's tile products.
       const char *next = reinterpret_cast<const char *>(w + (2 * p + 2) * kTile * row_bytes);

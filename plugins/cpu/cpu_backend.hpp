@@ -93,6 +93,8 @@ bool matmul_segments(int32_t dtype, int64_t k, int64_t m, const float *x, std::s
 // The tokens' activations quantized to 8-bit blocks (quantize_activations), in the calling
 // thread's buffer, valid until its next call.
 const ActBlock *quantize_tokens(const float *x, int64_t tokens, int64_t k, ThreadPool &pool, Isa isa);
+// Whether a matmul of these tokens runs on AMX tiles (matmul_path's first rule).
+bool takes_amx(int32_t dtype, Isa isa, int64_t tokens);
 // A MATMUL or MATMUL_ID weight's data in 16-row panels where compile put it so (panels.hpp),
 // else nullptr.
 const uint8_t *weight_panels(const minfer_tensor &w, const RunCtx &ctx);

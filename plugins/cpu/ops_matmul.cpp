@@ -92,6 +92,15 @@ void matmul_quantized(int32_t dtype, int64_t k, int64_t m, const float *x, std::
   });
 }
 
+}  // namespace
+
+bool takes_amx(int32_t dtype, Isa isa, int64_t tokens) {
+  // Block weights on AMX tiles from kAmxMinTokens tokens on (the measured crossover).
+  return isa == Isa::Amx && minfer_dtype_info(dtype).is_quantized && tokens >= kAmxMinTokens;
+}
+
+namespace {
+
 // The kernels a matmul can run on; matmul_path is the one place that chooses.
 enum class MatmulPath { Amx, Gemm, RowDots, Decoded };
 
@@ -105,8 +114,7 @@ enum class MatmulPath { Amx, Gemm, RowDots, Decoded };
 constexpr int64_t kGemmMinTokens = 8;
 
 MatmulPath matmul_path(int32_t dtype, Isa isa, int64_t tokens) {
-  // Block weights on AMX tiles from kAmxMinTokens tokens on (the measured crossover).
-  if (isa == Isa::Amx && minfer_dtype_info(dtype).is_quantized && tokens >= kAmxMinTokens) return MatmulPath::Amx;
+  if (takes_amx(dtype, isa, tokens)) return MatmulPath::Amx;
   const bool row_dots = qdot_for(dtype, isa) != nullptr;
   // Types without row dots (Q4_1, Q5_1, Q5_K) take the GEMM at any count: it beats decoding rows to f32.
   if (gemm_takes(dtype, isa) && (tokens >= kGemmMinTokens || !row_dots)) return MatmulPath::Gemm;
@@ -125,6 +133,9 @@ void run_matmul(const minfer_node &n, const RunCtx &ctx) {
   const minfer_tensor &w = *n.inputs[0];
   if (const uint8_t *panels = weight_panels(w, ctx)) {
     const int64_t k = w.shape[0], tokens = sdk::run_rows(*n.inputs[1], ctx.args);
+    if (matmul_path(w.dtype, ctx.isa, tokens) == MatmulPath::Amx)
+      return amx_matmul(w.dtype, panels, sdk::row_bytes(w.dtype, k), k, w.shape[1], ptr<float>(*n.inputs[1]), tokens, ptr<float>(*n.output),
+                        ctx.pool, true);
     const PanelSegment seg{panels, 0, tokens, ptr<float>(*n.output)};
     return panel_matmul(w.dtype, ctx.isa, k, w.shape[1], quantize_tokens(ptr<float>(*n.inputs[1]), tokens, k, ctx.pool, ctx.isa), {&seg, 1},
                         ctx.pool);
@@ -188,8 +199,12 @@ std::string explain_matmul(const minfer_node &n, Isa isa, int64_t tokens) {
   if (n.op == MINFER_OP_MATMUL_ID) tokens = 1;  // a decode token's expert reads one row per expert
   const std::string type = minfer_dtype_name(dt);
   const minfer_tensor &w = *n.inputs[0];
-  if (panel_dtype(dt) && sdk::buffer_of<CpuBuffer>(w).holds_panels(w.offset))
-    return std::string(isa_name(isa)) + " int8 dot products on " + type + " weights repacked at load into 16-row panels (activations rounded to 8 bits)";
+  if (panel_dtype(dt) && sdk::buffer_of<CpuBuffer>(w).holds_panels(w.offset)) {
+    if (matmul_path(dt, isa, tokens) == MatmulPath::Amx)
+      return "amx bf16 tiles (" + type + " weights repacked at load into 16-row panels, decoded a panel at a time to bf16, f32 accumulators)";
+    return std::string(isa_name(panel_isa(isa))) + " int8 dot products on " + type +
+           " weights repacked at load into 16-row panels (activations rounded to 8 bits)";
+  }
   switch (matmul_path(dt, isa, tokens)) {
     case MatmulPath::Amx: return "amx bf16 tiles (" + type + " weights decoded to bf16 panels, f32 accumulators)";
     case MatmulPath::Gemm:

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cpu_backend.hpp"
+#include "amx_matmul.hpp"
 #include "panels.hpp"
 #include "thread_pool.hpp"
 #include "minfer/op_contract.hpp"
@@ -100,9 +101,14 @@ void run_matmul_id(const minfer_node &n, const RunCtx &ctx) {
     const ActBlock *a = quantize_tokens(xg.data(), n_pairs, kin, ctx.pool, ctx.isa);
     thread_local std::vector<PanelSegment> psegs;
     psegs.clear();
-    for (int64_t e = 0; e < ne; ++e)
-      if (const int64_t c = begin[size_t(e + 1)] - begin[size_t(e)])
-        psegs.push_back({panels + uint64_t(e) * expert_bytes, begin[size_t(e)], c, yg.data() + begin[size_t(e)] * m});
+    for (int64_t e = 0; e < ne; ++e) {
+      const int64_t c = begin[size_t(e + 1)] - begin[size_t(e)], at = begin[size_t(e)];
+      if (takes_amx(w.dtype, ctx.isa, c))  // a prompt's busy expert: on the tiles, as a dense matmul would be
+        amx_matmul(w.dtype, panels + uint64_t(e) * expert_bytes, sdk::row_bytes(w.dtype, kin), kin, m, xg.data() + at * kin, c,
+                   yg.data() + at * m, ctx.pool, true);
+      else if (c)
+        psegs.push_back({panels + uint64_t(e) * expert_bytes, at, c, yg.data() + at * m});
+    }
     panel_matmul(w.dtype, ctx.isa, kin, m, a, psegs, ctx.pool);
   } else {
     thread_local std::vector<MatmulSegment> segs;

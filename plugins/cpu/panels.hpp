@@ -79,10 +79,25 @@ void convert_panels(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool
   else some(0, m / kPanelRows, 0);
 }
 
+// One panel's rows back in GGUF order, out of place (16 rows of k values into `rows`): for the
+// kernels that read rows (the AMX tiles' decoders) from a weight held in panels.
+template <class Block, class Panel, int kValues, class Move>
+void panel_to_rows(const uint8_t *panel, int64_t k, uint8_t *rows, Move move) {
+  const int64_t nb = k / kValues;
+  auto *out = reinterpret_cast<Block *>(rows);
+  auto *pb = reinterpret_cast<Panel *>(const_cast<uint8_t *>(panel));  // read only: move(..., false) writes the row
+  for (int64_t b = 0; b < nb; ++b)
+    for (int r = 0; r < kPanelRows; ++r) move(out[r * nb + b], pb[b], r, false);
+}
+
 // The weight types panels exist for; those an isa reads as panels (Q6_K: AVX-512 only, see
 // q6_k_panels.cpp); and whether a [k, m] weight can be held so: whole panels.
 inline bool panel_dtype(int32_t dtype) { return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_K || dtype == MINFER_DTYPE_Q6_K; }
+// AMX machines read the panels with the AVX-512 VNNI kernels below kAmxMinTokens tokens and
+// turn them back into rows, a panel at a time, for the tiles above it (amx_matmul).
+inline Isa panel_isa(Isa isa) { return isa == Isa::Amx ? Isa::Avx512Vnni : isa; }
 inline bool panels_take(int32_t dtype, Isa isa) {
+  isa = panel_isa(isa);
   return (isa == Isa::Avx512Vnni && panel_dtype(dtype)) || (isa == Isa::Avx2 && (dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_K));
 }
 inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
@@ -96,6 +111,12 @@ void q6_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *
 inline void repack_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
   (dtype == MINFER_DTYPE_Q4_K ? q4_k_convert : dtype == MINFER_DTYPE_Q6_K ? q6_k_convert : q4_0_convert)(w, k, m, to_panels, pool);
 }
+void q4_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
+void q4_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
+void q6_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
+inline void panel_rows(int32_t dtype, const uint8_t *panel, int64_t k, uint8_t *rows) {
+  (dtype == MINFER_DTYPE_Q4_K ? q4_k_panel_rows : dtype == MINFER_DTYPE_Q6_K ? q6_k_panel_rows : q4_0_panel_rows)(panel, k, rows);
+}
 
 // Tokens [0, tokens) in passes of at most kPass: pass(tag, t0), tag's value the pass's count.
 template <int kPass, class F>
@@ -106,7 +127,7 @@ void in_passes(int64_t tokens, F &&pass) {
 
 // One panel (16 rows of k values) dotted with `tokens` tokens' activations (quantized by
 // quantize_activations, k / 32 blocks a token): y[t * m + r] for row r; isa Avx2 or
-// Avx512Vnni (Q6_K: Avx512Vnni).
+// Avx512Vnni (Q6_K: Avx512Vnni; panel_isa maps Amx).
 void q4_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q4_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q6_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);

@@ -157,10 +157,11 @@ class CpuSegment : public sdk::Segment {
   }
 
   // Q4_0, Q4_K and Q6_K matmul weights (MATMUL_ID's experts too) go into panels where the
-  // kernels read them that way (AVX2 and AVX-512; AMX and the scalar reference read rows);
-  // any other reader of such a tensor (GET_ROWS of a tied embedding, DEQUANTIZE) keeps it in rows.
+  // kernels read them that way (AVX2 and AVX-512, and AMX machines, whose tiles take them back
+  // into rows a panel at a time; the scalar reference reads rows); any other reader of such a
+  // tensor (GET_ROWS of a tied embedding, DEQUANTIZE) keeps it in rows.
   void plan_panels() {
-    const bool isa_takes = isa_ == Isa::Avx2 || isa_ == Isa::Avx512Vnni;
+    const bool isa_takes = isa_ == Isa::Avx2 || isa_ == Isa::Avx512Vnni || isa_ == Isa::Amx;
     // MATMUL's weight, or MATMUL_ID's experts where each expert's rows are whole panels.
     const auto matmul_weight = [&](const minfer_node &n, int32_t i) {
       const minfer_tensor &w = *n.inputs[i];

@@ -112,6 +112,8 @@ void q4_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   in_passes<kPanelAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { panel_dots_avx2<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
 }
 
+void q4_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) { panel_to_rows<minfer_block_q4_0, Q4_0Panel, 32>(panel, k, rows, move_q4_0); }
+
 void q4_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
   convert_panels<minfer_block_q4_0, Q4_0Panel, 32>(w, k, m, to_panels, pool, move_q4_0);
 }

@@ -148,6 +148,8 @@ void q4_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   in_passes<kAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_avx2<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
 }
 
+void q4_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) { panel_to_rows<minfer_block_q4_k, Q4_KPanel, 256>(panel, k, rows, move_q4_k); }
+
 void q4_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
   convert_panels<minfer_block_q4_k, Q4_KPanel, 256>(w, k, m, to_panels, pool, move_q4_k);
 }

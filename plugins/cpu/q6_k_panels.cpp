@@ -145,6 +145,8 @@ void q6_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   });
 }
 
+void q6_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) { panel_to_rows<minfer_block_q6_k, Q6_KPanel, 256>(panel, k, rows, move_q6_k); }
+
 void q6_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
   convert_panels<minfer_block_q6_k, Q6_KPanel, 256>(w, k, m, to_panels, pool, move_q6_k);
 }
