@@ -14,6 +14,8 @@
 // back into rows first, so the host never sees the layout.
 #pragma once
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -88,6 +90,19 @@ void panel_to_rows(const uint8_t *panel, int64_t k, uint8_t *rows, Move move) {
   auto *pb = reinterpret_cast<Panel *>(const_cast<uint8_t *>(panel));  // read only: move(..., false) writes the row
   for (int64_t b = 0; b < nb; ++b)
     for (int r = 0; r < kPanelRows; ++r) move(out[r * nb + b], pb[b], r, false);
+}
+
+// A panel kernel's software prefetch at a panel block of `bytes`: the bytes `near` ahead into
+// L1 and the same span kL2Ahead ahead into L2. Measured (DRAM-bound one-token 2048 x 524288
+// matmul, Xeon, 2 threads, 27.3 GB/s streaming): the near one alone 19.5 GB/s on Q4_K and
+// 18.8 on Q6_K; with the L2 one 8 KiB ahead 23.7 and ~21 (4 KiB: no gain; 32 KiB: slower).
+inline constexpr int kL2Ahead = 8192;
+inline void prefetch_panel_block(const void *at, int bytes, int near) {
+  const char *c = static_cast<const char *>(at);
+  for (int l = 0; l < bytes; l += 64) {
+    _mm_prefetch(c + near + l, _MM_HINT_T0);
+    _mm_prefetch(c + kL2Ahead + l, _MM_HINT_T1);
+  }
 }
 
 // The weight types panels exist for; those an isa reads as panels (Q6_K: AVX-512 only, see

@@ -42,7 +42,7 @@ MINFER_VNNI512 void panel_dots_vnni(const Q4_0Panel *p, int64_t nb, const ActBlo
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    for (int l = 0; l < int(sizeof(Q4_0Panel)); l += 64) _mm_prefetch(reinterpret_cast<const char *>(p + b) + 2048 + l, _MM_HINT_T0);
+    prefetch_panel_block(p + b, int(sizeof(Q4_0Panel)), 2048);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
     const __m512 mn = _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
     __m512i lo[4], hi[4];
@@ -74,7 +74,7 @@ MINFER_AVX2 void panel_dots_avx2(const Q4_0Panel *p, int64_t nb, const ActBlock 
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       if (half == 0)
-        for (int l = 0; l < int(sizeof(Q4_0Panel)); l += 64) _mm_prefetch(reinterpret_cast<const char *>(p + b) + 2048 + l, _MM_HINT_T0);
+        prefetch_panel_block(p + b, int(sizeof(Q4_0Panel)), 2048);
       __m256i p16[T];
       for (int c = 0; c < 4; ++c) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].qs[c][8 * half]));

@@ -44,7 +44,7 @@ MINFER_VNNI512 void q4_k_dots_vnni(const Q4_KPanel *p, int64_t nb, const ActBloc
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    for (int l = 0; l < int(sizeof(Q4_KPanel)); l += 64) _mm_prefetch(reinterpret_cast<const char *>(p + b + 2) + l, _MM_HINT_T0);
+    prefetch_panel_block(p + b, int(sizeof(Q4_KPanel)), 2 * int(sizeof(Q4_KPanel)));
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].dmin)));
     const __m512i u0 = _mm512_loadu_si512(p[b].scales[0]), u1 = _mm512_loadu_si512(p[b].scales[1]), u2 = _mm512_loadu_si512(p[b].scales[2]);
@@ -91,7 +91,7 @@ MINFER_AVX2 void q4_k_dots_avx2(const Q4_KPanel *p, int64_t nb, const ActBlock *
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       if (half == 0)
-        for (int l = 0; l < int(sizeof(Q4_KPanel)); l += 64) _mm_prefetch(reinterpret_cast<const char *>(p + b + 2) + l, _MM_HINT_T0);
+        prefetch_panel_block(p + b, int(sizeof(Q4_KPanel)), 2 * int(sizeof(Q4_KPanel)));
       const int r0 = 8 * half;
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].d + r0)));
       const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].dmin + r0)));

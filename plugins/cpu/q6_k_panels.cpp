@@ -54,7 +54,7 @@ MINFER_VNNI512 void q6_k_dots_vnni_few(const Q6_KPanel *p, int64_t nb, const Act
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    for (int l = 0; l < int(sizeof(Q6_KPanel)); l += 64) _mm_prefetch(reinterpret_cast<const char *>(p + b + 2) + l, _MM_HINT_T0);
+    prefetch_panel_block(p + b, int(sizeof(Q6_KPanel)), 2 * int(sizeof(Q6_KPanel)));
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
     for (int h = 0; h < 2; ++h) {
       __m512i s[4][2][T];  // block 4h + q, sub-block (values 0-15, 16-31), token
@@ -98,7 +98,7 @@ MINFER_VNNI512 void q6_k_dots_vnni(const Q6_KPanel *p, int64_t nb, const ActBloc
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    for (int l = 0; l < int(sizeof(Q6_KPanel)); l += 64) _mm_prefetch(reinterpret_cast<const char *>(p + b + 2) + l, _MM_HINT_T0);
+    prefetch_panel_block(p + b, int(sizeof(Q6_KPanel)), 2 * int(sizeof(Q6_KPanel)));
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
     for (int j = 0; j < 8; ++j) {
       const int h = j / 4, q = j % 4;
