@@ -10,23 +10,18 @@ import os
 import subprocess
 import sys
 
+from checks import check, finish
+
 app, work = sys.argv[1], sys.argv[2]
 config = sys.argv[3] if len(sys.argv) > 3 else "configs/cpu.yaml"
 os.makedirs(work, exist_ok=True)
 testdata = "../shared/testdata"
 stories = f"{testdata}/models/stories260K.gguf"
-failures = []
 
 
 def run(args, timeout=120):
     p = subprocess.run([app, "--config", config] + args, capture_output=True, timeout=timeout)
     return p.returncode, p.stdout.decode("utf-8"), p.stderr.decode("utf-8", "replace")
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 if not os.path.exists(stories):
@@ -88,7 +83,5 @@ res = [json.loads(line) for line in out.splitlines() if line.strip()]
 check(rc == 1 and len(res) == 2 and "text" in res[0] and "context holds" in res[1].get("error", ""),
       f"a prompt beyond the context fails alone (exit 1), the others run: rc={rc}, {out[-300:]}")
 
-if failures:
-    print(f"{len(failures)} failure(s)")
-    sys.exit(1)
+finish("minfer-app batch")
 print("app_batch: all checks passed")

@@ -9,23 +9,18 @@ import os
 import subprocess
 import sys
 
+from checks import check, finish
+
 app, gguf_tool, work = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(work, exist_ok=True)
 testdata = "../shared/testdata"
 stories = f"{testdata}/models/stories260K.gguf"
-failures = []
 
 
 def run(args, timeout=60, **kw):
     """(exit code, stdout bytes, stderr text); every run is bounded in time."""
     p = subprocess.run(args, capture_output=True, timeout=timeout, **kw)
     return p.returncode, p.stdout, p.stderr.decode("utf-8", "replace")
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def refused(args, says, what):
@@ -138,5 +133,4 @@ if os.path.exists(stories):
 else:
     print("note: ../shared/testdata not found; skipping the stories260K checks")
 
-print("minfer-app text and errors:", "OK" if not failures else f"{len(failures)} failed")
-sys.exit(1 if failures else 0)
+finish("minfer-app text and errors")

@@ -9,20 +9,15 @@ import os
 import subprocess
 import sys
 
+from checks import check, finish
+
 bench = sys.argv[1]
 stories = "../shared/testdata/models/stories260K.gguf"
-failures = []
 
 
 def run(args, timeout=120):
     p = subprocess.run([bench, "-m", stories] + args, capture_output=True, timeout=timeout)
     return p.returncode, p.stdout.decode("utf-8"), p.stderr.decode("utf-8", "replace")
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 if not os.path.exists(stories):
@@ -48,5 +43,4 @@ for args, msg in [(["-p", "1,,2"], "-p takes a comma-separated list of counts"),
     rc, out, err = run(args)
     check(rc == 1 and msg in err, f"{' '.join(args)}: rc={rc}, stderr {err.strip()!r}, want {msg!r}")
 
-print("bench lists:", "FAILED" if failures else "ok")
-sys.exit(1 if failures else 0)
+finish("bench lists")

@@ -14,9 +14,10 @@ import re
 import subprocess
 import sys
 
+from checks import check, finish
+
 app, tool, work = sys.argv[1], sys.argv[2], sys.argv[3]
 td = "../shared/testdata"
-failures = []
 if not os.path.isdir(f"{td}/templates"):
     print("note: ../shared/testdata not found; skipping the chat checks")
     sys.exit(0)
@@ -26,12 +27,6 @@ os.makedirs(work, exist_ok=True)
 def run(args, stdin=None, timeout=120):
     p = subprocess.run(args, input=stdin, capture_output=True, timeout=timeout)
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def model(name, vocab, template):
@@ -130,5 +125,4 @@ rc, out, err = run([app, "--config", small, "-i"], stdin=("word " * 60 + "\nhi\n
 check(rc == 0 and "[the context is full: this turn needs" in err and "[turn 1:" in err,
       f"a turn that does not fit says so and the next one runs: {err}")
 
-print("chat checks:", "OK" if not failures else f"{len(failures)} failed")
-sys.exit(1 if failures else 0)
+finish("chat checks")
