@@ -84,4 +84,3 @@ check(rc == 1 and len(res) == 2 and "text" in res[0] and "context holds" in res[
       f"a prompt beyond the context fails alone (exit 1), the others run: rc={rc}, {out[-300:]}")
 
 finish("minfer-app batch")
-print("app_batch: all checks passed")
