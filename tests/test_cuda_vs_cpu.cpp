@@ -107,8 +107,10 @@ void expect_backends_agree(const std::string &preset, const std::string &type, i
                 (long long)clear, other.c_str(), worst, (long long)outliers, max_rel_diff);
     EXPECT_GE(top1_clear, 0.99) << type;
     // The raw bar only guards against wholesale disagreement: over 32 decode positions each
-    // near-tie flip costs 3.1%, and which ties flip moves with any change in summation order.
-    EXPECT_GE(top1, 0.90) << type;
+    // near-tie flip costs 3.1%, and which ties flip moves with any change in summation order
+    // (or with the CPU the test runs on). A tenth of the positions may flip, one at least: over
+    // 8 positions a single near-tie is 12.5%.
+    EXPECT_GE(agree, n - std::max<int64_t>(1, n / 10)) << type << ": top-1 agreement " << 100 * top1 << "%";
     // Both backends quantize activations to 8 bits for Q4_0/Q8_0 weights (in different
     // places), so their logits may differ by a few percent of the logits' size; a wrong
     // kernel differs by ~100%.

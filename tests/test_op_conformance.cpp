@@ -152,8 +152,10 @@ std::vector<Case> all_cases() {
     // partials), rows of whole 8-byte pieces and rows that are not.
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({4096, 70, 37}), shapes.push_back({per == 256 ? 2304 : 1056, 70, 37});
     // Batched decode steps (CUDA: the few-token tensor-core matmul): two token tiles over long
-    // rows split over k with an odd row count, and one tile with a partial row block.
+    // rows split over k with an odd row count, and one tile with a partial row block; eight
+    // tiles (33-64 tokens), full and partial.
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({4096, 33, 20}), shapes.push_back({1024, 130, 6});
+    if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 130, 64}), shapes.push_back({4096, 33, 48});
     // 2-4 tokens over long rows of whole 16-byte pieces (CUDA: the few-token dp4a GEMV), odd row counts.
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 33, 2}), shapes.push_back({2048, 70, 3}), shapes.push_back({4096, 48, 4});
     // Whole 16-row panels (the CPU holds Q4_0, Q4_K and Q6_K matmul weights so): decode, a batch, a prompt.

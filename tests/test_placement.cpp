@@ -154,7 +154,8 @@ TEST(Placement, SegmentLocalOutputsAreThoseOnlyTheSegmentReads) {
 namespace {
 
 // The --explain report of a synthetic Qwen2 (tiny, Q4_0; its tied output is Q6_K) on `backends`.
-std::string explain_tiny(const std::string &backends, const std::string &arch = "qwen2", const std::string &type = "q4_0") {
+std::string explain_tiny(const std::string &backends, const std::string &arch = "qwen2", const std::string &type = "q4_0",
+                         int64_t max_batch = 64) {
   const std::filesystem::path path = std::filesystem::temp_directory_path() / ("minfer-explain-tiny-" + arch + "-" + type + ".gguf");
   minfer::synth::Options o;
   o.arch = arch, o.preset = "tiny", o.type = type, o.seed = 5, o.out = path.string();
@@ -162,7 +163,7 @@ std::string explain_tiny(const std::string &backends, const std::string &arch = 
   auto file = minfer::gguf::File::open(path.string());
   minfer::models::BuildOptions bo;
   bo.n_ctx = 256;
-  bo.max_batch = 64;
+  bo.max_batch = max_batch;
   const auto model = minfer::models::load_model(file, bo);
   const minfer::RunConfig cfg = minfer::parse_run_config(backends, "test.yaml");
   minfer::BackendSet set = minfer::open_backends(cfg);
@@ -170,7 +171,7 @@ std::string explain_tiny(const std::string &backends, const std::string &arch = 
   return session.explain();
 }
 
-// The two lines ("1: ..." and "64: ...") the kernels section gives node `name`; "" when absent.
+// The two lines ("1: ..." and "64: ...", or the step size asked) the kernels section gives node `name`; "" when absent.
 std::string kernel_lines(const std::string &explain, const std::string &name) {
   const size_t section = explain.find("kernels (per node");
   if (section == std::string::npos) return "";
@@ -214,27 +215,33 @@ TEST(Explain, CpuNamesQ4_0PanelsWhereItRepacks) {
 
 TEST(Explain, CudaNamesPathsAndFusions) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  const std::string e = explain_tiny("backends: {cuda: {}}\n");
+  // Prompt-sized steps of 128 tokens: past the few-token matmul's 2..64, so MMQ.
+  const std::string e = explain_tiny("backends: {cuda: {}}\n", "qwen2", "q4_0", 128);
   const std::string q = kernel_lines(e, "blk.0.attn_q");
   EXPECT_NE(q.find("1: gemv_quantizing_kernel: dp4a on the q4_0 blocks"), std::string::npos) << e;
   EXPECT_NE(q.find("one launch with blk.0.attn_k and blk.0.attn_v"), std::string::npos) << e;
-  EXPECT_NE(q.find("64: mmq_kernel: int8 tensor cores"), std::string::npos) << e;
+  EXPECT_NE(q.find("128: mmq_kernel: int8 tensor cores"), std::string::npos) << e;
   EXPECT_NE(kernel_lines(e, "blk.0.attn_k").find("1: inside the kernel of blk.0.attn_q"), std::string::npos) << e;
   EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and SwiGLU in one launch"), std::string::npos)
       << e;
-  EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("64: mmq_kernel: gate, up and SwiGLU in one launch"), std::string::npos) << e;
+  EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("128: mmq_kernel: gate, up and SwiGLU in one launch"), std::string::npos) << e;
   // Gemma's GELU-gated FFN fuses the same way.
-  const std::string g = explain_tiny("backends: {cuda: {}}\n", "gemma2");
+  const std::string g = explain_tiny("backends: {cuda: {}}\n", "gemma2", "q4_0", 128);
   EXPECT_NE(kernel_lines(g, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and GeGLU in one launch"), std::string::npos) << g;
-  EXPECT_NE(kernel_lines(g, "blk.0.ffn_gate").find("64: mmq_kernel: gate, up and GeGLU in one launch"), std::string::npos) << g;
-  const std::string q64 = q.substr(std::min(q.find("64: "), q.size()));  // the prompt-sized step's line
-  EXPECT_NE(q64.find("one launch with blk.0.attn_k and blk.0.attn_v"), std::string::npos) << e;
+  EXPECT_NE(kernel_lines(g, "blk.0.ffn_gate").find("128: mmq_kernel: gate, up and GeGLU in one launch"), std::string::npos) << g;
+  const std::string q128 = q.substr(std::min(q.find("128: "), q.size()));  // the prompt-sized step's line
+  EXPECT_NE(q128.find("one launch with blk.0.attn_k and blk.0.attn_v"), std::string::npos) << e;
   const std::string at = kernel_lines(e, "blk.0.attn");
   EXPECT_NE(at.find("1: flash_decode_kernel (writes the KV row, rotates q and k)"), std::string::npos) << e;
-  EXPECT_NE(at.find("64: kv_write_kernel + flash_attention_tc_kernel"), std::string::npos) << e;
+  EXPECT_NE(at.find("128: kv_write_kernel + flash_attention_tc_kernel"), std::string::npos) << e;
   EXPECT_NE(kernel_lines(e, "blk.0.attn_q_rope").find("1: inside the kernel of blk.0.attn"), std::string::npos) << e;
   EXPECT_NE(q.find("the RMS norm blk.0.attn_norm folded in"), std::string::npos) << e;
   const std::string norm = kernel_lines(e, "blk.0.attn_norm");
   EXPECT_NE(norm.find("1: inside the kernel of blk.0.attn_q"), std::string::npos) << e;
-  EXPECT_NE(norm.find("64: a kernel of the step at blk.0.attn_q"), std::string::npos) << e;
+  EXPECT_NE(norm.find("128: a kernel of the step at blk.0.attn_q"), std::string::npos) << e;
+  // Batched decode steps up to 64 tokens: the few-token tensor-core matmul, gate and up in one launch.
+  const std::string b = explain_tiny("backends: {cuda: {}}\n");
+  const auto line64 = [&](const std::string &name) { const std::string l = kernel_lines(b, name); return l.substr(std::min(l.find("64: "), l.size())); };
+  EXPECT_NE(line64("blk.0.ffn_gate").find("few_token_mma_kernel: gate, up and SwiGLU in one launch"), std::string::npos) << b;
+  EXPECT_NE(line64("blk.0.attn_q").find("few_token_mma_kernel: int8 tensor cores"), std::string::npos) << b;
 }

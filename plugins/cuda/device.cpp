@@ -250,12 +250,13 @@ static bool mmvq_beats_mmq(int64_t k, int64_t tokens) {
 }
 
 // Whether the few-token tensor-core matmul (few_token_mma.cu) beats both the dp4a GEMV and
-// MMQ. Measured on the H200 (Q4_0, ncu kernel times, us): on the 7B gate and down matrices
-// it costs 18 from 2 to 8 tokens, 22 at 16 and 30 at 32 (plus its sum kernel where stream-K
-// cut row blocks, ~5), against the GEMV's 23/28/42 on gate at 2/4/8 tokens (down 35/42 at
-// 2/4) and MMQ's 66-75 from 2 to 32; at 64 it is compute-bound (76 against MMQ's ~65). One
-// token keeps the GEMV, which quantizes x itself and takes the RMS norm in.
-static bool few_token_mma_wins(int64_t, int64_t tokens) { return tokens >= 2 && tokens <= 32; }
+// MMQ. Measured on the H200 (Q4_0, us per call): on the 7B gate and down matrices it costs 18
+// from 2 to 8 tokens, 22 at 16, 30 at 32, 54-60 at 48 and 57-64 at 64 (plus its sum kernel
+// where stream-K cut row blocks, ~5), against the GEMV's 23/28/42 on gate at 2/4/8 tokens
+// (down 35/42 at 2/4) and MMQ's 66-75 from 2 to 32 and 68-80 at 48-64. Only a small square
+// matrix (3584x3584, O) at 48-64 tokens goes the other way, by ~1 us of ~20: not worth a
+// rule. One token keeps the GEMV, which quantizes x itself and takes the RMS norm in.
+static bool few_token_mma_wins(int64_t, int64_t tokens) { return tokens >= 2 && tokens <= 64; }
 
 CudaDevice::MatmulPath CudaDevice::matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const {
   constexpr int64_t kGemmMinTokens = 16;

@@ -1,4 +1,4 @@
-// plugins/cuda/kernels/few_token_mma.cu — matmul for a few tokens (2..32: batched decode
+// plugins/cuda/kernels/few_token_mma.cu — matmul for a few tokens (2..64: batched decode
 // steps) on int8 tensor cores: y[t] = W x[t] with Q4_0 weights, x quantized as for MMQ.
 //
 // Between the one-token GEMV and MMQ every earlier path was bound by instructions, not bytes:
@@ -12,7 +12,7 @@
 // uses nibbles 0..15; the -8 comes back through the activations' scaled sum: d_w (d_x
 // sum(q_w q_x) - 8 d_x sum(q_x)). One mma covers 16 rows x 32 values x 8 tokens for ~13
 // instructions. Measured (H200, ncu): 18 us on a 7B gate or down matrix from 2 to 8 tokens,
-// 22 at 16, 30 at 32.
+// 22 at 16, 30 at 32, 57-64 at 64 (MMQ: 66-80 throughout).
 //
 // Both sides come through shared memory by cp.async in 16-byte pieces, eight blocks of k (256
 // values: 144 bytes of a Q4_0 row, two MMQ runs of a token) a stage, several stages in flight.
@@ -28,6 +28,7 @@
 #include "async_copy.cuh"
 #include "glu.cuh"
 #include "grid.cuh"
+#include "mma_s8.cuh"
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
 #include "q8_act.cuh"
@@ -43,7 +44,7 @@ constexpr int kStageBlocks = 8;                     // blocks of k per stage
 constexpr int kWRowBytes = kStageBlocks * int(sizeof(minfer_block_q4_0));  // 144: nine 16-byte pieces
 constexpr int kXRunBytes = int(sizeof(minfer_cuda_q8_act4));               // 160: four blocks of a token
 constexpr int kXStageBytes = 2 * kXRunBytes, kXStride = kXStageBytes + 16; // 320 in 336
-constexpr int kMaxTiles = 4;                        // token tiles of 8: 32 tokens at most (MMQ from 64)
+constexpr int kMaxTiles = 8;                        // token tiles of 8: 64 tokens at most
 constexpr int kMinBlocks = 2;                       // blocks per SM the registers must allow
 constexpr int kParts = 3;
 static_assert(kWRowBytes % 16 == 0 && (kWRowBytes / 4) % 8 == 4, "rows g of a warp's read on distinct banks");
@@ -52,7 +53,7 @@ static_assert((kXStride / 4) % 8 == 4, "tokens g of a warp's read on distinct ba
 // Stages in the pipeline: two blocks an SM, each with two or three stages (36-54 KiB of
 // weights) in flight while it works on one. Measured (H200, 7B gate at 4 and 16 tokens):
 // three stages at three blocks an SM were 4-25% slower.
-constexpr int stages_for(int tiles) { return tiles <= 2 ? 4 : 3; }
+constexpr int stages_for(int tiles) { return tiles <= 2 ? 4 : tiles <= 4 ? 3 : 2; }
 constexpr size_t stage_bytes(int tiles) { return size_t(kBlockRows) * kWRowBytes + size_t(8 * tiles) * kXStride; }
 constexpr size_t smem_bytes(int tiles) { return stages_for(tiles) * stage_bytes(tiles); }
 
@@ -97,12 +98,6 @@ __device__ __forceinline__ int64_t block_of_item(int64_t i, int64_t total, int64
 template <bool kGated>
 __device__ __forceinline__ int64_t part_row(int64_t base, int lr) {
   return kGated ? base + 16 * (lr >> 5) + (lr & 15) : base + lr;
-}
-
-__device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-               : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
 }
 
 // A row's quantized word q of block u (0..7) of a stage and the block's scale. Blocks come in
@@ -238,11 +233,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) few_token_mma_kernel(
         const uint32_t *row_lo = wrows + (16 * r + g) * (kWRowBytes / 4), *row_hi = row_lo + 8 * (kWRowBytes / 4);
         const uint32_t w_lo = q4_word(row_lo, u, q), w_hi = q4_word(row_hi, u, q);
         const float d_lo = q4_scale(row_lo, u), d_hi = q4_scale(row_hi, u);
-        const uint32_t a0 = w_lo & 0x0F0F0F0Fu, a1 = w_hi & 0x0F0F0F0Fu, a2 = (w_lo >> 4) & 0x0F0F0F0Fu, a3 = (w_hi >> 4) & 0x0F0F0F0Fu;
+        const uint32_t a[4] = {w_lo & 0x0F0F0F0Fu, w_hi & 0x0F0F0F0Fu, (w_lo >> 4) & 0x0F0F0F0Fu, (w_hi >> 4) & 0x0F0F0F0Fu};
 #pragma unroll
         for (int t = 0; t < kTiles; ++t) {
           int c[4];
-          mma_s8(c, a0, a1, a2, a3, b0[t], b1[t]);
+          mma_s8(c, a, {b0[t], b1[t]});
           // c[2h + j]: row g + 8h of the tile, token 8t + 2q + j.
           acc[t][r][0] = fmaf(d_lo, fmaf(ds0[t].x, float(c[0]), ds0[t].y), acc[t][r][0]);
           acc[t][r][1] = fmaf(d_lo, fmaf(ds1[t].x, float(c[1]), ds1[t].y), acc[t][r][1]);
@@ -290,7 +285,7 @@ __global__ void __launch_bounds__(kBlockRows) few_token_sum_kernel(const __grid_
   pick(parts.y, b.p)[y_at] = add ? v + add[pick(parts.add_broadcast, b.p) ? o : y_at] : v;
 }
 
-int token_tiles(int64_t tokens) { return tokens <= 8 ? 1 : tokens <= 16 ? 2 : 4; }
+int token_tiles(int64_t tokens) { return tokens <= 8 ? 1 : tokens <= 16 ? 2 : tokens <= 32 ? 4 : 8; }
 
 // Blocks of this kernel an SM holds (its shared memory decides), asked once per instantiation.
 template <int kTiles, bool kGated>
@@ -315,8 +310,9 @@ struct Shape {
 template <class F>
 auto visit_tiles(int64_t tokens, bool gated, F &&f) {
   const int tiles = token_tiles(tokens);
-  if (gated) return tiles == 1 ? f(Shape<1, true>{}) : tiles == 2 ? f(Shape<2, true>{}) : f(Shape<4, true>{});
-  return tiles == 1 ? f(Shape<1, false>{}) : tiles == 2 ? f(Shape<2, false>{}) : f(Shape<4, false>{});
+  if (gated)
+    return tiles == 1 ? f(Shape<1, true>{}) : tiles == 2 ? f(Shape<2, true>{}) : tiles == 4 ? f(Shape<4, true>{}) : f(Shape<8, true>{});
+  return tiles == 1 ? f(Shape<1, false>{}) : tiles == 2 ? f(Shape<2, false>{}) : tiles == 4 ? f(Shape<4, false>{}) : f(Shape<8, false>{});
 }
 
 // The parts' row blocks and the grid: every slot of the GPU (blocks per SM x SMs), never more

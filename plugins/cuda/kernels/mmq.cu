@@ -24,6 +24,7 @@
 #include "async_copy.cuh"
 #include "glu.cuh"
 #include "grid.cuh"
+#include "mma_s8.cuh"
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
 #include "q8_act.cuh"
@@ -73,14 +74,6 @@ struct MmqLayout {
   static constexpr int kMostBlocks = kTileRows == 64 && kW == 1 ? 4 : 3;
   static constexpr int kMinBlocks = 227 * 1024 / kBytes < kMostBlocks ? 227 * 1024 / kBytes : kMostBlocks;
 };
-
-__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  c[0] = c[1] = c[2] = c[3] = 0;
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // Four 8x8 b16 matrices from shared memory (lane t gives the address of row t % 8 of matrix
 // t / 8); lane t receives 32 bits of each: row t / 4, bytes 4 (t % 4)... For int8 tiles with
