@@ -382,6 +382,9 @@ __global__ void flash_merge_kernel(const float *partials, float *out, int64_t to
 // it back like any other: no separate KV write. Tokens are items like the KV heads: token t's
 // blocks read only its sequence's pages.
 constexpr int kDecodeWarps = 8, kDecodeRows = 8, kDecodeThreads = kDecodeWarps * 32;
+// Two blocks an SM: at one (184 registers a thread, ~100 KiB of shared memory) a 7B's 64
+// sequences x 4 KV heads took two waves of 132 with 8 warps an SM to hide the loads.
+constexpr int kDecodeMinBlocks = 2;
 constexpr int64_t kDecodeChunk = 4 * kDecodeWarps * 32;  // keys per block at least: up to four tiles per warp
 
 template <class T, int HD>
@@ -401,7 +404,7 @@ __device__ __forceinline__ void unpack16(const uint4 &u, const float *, float (&
 }
 
 template <class T, int HD, int kRows>
-__global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const float *q, const float *k_new, const float *v_new, T *kc, T *vc,
+__global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks) flash_decode_kernel(const float *q, const float *k_new, const float *v_new, T *kc, T *vc,
                                                                       float *out, float *partials, int *counters, int64_t tokens, int n_head,
                                                                       int n_kv, minfer_cuda_kv_pages kv, minfer_cuda_attn_scores scores, int splits, int64_t chunk,
                                                                       const int32_t *rope_pos, minfer_cuda_rope rope) {
@@ -409,13 +412,15 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
   constexpr int D = HD / 32, kPieces = HD * int(sizeof(T)) / 16;  // 16-byte pieces of a row
   __shared__ __align__(16) float qs[kRows][HD];
   __shared__ float wm[kDecodeWarps][kRows], wl[kDecodeWarps][kRows];
-  __shared__ float wacc[kDecodeWarps][kRows][HD];
   __shared__ int last_block;
   __shared__ float2 rope_cs[HD / 2];  // (cos, sin) of each rotated pair at the item's token's position
   extern __shared__ uint4 vtiles[];
   const int64_t kvd = int64_t(n_kv) * HD;
   const int group = n_head / n_kv, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   T *vt = reinterpret_cast<T *>(vtiles) + warp * 32 * HD;
+  // A warp's running output for the merge goes where its V tile was (kRows x HD floats fit in
+  // 32 x HD values of T): the block keeps ~70 KiB of shared memory, not ~100.
+  const auto wacc = [&](int w, int r) { return reinterpret_cast<float *>(reinterpret_cast<T *>(vtiles) + w * 32 * HD) + r * HD; };
   const int row_blocks = (group + kRows - 1) / kRows;
   int64_t rope_token = -1;  // the token rope_cs holds
   for (int64_t item = blockIdx.x; item < tokens * n_kv * row_blocks * splits; item += gridDim.x) {
@@ -525,7 +530,7 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
     for (int r = 0; r < kRows; ++r) {
       if (lane == 0) wm[warp][r] = m[r], wl[warp][r] = l[r];
 #pragma unroll
-      for (int i = 0; i < D; ++i) wacc[warp][r][lane * D + i] = acc[r][i];
+      for (int i = 0; i < D; ++i) wacc(warp, r)[lane * D + i] = acc[r][i];
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nrows * HD; i += kDecodeThreads) {
@@ -536,7 +541,7 @@ __global__ void __launch_bounds__(kDecodeThreads) flash_decode_kernel(const floa
       for (int w = 0; w < kDecodeWarps; ++w)
         if (wl[w][r] > 0) {
           const float e = expf(wm[w][r] - mx);
-          num += e * wacc[w][r][d], den += e * wl[w][r];
+          num += e * wacc(w, r)[d], den += e * wl[w][r];
         }
       if (splits == 1) {
         out[(qh0 + r) * HD + d] = den > 0 ? num / den : 0.0f;
@@ -646,7 +651,7 @@ template <class T, int HD>
 cudaError_t launch_decode(minfer_cuda_launch_cfg *cfg, const float *q, const float *k_new, const float *v_new, void *kc, void *vc, float *out,
                           float *partials, int *counters, int64_t tokens, int n_head, int n_kv, const minfer_cuda_kv_pages &kv, const minfer_cuda_attn_scores &scores,
                           const Plan &p, const int32_t *rope_pos, const minfer_cuda_rope &rope) {
-  if (HD == 256 || p.decode_rows == 1)  // (heads of 256: the group's partial outputs would pass static shared memory)
+  if (HD == 256 || p.decode_rows == 1)  // (heads of 256: built for one query head a block only)
     return launch_decode_rows<T, HD, 1>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p, rope_pos, rope);
   if constexpr (HD != 256)
     return launch_decode_rows<T, HD, kDecodeRows>(cfg, q, k_new, v_new, kc, vc, out, partials, counters, tokens, n_head, n_kv, kv, scores, p,
