@@ -24,6 +24,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "async_copy.cuh"
 #include "glu.cuh"
@@ -88,7 +89,8 @@ __device__ __forceinline__ RowBlock row_block(const FewParts &parts, int64_t rb)
 // block c takes [first_item(c), first_item(c + 1)). A row block inside one block's range is
 // written out by it; one cut by a range's ends leaves partial sums in the slots of the blocks
 // that share it (slot 0 when the row block is where that block's range starts, else slot 1),
-// which few_token_sum_kernel adds up in block order: the same result every run.
+// which few_token_sum_kernel adds up in block order: the same result every run. Only the block
+// whose range holds a cut row block's start (c0) sums it.
 __host__ __device__ __forceinline__ int64_t first_item(int64_t c, int64_t total, int64_t grid) { return c * total / grid; }
 __device__ __forceinline__ int64_t block_of_item(int64_t i, int64_t total, int64_t grid) { return ((i + 1) * grid - 1) / total; }
 
@@ -256,33 +258,60 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) few_token_mma_kernel(
   cp_async_wait<0>();
 }
 
-// The row blocks that stream-K cut: a block per row block and token, a thread per shared row;
-// y = the partial sums of the blocks that shared the row block, in block order, plus the add
-// (gated: act(gate) * up of the summed gate and up rows).
+// The row blocks that stream-K cut, each summed by the blocks of grid column c0 (the block whose
+// range holds its start; only that one's does): a thread per four output rows of a token,
+// kSumThreads / quads tokens a block. y = the partial sums of c0..c1 in block order, plus the
+// add (gated: act(gate) * up of the summed gate and up rows). The loads of four blocks' sums
+// are in flight at once. Measured (H200, 7B Q4_0, 64 sequences): the kernel it replaced, a
+// block per row block and token that mostly had nothing to add, took ~1.1 ms of a ~9 ms step.
+constexpr int kSumThreads = 256;
 template <bool kGated>
-__global__ void __launch_bounds__(kBlockRows) few_token_sum_kernel(const __grid_constant__ FewParts parts, int64_t tokens, int64_t stages,
-                                                                  int64_t grid) {
+constexpr int sum_quads() { return kGated ? kBlockRows / 8 : kBlockRows / 4; }  // a token's quads of output rows
+template <bool kGated>
+constexpr int sum_tokens() { return kSumThreads / sum_quads<kGated>(); }
+
+template <bool kGated>
+__global__ void __launch_bounds__(kSumThreads) few_token_sum_kernel(const __grid_constant__ FewParts parts, int64_t tokens, int64_t stages) {
   wait_for_inputs();
-  const int64_t rb = blockIdx.x / tokens, tok = blockIdx.x - rb * tokens, total = parts.blocks_end[kParts - 1] * stages;
-  const int64_t c0 = block_of_item(rb * stages, total, grid), c1 = block_of_item(rb * stages + stages - 1, total, grid);
-  const int lr = threadIdx.x;
-  if (c0 == c1 || (kGated && (lr & 16))) return;  // whole in one block, written by it; up rows ride with their gate rows
-  const RowBlock b = row_block<kGated>(parts, rb);
-  const int64_t o = part_row<kGated>(b.base, lr);
-  if (o >= b.m) return;
-  const int64_t slot = kBlockRows * tokens, at = tok * kBlockRows + lr;
-  const float *in = parts.partials + (2 * c0 + (first_item(c0, total, grid) < rb * stages ? 1 : 0)) * slot + at;
-  float v = in[0], u = kGated ? in[16] : 0.0f;
-  in = parts.partials + 2 * (c0 + 1) * slot + at;  // slot 0 of the later blocks: the row block starts their ranges
-#pragma unroll 4
-  for (int64_t c = c0 + 1; c <= c1; ++c, in += 2 * slot) {
-    v += in[0];
-    if (kGated) u += in[16];
+  const int64_t grid = gridDim.x, c0 = blockIdx.x, total = parts.blocks_end[kParts - 1] * stages;
+  const int64_t i_beg = first_item(c0, total, grid), i_end = first_item(c0 + 1, total, grid), rb = (i_end - 1) / stages;
+  if (i_end % stages == 0 || i_beg > rb * stages) return;  // no row block cut at this range's end, or its start is an earlier block's
+  constexpr int kQuads = sum_quads<kGated>();
+  const int64_t tok = int64_t(blockIdx.y) * sum_tokens<kGated>() + threadIdx.x / kQuads;
+  if (tok >= tokens) return;
+  const int quad = threadIdx.x % kQuads, lr = kGated ? 32 * (quad >> 2) + 4 * (quad & 3) : 4 * quad;  // gated: the gate's rows, up's 16 on
+  const int64_t c1 = block_of_item(rb * stages + stages - 1, total, grid), slot = int64_t(kBlockRows) * tokens, at = tok * kBlockRows + lr;
+  const auto load = [&](int64_t c, int s, int off) { return *reinterpret_cast<const float4 *>(parts.partials + (2 * c + s) * slot + at + off); };
+  const auto add4 = [](float4 &a, const float4 &b) { a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w; };
+  float4 v = load(c0, i_beg < rb * stages ? 1 : 0, 0), u = kGated ? load(c0, i_beg < rb * stages ? 1 : 0, 16) : float4{};
+  for (int64_t c = c0 + 1; c <= c1; c += 4) {  // slot 0 of the later blocks: the row block starts their ranges
+    float4 w[4], w_up[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (c + j <= c1) {
+        w[j] = load(c + j, 0, 0);
+        if (kGated) w_up[j] = load(c + j, 0, 16);
+      }
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (c + j <= c1) {
+        add4(v, w[j]);
+        if (kGated) add4(u, w_up[j]);
+      }
   }
-  if (kGated) v = glu(parts.act, v, u);
-  const int64_t y_at = tok * b.m + o;
+  const RowBlock b = row_block<kGated>(parts, rb);
+  float *const y = pick(parts.y, b.p);
   const float *const add = pick(parts.add, b.p);
-  pick(parts.y, b.p)[y_at] = add ? v + add[pick(parts.add_broadcast, b.p) ? o : y_at] : v;
+  const bool bcast = pick(parts.add_broadcast, b.p) != 0;
+  const float vs[4] = {v.x, v.y, v.z, v.w}, us[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t o = part_row<kGated>(b.base, lr + j);
+    if (o >= b.m) break;
+    const float r = kGated ? glu(parts.act, vs[j], us[j]) : vs[j];
+    const int64_t y_at = tok * b.m + o;
+    y[y_at] = add ? r + add[bcast ? o : y_at] : r;
+  }
 }
 
 int token_tiles(int64_t tokens) { return tokens <= 8 ? 1 : tokens <= 16 ? 2 : tokens <= 32 ? 4 : 8; }
@@ -380,7 +409,12 @@ extern "C" cudaError_t minfer_cuda_few_token_mma(minfer_cuda_launch_cfg *cfg, in
   cudaError_t e = launched(cfg, up ? (act == MINFER_CUDA_GLU_GELU ? "few_token_mma_kernel (gate, up, gelu)" : "few_token_mma_kernel (gate, up, silu)")
                                      : "few_token_mma_kernel", dtype);
   if (e != cudaSuccess || (pl.grid <= pl.row_blocks && pl.row_blocks % pl.grid == 0)) return e;  // no row block cut
-  if (up) launch_kernel(cfg, few_token_sum_kernel<true>, unsigned(pl.row_blocks * tokens), kBlockRows, 0, pl.parts, tokens, pl.stages, pl.grid);
-  else launch_kernel(cfg, few_token_sum_kernel<false>, unsigned(pl.row_blocks * tokens), kBlockRows, 0, pl.parts, tokens, pl.stages, pl.grid);
+  const auto sum = [&](auto gated) {
+    constexpr bool G = decltype(gated)::value;
+    const dim3 grid(unsigned(pl.grid), unsigned((tokens + sum_tokens<G>() - 1) / sum_tokens<G>()));
+    launch_kernel(cfg, few_token_sum_kernel<G>, grid, kSumThreads, 0, pl.parts, tokens, pl.stages);
+  };
+  if (up) sum(std::true_type{});
+  else sum(std::false_type{});
   return launched(cfg, "few_token_sum_kernel", dtype);
 }
