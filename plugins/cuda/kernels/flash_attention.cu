@@ -386,9 +386,9 @@ constexpr int kDecodeWarps = 8, kDecodeRows = 8, kDecodeThreads = kDecodeWarps *
 // sequences x 4 KV heads took two waves of 132 with 8 warps an SM to hide the loads.
 constexpr int kDecodeMinBlocks = 2;
 // Keys per block at least: four tiles a warp while the caches are short (one query head a
-// block), two for a group of heads (16 7B sequences: 128 blocks instead of 64, +5.5% S_TG;
-// two at one head a block cost tg128 2.7%).
-constexpr int64_t kDecodeChunk = 4 * kDecodeWarps * 32, kDecodeGroupChunk = 2 * kDecodeWarps * 32;
+// block), one for a group of heads (16 7B sequences of ~520 keys: 192 blocks; 512 keys gave
+// 128, -2.5% S_TG side by side, 1024 gave 64, -8%; two tiles at one head a block cost tg128 2.7%).
+constexpr int64_t kDecodeChunk = 4 * kDecodeWarps * 32, kDecodeGroupChunk = kDecodeWarps * 32;
 
 template <class T, int HD>
 constexpr size_t decode_smem_bytes() { return size_t(kDecodeWarps) * 32 * HD * sizeof(T); }  // the warps' V tiles
