@@ -387,7 +387,8 @@ constexpr int kDecodeWarps = 8, kDecodeRows = 8, kDecodeThreads = kDecodeWarps *
 constexpr int kDecodeMinBlocks = 2;
 // Keys per block at least: four tiles a warp while the caches are short (one query head a
 // block), one for a group of heads (16 7B sequences of ~520 keys: 192 blocks; 512 keys gave
-// 128, -2.5% S_TG side by side, 1024 gave 64, -8%; two tiles at one head a block cost tg128 2.7%).
+// 128 and S_TG 3,337/3,308 against 3,417/3,408 side by side, 1024 gave 64 and 5% less than
+// 512; two tiles at one head a block cost tg128 2.7%).
 constexpr int64_t kDecodeChunk = 4 * kDecodeWarps * 32, kDecodeGroupChunk = kDecodeWarps * 32;
 
 template <class T, int HD>
