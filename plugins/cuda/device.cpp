@@ -379,17 +379,26 @@ void CudaDevice::mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_
 
 void CudaDevice::few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act,
                                const float *x, int64_t k, int64_t tokens, const RmsNormIn *norm) {
-  const void *xq = nullptr;  // activations to 8 bits once (with the RMS norm folded in: its launch saved)
-  if (norm) {
+  const void *xin = nullptr;
+  if (minfer_cuda_few_token_x_f16(w_dtype)) {  // x as f16 values (after the RMS norm where one is folded in)
+    if (norm) {
+      auto *normed = static_cast<float *>(scratch(3, size_t(k * tokens) * sizeof(float)));
+      check_launch(minfer_cuda_rms_norm_f32(&cfg_, x, norm->w, normed, tokens, k, norm->eps));
+      x = normed;
+    }
+    auto *x16 = static_cast<uint16_t *>(scratch(2, size_t(k * tokens) * 2));
+    check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, x16, k * tokens));
+    xin = x16;
+  } else if (norm) {  // activations to 8 bits once, the RMS norm folded in: its launch saved
     void *q = scratch(0, minfer_cuda_mmq_x_bytes(k, tokens));
     check_launch(minfer_cuda_rms_norm_quantize_mmq_x(&cfg_, x, norm->w, norm->eps, q, k, tokens));
-    xq = q;
+    xin = q;
   } else {
-    xq = quantize_for_mmq(x, k, tokens);
+    xin = quantize_for_mmq(x, k, tokens);
   }
-  const size_t partial_bytes = minfer_cuda_few_token_partials_bytes(parts, n_parts, up, k, tokens, sm_count_);
+  const size_t partial_bytes = minfer_cuda_few_token_partials_bytes(w_dtype, parts, n_parts, up, k, tokens, sm_count_);
   auto *partials = static_cast<float *>(scratch(5, partial_bytes));
-  check_launch(minfer_cuda_few_token_mma(&cfg_, w_dtype, parts, n_parts, up, act, xq, k, tokens, sm_count_, partials));
+  check_launch(minfer_cuda_few_token_mma(&cfg_, w_dtype, parts, n_parts, up, act, xin, k, tokens, sm_count_, partials));
 }
 
 const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t tokens) {

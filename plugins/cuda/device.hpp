@@ -40,9 +40,9 @@ struct DeviceOptions {
   // GEMV (mmvq), whose time grows with the tokens while MMQ's stays flat at few tokens.
   // 0: the measured crossover (mmvq_beats_mmq: by token count and k).
   int64_t mmq_min_tokens = 0;
-  // Steps of a few tokens (few_token_mma_wins: 2..32, by measurement) of the types
-  // few_token_mma.cu knows take it (int8 tensor cores on the weights' nibbles)
-  // instead of the GEMV or MMQ: false keeps those two.
+  // Steps of a few tokens (few_token_mma_wins: 2..64, by measurement) of the types the
+  // few-token kernels know take them (Q4_0: int8 tensor cores on the nibbles; Q6_K: f16 ones on
+  // the values) instead of the GEMV or MMQ: false keeps those two.
   bool few_token_mma = true;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
@@ -105,7 +105,7 @@ class CudaDevice {
   // How matmul() multiplies: Mmq (int8 tensor cores on the blocks), Gemv (one-token dp4a, x
   // quantized in the kernel, the add and grouping fused), F16Gemm (weights dequantized to f16 —
   // cached per weight or per call — and a tensor-core GEMM), Mmvq (dp4a after a quantize
-  // kernel), FewTokenMma (Q4_0, 2..32 tokens on int8 tensor cores, the nibbles read in place),
+  // kernel), FewTokenMma (Q4_0 and Q6_K, 2..64 tokens on tensor cores, the blocks read in place),
   // Generic (f32 math, any type). The one place the choice is made.
   enum class MatmulPath { Mmq, Gemv, F16Gemm, Mmvq, FewTokenMma, Generic };
   MatmulPath matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const;
@@ -201,8 +201,9 @@ class CudaDevice {
   // The few-token dp4a path (mmvq.cu): x quantized once, the parts (or a gate with its up) in one launch.
   void mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act, const float *x, int64_t k,
             int64_t tokens);
-  // The few-token tensor-core path (few_token_mma.cu): x quantized once (norm: x is the RMS
-  // norm's input, normalized as it is quantized), the parts (or a gate with its up) in one launch.
+  // The few-token tensor-core path (few_token_mma.cu, few_token_q6k.cu): x quantized once, or
+  // to f16 for Q6_K (norm: x is the RMS norm's input, normalized first), the parts (or a gate
+  // with its up) in one launch.
   void few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act, const float *x,
                      int64_t k, int64_t tokens, const RmsNormIn *norm = nullptr);
   // x (tokens x k) quantized for MMQ into scratch[0]; valid until the next call.

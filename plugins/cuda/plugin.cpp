@@ -189,6 +189,9 @@ class CudaSegment : public sdk::Segment {
     if (plan_.fuse_glu[i] && path == P::Mmq && minfer_cuda_mmq_glu_supported(w.dtype))
       return "mmq_kernel: gate, up and " + act + " in one launch (int8 tensor cores on the " + type + " blocks)";
     if (plan_.fuse_glu[i] && path == P::Mmvq) return "quantize_q8_act_kernel + mmvq_kernel: gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)";
+    if (plan_.fuse_glu[i] && path == P::FewTokenMma && minfer_cuda_few_token_x_f16(w.dtype))
+      return std::string(norm.empty() ? "" : "rms_norm_f32_kernel + ") + "convert_f32_f16_kernel + few_token_q6k_kernel: gate, up and " + act +
+             " in one launch (f16 tensor cores on the " + type + " values)" + norm;
     if (plan_.fuse_glu[i] && path == P::FewTokenMma)
       return std::string(norm.empty() ? "quantize_q8_act_kernel" : "rms_norm_quantize_kernel") + " + few_token_mma_kernel: gate, up and " + act +
              " in one launch (int8 tensor cores on the " + type + " nibbles)" + norm;
@@ -207,8 +210,11 @@ class CudaSegment : public sdk::Segment {
         break;
       case P::Mmvq: t = "quantize_q8_act_kernel + mmvq_kernel: dp4a on the " + type + " blocks"; break;
       case P::FewTokenMma:
-        t = std::string(norm.empty() ? "quantize_q8_act_kernel" : "rms_norm_quantize_kernel") +
-            " + few_token_mma_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " nibbles";
+        t = minfer_cuda_few_token_x_f16(w.dtype)
+                ? std::string(norm.empty() ? "" : "rms_norm_f32_kernel + ") + "convert_f32_f16_kernel + few_token_q6k_kernel: f16 tensor cores (mma.m16n8k16) on the " +
+                      type + " values"
+                : std::string(norm.empty() ? "quantize_q8_act_kernel" : "rms_norm_quantize_kernel") +
+                      " + few_token_mma_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " nibbles";
         break;
       case P::Generic: t = "matmul_kernel (f32 math on " + type + ")"; break;
     }

@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "async_copy.cuh"
+#include "few_token.cuh"
 #include "glu.cuh"
 #include "grid.cuh"
 #include "mma_s8.cuh"
@@ -34,20 +35,13 @@
 #include "minfer/dtype.h"
 #include "q8_act.cuh"
 
-namespace minfer::cuda {
+namespace minfer::cuda::few_token {
 namespace {
 
-constexpr int kWarps = 4;                           // per block
-constexpr int kRowTiles = 2;                        // m16 tiles of weight rows per warp
-constexpr int kWarpRows = 16 * kRowTiles;           // 32
-constexpr int kBlockRows = kWarps * kWarpRows;      // 128 (64 part rows gated)
 constexpr int kStageBlocks = 8;                     // blocks of k per stage
 constexpr int kWRowBytes = kStageBlocks * int(sizeof(minfer_block_q4_0));  // 144: nine 16-byte pieces
 constexpr int kXRunBytes = int(sizeof(minfer_cuda_q8_act4));               // 160: four blocks of a token
 constexpr int kXStageBytes = 2 * kXRunBytes, kXStride = kXStageBytes + 16; // 320 in 336
-constexpr int kMaxTiles = 8;                        // token tiles of 8: 64 tokens at most
-constexpr int kMinBlocks = 2;                       // blocks per SM the registers must allow
-constexpr int kParts = 3;
 static_assert(kWRowBytes % 16 == 0 && (kWRowBytes / 4) % 8 == 4, "rows g of a warp's read on distinct banks");
 static_assert((kXStride / 4) % 8 == 4, "tokens g of a warp's read on distinct banks");
 
@@ -57,50 +51,6 @@ static_assert((kXStride / 4) % 8 == 4, "tokens g of a warp's read on distinct ba
 constexpr int stages_for(int tiles) { return tiles <= 2 ? 4 : tiles <= 4 ? 3 : 2; }
 constexpr size_t stage_bytes(int tiles) { return size_t(kBlockRows) * kWRowBytes + size_t(8 * tiles) * kXStride; }
 constexpr size_t smem_bytes(int tiles) { return stages_for(tiles) * stage_bytes(tiles); }
-
-struct FewParts {
-  const void *w[kParts];
-  float *y[kParts];
-  const float *add[kParts];  // NULL, or added: per row (add_broadcast) or per value
-  int64_t m[kParts], blocks_end[kParts];  // part p's row blocks are [blocks_end[p-1], blocks_end[p])
-  int add_broadcast[kParts];
-  const void *up;  // gated (one part, the gate): y = act(gate x) * (up x)
-  int act;         // MINFER_CUDA_GLU_*
-  float *partials;  // two slots a block of kBlockRows x tokens sums (see first_item)
-};
-
-template <class T>
-__device__ __forceinline__ T pick(const T (&a)[kParts], int p) {
-  return p == 0 ? a[0] : p == 1 ? a[1] : a[2];
-}
-
-// Row block rb's part, its rows and its first part row.
-struct RowBlock {
-  int p;
-  int64_t m, base;
-};
-template <bool kGated>
-__device__ __forceinline__ RowBlock row_block(const FewParts &parts, int64_t rb) {
-  const int p = rb < parts.blocks_end[0] ? 0 : rb < parts.blocks_end[1] ? 1 : 2;
-  return {p, pick(parts.m, p), (rb - (p == 0 ? 0 : pick(parts.blocks_end, p - 1))) * (kGated ? kBlockRows / 2 : kBlockRows)};
-}
-
-// Stream-K: the work is (row block, stage) items, rb * stages + s, cut evenly over the grid:
-// block c takes [first_item(c), first_item(c + 1)). A row block inside one block's range is
-// written out by it; one cut by a range's ends leaves partial sums in the slots of the blocks
-// that share it (slot 0 when the row block is where that block's range starts, else slot 1),
-// which few_token_sum_kernel adds up in block order: the same result every run. Only the block
-// whose range holds a cut row block's start (c0) sums it.
-__host__ __device__ __forceinline__ int64_t first_item(int64_t c, int64_t total, int64_t grid) { return c * total / grid; }
-__device__ __forceinline__ int64_t block_of_item(int64_t i, int64_t total, int64_t grid) { return ((i + 1) * grid - 1) / total; }
-
-// Shared row lr of a block (0..127) is warp lr / 32's row lr % 32: part row base + lr
-// (gated: rows 0..15 of a warp are the gate's part rows base + 16 (lr / 32) + lr % 32, 16..31
-// the same rows of up).
-template <bool kGated>
-__device__ __forceinline__ int64_t part_row(int64_t base, int lr) {
-  return kGated ? base + 16 * (lr >> 5) + (lr & 15) : base + lr;
-}
 
 // A row's quantized word q of block u (0..7) of a stage and the block's scale. Blocks come in
 // pairs of 36 bytes (nine words): the odd block's 16 bytes are words 5..8, the even one's
@@ -165,54 +115,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) few_token_mma_kernel(
   };
 
   float acc[kTiles][kRowTiles][4];
-  const auto clear = [&] {
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-      for (int r = 0; r < kRowTiles; ++r) acc[t][r][0] = acc[t][r][1] = acc[t][r][2] = acc[t][r][3] = 0.0f;
-  };
-  // acc[t][r][i]: shared row 32 warp + 16 r + g + 8 (i / 2), token 8 t + 2 q + i % 2.
-  const auto flush = [&](int64_t rb, bool whole, int slot) {
-    if (!whole) {
-      float *out = parts.partials + (2 * int64_t(blockIdx.x) + slot) * kBlockRows * tokens;
-#pragma unroll
-      for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-        for (int r = 0; r < kRowTiles; ++r)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int64_t tok = 8 * t + 2 * q + (i & 1);
-            if (tok < tokens) out[tok * kBlockRows + warp * kWarpRows + 16 * r + g + 8 * (i >> 1)] = acc[t][r][i];
-          }
-      return;
-    }
-    const RowBlock b = row_block<kGated>(parts, rb);
-    float *const y = pick(parts.y, b.p);
-    const float *const add = pick(parts.add, b.p);
-    const bool bcast = pick(parts.add_broadcast, b.p) != 0;
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-      for (int r = 0; r < (kGated ? 1 : kRowTiles); ++r)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int64_t tok = 8 * t + 2 * q + (i & 1), o = part_row<kGated>(b.base, warp * kWarpRows + 16 * r + g + 8 * (i >> 1));
-          if (tok >= tokens || o >= b.m) continue;
-          float v = acc[t][r][i];
-          if (kGated) v = glu(parts.act, v, acc[t][1][i]);
-          const int64_t at = tok * b.m + o;
-          y[at] = add ? v + add[bcast ? o : at] : v;
-        }
-  };
-
-#pragma unroll
-  for (int b = 0; b < kStages - 1; ++b) issue(b);
-  clear();
-  for (int64_t ic = i0; ic < i1; ++ic) {
-    const int n = int((ic - i0) % kStages);
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // item ic is in; everyone is done with the buffer refilled next
-    issue((n + kStages - 1) % kStages);
+  run_items<kStages, kTiles, kGated>(parts, acc, i0, i1, stages, tokens, issue, [&](int n, int64_t) {
     const auto *wrows = reinterpret_cast<const uint32_t *>(wsm(n) + warp * kWarpRows * kWRowBytes);
     const uint8_t *xs = xsm(n);
 #pragma unroll
@@ -248,173 +151,89 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) few_token_mma_kernel(
         }
       }
     }
-    const int64_t rb = ic / stages, s = ic - rb * stages;
-    if (s == stages - 1 || ic == i1 - 1) {  // the end of this block's part of row block rb
-      const int64_t seg0 = rb * stages > i0 ? rb * stages : i0;
-      flush(rb, seg0 == rb * stages && s == stages - 1, seg0 == i0 ? 0 : 1);
-      clear();
-    }
-  }
-  cp_async_wait<0>();
+  });
 }
-
-// The row blocks that stream-K cut, each summed by the blocks of grid column c0 (the block whose
-// range holds its start; only that one's does): a thread per four output rows of a token,
-// kSumThreads / quads tokens a block. y = the partial sums of c0..c1 in block order, plus the
-// add (gated: act(gate) * up of the summed gate and up rows). The loads of four blocks' sums
-// are in flight at once. Measured (H200, 7B Q4_0, 64 sequences): the kernel it replaced, a
-// block per row block and token that mostly had nothing to add, took ~1.1 ms of a ~9 ms step.
-constexpr int kSumThreads = 256;
-template <bool kGated>
-constexpr int sum_quads() { return kGated ? kBlockRows / 8 : kBlockRows / 4; }  // a token's quads of output rows
-template <bool kGated>
-constexpr int sum_tokens() { return kSumThreads / sum_quads<kGated>(); }
-
-template <bool kGated>
-__global__ void __launch_bounds__(kSumThreads) few_token_sum_kernel(const __grid_constant__ FewParts parts, int64_t tokens, int64_t stages) {
-  wait_for_inputs();
-  const int64_t grid = gridDim.x, c0 = blockIdx.x, total = parts.blocks_end[kParts - 1] * stages;
-  const int64_t i_beg = first_item(c0, total, grid), i_end = first_item(c0 + 1, total, grid), rb = (i_end - 1) / stages;
-  if (i_end % stages == 0 || i_beg > rb * stages) return;  // no row block cut at this range's end, or its start is an earlier block's
-  constexpr int kQuads = sum_quads<kGated>();
-  const int64_t tok = int64_t(blockIdx.y) * sum_tokens<kGated>() + threadIdx.x / kQuads;
-  if (tok >= tokens) return;
-  const int quad = threadIdx.x % kQuads, lr = kGated ? 32 * (quad >> 2) + 4 * (quad & 3) : 4 * quad;  // gated: the gate's rows, up's 16 on
-  const int64_t c1 = block_of_item(rb * stages + stages - 1, total, grid), slot = int64_t(kBlockRows) * tokens, at = tok * kBlockRows + lr;
-  const auto load = [&](int64_t c, int s, int off) { return *reinterpret_cast<const float4 *>(parts.partials + (2 * c + s) * slot + at + off); };
-  const auto add4 = [](float4 &a, const float4 &b) { a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w; };
-  float4 v = load(c0, i_beg < rb * stages ? 1 : 0, 0), u = kGated ? load(c0, i_beg < rb * stages ? 1 : 0, 16) : float4{};
-  for (int64_t c = c0 + 1; c <= c1; c += 4) {  // slot 0 of the later blocks: the row block starts their ranges
-    float4 w[4], w_up[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (c + j <= c1) {
-        w[j] = load(c + j, 0, 0);
-        if (kGated) w_up[j] = load(c + j, 0, 16);
-      }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (c + j <= c1) {
-        add4(v, w[j]);
-        if (kGated) add4(u, w_up[j]);
-      }
-  }
-  const RowBlock b = row_block<kGated>(parts, rb);
-  float *const y = pick(parts.y, b.p);
-  const float *const add = pick(parts.add, b.p);
-  const bool bcast = pick(parts.add_broadcast, b.p) != 0;
-  const float vs[4] = {v.x, v.y, v.z, v.w}, us[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int64_t o = part_row<kGated>(b.base, lr + j);
-    if (o >= b.m) break;
-    const float r = kGated ? glu(parts.act, vs[j], us[j]) : vs[j];
-    const int64_t y_at = tok * b.m + o;
-    y[y_at] = add ? r + add[bcast ? o : y_at] : r;
-  }
-}
-
-int token_tiles(int64_t tokens) { return tokens <= 8 ? 1 : tokens <= 16 ? 2 : tokens <= 32 ? 4 : 8; }
 
 // Blocks of this kernel an SM holds (its shared memory decides), asked once per instantiation.
 template <int kTiles, bool kGated>
 int blocks_per_sm() {
-  static const int n = [] {
-    auto *kernel = few_token_mma_kernel<kTiles, kGated>;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(kTiles))) != cudaSuccess) return 0;
-    int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem_bytes(kTiles)) != cudaSuccess) return 0;
-    return blocks;
-  }();
+  static const int n = resident_blocks(few_token_mma_kernel<kTiles, kGated>, smem_bytes(kTiles));
   return n;
 }
 
-template <int T, bool G>
-struct Shape {
-  static constexpr int kTiles = T;
-  static constexpr bool kGated = G;
-};
-
-// f(Shape<tiles, gated>{}) for the instantiation these tokens take.
-template <class F>
-auto visit_tiles(int64_t tokens, bool gated, F &&f) {
-  const int tiles = token_tiles(tokens);
-  if (gated)
-    return tiles == 1 ? f(Shape<1, true>{}) : tiles == 2 ? f(Shape<2, true>{}) : tiles == 4 ? f(Shape<4, true>{}) : f(Shape<8, true>{});
-  return tiles == 1 ? f(Shape<1, false>{}) : tiles == 2 ? f(Shape<2, false>{}) : tiles == 4 ? f(Shape<4, false>{}) : f(Shape<8, false>{});
+int q4_0_blocks_per_sm(int64_t tokens, bool gated) {
+  return visit_shape(token_tiles(tokens), gated, [](auto s) { return blocks_per_sm<decltype(s)::kTiles, decltype(s)::kGated>(); });
 }
 
-// The parts' row blocks and the grid: every slot of the GPU (blocks per SM x SMs), never more
-// blocks than items.
-struct Plan {
-  FewParts parts{};
-  int64_t row_blocks = 0, stages = 0, grid = 0;
-};
-Plan plan(const minfer_cuda_mmq_part *in, int32_t n_parts, const void *up, int64_t k, int32_t sm_count, int per_sm) {
-  Plan pl;
-  const int64_t part_rows = up ? kBlockRows / 2 : kBlockRows;
-  for (int i = 0; i < kParts; ++i) {
-    if (i < n_parts) {
-      pl.parts.w[i] = in[i].w, pl.parts.y[i] = in[i].y, pl.parts.add[i] = in[i].add, pl.parts.m[i] = in[i].m;
-      pl.parts.add_broadcast[i] = in[i].add_broadcast;
-      pl.row_blocks += (in[i].m + part_rows - 1) / part_rows;
-    }
-    pl.parts.blocks_end[i] = pl.row_blocks;
-  }
-  pl.parts.up = up;
-  pl.stages = k / (32 * kStageBlocks);
-  pl.grid = std::min<int64_t>(int64_t(sm_count > 0 ? sm_count : 132) * std::max(1, per_sm), pl.row_blocks * pl.stages);
-  return pl;
+// The launch's plan by weight type: stages of 256 values (Q4_0) or 128 (Q6_K, few_token_q6k.cu).
+Plan plan_for(int32_t dtype, const minfer_cuda_mmq_part *in, int32_t n_parts, const void *up, int64_t k, int64_t tokens, int32_t sm_count) {
+  const bool gated = up != nullptr;
+  if (dtype == MINFER_DTYPE_Q6_K) return plan(in, n_parts, up, k / 128, sm_count, q6k_blocks_per_sm(tokens, gated));
+  return plan(in, n_parts, up, k / (32 * kStageBlocks), sm_count, q4_0_blocks_per_sm(tokens, gated));
+}
+
+// The sum kernel's launch after a few-token kernel, where stream-K cut row blocks.
+void launch_sum(minfer_cuda_launch_cfg *cfg, const Plan &pl, int64_t tokens, bool gated) {
+  const auto sum = [&](auto g) {
+    constexpr bool G = decltype(g)::kGated;
+    const dim3 grid(unsigned(pl.grid), unsigned((tokens + sum_tokens<G>() - 1) / sum_tokens<G>()));
+    launch_kernel(cfg, few_token_sum_kernel<G>, grid, kSumThreads, 0, pl.parts, tokens, pl.stages);
+    return 0;
+  };
+  visit_shape(1, gated, sum);
 }
 
 }  // namespace
-}  // namespace minfer::cuda
+}  // namespace minfer::cuda::few_token
 
 using namespace minfer::cuda;
+using namespace minfer::cuda::few_token;
 
 extern "C" int minfer_cuda_few_token_mma_supported(int32_t dtype, int64_t k, int64_t tokens) {
-  return dtype == MINFER_DTYPE_Q4_0 && k % (32 * kStageBlocks) == 0 && tokens >= 1 && tokens <= 8 * kMaxTiles;
+  if (tokens < 1 || tokens > kMaxTokens) return 0;
+  return (dtype == MINFER_DTYPE_Q4_0 && k % (32 * kStageBlocks) == 0) || (dtype == MINFER_DTYPE_Q6_K && k % kQ6kRowAlign == 0);
 }
 
-static int per_sm_for(int64_t tokens, bool gated) {
-  return visit_tiles(tokens, gated, [](auto s) { return blocks_per_sm<decltype(s)::kTiles, decltype(s)::kGated>(); });
-}
+extern "C" int minfer_cuda_few_token_x_f16(int32_t dtype) { return dtype == MINFER_DTYPE_Q6_K; }
 
-extern "C" size_t minfer_cuda_few_token_partials_bytes(const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int64_t k,
-                                                       int64_t tokens, int32_t sm_count) {
-  if (n_parts < 1 || n_parts > kParts || tokens < 1 || tokens > 8 * kMaxTiles) return 0;
-  const Plan pl = plan(parts, n_parts, up, k, sm_count, per_sm_for(tokens, up != nullptr));
-  return size_t(2 * pl.grid) * kBlockRows * size_t(tokens) * sizeof(float);
+extern "C" size_t minfer_cuda_few_token_partials_bytes(int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up,
+                                                       int64_t k, int64_t tokens, int32_t sm_count) {
+  if (n_parts < 1 || n_parts > kParts || !minfer_cuda_few_token_mma_supported(dtype, k, tokens)) return 0;
+  return partials_bytes(plan_for(dtype, parts, n_parts, up, k, tokens, sm_count), tokens);
 }
 
 extern "C" cudaError_t minfer_cuda_few_token_mma(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *in, int32_t n_parts,
-                                                 const void *up, int32_t act, const void *xq, int64_t k, int64_t tokens, int32_t sm_count,
+                                                 const void *up, int32_t act, const void *x, int64_t k, int64_t tokens, int32_t sm_count,
                                                  float *partials) {
   if (!minfer_cuda_few_token_mma_supported(dtype, k, tokens)) return cudaErrorNotSupported;
   if (n_parts < 1 || n_parts > kParts || (up && n_parts != 1) || !partials) return cudaErrorInvalidValue;
-  if (reinterpret_cast<uintptr_t>(xq) % 16 || reinterpret_cast<uintptr_t>(up) % 16) return cudaErrorMisalignedAddress;  // 16-byte pieces
+  const bool q6k = dtype == MINFER_DTYPE_Q6_K;
+  // Q4_0 and x: 16-byte pieces; Q6_K rows 4-byte words (k a multiple of 512 keeps every row so).
+  const uintptr_t w_align = q6k ? 4 : 16;
+  if (reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(up) % w_align) return cudaErrorMisalignedAddress;
   for (int i = 0; i < n_parts; ++i)
-    if (reinterpret_cast<uintptr_t>(in[i].w) % 16) return cudaErrorMisalignedAddress;
-  const int per_sm = per_sm_for(tokens, up != nullptr);
-  if (per_sm < 1) return cudaErrorNotSupported;  // the shared memory it wants is not there
-  Plan pl = plan(in, n_parts, up, k, sm_count, per_sm);
+    if (reinterpret_cast<uintptr_t>(in[i].w) % w_align) return cudaErrorMisalignedAddress;
+  Plan pl = plan_for(dtype, in, n_parts, up, k, tokens, sm_count);
+  if (pl.grid < 1 || (q6k ? q6k_blocks_per_sm(tokens, up != nullptr) : q4_0_blocks_per_sm(tokens, up != nullptr)) < 1)
+    return cudaErrorNotSupported;  // the shared memory it wants is not there
   pl.parts.partials = partials;  // minfer_cuda_few_token_partials_bytes said how much
   pl.parts.act = act;
-  const auto *x = static_cast<const minfer_cuda_q8_act4 *>(xq);
-  visit_tiles(tokens, up != nullptr, [&](auto s) {
-    constexpr int T = decltype(s)::kTiles;
-    launch_kernel(cfg, few_token_mma_kernel<T, decltype(s)::kGated>, unsigned(pl.grid), kWarps * 32, smem_bytes(T), pl.parts, x, k, tokens);
-    return 0;
-  });
-  cudaError_t e = launched(cfg, up ? (act == MINFER_CUDA_GLU_GELU ? "few_token_mma_kernel (gate, up, gelu)" : "few_token_mma_kernel (gate, up, silu)")
-                                     : "few_token_mma_kernel", dtype);
-  if (e != cudaSuccess || (pl.grid <= pl.row_blocks && pl.row_blocks % pl.grid == 0)) return e;  // no row block cut
-  const auto sum = [&](auto gated) {
-    constexpr bool G = decltype(gated)::value;
-    const dim3 grid(unsigned(pl.grid), unsigned((tokens + sum_tokens<G>() - 1) / sum_tokens<G>()));
-    launch_kernel(cfg, few_token_sum_kernel<G>, grid, kSumThreads, 0, pl.parts, tokens, pl.stages);
-  };
-  if (up) sum(std::true_type{});
-  else sum(std::false_type{});
+  const char *name = nullptr;
+  if (q6k) {
+    launch_q6k(cfg, pl, x, k, tokens);
+    name = up ? "few_token_q6k_kernel (gate, up)" : "few_token_q6k_kernel";
+  } else {
+    visit_shape(token_tiles(tokens), up != nullptr, [&](auto s) {
+      constexpr int T = decltype(s)::kTiles;
+      launch_kernel(cfg, few_token_mma_kernel<T, decltype(s)::kGated>, unsigned(pl.grid), kWarps * 32, smem_bytes(T), pl.parts,
+                    static_cast<const minfer_cuda_q8_act4 *>(x), k, tokens);
+      return 0;
+    });
+    name = up ? (act == MINFER_CUDA_GLU_GELU ? "few_token_mma_kernel (gate, up, gelu)" : "few_token_mma_kernel (gate, up, silu)")
+              : "few_token_mma_kernel";
+  }
+  cudaError_t e = launched(cfg, name, dtype);
+  if (e != cudaSuccess || !cuts_row_blocks(pl)) return e;
+  launch_sum(cfg, pl, tokens, up != nullptr);
   return launched(cfg, "few_token_sum_kernel", dtype);
 }

@@ -237,17 +237,18 @@ int minfer_cuda_mmq_glu_supported(int32_t dtype);
 cudaError_t minfer_cuda_mmq_glu(minfer_cuda_launch_cfg *cfg, int32_t dtype, int32_t act, const void *gate, const void *up, const void *xq,
                                 float *y, int64_t k, int64_t m, int64_t tokens);
 
-/* few_token_mma.cu: a few tokens (1..32; batched decode steps) on int8 tensor cores, the
- * weights' nibbles read in place (Q4_0 so far: minfer_cuda_few_token_mma_supported), x
- * quantized as for MMQ (minfer_cuda_quantize_mmq_x); the parts (or a gate with its up: y =
- * act(gate x) * (up x)) in one launch, the work cut evenly over the GPU (stream-K), row
- * blocks cut between blocks summed in a fixed order from `partials`
- * (minfer_cuda_few_token_partials_bytes) by a second kernel. */
+/* few_token_mma.cu, few_token_q6k.cu: a few tokens (1..64; batched decode steps) on tensor
+ * cores, the weights read in place: Q4_0's nibbles on int8 ones with x quantized as for MMQ
+ * (minfer_cuda_quantize_mmq_x), Q6_K's values on f16 ones with x as f16 values
+ * (minfer_cuda_few_token_x_f16); the parts (or a gate with its up: y = act(gate x) * (up x))
+ * in one launch, the work cut evenly over the GPU (stream-K), units cut between blocks summed
+ * in a fixed order from `partials` (minfer_cuda_few_token_partials_bytes) by a second kernel. */
 int minfer_cuda_few_token_mma_supported(int32_t dtype, int64_t k, int64_t tokens);
-size_t minfer_cuda_few_token_partials_bytes(const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int64_t k,
+int minfer_cuda_few_token_x_f16(int32_t dtype);
+size_t minfer_cuda_few_token_partials_bytes(int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int64_t k,
                                             int64_t tokens, int32_t sm_count);
 cudaError_t minfer_cuda_few_token_mma(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts,
-                                      const void *up, int32_t act, const void *xq, int64_t k, int64_t tokens, int32_t sm_count,
+                                      const void *up, int32_t act, const void *x, int64_t k, int64_t tokens, int32_t sm_count,
                                       float *partials);
 
 /* matmul.cu: y[t][o] = sum_i W[o][i] x[t][i] for W of any weight dtype; one warp per row. */
