@@ -60,6 +60,9 @@ MINFER_VNNI512 void q6_k_dots_vnni_few(const Q6_KPanel *p, int64_t nb, const Act
       __m512i s[4][2][T];  // block 4h + q, sub-block (values 0-15, 16-31), token
       for (int q = 0; q < 4; ++q)
         for (int t = 0; t < T; ++t) s[q][0][t] = s[q][1][t] = _mm512_setzero_si512();
+      // Unrolled, so that s's indices are constants and its 8 T sums stay in registers (a loop
+      // kept them on the stack: a load and a store around every vpdpbusd).
+#pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         const __m512i l0 = _mm512_loadu_si512(p[b].ql[h][0][c]), l1 = _mm512_loadu_si512(p[b].ql[h][1][c]);
         const __m512i hb = _mm512_loadu_si512(p[b].qh[h][c]);
