@@ -41,8 +41,8 @@ struct DeviceOptions {
   // 0: the measured crossover (mmvq_beats_mmq: by token count and k).
   int64_t mmq_min_tokens = 0;
   // Steps of a few tokens (few_token_mma_wins: 2..64, by measurement) of the types the
-  // few-token kernels know take them (Q4_0: int8 tensor cores on the nibbles; Q6_K: f16 ones on
-  // the values) instead of the GEMV or MMQ: false keeps those two.
+  // few-token kernels know take them (Q4_0, Q4_K: int8 tensor cores on the nibbles; Q6_K: f16
+  // ones on the values) instead of the GEMV or MMQ: false keeps those two.
   bool few_token_mma = true;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
@@ -105,7 +105,7 @@ class CudaDevice {
   // How matmul() multiplies: Mmq (int8 tensor cores on the blocks), Gemv (one-token dp4a, x
   // quantized in the kernel, the add and grouping fused), F16Gemm (weights dequantized to f16 —
   // cached per weight or per call — and a tensor-core GEMM), Mmvq (dp4a after a quantize
-  // kernel), FewTokenMma (Q4_0 and Q6_K, 2..64 tokens on tensor cores, the blocks read in place),
+  // kernel), FewTokenMma (Q4_0, Q4_K and Q6_K, 2..64 tokens on tensor cores, the blocks read in place),
   // Generic (f32 math, any type). The one place the choice is made.
   enum class MatmulPath { Mmq, Gemv, F16Gemm, Mmvq, FewTokenMma, Generic };
   MatmulPath matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const;

@@ -238,7 +238,7 @@ cudaError_t minfer_cuda_mmq_glu(minfer_cuda_launch_cfg *cfg, int32_t dtype, int3
                                 float *y, int64_t k, int64_t m, int64_t tokens);
 
 /* few_token_mma.cu, few_token_q6k.cu: a few tokens (1..64; batched decode steps) on tensor
- * cores, the weights read in place: Q4_0's nibbles on int8 ones with x quantized as for MMQ
+ * cores, the weights read in place: Q4_0's and Q4_K's nibbles on int8 ones with x quantized as for MMQ
  * (minfer_cuda_quantize_mmq_x), Q6_K's values on f16 ones with x as f16 values
  * (minfer_cuda_few_token_x_f16); the parts (or a gate with its up: y = act(gate x) * (up x))
  * in one launch, the work cut evenly over the GPU (stream-K), units cut between blocks summed
