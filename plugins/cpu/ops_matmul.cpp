@@ -46,8 +46,8 @@ const ActBlock *quantize_tokens(const float *x, int64_t tokens, int64_t k, Threa
 
 namespace {
 
-// Rows per chunk of the row dots' dynamic split: a multiple of the four-row kernels, ~100
-// chunks for a 7B-sized matrix on 2 threads, so a thread slowed by the VM gives its rows away.
+// The fewest rows a chunk of the row dots' dynamic split takes (ThreadPool::stream_grain: two
+// chunks a thread): a multiple of the four-row kernels.
 constexpr int64_t kRowGrain = 64;
 
 // Row dots: activations quantized to 8 bits once, then int8 dots per weight block. The
@@ -66,7 +66,8 @@ void matmul_quantized(int32_t dtype, int64_t k, int64_t m, const float *x, std::
   const int64_t *seg_first = first.data();
   // Tokens in groups of kMaxTokens: each weight row stays in L1 across its group, and each
   // weight block is decoded once per group.
-  ctx.pool.run_dynamic(int64_t(segs.size()) * m, kRowGrain, [&](int64_t i0, int64_t i1, int) {
+  const int64_t rows = int64_t(segs.size()) * m;
+  ctx.pool.run_dynamic(rows, ctx.pool.stream_grain(rows, kRowGrain), [&](int64_t i0, int64_t i1, int) {
     float out[kMaxTokens], out4[4 * kMaxTokens];
     for (int64_t i = i0; i < i1;) {
       const size_t si = size_t(i / m);

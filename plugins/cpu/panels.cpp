@@ -9,7 +9,8 @@ void panel_matmul(int32_t dtype, Isa isa, int64_t k, int64_t m, const ActBlock *
   const auto dots = dtype == MINFER_DTYPE_Q4_K ? q4_k_panel_dots : dtype == MINFER_DTYPE_Q6_K ? q6_k_panel_dots : q4_0_panel_dots;
   const int64_t per = m / kPanelRows, panel_bytes = kPanelRows * sdk::row_bytes(dtype, k), kb = k / 32;
   isa = panel_isa(isa);
-  pool.run_dynamic(int64_t(segs.size()) * per, 4, [&](int64_t i0, int64_t i1, int) {
+  const int64_t items = int64_t(segs.size()) * per;
+  pool.run_dynamic(items, pool.stream_grain(items, 4), [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
       const PanelSegment &s = segs[size_t(i / per)];
       const int64_t p = i % per;

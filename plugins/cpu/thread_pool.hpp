@@ -30,6 +30,17 @@ class ThreadPool {
   // be called several times per thread. For long streaming loops, where one thread finishing
   // late (a VM's stolen time, a busier core) would leave the others waiting.
   void run_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)> &f);
+  // The grain for a weight-streaming loop over n items: two chunks a thread (at least
+  // `at_least` items), so each thread reads long contiguous runs of weights, which the hardware
+  // prefetchers and DRAM pages reward, and a late thread still leaves the others one chunk to
+  // take. Measured (Xeon, 2 threads, decode, against chunks of 4 panels or 64 rows): 12-layer
+  // Qwen3-30B-A3B Q4_K_M slice tg32 27.5/27.1 -> 32.2/31.8, Qwen2-0.5B Q4_0 61.6/60.6 ->
+  // 66.6/67.6 and Q4_K_M 41.5/43.4 -> 53.1/53.8 (avx2: 39.0/39.9 -> 48.5/47.6); prompts no
+  // lower.
+  int64_t stream_grain(int64_t n, int64_t at_least) const {
+    const int64_t chunks = 2 * int64_t(size()), g = (n + chunks - 1) / chunks;
+    return g > at_least ? g : at_least;
+  }
 
  private:
   void work(int index);
