@@ -737,6 +737,42 @@ TEST_P(Conformance, MatmulWeightsRewrittenAfterCompile) {
   EXPECT_GT(ran, 0) << "no q4_0, f16 or f32 matmul ran on " << t.label;
 }
 
+// An expert id outside the experts is an error naming the id, never a read outside the
+// weights: a decode token (CUDA reads its ids in the matmul kernel) and several rows (CUDA
+// groups them by a route kernel first), on the int8 path and the generic one.
+TEST_P(Conformance, MatmulIdRejectsBadExpertIds) {
+  const Target &t = GetParam();
+  if (!op_selected(MINFER_OP_MATMUL_ID)) GTEST_SKIP() << "filtered out";
+  int ran = 0;
+  for (int32_t dt : {MINFER_DTYPE_Q4_0, MINFER_DTYPE_F32})
+    for (int64_t rows : {1, 3}) {
+      Case c{"matmul_id bad id", [dt, rows] {
+               GraphBuilder g;
+               auto w = g.input("in0", dt, {64, 8, 4});
+               auto x = g.input("in1", MINFER_DTYPE_F32, {64, rows});
+               auto ids = g.input("in2", MINFER_DTYPE_I32, {2, rows});
+               g.mark_output(g.matmul_id("node", w, x, ids));
+               return g.finish();
+             },
+             MINFER_OP_MATMUL_ID, {dt}};
+      std::vector<int32_t> ids(size_t(2 * rows), 1);
+      ids[1] = 9;  // the first row's second choice: past the 4 experts
+      c.fixed = {{2, ids}};
+      std::string r;
+      try {
+        r = run_case(c, 77);
+      } catch (const std::exception &e) {
+        r = std::string("error: ") + e.what();
+      }
+      if (r.rfind("unsupported: ", 0) == 0) continue;
+      ++ran;
+      EXPECT_NE(r.find("error: "), std::string::npos) << t.label << " " << minfer_dtype_name(dt) << " rows " << rows << ": " << r;
+      EXPECT_NE(r.find("9"), std::string::npos) << r;
+    }
+  if (ran == 0 && t.label.rfind("cpu", 0) != 0) GTEST_SKIP() << t.label << " runs no matmul_id";
+  EXPECT_GT(ran, 0) << "no matmul_id ran on " << t.label;
+}
+
 // 64-bit indexing: a tensor of more than 2^31 values (a 7B model's largest matrices have
 // ~5e8 values per tensor; stacked experts and long vocabularies go past 2^31).
 TEST_P(Conformance, DequantizeAbove2To31Values) {

@@ -129,10 +129,11 @@ void CudaDevice::rms_norm_f32(const float *x, const float *w, float *y, int64_t 
 }
 
 void CudaDevice::rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads,
-                          const minfer_rope_params &p, const float *freq_factors, const float *x2, float *y2, int64_t heads2) {
+                          const minfer_rope_params &p, const float *freq_factors, const float *x2, float *y2, int64_t heads2,
+                          const minfer_cuda_head_norms *norms) {
   check_launch(minfer_cuda_rope_f32(&cfg_, x, pos, y, tokens, heads, p.head_dim,
                                     minfer_cuda_rope{p.n_dims, p.mode, p.theta_base, p.freq_scale, freq_factors, sdk::rope_attn_factor(p)}, x2, y2,
-                                    heads2));
+                                    heads2, norms));
 }
 
 void CudaDevice::argmax_f32(const float *x, int32_t *out, int64_t d, int64_t rows) {
@@ -407,8 +408,8 @@ const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t toke
   return q;
 }
 
-void CudaDevice::top_k_f32(const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows) {
-  check_launch(minfer_cuda_top_k_f32(&cfg_, x, out, n, k, rows));
+void CudaDevice::top_k_f32(const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows, float *weights, bool normalize, float scale) {
+  check_launch(minfer_cuda_top_k_f32(&cfg_, x, out, n, k, rows, weights, normalize ? 1 : 0, scale));
 }
 
 void CudaDevice::moe_weights_f32(const float *logits, const int32_t *ids, float *out, int64_t n_expert, int64_t k, int64_t rows,
@@ -416,24 +417,26 @@ void CudaDevice::moe_weights_f32(const float *logits, const int32_t *ids, float 
   check_launch(minfer_cuda_moe_weights_f32(&cfg_, logits, ids, out, n_expert, k, rows, normalize ? 1 : 0, scale));
 }
 
-void CudaDevice::moe_sum_f32(const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows) {
-  check_launch(minfer_cuda_moe_sum_f32(&cfg_, y, w, out, d, k, rows));
+void CudaDevice::moe_sum_f32(const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows, const float *add) {
+  check_launch(minfer_cuda_moe_sum_f32(&cfg_, y, w, add, out, d, k, rows));
 }
 
 void CudaDevice::matmul_id(const ExpertMatmul &e, const float *x, const int32_t *ids, float *y, int32_t node_tag, float *gate_out,
                            float *up_out) {
   const int64_t pairs = e.choices * e.rows;
   if (pairs == 0) return;
-  void *route = scratch(7, minfer_cuda_moe_route_bytes(pairs, e.n_expert));
+  const bool direct = int8_experts(e) && minfer_cuda_mmvq_id_direct(pairs, e.choices);  // a decode token: no route launch
+  void *route = direct ? nullptr : scratch(7, minfer_cuda_moe_route_bytes(pairs, e.n_expert));
   // A bad id's rows become NaN in what this call finally writes (y; gate_out too unfused).
-  check_launch(minfer_cuda_moe_route(&cfg_, ids, pairs, e.n_expert, route, e.up && !int8_experts(e) ? gate_out : y, e.m, error_flag_, node_tag));
+  if (!direct)
+    check_launch(minfer_cuda_moe_route(&cfg_, ids, pairs, e.n_expert, route, e.up && !int8_experts(e) ? gate_out : y, e.m, error_flag_, node_tag));
   const int32_t per_pair = e.x_per_pair ? 1 : 0;
   if (int8_experts(e)) {
     const int64_t x_rows = e.x_per_pair ? pairs : e.rows;
     void *q = scratch(0, minfer_cuda_q8_act_bytes(e.k, x_rows));  // activations to 8 bits once
     check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, e.k * x_rows));
-    return check_launch(
-        minfer_cuda_mmvq_id(&cfg_, e.dtype, e.w, e.up, e.act, q, y, e.k, e.m, e.n_expert, pairs, e.choices, per_pair, route, sm_count_));
+    return check_launch(minfer_cuda_mmvq_id(&cfg_, e.dtype, e.w, e.up, e.act, q, y, e.k, e.m, e.n_expert, pairs, e.choices, per_pair, route,
+                                            ids, error_flag_, node_tag, sm_count_));
   }
   if (!e.up) return check_launch(minfer_cuda_matmul_id(&cfg_, e.dtype, e.w, x, y, e.k, e.m, e.n_expert, pairs, e.choices, per_pair, route));
   check_launch(minfer_cuda_matmul_id(&cfg_, e.dtype, e.w, x, gate_out, e.k, e.m, e.n_expert, pairs, e.choices, per_pair, route));

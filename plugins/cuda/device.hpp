@@ -80,7 +80,8 @@ class CudaDevice {
   // x2/y2/heads2: optionally a second tensor at the same positions, in the same launch.
   // freq_factors (device, n_dims/2; null: none): each pair's frequency divided by its factor.
   void rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads, const minfer_rope_params &p,
-                const float *freq_factors, const float *x2 = nullptr, float *y2 = nullptr, int64_t heads2 = 0);
+                const float *freq_factors, const float *x2 = nullptr, float *y2 = nullptr, int64_t heads2 = 0,
+                const minfer_cuda_head_norms *norms = nullptr);
   void glu_f32(int32_t act, const float *g, const float *u, float *y, int64_t n);  // y = act(g) * u, act a MINFER_CUDA_GLU_*
   void scale_f32(const float *x, float *y, int64_t n, float scale, float softcap);
   void argmax_f32(const float *x, int32_t *out, int64_t d, int64_t rows);
@@ -145,10 +146,13 @@ class CudaDevice {
   void matmul_glu(int32_t act, int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
                   int64_t tokens, float *gate_out, float *up_out, const RmsNormIn *norm = nullptr);
   // Mixture of experts (moe.cu). top_k, moe_weights, moe_sum: as minfer/ops.h says.
-  void top_k_f32(const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows);
+  // weights non-null: MOE_WEIGHTS of the same logits and these ids in the same launch (only
+  // where minfer_cuda_top_k_weights_supported).
+  void top_k_f32(const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows, float *weights = nullptr, bool normalize = false,
+                 float scale = 1);
   void moe_weights_f32(const float *logits, const int32_t *ids, float *out, int64_t n_expert, int64_t k, int64_t rows, bool normalize,
                        float scale);
-  void moe_sum_f32(const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows);
+  void moe_sum_f32(const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows, const float *add = nullptr);
   // The expert matmul: y [m, choices, rows] with pair p = row * choices + j from expert ids[p]
   // of W [k, m, n_expert], x a row's (x [k, rows]) or the pair's own (x_per_pair). up: gated,
   // y = act(gate x) * (up x), one launch on the int8 path, else gate_out and up_out hold the

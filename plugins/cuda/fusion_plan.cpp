@@ -48,6 +48,9 @@ class Planner {
     p_.fuse_glu.assign(nodes_.size(), false);
     p_.fuse_rope.assign(nodes_.size(), false);
     p_.fuse_rope_attention.assign(nodes_.size(), false);
+    p_.fuse_top_k_weights.assign(nodes_.size(), false);
+    p_.fuse_rope_norms.assign(nodes_.size(), false);
+    p_.fuse_sum_add.assign(nodes_.size(), false);
     p_.owner.resize(nodes_.size());
     for (size_t i = 0; i < nodes_.size(); ++i) p_.owner[i] = i;
     p_.fused_away.assign(nodes_.size(), false);
@@ -79,6 +82,53 @@ class Planner {
       if (overlap(*at.output, *a.inputs[0]) || overlap(*at.output, *b.inputs[0])) continue;
       p_.fuse_rope_attention[i] = true;
       p_.fused_away[i + 2] = true, p_.owner[i + 2] = i;
+    }
+    // The two per-head RMS_NORMs right before a rope pair (Qwen3's q and k norms), each read
+    // only by its rope: the rope kernel normalizes each head first (a warp holds a head). Not
+    // for a pair inside its attention's kernel; no rope output over a norm input, which other
+    // blocks of the launch still read.
+    for (size_t i = 2; i + 1 < nodes_.size(); ++i) {
+      if (!p_.fuse_rope[i] || p_.fuse_rope_attention[i]) continue;
+      const minfer_node &na = nodes_[i - 2].node(), &nb = nodes_[i - 1].node(), &a = nodes_[i].node(), &b = nodes_[i + 1].node();
+      if (na.op != MINFER_OP_RMS_NORM || nb.op != MINFER_OP_RMS_NORM || p_.fused_away[i - 2] || p_.fused_away[i - 1]) continue;
+      if (!same(*a.inputs[0], *na.output) || !same(*b.inputs[0], *nb.output)) continue;
+      const int32_t hd = sdk::params_of<minfer_rope_params>(a).head_dim;
+      if (sdk::rms_norm_group(na) != hd || sdk::rms_norm_group(nb) != hd ||
+          sdk::params_of<minfer_rms_norm_params>(na).eps != sdk::params_of<minfer_rms_norm_params>(nb).eps)
+        continue;
+      if (!(na.output->flags & nb.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || read_after(i + 1, *na.output) || read_after(i + 1, *nb.output))
+        continue;
+      if (overlap(*nb.inputs[0], *na.output) || overlap(*nb.inputs[1], *na.output)) continue;  // k's norm never reads q's
+      bool clear = true;
+      for (const minfer_tensor *o : {a.output, b.output})
+        for (const minfer_tensor *in : {na.inputs[0], na.inputs[1], nb.inputs[0], nb.inputs[1]}) clear = clear && !overlap(*o, *in);
+      if (!clear) continue;
+      p_.fuse_rope_norms[i] = true;
+      p_.fused_away[i - 2] = p_.fused_away[i - 1] = true, p_.owner[i - 2] = p_.owner[i - 1] = i;
+    }
+    // A router's TOP_K and the MOE_WEIGHTS of the same logits and its ids: the top-k kernel
+    // ranks the row and writes the weights too (rows of at most 1024 experts).
+    for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
+      const minfer_node &tk = nodes_[i].node(), &mw = nodes_[i + 1].node();
+      if (tk.op != MINFER_OP_TOP_K || mw.op != MINFER_OP_MOE_WEIGHTS || !same(*mw.inputs[0], *tk.inputs[0]) || !same(*mw.inputs[1], *tk.output))
+        continue;
+      if (!minfer_cuda_top_k_weights_supported(tk.inputs[0]->shape[0], tk.output->shape[0])) continue;
+      if (overlap(*mw.output, *tk.inputs[0]) || overlap(*mw.output, *tk.output)) continue;
+      p_.fuse_top_k_weights[i] = true;
+      p_.fused_away[i + 1] = true, p_.owner[i + 1] = i;
+      ++i;
+    }
+    // The experts' weighted sum and the residual ADD of it (as for a matmul's add: the sum's
+    // output read by nothing else, and the add's output not over the sum's inputs, which other
+    // threads still read).
+    for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
+      const minfer_node &sum = nodes_[i].node(), &add = nodes_[i + 1].node();
+      if (sum.op != MINFER_OP_MOE_SUM || add.op != MINFER_OP_ADD || !(sum.output->flags & MINFER_TENSOR_SEGMENT_LOCAL)) continue;
+      if (same(*add.inputs[0], *sum.output) == same(*add.inputs[1], *sum.output) || read_after(i + 1, *sum.output)) continue;
+      if (overlap(*add.output, *sum.inputs[0]) || overlap(*add.output, *sum.inputs[1])) continue;
+      p_.fuse_sum_add[i] = true;
+      p_.fused_away[i + 1] = true, p_.owner[i + 1] = i;
+      ++i;
     }
     for (size_t i = 0; i + 2 < nodes_.size(); ++i) {
       const minfer_node &g = nodes_[i].node(), &u = nodes_[i + 1].node(), &sw = nodes_[i + 2].node();
@@ -238,7 +288,10 @@ std::string FusionPlan::summary() const {
   if (count(fused_away) == 0) return "";
   return "cuda segment of " + std::to_string(fused_away.size()) + " nodes: " + std::to_string(count(fuse_add)) +
          " matmuls with their bias/residual add, " + std::to_string(count(fuse_glu)) + " gate/up/glu triples, " +
-         std::to_string(count(fuse_rope)) + " rope pairs (" + std::to_string(count(fuse_rope_attention)) + " with their attention) fused; " +
+         std::to_string(count(fuse_rope)) + " rope pairs (" + std::to_string(count(fuse_rope_attention)) + " with their attention, " +
+         std::to_string(count(fuse_rope_norms)) + " with their per-head norms), " +
+         std::to_string(count(fuse_top_k_weights)) + " top-k/expert-weight pairs, " + std::to_string(count(fuse_sum_add)) +
+         " expert sums with their residual add fused; " +
          std::to_string(groups) + " groups of matmuls sharing their input, " + std::to_string(norms) +
          " matmul steps with the RMS norm they read folded in";
 }

@@ -16,7 +16,10 @@ namespace minfer::cuda {
 struct FusionPlan {
   // Per node: the step it heads runs matmul+add, gate+up+glu, a rope pair (with its
   // attention); or a step before it already ran it (fused_away).
-  std::vector<bool> fuse_add, fuse_glu, fuse_rope, fuse_rope_attention, fused_away;
+  // fuse_top_k_weights: a TOP_K and the MOE_WEIGHTS after it in one launch; fuse_sum_add: a
+  // MOE_SUM and the residual ADD of its output; fuse_rope_norms: a rope pair whose inputs are
+  // the two per-head RMS_NORMs right before it, run inside its launch.
+  std::vector<bool> fuse_add, fuse_glu, fuse_rope, fuse_rope_attention, fuse_rope_norms, fuse_top_k_weights, fuse_sum_add, fused_away;
   std::vector<std::vector<MatmulStep>> group;  // at a group's first node: its steps
   std::vector<size_t> owner;                   // per node: the first node of the step that runs it
   std::vector<const minfer_node *> norm_of;    // per step's first node: the RMS norm it runs, or null

@@ -78,6 +78,8 @@ class CudaSegment : public sdk::Segment {
         const auto path = dev_.matmul_path(head.inputs[0]->dtype, head.inputs[0]->shape[0], tokens);
         const bool is_add = n.op == MINFER_OP_ADD || n.op == MINFER_OP_ADD_ROW_BROADCAST;
         inside = path == CudaDevice::MatmulPath::Gemv || (is_add && path == CudaDevice::MatmulPath::Mmq && plan_.fuse_add[o]);
+      } else if (head.op == MINFER_OP_TOP_K || head.op == MINFER_OP_MOE_SUM || (head.op == MINFER_OP_ROPE && plan_.fuse_rope_norms[o])) {
+        inside = true;
       } else if (head.op == MINFER_OP_MATMUL_ID) {
         inside = CudaDevice::int8_experts({head.inputs[0]->dtype, nullptr, nullptr, 0, head.inputs[0]->shape[0], 0, 0, 0, 0, false});
       } else if (head.op == MINFER_OP_ROPE && plan_.fuse_rope_attention[o] &&
@@ -94,11 +96,16 @@ class CudaSegment : public sdk::Segment {
                               : "matmul_id_kernel (f32 math, rows decoded per token)") +
              (plan_.fuse_glu[i] ? (int8 ? ", gate, up and the activation in one launch" : ", then the up matmul and the activation") : "");
     }
+    if (n.op == MINFER_OP_TOP_K)
+      return minfer_cuda_top_k_weights_supported(n.inputs[0]->shape[0], n.output->shape[0])
+                 ? std::string("top_k_rank_kernel (a thread an expert)") + (plan_.fuse_top_k_weights[i] ? ", the expert weights in the same launch" : "")
+                 : "top_k_kernel";
     if (n.op == MINFER_OP_ROPE && plan_.fuse_rope[i]) {
       const minfer_node &at = nodes_[i + 2].node();
       if (plan_.fuse_rope_attention[i] && dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(at), at.inputs[3]->dtype))
         return "inside the kernel of " + nodes_[i + 2].name() + " (with the other RoPE of the pair)";
-      return "rope_f32_kernel (the pair in one launch)";
+      return plan_.fuse_rope_norms[i] ? "rope_f32_kernel (the pair in one launch, each head RMS-normalized first)"
+                                      : "rope_f32_kernel (the pair in one launch)";
     }
     return "";
   }
@@ -158,7 +165,11 @@ class CudaSegment : public sdk::Segment {
         else if (plan_.norm_of[i]) run_matmul_group(dev_, std::vector<MatmulStep>{step_at(i)}, args, norm);
         else if (plan_.fuse_add[i]) run_matmul_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else if (plan_.fuse_rope_attention[i]) run_rope_attention(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args);
+        else if (plan_.fuse_rope_norms[i])
+          run_rope_pair(dev_, nodes_[i].node(), nodes_[i + 1].node(), args, &nodes_[i - 2].node(), &nodes_[i - 1].node());
         else if (plan_.fuse_rope[i]) run_rope_pair(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
+        else if (plan_.fuse_top_k_weights[i]) run_top_k_weights(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
+        else if (plan_.fuse_sum_add[i]) run_moe_sum_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else run_[i](dev_, nodes_[i].node(), args, tags_[i]);
       } catch (const sdk::Error &e) {
         throw sdk::Error(e.code(), "node '" + nodes_[i].name() + "' (" +
@@ -216,7 +227,11 @@ class CudaSegment : public sdk::Segment {
                 : std::string(norm.empty() ? "quantize_q8_act_kernel" : "rms_norm_quantize_kernel") +
                       " + few_token_mma_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " nibbles";
         break;
-      case P::Generic: t = "matmul_kernel (f32 math on " + type + ")"; break;
+      case P::Generic:
+        t = !minfer_dtype_info(w.dtype).is_quantized && w.shape[0] % 4 == 0
+                ? "plain_matmul_kernel (f32 math on " + type + ", a row split over 4 warps, up to 4 tokens a pass)"
+                : "matmul_kernel (f32 math on " + type + ")";
+        break;
     }
     if (plan_.fuse_add[i]) t += path == P::Mmq || path == P::Gemv || path == P::Mmvq || path == P::FewTokenMma ? ", the add in its epilogue" : ", then an add kernel";
     if (plan_.fuse_glu[i]) t += path == P::Mmq ? "; up in the same launch, then glu_f32_kernel" : "; the same for up, then glu_f32_kernel";

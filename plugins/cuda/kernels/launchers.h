@@ -59,12 +59,20 @@ typedef struct {
   float mscale;              /* the rotated values multiplied by it (cos and sin scaled, as ggml's); 1: none */
 } minfer_cuda_rope;
 
+/* Per-head RMS norms applied before the rotation: w0 (x's) and w1 (x2's) of head_dim values,
+ * out = x / sqrt(mean over the head of x^2 + eps) * w, as MINFER_OP_RMS_NORM with group head_dim. */
+typedef struct minfer_cuda_head_norms {
+  const float *w0, *w1;
+  float eps;
+} minfer_cuda_head_norms;
+
 /* rope.cu: rotary embedding of tokens x heads x head_dim; mode 0 = pairs (2i, 2i+1), 2 = NeoX.
  * x2 (NULL for none): a second tensor of heads2 heads at the same positions, rotated by the
- * same launch into y2 (a step's queries and keys). */
+ * same launch into y2 (a step's queries and keys). norms (NULL for none): each head normalized
+ * first (both tensors; x2 required). */
 cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, const int32_t *pos, float *y,
                                  int64_t tokens, int64_t heads, int32_t head_dim, minfer_cuda_rope rope,
-                                 const float *x2, float *y2, int64_t heads2);
+                                 const float *x2, float *y2, int64_t heads2, const minfer_cuda_head_norms *norms);
 
 /* argmax.cu: out[r] = the first index of row r's largest value (NaN never), x f32 [d, rows];
  * scratch: minfer_cuda_argmax_scratch_bytes of device memory for the chunks' partial bests. */
@@ -73,12 +81,17 @@ cudaError_t minfer_cuda_argmax_f32(minfer_cuda_launch_cfg *cfg, const float *x, 
 
 /* moe.cu: mixture-of-experts routing (minfer/ops.h TOP_K, MOE_WEIGHTS, MOE_SUM). top_k: the k
  * largest of each row of x f32 [n, rows], largest first, ties to the lower index, NaN last. */
-cudaError_t minfer_cuda_top_k_f32(minfer_cuda_launch_cfg *cfg, const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows);
+cudaError_t minfer_cuda_top_k_f32(minfer_cuda_launch_cfg *cfg, const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows,
+                                  float *weights, int32_t normalize, float scale);
+/* Whether top_k can write MOE_WEIGHTS' output in the same launch (weights non-NULL: as
+ * minfer_cuda_moe_weights_f32 of x and the ids would): rows of n <= 1024. */
+int32_t minfer_cuda_top_k_weights_supported(int64_t n, int64_t k);
 /* out[r][j] = softmax(logits[r])[ids[r][j]], divided by their sum over j where normalize, times scale */
 cudaError_t minfer_cuda_moe_weights_f32(minfer_cuda_launch_cfg *cfg, const float *logits, const int32_t *ids, float *out, int64_t n_expert,
                                         int64_t k, int64_t rows, int32_t normalize, float scale);
-/* out[r] = sum_j w[r][j] y[r][j], y [d, k, rows] */
-cudaError_t minfer_cuda_moe_sum_f32(minfer_cuda_launch_cfg *cfg, const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows);
+/* out[r] = sum_j w[r][j] y[r][j], y [d, k, rows]; add non-NULL: out[r] = add[r] + that (ADD after it) */
+cudaError_t minfer_cuda_moe_sum_f32(minfer_cuda_launch_cfg *cfg, const float *y, const float *w, const float *add, float *out, int64_t d,
+                                    int64_t k, int64_t rows);
 
 /* A step's routing for MATMUL_ID, in device memory (minfer_cuda_moe_route_bytes): the (row,
  * choice) pairs p = row * k + j grouped by expert, and the list of experts with any pair.
@@ -95,10 +108,13 @@ cudaError_t minfer_cuda_matmul_id(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, 
                                   int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices, int32_t x_per_pair, const void *route);
 /* moe.cu: the int8 block types of minfer_cuda_mmvq_supported on 8-bit activations (xq: x
  * quantized by minfer_cuda_quantize_q8_act), each expert's rows read once per step for all its
- * pairs. up non-NULL: gated, y[p] = act(gate x) * (up x) with w the gate. */
+ * pairs. up non-NULL: gated, y[p] = act(gate x) * (up x) with w the gate. Where
+ * minfer_cuda_mmvq_id_direct (one row of choices: a decode token), route is NULL and the
+ * kernel reads ids itself, a bad id handled as the route kernel does (error_flag, NaN rows). */
+int32_t minfer_cuda_mmvq_id_direct(int64_t n_pairs, int64_t choices);
 cudaError_t minfer_cuda_mmvq_id(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const void *up, int32_t act, const void *xq,
                                 float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices, int32_t x_per_pair,
-                                const void *route, int32_t sm_count);
+                                const void *route, const int32_t *ids, int32_t *error_flag, int32_t error_tag, int32_t sm_count);
 
 /* A gated FFN's activation of the gate (glu.cuh): SwiGLU's silu, GeGLU's GELU (tanh form). */
 enum { MINFER_CUDA_GLU_SILU = 0, MINFER_CUDA_GLU_GELU = 1 };

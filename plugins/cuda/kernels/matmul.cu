@@ -50,6 +50,88 @@ __global__ void matmul_kernel(const Block *w, const float *x, float *y, int64_t 
   }
 }
 
+// Plain weights (f32, f16, bf16) with k % 4 == 0 and aligned rows: a row is split over
+// kSplit warps of the block (each a quarter of it, four values a lane a load, kUnroll loads
+// in flight) and kTokens tokens ride along each pass, so the small matrices this path gets
+// (an MoE router: 2048 x 128 f32) fill the GPU instead of 16 blocks of one-warp rows.
+constexpr int kSplit = 4, kPlainRows = 2, kUnroll = 4, kTokens = 4;
+
+__device__ __forceinline__ float4 load4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+__device__ __forceinline__ float4 load4(const __half *p) {
+  const uint2 u = *reinterpret_cast<const uint2 *>(p);
+  const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&u.x)), b = __half22float2(*reinterpret_cast<const __half2 *>(&u.y));
+  return {a.x, a.y, b.x, b.y};
+}
+__device__ __forceinline__ float4 load4(const __nv_bfloat16 *p) {
+  const uint2 u = *reinterpret_cast<const uint2 *>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+  return {a.x, a.y, b.x, b.y};
+}
+
+template <class T>
+__global__ void __launch_bounds__(kSplit * kPlainRows * 32) plain_matmul_kernel(const T *w, const float *x, float *y, int64_t k, int64_t m,
+                                                                                 int64_t tokens) {
+  wait_for_inputs();
+  __shared__ float part[kPlainRows][kSplit][kTokens];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rw = warp / kSplit, sw = warp % kSplit;
+  const int64_t quads = k / 4, per = (quads + kSplit - 1) / kSplit, q0 = sw * per, q1 = q0 + per < quads ? q0 + per : quads;
+  for (int64_t o0 = int64_t(blockIdx.x) * kPlainRows; o0 < m; o0 += int64_t(gridDim.x) * kPlainRows) {
+    const int64_t o = o0 + rw;
+    for (int64_t t0 = 0; t0 < tokens; t0 += kTokens) {
+      const int nt = int(tokens - t0 < kTokens ? tokens - t0 : kTokens);
+      float acc[kTokens] = {};
+      if (o < m) {
+        const T *row = w + o * k;
+        for (int64_t q = q0 + lane; q < q1; q += 32 * kUnroll) {
+          float4 wv[kUnroll];
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u)
+            if (q + 32 * u < q1) wv[u] = load4(row + 4 * (q + 32 * u));
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            if (q + 32 * u >= q1) break;
+#pragma unroll
+            for (int j = 0; j < kTokens; ++j) {
+              if (j >= nt) break;
+              const float4 xv = load4(x + (t0 + j) * k + 4 * (q + 32 * u));
+              acc[j] += wv[u].x * xv.x + wv[u].y * xv.y + wv[u].z * xv.z + wv[u].w * xv.w;
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kTokens; ++j) acc[j] = warp_sum(acc[j]);
+      __syncthreads();  // the previous pass has read part
+      if (lane == 0)
+#pragma unroll
+        for (int j = 0; j < kTokens; ++j) part[rw][sw][j] = acc[j];
+      __syncthreads();
+      if (sw == 0 && lane < nt && o < m) {
+        float v = 0;
+#pragma unroll
+        for (int s = 0; s < kSplit; ++s) v += part[rw][s][lane];
+        y[(t0 + lane) * m + o] = v;
+      }
+    }
+  }
+}
+
+template <class T>
+cudaError_t launch_plain(minfer_cuda_launch_cfg *cfg, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens,
+                         int32_t dtype) {
+  const int64_t blocks = (m + kPlainRows - 1) / kPlainRows;
+  launch_kernel(cfg, plain_matmul_kernel<T>, unsigned(blocks < cfg->max_blocks ? blocks : cfg->max_blocks), kSplit * kPlainRows * 32, 0,
+                static_cast<const T *>(w), x, y, k, m, tokens);
+  return launched(cfg, "plain_matmul_kernel", dtype);
+}
+
+// Whether the plain kernel's four-value loads are aligned: rows of k % 4 == 0 values from
+// 4-value-aligned bases.
+inline bool plain_aligned(const void *w, const float *x, int64_t k, size_t value_bytes) {
+  return k % 4 == 0 && reinterpret_cast<uintptr_t>(w) % (4 * value_bytes) == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
 template <class Block>
 cudaError_t launch(minfer_cuda_launch_cfg *cfg, const void *w, const float *x, float *y, int64_t k, int64_t m,
                    int64_t tokens, int per, int32_t dtype) {
@@ -102,9 +184,13 @@ using namespace minfer::cuda;
 
 extern "C" cudaError_t minfer_cuda_matmul(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const float *x, float *y,
                                           int64_t k, int64_t m, int64_t tokens) {
-  if (dtype == MINFER_DTYPE_F32) return launch<F32>(cfg, w, x, y, k, m, tokens, 1, dtype);
-  if (dtype == MINFER_DTYPE_F16) return launch<F16>(cfg, w, x, y, k, m, tokens, 1, dtype);
-  if (dtype == MINFER_DTYPE_BF16) return launch<BF16>(cfg, w, x, y, k, m, tokens, 1, dtype);
+  if (dtype == MINFER_DTYPE_F32)
+    return plain_aligned(w, x, k, 4) ? launch_plain<float>(cfg, w, x, y, k, m, tokens, dtype) : launch<F32>(cfg, w, x, y, k, m, tokens, 1, dtype);
+  if (dtype == MINFER_DTYPE_F16)
+    return plain_aligned(w, x, k, 2) ? launch_plain<__half>(cfg, w, x, y, k, m, tokens, dtype) : launch<F16>(cfg, w, x, y, k, m, tokens, 1, dtype);
+  if (dtype == MINFER_DTYPE_BF16)
+    return plain_aligned(w, x, k, 2) ? launch_plain<__nv_bfloat16>(cfg, w, x, y, k, m, tokens, dtype)
+                                     : launch<BF16>(cfg, w, x, y, k, m, tokens, 1, dtype);
   cudaError_t err = cudaErrorNotSupported;
   const int per = minfer_dtype_info(dtype).block_values;
   minfer::sdk::visit_block_dtype(dtype, [&](auto tag) {

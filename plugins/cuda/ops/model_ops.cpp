@@ -98,11 +98,14 @@ void run_matmul(CudaDevice &dev, const minfer_node &n, const minfer_step_args &a
 
 }  // namespace
 
-void run_rope_pair(CudaDevice &dev, const minfer_node &a, const minfer_node &b, const minfer_step_args &args) {
+void run_rope_pair(CudaDevice &dev, const minfer_node &a, const minfer_node &b, const minfer_step_args &args, const minfer_node *norm_a,
+                   const minfer_node *norm_b) {
   const auto &p = sdk::params_of<minfer_rope_params>(a);
-  dev.rope_f32(dptr<float>(*a.inputs[0]), dptr<int32_t>(*a.inputs[1]), dptr<float>(*a.output), sdk::run_rows(*a.output, args),
-               a.output->shape[0] / p.head_dim, p, rope_factors(a), dptr<float>(*b.inputs[0]), dptr<float>(*b.output),
-               b.output->shape[0] / p.head_dim);
+  const float *xa = dptr<float>(norm_a ? *norm_a->inputs[0] : *a.inputs[0]), *xb = dptr<float>(norm_b ? *norm_b->inputs[0] : *b.inputs[0]);
+  minfer_cuda_head_norms norms{};
+  if (norm_a) norms = {dptr<float>(*norm_a->inputs[1]), dptr<float>(*norm_b->inputs[1]), sdk::params_of<minfer_rms_norm_params>(*norm_a).eps};
+  dev.rope_f32(xa, dptr<int32_t>(*a.inputs[1]), dptr<float>(*a.output), sdk::run_rows(*a.output, args), a.output->shape[0] / p.head_dim, p,
+               rope_factors(a), xb, dptr<float>(*b.output), b.output->shape[0] / p.head_dim, norm_a ? &norms : nullptr);
 }
 
 void run_rope_attention(CudaDevice &dev, const minfer_node &rope_a, const minfer_node &rope_b, const minfer_node &attn,

@@ -63,6 +63,19 @@ void run_matmul_id_glu(CudaDevice &dev, const minfer_node &gate, const minfer_no
                 dptr<float>(*up.output));
 }
 
+void run_moe_sum_add(CudaDevice &dev, const minfer_node &sum, const minfer_node &add, const minfer_step_args &args) {
+  const bool first = add.inputs[0]->buffer == sum.output->buffer && add.inputs[0]->offset == sum.output->offset;
+  const minfer_tensor &other = first ? *add.inputs[1] : *add.inputs[0];
+  dev.moe_sum_f32(dptr<float>(*sum.inputs[0]), dptr<float>(*sum.inputs[1]), dptr<float>(*add.output), sum.output->shape[0],
+                  sum.inputs[0]->shape[1], sdk::run_rows(*sum.output, args), dptr<float>(other));
+}
+
+void run_top_k_weights(CudaDevice &dev, const minfer_node &top_k, const minfer_node &weights, const minfer_step_args &args) {
+  const auto &p = sdk::params_of<minfer_moe_weights_params>(weights);
+  dev.top_k_f32(dptr<float>(*top_k.inputs[0]), dptr<int32_t>(*top_k.output), top_k.inputs[0]->shape[0], top_k.output->shape[0],
+                sdk::run_rows(*top_k.inputs[0], args), dptr<float>(*weights.output), p.normalize != 0, p.scale);
+}
+
 std::span<const CudaOp> moe_ops() { return kOps; }
 
 }  // namespace minfer::cuda

@@ -52,6 +52,10 @@ void run_matmul_group(CudaDevice &dev, std::span<const MatmulStep> steps, const 
 void run_matmul_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &glu,
                     const minfer_step_args &args, StepNorm norm = {});
 
+// MOE_SUM and the residual ADD of its output: one launch (FusionPlan::fuse_sum_add).
+void run_moe_sum_add(CudaDevice &dev, const minfer_node &sum, const minfer_node &add, const minfer_step_args &args);
+// TOP_K and the MOE_WEIGHTS of its logits and ids: one launch (FusionPlan::fuse_top_k_weights).
+void run_top_k_weights(CudaDevice &dev, const minfer_node &top_k, const minfer_node &weights, const minfer_step_args &args);
 // The experts' gate and up MATMUL_IDs (same x, ids, weight dtype and shape) and the SWIGLU
 // or GEGLU of their outputs as one step (one launch on the int8 path).
 void run_matmul_id_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &glu, const minfer_step_args &args,
@@ -62,7 +66,10 @@ inline int32_t glu_act(const minfer_node &n) { return n.op == MINFER_OP_GEGLU ? 
 
 // Two ROPE nodes at the same positions with the same parameters (a step's queries and keys),
 // independent of each other, in one launch.
-void run_rope_pair(CudaDevice &dev, const minfer_node &a, const minfer_node &b, const minfer_step_args &args);
+// norm_a, norm_b (both or neither): the per-head RMS_NORMs whose outputs a and b rotate, run
+// inside the same launch (FusionPlan::fuse_rope_norms): a and b then read the norms' inputs.
+void run_rope_pair(CudaDevice &dev, const minfer_node &a, const minfer_node &b, const minfer_step_args &args,
+                   const minfer_node *norm_a = nullptr, const minfer_node *norm_b = nullptr);
 
 // Such a pair (a step's queries and keys) and the ATTENTION that reads both outputs, which
 // nothing else reads: a one-token step attends with the rotation inside its kernel (no RoPE
