@@ -180,7 +180,7 @@ TEST(CudaVsCpuArchs, TinyMoeAgrees) {
 // only by float summation order. 128 prompt tokens take the GEMM, the 16 single steps the row
 // dots (or the GEMM for the types that have none: Q4_1, Q5_1, Q5_K).
 TEST(CpuIsas, PromptKernelsAgreeWithScalar) {
-  for (const char *isa : {"avx512vnni", "avx2"}) {
+  for (const char *isa : {"avx512vnni", "avxvnni", "avx2"}) {
     try {
       minfer::BackendSet b = minfer::open_backends(minfer::parse_run_config(std::string("backends: {cpu: {isa: ") + isa + "}}\n", "t.yaml"));
     } catch (const std::exception &e) {

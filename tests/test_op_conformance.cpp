@@ -545,6 +545,7 @@ std::vector<Target> targets() {
   std::vector<Target> t = {{"cpu", "cpu", "", {}, {}},
                            // The narrower instruction sets' kernels, forced on this CPU.
                            {"cpu_vnni", "cpu", "", {{"isa", "avx512vnni"}}, {}},
+                           {"cpu_avxvnni", "cpu", "", {{"isa", "avxvnni"}}, {}},
                            {"cpu_avx2", "cpu", "", {{"isa", "avx2"}}, {}},
                            {"cpu_scalar", "cpu", "", {{"isa", "scalar"}}, {}},
                            {"cuda", "cuda", "", {}, {}},

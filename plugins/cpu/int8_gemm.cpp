@@ -20,6 +20,7 @@ constexpr int64_t kChunk = 32;    // groups of 32 values per k-chunk: 1024 value
 constexpr int kVnniTokens = 8;    // tokens per VNNI tile: 8 int32 + 8 f32 accumulators, 8 weight vectors
 constexpr int kAvx2Tokens = 4;    // tokens per AVX2 tile (16 vector registers)
 constexpr int kAvx2SignedTokens = 3;  // Q8_0's sign products need two more registers
+constexpr int kAvxVnniTokens = 4;     // tokens per AVX-VNNI tile (4 weight vectors, 4 int32 and 4 f32 sums)
 
 // One group of 32 values of a 16-row panel. q[g][r] holds values 4g..4g+3 of row r, unsigned
 // (or signed, for Q8_0 under AVX2); the value of row r is scale[h][r] * q + min[h][r] / d_a
@@ -34,6 +35,7 @@ struct alignas(64) Group {
 
 #define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define MINFER_VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+#define MINFER_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 // ---- Packing: each type's values of one group of one row as 32 bytes, and its scale/min ----
 
@@ -254,13 +256,50 @@ MINFER_AVX2 void tile_avx2(const Group<H> *G, int64_t ng, const ActBlock *a, int
   for (int t = 0; t < T; ++t) _mm256_maskstore_ps(y + t * m, mask, acc[t]);
 }
 
+// ---- AVX-VNNI: 8 rows (half `half` of the panel) x T tokens, the VNNI panel layout -----------
+// As tile_vnni on 256 bits: vpdpbusd sums u8 x s8 into int32 without saturating, so every
+// type takes the unsigned values (Q8_0 moved by +128 as for AVX-512) and no int16 stage. The
+// group's weights are held four vectors at a time (16 registers: 4 of them, T sums, T floats).
+template <int H, int T>
+MINFER_AVXVNNI void tile_avxvnni(const Group<H> *G, int64_t ng, const ActBlock *a, int64_t kb, float *y, int64_t m, int rows, int half,
+                                 bool add) {
+  const int n = std::clamp(rows - 8 * half, 0, 8);
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  __m256 acc[T];
+  y += 8 * half;
+  for (int t = 0; t < T; ++t) acc[t] = add ? _mm256_maskload_ps(y + t * m, mask) : _mm256_setzero_ps();
+  for (int64_t j = 0; j < ng; ++j) {
+    const Group<H> &g = G[j];
+    __m256i ia[T];
+    for (int t = 0; t < T; ++t) ia[t] = _mm256_setzero_si256();
+    for (int c0 = 0; c0 < 8; c0 += 4) {
+      const int h = c0 * H / 8;  // H = 2: c 0..3 are the first scale's half, 4..7 the second's
+      __m256i w[4];
+      for (int c = 0; c < 4; ++c) w[c] = _mm256_load_si256(reinterpret_cast<const __m256i *>(g.q[c0 + c][8 * half]));
+      for (int t = 0; t < T; ++t)
+        for (int c = 0; c < 4; ++c)
+          ia[t] = _mm256_dpbusd_avx_epi32(ia[t], w[c], _mm256_broadcastd_epi32(_mm_loadu_si32(a[t * kb + j].qs + 4 * (c0 + c))));
+      if (H == 1 && c0 == 0) continue;  // one scale: both halves into the same sums
+      const __m256 s = _mm256_load_ps(g.scale[h] + 8 * half), mn = _mm256_load_ps(g.min[h] + 8 * half);
+      for (int t = 0; t < T; ++t) {
+        const ActBlock &x = a[t * kb + j];
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(s, _mm256_set1_ps(x.d)), acc[t]);
+        acc[t] = _mm256_fmadd_ps(mn, _mm256_set1_ps(d_sum_of<H>(x, h)), acc[t]);
+        ia[t] = _mm256_setzero_si256();
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_maskstore_ps(y + t * m, mask, acc[t]);
+}
+
 template <class U>
-void gemm_typed(bool vnni, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y,
+void gemm_typed(Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y,
                 ThreadPool &pool) {
   constexpr int H = U::H;
   // Groups of 4 values summed in int16 under AVX2 (see tile_avx2); Q8_0 runs signed.
   constexpr int P = U::Bits == 4 ? 8 / H : U::Bits == 5 ? 4 / H : U::Bits == 6 ? 2 : 1;
   constexpr bool Signed = U::Bits == 8;
+  const bool vnni = isa == Isa::Avx512Vnni, avx_vnni = isa == Isa::AvxVnni;
   const int64_t kb = k / 32, panels = (m + kRows - 1) / kRows;
   // Threads take whole panels; within a thread, k-chunk by k-chunk so the tokens' activations
   // of a chunk (tokens x 32 blocks) stay in L2 while each panel's chunk is packed once.
@@ -271,13 +310,19 @@ void gemm_typed(bool vnni, const uint8_t *w, int64_t row_bytes, int64_t k, int64
       const int64_t ng = std::min(kChunk, kb - c0);
       for (int64_t p = p0; p < p1; ++p) {
         const int rows = int(std::min<int64_t>(kRows, m - p * kRows));
-        pack_panel<U>(w + p * kRows * row_bytes, row_bytes, rows, c0, ng, vnni, buf.data());
+        pack_panel<U>(w + p * kRows * row_bytes, row_bytes, rows, c0, ng, vnni || avx_vnni, buf.data());
         float *yp = y + p * kRows;
         if (vnni) {
           for (int64_t t0 = 0; t0 < tokens; t0 += kVnniTokens)
             by_count<kVnniTokens>(int(std::min<int64_t>(kVnniTokens, tokens - t0)), [&](auto tag) {
               tile_vnni<H, decltype(tag)::value>(buf.data(), ng, a + t0 * kb + c0, kb, yp + t0 * m, m, rows, c0 > 0);
             });
+        } else if (avx_vnni) {
+          for (int half = 0; half < 2 && 8 * half < rows; ++half)
+            for (int64_t t0 = 0; t0 < tokens; t0 += kAvxVnniTokens)
+              by_count<kAvxVnniTokens>(int(std::min<int64_t>(kAvxVnniTokens, tokens - t0)), [&](auto tag) {
+                tile_avxvnni<H, decltype(tag)::value>(buf.data(), ng, a + t0 * kb + c0, kb, yp + t0 * m, m, rows, half, c0 > 0);
+              });
         } else {
           constexpr int TT = Signed ? kAvx2SignedTokens : kAvx2Tokens;
           for (int half = 0; half < 2 && 8 * half < rows; ++half)
@@ -294,7 +339,7 @@ void gemm_typed(bool vnni, const uint8_t *w, int64_t row_bytes, int64_t k, int64
 }  // namespace
 
 bool gemm_takes(int32_t dtype, Isa isa) {
-  if (isa != Isa::Avx512Vnni && isa != Isa::Avx2) return false;
+  if (isa != Isa::Avx512Vnni && !avx2_family(isa)) return false;
   switch (dtype) {
     case MINFER_DTYPE_Q4_0: case MINFER_DTYPE_Q4_1: case MINFER_DTYPE_Q5_0: case MINFER_DTYPE_Q5_1: case MINFER_DTYPE_Q8_0:
     case MINFER_DTYPE_Q4_K: case MINFER_DTYPE_Q5_K: case MINFER_DTYPE_Q6_K:
@@ -305,16 +350,15 @@ bool gemm_takes(int32_t dtype, Isa isa) {
 
 void int8_gemm(int32_t dtype, Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t m, const ActBlock *a, int64_t tokens,
                float *y, ThreadPool &pool) {
-  const bool vnni = isa == Isa::Avx512Vnni;
   switch (dtype) {
-    case MINFER_DTYPE_Q4_0: return gemm_typed<UQ4_0>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
-    case MINFER_DTYPE_Q4_1: return gemm_typed<UQ4_1>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
-    case MINFER_DTYPE_Q5_0: return gemm_typed<UQ5_0>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
-    case MINFER_DTYPE_Q5_1: return gemm_typed<UQ5_1>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
-    case MINFER_DTYPE_Q8_0: return gemm_typed<UQ8_0>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
-    case MINFER_DTYPE_Q4_K: return gemm_typed<UQ4_K>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
-    case MINFER_DTYPE_Q5_K: return gemm_typed<UQ5_K>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
-    case MINFER_DTYPE_Q6_K: return gemm_typed<UQ6_K>(vnni, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q4_0: return gemm_typed<UQ4_0>(isa, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q4_1: return gemm_typed<UQ4_1>(isa, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q5_0: return gemm_typed<UQ5_0>(isa, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q5_1: return gemm_typed<UQ5_1>(isa, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q8_0: return gemm_typed<UQ8_0>(isa, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q4_K: return gemm_typed<UQ4_K>(isa, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q5_K: return gemm_typed<UQ5_K>(isa, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q6_K: return gemm_typed<UQ6_K>(isa, w, row_bytes, k, m, a, tokens, y, pool);
     default: break;
   }
 }

@@ -116,7 +116,7 @@ inline bool panel_dtype(int32_t dtype) { return dtype == MINFER_DTYPE_Q4_0 || dt
 inline Isa panel_isa(Isa isa) { return isa == Isa::Amx ? Isa::Avx512Vnni : isa; }
 inline bool panels_take(int32_t dtype, Isa isa) {
   isa = panel_isa(isa);
-  return (isa == Isa::Avx512Vnni && panel_dtype(dtype)) || (isa == Isa::Avx2 && (dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_K));
+  return (isa == Isa::Avx512Vnni && panel_dtype(dtype)) || (avx2_family(isa) && (dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_K));
 }
 inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
   return panel_dtype(dtype) && k % minfer_dtype_info(dtype).block_values == 0 && m % kPanelRows == 0 && m > 0;

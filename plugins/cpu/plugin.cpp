@@ -161,7 +161,7 @@ class CpuSegment : public sdk::Segment {
   // into rows a panel at a time; the scalar reference reads rows); any other reader of such a
   // tensor (GET_ROWS of a tied embedding, DEQUANTIZE) keeps it in rows.
   void plan_panels() {
-    const bool isa_takes = isa_ == Isa::Avx2 || isa_ == Isa::Avx512Vnni || isa_ == Isa::Amx;
+    const bool isa_takes = avx2_family(isa_) || isa_ == Isa::Avx512Vnni || isa_ == Isa::Amx;
     // MATMUL's weight, or MATMUL_ID's experts where each expert's rows are whole panels.
     const auto matmul_weight = [&](const minfer_node &n, int32_t i) {
       const minfer_tensor &w = *n.inputs[i];
@@ -266,11 +266,11 @@ struct CpuPlugin {
     Isa isa = best_isa();
     if (isa_opt != "auto") {
       bool found = false;
-      for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::Amx})
+      for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni, Isa::Amx})
         if (isa_opt == isa_name(i)) isa = i, found = true;
       if (!found)
         throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "option 'isa' of backend 'cpu' has value '" + isa_opt +
-                                                          "'; expected auto, amx, avx512vnni, avx2 or scalar");
+                                                          "'; expected auto, amx, avx512vnni, avxvnni, avx2 or scalar");
       if (!isa_available(isa))
         throw sdk::Error(MINFER_ERR_UNSUPPORTED, "option 'isa': this CPU has no " + isa_opt + " (it has " + isa_name(best_isa()) + ")");
     }

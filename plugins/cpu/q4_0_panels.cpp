@@ -25,6 +25,7 @@ void move_q4_0(minfer_block_q4_0 &row, Q4_0Panel &pb, int r, bool to_panels) {
 
 #define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define MINFER_VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+#define MINFER_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 // ---- Dot products straight from the panels ------------------------------------------------
 // Each (16 rows, block, token) is 8 vpdpbusd against broadcast activations (AVX2: 8 vpmaddubsw
@@ -66,37 +67,52 @@ MINFER_VNNI512 void panel_dots_vnni(const Q4_0Panel *p, int64_t nb, const ActBlo
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
 }
 
-template <int T>
-MINFER_AVX2 void panel_dots_avx2(const Q4_0Panel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
-  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-  for (int half = 0; half < 2; ++half) {  // 8 rows at a time; the second pass reads the panel from L2
-    __m256 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      if (half == 0)
-        prefetch_panel_block(p + b, int(sizeof(Q4_0Panel)), 2048);
-      __m256i p16[T];
-      for (int c = 0; c < 4; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].qs[c][8 * half]));
-        const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-        for (int t = 0; t < T; ++t) {
-          const ActBlock &x = a[t * kb + b];
-          const __m256i both = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_broadcastd_epi32(_mm_loadu_si32(x.qs + 4 * c))),
-                                                _mm256_maddubs_epi16(hi, _mm256_broadcastd_epi32(_mm_loadu_si32(x.qs + 16 + 4 * c))));
-          p16[t] = c == 0 ? both : _mm256_add_epi16(p16[t], both);
-        }
-      }
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].d + 8 * half)));
-      const __m256 mn = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
-      for (int t = 0; t < T; ++t) {
-        const ActBlock &x = a[t * kb + b];
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16[t], ones)), _mm256_mul_ps(d, _mm256_set1_ps(x.d)), acc[t]);
-        acc[t] = _mm256_fmadd_ps(mn, _mm256_set1_ps(x.d_sum), acc[t]);
-      }
-    }
-    for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * m + 8 * half, acc[t]);
+// Two versions of one pass (a macro, since each needs its own target): AVX2 sums pairs of
+// products in int16 by vpmaddubsw; AVX-VNNI's vpdpbusd sums straight into int32 (no int16
+// stage, no widening): DOT(acc, lo, x0, hi, x1) is that step for one (c, token).
+#define MINFER_Q4_0_PANEL_DOTS_256(NAME, TARGET, DOT, WIDEN)                                                                       \
+  template <int T>                                                                                                              \
+  TARGET void NAME(const Q4_0Panel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {                       \
+    const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);                                                  \
+    (void)ones;                                                                                                                 \
+    for (int half = 0; half < 2; ++half) { /* 8 rows at a time; the second pass reads the panel from L2 */                    \
+      __m256 acc[T];                                                                                                            \
+      for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();                                                                 \
+      for (int64_t b = 0; b < nb; ++b) {                                                                                        \
+        if (half == 0) prefetch_panel_block(p + b, int(sizeof(Q4_0Panel)), 2048);                                               \
+        __m256i s[T];                                                                                                           \
+        for (int t = 0; t < T; ++t) s[t] = _mm256_setzero_si256();                                                              \
+        for (int c = 0; c < 4; ++c) {                                                                                           \
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].qs[c][8 * half]));                       \
+          const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                     \
+          for (int t = 0; t < T; ++t) {                                                                                         \
+            const ActBlock &x = a[t * kb + b];                                                                                  \
+            s[t] = DOT(s[t], lo, _mm256_broadcastd_epi32(_mm_loadu_si32(x.qs + 4 * c)), hi,                                     \
+                       _mm256_broadcastd_epi32(_mm_loadu_si32(x.qs + 16 + 4 * c)));                                             \
+          }                                                                                                                     \
+        }                                                                                                                       \
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].d + 8 * half)));                \
+        const __m256 mn = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));                                                              \
+        for (int t = 0; t < T; ++t) {                                                                                           \
+          const ActBlock &x = a[t * kb + b];                                                                                    \
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(WIDEN(s[t])), _mm256_mul_ps(d, _mm256_set1_ps(x.d)), acc[t]);             \
+          acc[t] = _mm256_fmadd_ps(mn, _mm256_set1_ps(x.d_sum), acc[t]);                                                        \
+        }                                                                                                                       \
+      }                                                                                                                         \
+      for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * m + 8 * half, acc[t]);                                               \
+    }                                                                                                                           \
   }
-}
+#define MINFER_DOT_MADDUBS(s, lo, x0, hi, x1) _mm256_add_epi16(s, _mm256_add_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_maddubs_epi16(hi, x1)))
+#define MINFER_WIDEN_MADD(s) _mm256_madd_epi16(s, ones)
+#define MINFER_DOT_DPBUSD(s, lo, x0, hi, x1) _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(s, lo, x0), hi, x1)
+#define MINFER_WIDEN_NONE(s) (s)
+MINFER_Q4_0_PANEL_DOTS_256(panel_dots_avx2, MINFER_AVX2, MINFER_DOT_MADDUBS, MINFER_WIDEN_MADD)
+MINFER_Q4_0_PANEL_DOTS_256(panel_dots_avxvnni, MINFER_AVXVNNI, MINFER_DOT_DPBUSD, MINFER_WIDEN_NONE)
+#undef MINFER_Q4_0_PANEL_DOTS_256
+#undef MINFER_DOT_MADDUBS
+#undef MINFER_WIDEN_MADD
+#undef MINFER_DOT_DPBUSD
+#undef MINFER_WIDEN_NONE
 
 // Tokens per pass of the direct kernels: what their registers hold (AVX-512: 8 weight vectors
 // and 8 accumulators of 32; AVX2: 4 int16 and 4 float accumulators of 16).
@@ -109,6 +125,8 @@ void q4_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   const int64_t kb = k / 32;
   if (isa == Isa::Avx512Vnni)
     return in_passes<kPanelVnniTokens>(tokens, [&](auto tag, int64_t t0) { panel_dots_vnni<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
+  if (isa == Isa::AvxVnni)
+    return in_passes<kPanelAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { panel_dots_avxvnni<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
   in_passes<kPanelAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { panel_dots_avx2<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
 }
 

@@ -26,6 +26,7 @@ void move_q4_k(minfer_block_q4_k &row, Q4_KPanel &pb, int r, bool to_panels) {
 
 #define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define MINFER_VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+#define MINFER_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 // ---- Dot products straight from the panels ------------------------------------------------
 // Per (16 rows, 256 values, token): 64 vpdpbusd against broadcast activations (AVX2: 64
@@ -82,57 +83,72 @@ MINFER_VNNI512 void q4_k_dots_vnni(const Q4_KPanel *p, int64_t nb, const ActBloc
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
 }
 
-template <int T>
-MINFER_AVX2 void q4_k_dots_avx2(const Q4_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
-  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), six = _mm256_set1_epi32(0x3f3f3f3f);
-  const __m256i four = _mm256_set1_epi32(0x0f0f0f0f), two = _mm256_set1_epi32(0x03030303), byte = _mm256_set1_epi32(0xff);
-  for (int half = 0; half < 2; ++half) {  // 8 rows at a time; the second pass reads the panel from L2
-    __m256 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      if (half == 0)
-        prefetch_panel_block(p + b, int(sizeof(Q4_KPanel)), 2 * int(sizeof(Q4_KPanel)));
-      const int r0 = 8 * half;
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].d + r0)));
-      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].dmin + r0)));
-      const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[0] + r0));
-      const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[1] + r0));
-      const __m256i u2 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[2] + r0));
-      const __m256i sc03 = _mm256_and_si256(u0, six), m03 = _mm256_and_si256(u1, six);
-      const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(u2, four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4));
-      const __m256i m47 =
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4));
-      for (int g = 0; g < 4; ++g) {
-        __m256i p0[T], p1[T];
-        for (int c = 0; c < 8; ++c) {
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].qs[g][c][r0]));
-          const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-          for (int t = 0; t < T; ++t) {
-            const ActBlock *x = a + t * kb + b * 8 + 2 * g;
-            const __m256i q0 = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(*reinterpret_cast<const int32_t *>(x[0].qs + 4 * c)));
-            const __m256i q1 = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(*reinterpret_cast<const int32_t *>(x[1].qs + 4 * c)));
-            p0[t] = c == 0 ? q0 : _mm256_add_epi16(p0[t], q0);
-            p1[t] = c == 0 ? q1 : _mm256_add_epi16(p1[t], q1);
-          }
-        }
-        const __m256i scw = g < 2 ? sc03 : sc47, mw = g < 2 ? m03 : m47;
-        const int sh0 = 16 * (g & 1), sh1 = sh0 + 8;
-        const __m256 dsc0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(scw, sh0), byte)));
-        const __m256 dsc1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(scw, sh1), byte)));
-        const __m256 dm0 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(mw, sh0), byte)));
-        const __m256 dm1 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(mw, sh1), byte)));
-        for (int t = 0; t < T; ++t) {
-          const ActBlock *x = a + t * kb + b * 8 + 2 * g;
-          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p0[t], ones)), _mm256_mul_ps(dsc0, _mm256_set1_ps(x[0].d)), acc[t]);
-          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p1[t], ones)), _mm256_mul_ps(dsc1, _mm256_set1_ps(x[1].d)), acc[t]);
-          acc[t] = _mm256_fnmadd_ps(dm0, _mm256_set1_ps(x[0].d_sum), acc[t]);
-          acc[t] = _mm256_fnmadd_ps(dm1, _mm256_set1_ps(x[1].d_sum), acc[t]);
-        }
-      }
-    }
-    for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * m + 8 * half, acc[t]);
-  }
+// The AVX2 pass and its AVX-VNNI twin (a macro: each needs its own target). DOT(s, w, x):
+// AVX2 adds vpmaddubsw's int16 pair sums (a sub-block summed in int16), AVX-VNNI sums with
+// vpdpbusd straight into int32; WIDEN(s): the int32 sums of s.
+#define MINFER_Q4_K_DOTS_256(NAME, TARGET, DOT, WIDEN)                                                                                               \
+template <int T>                                                                                                                                     \
+TARGET void NAME(const Q4_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {                                               \
+  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), six = _mm256_set1_epi32(0x3f3f3f3f);                                      \
+  (void)ones;                                                                                                                                        \
+  const __m256i four = _mm256_set1_epi32(0x0f0f0f0f), two = _mm256_set1_epi32(0x03030303), byte = _mm256_set1_epi32(0xff);                           \
+  for (int half = 0; half < 2; ++half) { /* 8 rows at a time; the second pass reads the panel from L2 */                                             \
+    __m256 acc[T];                                                                                                                                   \
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();                                                                                        \
+    for (int64_t b = 0; b < nb; ++b) {                                                                                                               \
+      if (half == 0)                                                                                                                                 \
+        prefetch_panel_block(p + b, int(sizeof(Q4_KPanel)), 2 * int(sizeof(Q4_KPanel)));                                                             \
+      const int r0 = 8 * half;                                                                                                                       \
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].d + r0)));                                             \
+      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].dmin + r0)));                                       \
+      const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[0] + r0));                                                 \
+      const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[1] + r0));                                                 \
+      const __m256i u2 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[2] + r0));                                                 \
+      const __m256i sc03 = _mm256_and_si256(u0, six), m03 = _mm256_and_si256(u1, six);                                                               \
+      const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(u2, four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4));       \
+      const __m256i m47 =                                                                                                                            \
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4));  \
+      for (int g = 0; g < 4; ++g) {                                                                                                                  \
+        __m256i p0[T], p1[T];                                                                                                                        \
+        for (int t = 0; t < T; ++t) p0[t] = p1[t] = _mm256_setzero_si256();                                                                          \
+        for (int c = 0; c < 8; ++c) {                                                                                                                \
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].qs[g][c][r0]));                                                \
+          const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                                          \
+          for (int t = 0; t < T; ++t) {                                                                                                              \
+            const ActBlock *x = a + t * kb + b * 8 + 2 * g;                                                                                          \
+            p0[t] = DOT(p0[t], lo, _mm256_set1_epi32(*reinterpret_cast<const int32_t *>(x[0].qs + 4 * c)));                                          \
+            p1[t] = DOT(p1[t], hi, _mm256_set1_epi32(*reinterpret_cast<const int32_t *>(x[1].qs + 4 * c)));                                          \
+          }                                                                                                                                          \
+        }                                                                                                                                            \
+        const __m256i scw = g < 2 ? sc03 : sc47, mw = g < 2 ? m03 : m47;                                                                             \
+        const int sh0 = 16 * (g & 1), sh1 = sh0 + 8;                                                                                                 \
+        const __m256 dsc0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(scw, sh0), byte)));                               \
+        const __m256 dsc1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(scw, sh1), byte)));                               \
+        const __m256 dm0 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(mw, sh0), byte)));                              \
+        const __m256 dm1 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(mw, sh1), byte)));                              \
+        for (int t = 0; t < T; ++t) {                                                                                                                \
+          const ActBlock *x = a + t * kb + b * 8 + 2 * g;                                                                                            \
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(WIDEN(p0[t])), _mm256_mul_ps(dsc0, _mm256_set1_ps(x[0].d)), acc[t]);                           \
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(WIDEN(p1[t])), _mm256_mul_ps(dsc1, _mm256_set1_ps(x[1].d)), acc[t]);                           \
+          acc[t] = _mm256_fnmadd_ps(dm0, _mm256_set1_ps(x[0].d_sum), acc[t]);                                                                        \
+          acc[t] = _mm256_fnmadd_ps(dm1, _mm256_set1_ps(x[1].d_sum), acc[t]);                                                                        \
+        }                                                                                                                                            \
+      }                                                                                                                                              \
+    }                                                                                                                                                \
+    for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * m + 8 * half, acc[t]);                                                                      \
+  }                                                                                                                                                  \
 }
+#define MINFER_DOT_MADDUBS(s, w, x) _mm256_add_epi16(s, _mm256_maddubs_epi16(w, x))
+#define MINFER_WIDEN_MADD(s) _mm256_madd_epi16(s, ones)
+#define MINFER_DOT_DPBUSD(s, w, x) _mm256_dpbusd_avx_epi32(s, w, x)
+#define MINFER_WIDEN_NONE(s) (s)
+MINFER_Q4_K_DOTS_256(q4_k_dots_avx2, MINFER_AVX2, MINFER_DOT_MADDUBS, MINFER_WIDEN_MADD)
+MINFER_Q4_K_DOTS_256(q4_k_dots_avxvnni, MINFER_AVXVNNI, MINFER_DOT_DPBUSD, MINFER_WIDEN_NONE)
+#undef MINFER_Q4_K_DOTS_256
+#undef MINFER_DOT_MADDUBS
+#undef MINFER_WIDEN_MADD
+#undef MINFER_DOT_DPBUSD
+#undef MINFER_WIDEN_NONE
 
 // Tokens per pass: what the registers hold (AVX-512: two int32 sums and an accumulator a
 // token; AVX2: two int16 sums and an accumulator of 8 rows a token in 16 registers).
@@ -145,6 +161,8 @@ void q4_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   const int64_t nb = k / 256, kb = k / 32;
   if (isa == Isa::Avx512Vnni)
     return in_passes<kVnniTokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_vnni<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
+  if (isa == Isa::AvxVnni)
+    return in_passes<kAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_avxvnni<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
   in_passes<kAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_avx2<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
 }
 

@@ -3,6 +3,7 @@
 #include "amx_matmul.hpp"
 #include "block_bits.hpp"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cmath>
@@ -535,6 +536,17 @@ bool has_avx2() {
   return yes;
 }
 
+// AVX-VNNI (the VEX vpdpbusd): CPUID leaf 7, subleaf 1, EAX bit 4 (GCC 12's
+// __builtin_cpu_supports does not name it).
+bool has_avx_vnni() {
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!has_avx2() || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return (a >> 4 & 1u) != 0;
+  }();
+  return yes;
+}
+
 }  // namespace
 
 namespace {
@@ -602,13 +614,18 @@ void quantize_activations(const float *x, ActBlock *out, int64_t n, Isa isa) {
 }
 
 Isa best_isa() {
-  return has_vnni() && amx_available() ? Isa::Amx : has_vnni() ? Isa::Avx512Vnni : has_avx2() ? Isa::Avx2 : Isa::Scalar;
+  return has_vnni() && amx_available() ? Isa::Amx
+         : has_vnni()                   ? Isa::Avx512Vnni
+         : has_avx_vnni()               ? Isa::AvxVnni
+         : has_avx2()                   ? Isa::Avx2
+                                        : Isa::Scalar;
 }
 
 bool isa_available(Isa isa) {
   switch (isa) {
     case Isa::Amx: return has_vnni() && amx_available();
     case Isa::Avx512Vnni: return has_vnni();
+    case Isa::AvxVnni: return has_avx_vnni();
     case Isa::Avx2: return has_avx2();
     default: return true;
   }
@@ -618,6 +635,7 @@ const char *isa_name(Isa isa) {
   switch (isa) {
     case Isa::Amx: return "amx";
     case Isa::Avx512Vnni: return "avx512vnni";
+    case Isa::AvxVnni: return "avxvnni";
     case Isa::Avx2: return "avx2";
     default: return "scalar";
   }
@@ -645,7 +663,7 @@ void halves_to_floats(const uint16_t *h, float *f, int64_t n, Isa isa) {
 }
 
 QDotFn qdot_for(int32_t dtype, Isa isa) {
-  const bool vnni = isa >= Isa::Avx512Vnni, avx2 = isa == Isa::Avx2;
+  const bool vnni = isa >= Isa::Avx512Vnni, avx2 = avx2_family(isa);  // one token's dots are memory-bound: AVX-VNNI keeps AVX2's
   switch (dtype) {
     case MINFER_DTYPE_Q4_0: return vnni ? q4_0_vnni : avx2 ? qdot_avx2<minfer_block_q4_0> : qdot_scalar<minfer_block_q4_0>;
     case MINFER_DTYPE_Q8_0: return vnni ? q8_0_vnni : avx2 ? qdot_avx2<minfer_block_q8_0> : qdot_scalar<minfer_block_q8_0>;

@@ -37,8 +37,12 @@ using QDotFn = void (*)(const void *w_row, const ActBlock *x, int64_t x_stride, 
 
 // The instruction sets the kernels come in, each level including the ones before; the backend
 // picks the best the CPU has, or the one its `isa` option names (to test every path on one
-// machine). Amx = the VNNI kernels plus AMX tiles for many-token matmuls (amx_matmul.hpp).
-enum class Isa { Scalar, Avx2, Avx512Vnni, Amx };
+// machine). AvxVnni = the AVX2 kernels, with the prompt kernels' integer dots on the 256-bit
+// VEX vpdpbusd (Intel Alder Lake and later client CPUs, which have no AVX-512; Sapphire
+// Rapids). Amx = the VNNI kernels plus AMX tiles for many-token matmuls (amx_matmul.hpp).
+enum class Isa { Scalar, Avx2, AvxVnni, Avx512Vnni, Amx };
+// The AVX2 kernel family: AVX2 itself and AVX-VNNI, which differ only where a kernel says so.
+inline bool avx2_family(Isa isa) { return isa == Isa::Avx2 || isa == Isa::AvxVnni; }
 Isa best_isa();
 bool isa_available(Isa isa);
 const char *isa_name(Isa isa);
