@@ -263,6 +263,7 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
     load(load_at, va);
     advance(load_at);
   }
+  wait_for_inputs();  // the first chunk (weights: no kernel writes them) loads during the previous kernel's tail
   const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
   float acc = 0, gate = 0;
   const Block *blocks = reinterpret_cast<const Block *>(wbuf);
@@ -315,11 +316,15 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
 template <class Block, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const __grid_constant__ GemvParts parts, const Block *up, const float *x,
                                                                                                          int64_t k) {
-  wait_for_inputs();
+  // Each path waits for the previous kernel after its first weight loads are in flight
+  // (grid.cuh, wait_for_inputs): only x, the adds and the outputs are the inputs.
   extern __shared__ minfer_cuda_q8_act xs[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs), rows = parts.end[parts.n - 1];
-  if (ns <= 32) return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
+  if (ns <= 32) {
+    wait_for_inputs();
+    return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
+  }
   if (parts.staged)
     return gemv_staged_rows<Block, kGated>(parts, up, x, ns, nb, xs,
                                            reinterpret_cast<uint8_t *>(xs) + staged_buffers_offset(ns) + warp * kChunkBytes);
@@ -329,6 +334,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const _
   int64_t r;
   SubBlock first[kUnroll];
   if (o0 < rows) load_subs(row_of(o0, p, r), lane, ns, first);
+  wait_for_inputs();
   const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, k, parts.eps);
   for (int64_t o = o0; o < rows; o += int64_t(gridDim.x) * kWarps) {
     const Block *row = row_of(o, p, r);

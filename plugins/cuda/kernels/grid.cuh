@@ -39,7 +39,10 @@ void launch_kernel(minfer_cuda_launch_cfg *cfg, void (*kernel)(Params...), dim3 
 }
 
 // The first statement of every kernel: wait until the previous kernel in the stream has
-// completed (a no-op when launched without PDL). Kernels never release their successor early
+// completed (a no-op when launched without PDL). The one exception: the one-token GEMV
+// (gemv.cu) issues its first weight loads before it waits — weights are
+// written only by the host between steps, never by a kernel, so reading them early is safe
+// and their memory latency overlaps the previous kernel's end. Kernels never release their successor early
 // (griddepcontrol.launch_dependents): measured, releasing at the start cost 2-8% (batched
 // decode at 4 tokens -8%), most likely as the next kernel's blocks took SMs during this one's
 // tail and the matmuls' one-wave grids then landed unevenly.
