@@ -143,6 +143,18 @@ void in_passes(int64_t tokens, F &&pass) {
     by_count<kPass>(int(std::min<int64_t>(kPass, tokens - t0)), [&](auto tag) { pass(tag, t0); });
 }
 
+// One integer step of the 256-bit panel passes (Q4_0, Q4_K), s += w x summed by 4 values:
+// AVX2 adds vpmaddubsw's int16 pair sums (the passes widen them with widen_i16 once a
+// sub-block, while int16 cannot overflow), AVX-VNNI's vpdpbusd sums straight into int32.
+__attribute__((target("avx2"))) inline __m256i dot_step_avx2(__m256i s, __m256i w, __m256i x) {
+  return _mm256_add_epi16(s, _mm256_maddubs_epi16(w, x));
+}
+__attribute__((target("avx2"))) inline __m256i widen_i16(__m256i s) { return _mm256_madd_epi16(s, _mm256_set1_epi16(1)); }
+__attribute__((target("avx2,avxvnni"))) inline __m256i dot_step_avxvnni(__m256i s, __m256i w, __m256i x) {
+  return _mm256_dpbusd_avx_epi32(s, w, x);
+}
+__attribute__((target("avx2"))) inline __m256i widen_i32(__m256i s) { return s; }
+
 // One panel (16 rows of k values) dotted with `tokens` tokens' activations (quantized by
 // quantize_activations, k / 32 blocks a token): y[t * m + r] for row r; isa Avx2 or
 // Avx512Vnni (Q6_K: Avx512Vnni; panel_isa maps Amx).

@@ -67,14 +67,13 @@ MINFER_VNNI512 void panel_dots_vnni(const Q4_0Panel *p, int64_t nb, const ActBlo
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
 }
 
-// Two versions of one pass (a macro, since each needs its own target): AVX2 sums pairs of
-// products in int16 by vpmaddubsw; AVX-VNNI's vpdpbusd sums straight into int32 (no int16
-// stage, no widening): DOT(acc, lo, x0, hi, x1) is that step for one (c, token).
+// Two versions of one pass (a macro, since each needs its own target), DOT and WIDEN the
+// steps of panels.hpp: AVX2 sums pairs of products in int16 by vpmaddubsw, AVX-VNNI's
+// vpdpbusd straight into int32.
 #define MINFER_Q4_0_PANEL_DOTS_256(NAME, TARGET, DOT, WIDEN)                                                                       \
   template <int T>                                                                                                              \
   TARGET void NAME(const Q4_0Panel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {                       \
-    const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);                                                  \
-    (void)ones;                                                                                                                 \
+    const __m256i low = _mm256_set1_epi8(0x0f);                                                                               \
     for (int half = 0; half < 2; ++half) { /* 8 rows at a time; the second pass reads the panel from L2 */                    \
       __m256 acc[T];                                                                                                            \
       for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();                                                                 \
@@ -87,7 +86,7 @@ MINFER_VNNI512 void panel_dots_vnni(const Q4_0Panel *p, int64_t nb, const ActBlo
           const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                     \
           for (int t = 0; t < T; ++t) {                                                                                         \
             const ActBlock &x = a[t * kb + b];                                                                                  \
-            s[t] = DOT(s[t], lo, _mm256_broadcastd_epi32(_mm_loadu_si32(x.qs + 4 * c)), hi,                                     \
+            s[t] = DOT(DOT(s[t], lo, _mm256_broadcastd_epi32(_mm_loadu_si32(x.qs + 4 * c))), hi,                                \
                        _mm256_broadcastd_epi32(_mm_loadu_si32(x.qs + 16 + 4 * c)));                                             \
           }                                                                                                                     \
         }                                                                                                                       \
@@ -102,17 +101,9 @@ MINFER_VNNI512 void panel_dots_vnni(const Q4_0Panel *p, int64_t nb, const ActBlo
       for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * m + 8 * half, acc[t]);                                               \
     }                                                                                                                           \
   }
-#define MINFER_DOT_MADDUBS(s, lo, x0, hi, x1) _mm256_add_epi16(s, _mm256_add_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_maddubs_epi16(hi, x1)))
-#define MINFER_WIDEN_MADD(s) _mm256_madd_epi16(s, ones)
-#define MINFER_DOT_DPBUSD(s, lo, x0, hi, x1) _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(s, lo, x0), hi, x1)
-#define MINFER_WIDEN_NONE(s) (s)
-MINFER_Q4_0_PANEL_DOTS_256(panel_dots_avx2, MINFER_AVX2, MINFER_DOT_MADDUBS, MINFER_WIDEN_MADD)
-MINFER_Q4_0_PANEL_DOTS_256(panel_dots_avxvnni, MINFER_AVXVNNI, MINFER_DOT_DPBUSD, MINFER_WIDEN_NONE)
+MINFER_Q4_0_PANEL_DOTS_256(panel_dots_avx2, MINFER_AVX2, dot_step_avx2, widen_i16)
+MINFER_Q4_0_PANEL_DOTS_256(panel_dots_avxvnni, MINFER_AVXVNNI, dot_step_avxvnni, widen_i32)
 #undef MINFER_Q4_0_PANEL_DOTS_256
-#undef MINFER_DOT_MADDUBS
-#undef MINFER_WIDEN_MADD
-#undef MINFER_DOT_DPBUSD
-#undef MINFER_WIDEN_NONE
 
 // Tokens per pass of the direct kernels: what their registers hold (AVX-512: 8 weight vectors
 // and 8 accumulators of 32; AVX2: 4 int16 and 4 float accumulators of 16).

@@ -83,14 +83,12 @@ MINFER_VNNI512 void q4_k_dots_vnni(const Q4_KPanel *p, int64_t nb, const ActBloc
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
 }
 
-// The AVX2 pass and its AVX-VNNI twin (a macro: each needs its own target). DOT(s, w, x):
-// AVX2 adds vpmaddubsw's int16 pair sums (a sub-block summed in int16), AVX-VNNI sums with
-// vpdpbusd straight into int32; WIDEN(s): the int32 sums of s.
+// The AVX2 pass and its AVX-VNNI twin (a macro: each needs its own target), DOT and WIDEN the
+// steps of panels.hpp (AVX2: a sub-block summed in int16, then widened).
 #define MINFER_Q4_K_DOTS_256(NAME, TARGET, DOT, WIDEN)                                                                                               \
 template <int T>                                                                                                                                     \
 TARGET void NAME(const Q4_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {                                               \
-  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), six = _mm256_set1_epi32(0x3f3f3f3f);                                      \
-  (void)ones;                                                                                                                                        \
+  const __m256i low = _mm256_set1_epi8(0x0f), six = _mm256_set1_epi32(0x3f3f3f3f);                                                                   \
   const __m256i four = _mm256_set1_epi32(0x0f0f0f0f), two = _mm256_set1_epi32(0x03030303), byte = _mm256_set1_epi32(0xff);                           \
   for (int half = 0; half < 2; ++half) { /* 8 rows at a time; the second pass reads the panel from L2 */                                             \
     __m256 acc[T];                                                                                                                                   \
@@ -138,17 +136,9 @@ TARGET void NAME(const Q4_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, 
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * m + 8 * half, acc[t]);                                                                      \
   }                                                                                                                                                  \
 }
-#define MINFER_DOT_MADDUBS(s, w, x) _mm256_add_epi16(s, _mm256_maddubs_epi16(w, x))
-#define MINFER_WIDEN_MADD(s) _mm256_madd_epi16(s, ones)
-#define MINFER_DOT_DPBUSD(s, w, x) _mm256_dpbusd_avx_epi32(s, w, x)
-#define MINFER_WIDEN_NONE(s) (s)
-MINFER_Q4_K_DOTS_256(q4_k_dots_avx2, MINFER_AVX2, MINFER_DOT_MADDUBS, MINFER_WIDEN_MADD)
-MINFER_Q4_K_DOTS_256(q4_k_dots_avxvnni, MINFER_AVXVNNI, MINFER_DOT_DPBUSD, MINFER_WIDEN_NONE)
+MINFER_Q4_K_DOTS_256(q4_k_dots_avx2, MINFER_AVX2, dot_step_avx2, widen_i16)
+MINFER_Q4_K_DOTS_256(q4_k_dots_avxvnni, MINFER_AVXVNNI, dot_step_avxvnni, widen_i32)
 #undef MINFER_Q4_K_DOTS_256
-#undef MINFER_DOT_MADDUBS
-#undef MINFER_WIDEN_MADD
-#undef MINFER_DOT_DPBUSD
-#undef MINFER_WIDEN_NONE
 
 // Tokens per pass: what the registers hold (AVX-512: two int32 sums and an accumulator a
 // token; AVX2: two int16 sums and an accumulator of 8 rows a token in 16 registers).
