@@ -79,12 +79,23 @@ MINFER_AVX512 void swiglu_avx512(const float *g, const float *u, float *y, int64
   for (; i < i1; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
+MINFER_AVX2_FMA void swiglu_avx2(const float *g, const float *u, float *y, int64_t i0, int64_t i1) {
+  int64_t i = i0;
+  for (; i + 8 <= i1; i += 8) {
+    const __m256 gv = _mm256_loadu_ps(g + i);
+    const __m256 silu = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
+  }
+  for (; i < i1; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
 // y = silu(gate) * up
 void run_swiglu(const minfer_node &n, const RunCtx &ctx) {
   const float *g = ptr<float>(*n.inputs[0]), *u = ptr<float>(*n.inputs[1]);
   float *y = ptr<float>(*n.output);
   ctx.pool.run(sdk::run_elements(*n.output, ctx.args), [&](int64_t i0, int64_t i1, int) {
     if (ctx.isa >= Isa::Avx512Vnni) return swiglu_avx512(g, u, y, i0, i1);
+    if (avx2_family(ctx.isa)) return swiglu_avx2(g, u, y, i0, i1);
     for (int64_t i = i0; i < i1; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
   });
 }
@@ -105,12 +116,24 @@ MINFER_AVX512 void geglu_avx512(const float *g, const float *u, float *y, int64_
   for (; i < i1; ++i) y[i] = gelu(g[i]) * u[i];
 }
 
+MINFER_AVX2_FMA void geglu_avx2(const float *g, const float *u, float *y, int64_t i0, int64_t i1) {
+  int64_t i = i0;
+  for (; i + 8 <= i1; i += 8) {
+    const __m256 x = _mm256_loadu_ps(g + i);
+    const __m256 z = _mm256_mul_ps(_mm256_set1_ps(-kGelu2C), _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(kGeluA), x), _mm256_mul_ps(x, x), x));
+    const __m256 gv = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), exp256(z)));
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(gv, _mm256_loadu_ps(u + i)));
+  }
+  for (; i < i1; ++i) y[i] = gelu(g[i]) * u[i];
+}
+
 // y = gelu(gate) * up
 void run_geglu(const minfer_node &n, const RunCtx &ctx) {
   const float *g = ptr<float>(*n.inputs[0]), *u = ptr<float>(*n.inputs[1]);
   float *y = ptr<float>(*n.output);
   ctx.pool.run(sdk::run_elements(*n.output, ctx.args), [&](int64_t i0, int64_t i1, int) {
     if (ctx.isa >= Isa::Avx512Vnni) return geglu_avx512(g, u, y, i0, i1);
+    if (avx2_family(ctx.isa)) return geglu_avx2(g, u, y, i0, i1);
     for (int64_t i = i0; i < i1; ++i) y[i] = gelu(g[i]) * u[i];
   });
 }
