@@ -112,6 +112,56 @@ MINFER_AVX512 void head_avx512(const float *qv, const T *kbase, const T *vbase, 
   }
 }
 
+// head_avx512 on 8 lanes (AVX2; head_dim a multiple of 8): the same passes, the partial
+// rows of the softmax done one value at a time.
+MINFER_AVX2_FMA inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
+MINFER_AVX2_FMA inline __m256 load8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+MINFER_AVX2_FMA inline float hsum8(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+template <class T>
+MINFER_AVX2_FMA void head_avx2(const float *qv, const T *kbase, const T *vbase, int64_t stride, const PageWalk &walk, const Span &span,
+                               int64_t hd, float *score, float *out) {
+  const int64_t P = walk.page_size, first = span.first, last = span.last;
+  float mx = -INFINITY;
+  for (int64_t j0 = first; j0 <= last;) {
+    const int64_t row = int64_t(walk.pages[j0 / P]) * P + j0 % P, count = std::min(P - j0 % P, last + 1 - j0);
+    for (int64_t j = 0; j < count; ++j) {
+      const T *kr = kbase + (row + j) * stride;
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t d = 0; d < hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qv + d), load8(kr + d), acc);
+      const float s = span.score(hsum8(acc));
+      score[j0 - first + j] = s;
+      mx = std::max(mx, s);
+    }
+    j0 += count;
+  }
+  const int64_t rows = last + 1 - first;
+  __m256 sum = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= rows; j += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(score + j), _mm256_set1_ps(mx)));
+    _mm256_storeu_ps(score + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  float total = hsum8(sum);
+  for (; j < rows; ++j) total += score[j] = std::exp(score[j] - mx);
+  const __m256 inv = _mm256_set1_ps(1.0f / total);
+  for (int64_t d = 0; d < hd; d += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t j0 = first; j0 <= last;) {
+      const int64_t row = int64_t(walk.pages[j0 / P]) * P + j0 % P, count = std::min(P - j0 % P, last + 1 - j0);
+      for (int64_t i = 0; i < count; ++i)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(score[j0 - first + i]), load8(vbase + (row + i) * stride + d), acc);
+      j0 += count;
+    }
+    _mm256_storeu_ps(out + d, _mm256_mul_ps(acc, inv));
+  }
+}
+
 template <class T>
 void attend(const minfer_node &n, const RunCtx &ctx) {
   const auto &p = sdk::params_of<minfer_attention_params>(n);
@@ -157,7 +207,9 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
   // Later tokens of a slot attend over more rows; pairing early with late tokens gives each
   // thread's contiguous range about the same work.
   auto token_of = [&](int64_t ti) { return ti % 2 == 0 ? ti / 2 : tokens - 1 - ti / 2; };
-  if (ctx.isa >= Isa::Avx512Vnni && hd % 16 == 0) {
+  // The SIMD heads read K and V in place, in their cache type.
+  const auto head = ctx.isa >= Isa::Avx512Vnni && hd % 16 == 0 ? head_avx512<T> : avx2_family(ctx.isa) && hd % 8 == 0 ? head_avx2<T> : nullptr;
+  if (head) {
     ctx.pool.run(tokens * p.n_kv_head, [&](int64_t w0, int64_t w1, int) {
       Scratch &s = scratch();
       s.score.resize(size_t(longest));
@@ -166,8 +218,7 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
         const PageWalk walk = walk_of(t);
         const Span span = span_of(t);
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-          head_avx512(q + (t * p.n_head + h) * hd, kc + kvh * hd, vc + kvh * hd, kvd, walk, span, hd, s.score.data(),
-                      out + (t * p.n_head + h) * hd);
+          head(q + (t * p.n_head + h) * hd, kc + kvh * hd, vc + kvh * hd, kvd, walk, span, hd, s.score.data(), out + (t * p.n_head + h) * hd);
       }
     });
     return;
