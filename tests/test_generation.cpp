@@ -112,11 +112,17 @@ const char *kCudaNoGraphs = "backends: {cuda: {cuda_graphs: false}}\n";
 const char *kMixed = "backends: {cpu: {threads: 2}, cuda: {}}\nplacement:\n  default: cpu\n  rules:\n"
                      "    - {match: 'token_embd', backend: cuda}\n    - {match: 'blk.[01].*', backend: cuda}\n";
 
+// Two backends of one plugin (issue 22's layer split, on the CPU): the embedding and layers
+// 0-1 on cpu0, layers 2-4 and the output on cpu1, the activations copied between them.
+const char *kTwoCpus = "backends: {cpu0: {plugin: cpu, threads: 1}, cpu1: {plugin: cpu, threads: 1}}\nplacement:\n  default: cpu0\n"
+                       "  rules:\n    - {match: 'blk.[2-9].*', backend: cpu1}\n    - {match: 'output*', backend: cpu1}\n";
+
 INSTANTIATE_TEST_SUITE_P(
     KvTypes, Stories,
     ::testing::Values(Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kCpu, "cpu"},
                       Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kCpu, "cpu"},
                       Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kCpuMapped, "cpu_mapped"},
+                      Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kTwoCpus, "two_cpus"},
                       Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kCuda, "cuda"},
                       Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kCuda, "cuda"},
                       Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kCudaNoGraphs, "cuda_nographs"},

@@ -103,6 +103,26 @@ TEST(Placement, CudaAndCpuSplitMatchesCpu) {
   EXPECT_NE(explain.find("copy demo.silu: cpu -> cuda"), std::string::npos) << explain;
 }
 
+// Several backends of one plugin, named freely (`cpu1: {plugin: cpu}`): one library, two
+// instances, placement by their names, and the copies between them as between any two.
+TEST(Placement, TwoBackendsOfOnePluginMatchOne) {
+  const std::string demo = "demo: {tokens: [0, 15, 7, 7, 3, 9], vocab: 16, dim: 256}\n";
+  const auto one = run_demo_graph("backends: {cpu: {}}\n" + demo);
+  std::string explain;
+  const auto two = run_demo_graph("backends: {cpu0: {plugin: cpu, threads: 1}, cpu1: {plugin: cpu, threads: 1}}\nplacement:\n  default: cpu0\n"
+                                  "  rules:\n    - {match: 'demo.silu', backend: cpu1}\n" + demo, &explain);
+  EXPECT_EQ(two, one);
+  EXPECT_NE(explain.find("copy demo.bias_add: cpu0 -> cpu1"), std::string::npos) << explain;
+  EXPECT_NE(explain.find("copy demo.silu: cpu1 -> cpu0"), std::string::npos) << explain;
+  // A plugin name that is none is refused with where it looked.
+  try {
+    run_demo_graph("backends: {gpu9: {plugin: nosuchplugin}}\n" + demo);
+    ADD_FAILURE() << "an unknown plugin opened";
+  } catch (const minfer::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("libminfer_backend_nosuchplugin.so not found"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Placement, MissingDeviceIsABuildError) {
   const std::string msg = [] {
     try {

@@ -37,7 +37,7 @@ inline std::string testdata_dir() {
 inline bool backends_usable(const RunConfig &cfg, std::string &why) {
   for (const auto &b : cfg.backends) {
     try {
-      auto p = find_plugin(b.name, b.plugin_path, plugin_search_dirs(""));
+      auto p = find_plugin(b.plugin_name(), b.plugin_path, plugin_search_dirs(""));
       if (p->device_count(&why) == 0) return false;
     } catch (const Error &e) {
       why = e.what();

@@ -94,7 +94,10 @@ void read_backends(const Reader &r, const YAML::Node &n, RunConfig &cfg) {
         b.device = r.as<int32_t>(opt.second, "device", "a device index (0, 1, ...)");
         if (b.device < 0) r.fail(opt.second, "'device' must be 0 or more");
       } else if (key == "plugin") {
-        b.plugin_path = r.scalar(opt.second, key);
+        // A path (the plugin file) or a plugin's name: `gpu1: {plugin: cuda, device: 1}`.
+        const std::string v = r.scalar(opt.second, key);
+        const bool path = v.find('/') != std::string::npos || (v.size() > 3 && v.compare(v.size() - 3, 3, ".so") == 0);
+        (path ? b.plugin_path : b.plugin) = v;
       } else {
         b.options.emplace_back(key, r.scalar(opt.second, key));
       }

@@ -12,9 +12,12 @@
 namespace minfer {
 
 struct BackendConfig {
-  std::string name;         // "cpu", "cuda", or any plugin's name
-  std::string plugin_path;  // explicit plugin file (key `plugin`); empty = search by name
+  std::string name;         // the backend's name in placement rules: the plugin's, or any with `plugin`
+  std::string plugin;       // key `plugin` naming a plugin (cpu, cuda): several backends of one plugin
+  std::string plugin_path;  // key `plugin` as a path (has a '/' or ends in .so): that plugin file
   int32_t device = 0;       // key `device`
+  // The plugin this backend opens, by name: `plugin`, else the backend's own name.
+  const std::string &plugin_name() const { return plugin.empty() ? name : plugin; }
   std::vector<std::pair<std::string, std::string>> options;  // every other key, for the plugin
 };
 

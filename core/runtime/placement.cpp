@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <map>
 #include <set>
 
 #include "common/error.hpp"
@@ -12,8 +13,11 @@ namespace minfer {
 BackendSet open_backends(const RunConfig &cfg) {
   BackendSet set;
   const auto dirs = plugin_search_dirs(cfg.plugin_dir);
+  // Backends of one plugin (cpu0 and cpu1, gpu0 and gpu1) share its library, loaded once.
+  std::map<std::string, std::shared_ptr<Plugin>> loaded;
   for (const auto &b : cfg.backends) {
-    auto plugin = find_plugin(b.name, b.plugin_path, dirs);
+    std::shared_ptr<Plugin> &plugin = loaded[b.plugin_path.empty() ? "name:" + b.plugin_name() : "path:" + b.plugin_path];
+    if (!plugin) plugin = find_plugin(b.plugin_name(), b.plugin_path, dirs);
     std::string why;
     const int32_t n = plugin->device_count(&why);
     if (b.device >= n)
