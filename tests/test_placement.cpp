@@ -114,6 +114,13 @@ TEST(Placement, TwoBackendsOfOnePluginMatchOne) {
   EXPECT_EQ(two, one);
   EXPECT_NE(explain.find("copy demo.bias_add: cpu0 -> cpu1"), std::string::npos) << explain;
   EXPECT_NE(explain.find("copy demo.silu: cpu1 -> cpu0"), std::string::npos) << explain;
+  // A device the plugin does not have fails the build naming the backend that asked.
+  try {
+    run_demo_graph("backends: {cpu0: {plugin: cpu}, cpu7: {plugin: cpu, device: 7}}\nplacement: {default: cpu0}\n" + demo);
+    ADD_FAILURE() << "a missing device opened";
+  } catch (const minfer::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("backend 'cpu7' asks for device 7, but the plugin sees 1 device(s)"), std::string::npos) << e.what();
+  }
   // A plugin name that is none is refused with where it looked.
   try {
     run_demo_graph("backends: {gpu9: {plugin: nosuchplugin}}\n" + demo);
