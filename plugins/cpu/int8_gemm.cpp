@@ -19,13 +19,11 @@ constexpr int kRows = 16;         // weight rows per panel: the int32 lanes of a
 constexpr int64_t kChunk = 32;    // groups of 32 values per k-chunk: 1024 values, a multiple of 256
 constexpr int kVnniTokens = 8;    // tokens per VNNI tile: 8 int32 + 8 f32 accumulators, 8 weight vectors
 constexpr int kAvx2Tokens = 4;    // tokens per AVX2 tile (16 vector registers)
-// Q8_0's: its sign products need two more registers; 4 since the c loops are rolled
-// (tile_avx2: 896 x 4864 at 128 tokens 5.20-5.46 ms against 5.50-5.89 at 3 tokens).
-constexpr int kAvx2SignedTokens = 4;
+constexpr int kAvx2WideTokens = 5;  // Q8_0's int16 tile: 10 int32 sums, two weights, an activation
 constexpr int kAvxVnniTokens = 4;     // tokens per AVX-VNNI tile (4 weight vectors, 4 int32 and 4 f32 sums)
 
-// One group of 32 values of a 16-row panel. q[g][r] holds values 4g..4g+3 of row r, unsigned
-// (or signed, for Q8_0 under AVX2); the value of row r is scale[h][r] * q + min[h][r] / d_a
+// One group of 32 values of a 16-row panel. q[g][r] holds values 4g..4g+3 of row r, unsigned;
+// the value of row r is scale[h][r] * q + min[h][r] / d_a
 // per activation unit, i.e. a token contributes scale * d_a * dot(q, a) + min * d_a * sum(a).
 // H = 2 for types with a scale per 16 values (Q6_K): half h covers q[4h..4h+3].
 template <int H>
@@ -33,6 +31,19 @@ struct alignas(64) Group {
   uint8_t q[8][kRows][4];
   float scale[H][kRows];
   float min[H][kRows];
+};
+
+// Q8_0 under AVX2: vpmaddubsw would saturate on its 8-bit values (2 * 255 * 127 > 2^15), and
+// the sign workaround (|w| x sign(a, w)) costs three multiply-pipe ops per 8 rows x 4 values x
+// token (on Zen 4 vpsignb shares vpmaddubsw's and vpmaddwd's two pipes). Packed as int16,
+// with the activations widened once a call, vpmaddwd sums pairs of products straight into
+// int32: two multiply-pipe ops for the same work (Zen 4, 8 rows x 6 tokens: 24.8 MACs a cycle
+// against 19.8, measured on the loops alone). q[h][c][r] holds values 2c, 2c+1 of row 8h + r:
+// each half of the panel contiguous, so that the half a tile reads stays in L1 (28 groups:
+// 14 KiB) beside its tokens' activations.
+struct alignas(64) WideGroup {
+  int16_t q[2][16][8][2];
+  float scale[kRows];
 };
 
 #define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -65,8 +76,8 @@ using UQ4_0 = ULegacy<minfer_block_q4_0, 4, 8>;
 using UQ4_1 = ULegacy<minfer_block_q4_1, 4, 0>;
 using UQ5_0 = ULegacy<minfer_block_q5_0, 5, 16>;
 using UQ5_1 = ULegacy<minfer_block_q5_1, 5, 0>;
-// Q8_0: under VNNI the values move to 0..255 (+128, taken off through the min); vpmaddubsw
-// would saturate on those, so AVX2 keeps them signed and moves their signs onto the activations.
+// Q8_0: under VNNI the values move to 0..255 (+128, taken off through the min). vpmaddubsw
+// would saturate on those, so AVX2 packs them as int16 instead (WideGroup).
 struct UQ8_0 {
   using Block = minfer_block_q8_0;
   static constexpr int H = 1, Bits = 8;
@@ -181,6 +192,30 @@ MINFER_AVX2 void pack_panel(const uint8_t *w, int64_t row_bytes, int rows, int64
   }
 }
 
+// Q8_0 groups [g0, g0 + ng) of rows [0, rows) as int16 (WideGroup); rows past `rows` are zero.
+MINFER_AVX2 void pack_wide(const uint8_t *w, int64_t row_bytes, int rows, int64_t g0, int64_t ng, WideGroup *out) {
+  for (int r0 = 0; r0 < kRows; r0 += 8) {
+    const minfer_block_q8_0 *row[8];
+    for (int i = 0; i < 8; ++i) row[i] = r0 + i < rows ? reinterpret_cast<const minfer_block_q8_0 *>(w + (r0 + i) * row_bytes) : nullptr;
+    for (int64_t j = 0; j < ng; ++j) {
+      WideGroup &G = out[j];
+      __m256i lo[8], hi[8];  // values 0..15 and 16..31 of each row: 8 dwords of two int16
+      for (int i = 0; i < 8; ++i) {
+        const __m256i v = row[i] ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row[i][g0 + j].qs)) : _mm256_setzero_si256();
+        lo[i] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v));
+        hi[i] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1));
+        G.scale[r0 + i] = row[i] ? f16(row[i][g0 + j].d) : 0.0f;
+      }
+      transpose8x8(lo);
+      transpose8x8(hi);
+      for (int c = 0; c < 8; ++c) {
+        _mm256_store_si256(reinterpret_cast<__m256i *>(G.q[r0 / 8][c]), lo[c]);
+        _mm256_store_si256(reinterpret_cast<__m256i *>(G.q[r0 / 8][8 + c]), hi[c]);
+      }
+    }
+  }
+}
+
 // Σ a over the half h of an activation block that a scale covers (H = 2: 16 values each).
 template <int H>
 inline float d_sum_of(const ActBlock &x, int h) {
@@ -218,22 +253,19 @@ MINFER_VNNI512 void tile_vnni(const Group<H> *G, int64_t ng, const ActBlock *a, 
 // ---- AVX2: 8 rows (half `half` of the panel) x T tokens ------------------------------------
 // vpmaddubsw adds pairs of u8 x s8 products into int16 with saturation: P groups of 4 values
 // are summed in int16 before widening while that cannot overflow (2 * 15 * 127 * 8 < 2^15
-// for 4-bit values, * 4 for 5-bit, * 2 for 6-bit). Signed (Q8_0) weights go through
-// |w| x sign(a, w), one group at a time.
+// for 4-bit values, * 4 for 5-bit, * 2 for 6-bit).
 // One c of a group for T tokens (tile_avx2): its products added to the int16 sums p16.
-template <int H, int T, bool Signed>
+template <int H, int T>
 MINFER_AVX2 __attribute__((always_inline)) inline void tile_piece(const Group<H> &g, int c, int half, const ActBlock *a, int64_t kb, int64_t j,
                                                                   bool first, __m256i (&p16)[T]) {
   const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i *>(g.q[c][8 * half]));
-  const __m256i wu = Signed ? _mm256_sign_epi8(wv, wv) : wv;
   for (int t = 0; t < T; ++t) {
-    const __m256i xb = _mm256_broadcastd_epi32(_mm_loadu_si32(a[t * kb + j].qs + 4 * c));
-    const __m256i prod = _mm256_maddubs_epi16(wu, Signed ? _mm256_sign_epi8(xb, wv) : xb);
+    const __m256i prod = _mm256_maddubs_epi16(wv, _mm256_broadcastd_epi32(_mm_loadu_si32(a[t * kb + j].qs + 4 * c)));
     p16[t] = first ? prod : _mm256_add_epi16(p16[t], prod);
   }
 }
 
-template <int H, int T, int P, bool Signed>
+template <int H, int T, int P>
 MINFER_AVX2 void tile_avx2(const Group<H> *G, int64_t ng, const ActBlock *a, int64_t kb, float *y, int64_t m, int rows, int half, bool add) {
   const int n = std::clamp(rows - 8 * half, 0, 8);
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -251,17 +283,17 @@ MINFER_AVX2 void tile_avx2(const Group<H> *G, int64_t ng, const ActBlock *a, int
       const int c_begin = h * 8 / H, c_end = (h + 1) * 8 / H;
       if constexpr (P == 4) {  // 5-bit values: unrolled is quicker (Q5_0 896 x 4864 at 128 tokens 4.08-4.40 ms against 4.33-4.54)
         for (int c0 = c_begin; c0 < c_end; c0 += P) {
-          for (int c = c0; c < c0 + P; ++c) tile_piece<H, T, Signed>(g, c, half, a, kb, j, c == c0, p16);
+          for (int c = c0; c < c0 + P; ++c) tile_piece<H, T>(g, c, half, a, kb, j, c == c0, p16);
           for (int t = 0; t < T; ++t) ia[t] = _mm256_add_epi32(ia[t], _mm256_madd_epi16(p16[t], ones));
         }
       } else {
         // Rolled: unrolled, the compiler hoisted every c's weight vector and spilled the sums
         // to the stack (46-70 stack operands a tile; at 128 tokens, 896 x 4864, 2 threads,
-        // Xeon: Q4_1 4.29-4.65 ms rolled into 3.84-3.86, Q8_0 5.58-6.15 into 5.28-5.56).
+        // Xeon: Q4_1 4.29-4.65 ms rolled into 3.84-3.86).
 #pragma GCC unroll 1
         for (int c0 = c_begin; c0 < c_end; c0 += P) {
 #pragma GCC unroll 1
-          for (int c = c0; c < c0 + P; ++c) tile_piece<H, T, Signed>(g, c, half, a, kb, j, c == c0, p16);
+          for (int c = c0; c < c0 + P; ++c) tile_piece<H, T>(g, c, half, a, kb, j, c == c0, p16);
           for (int t = 0; t < T; ++t) ia[t] = _mm256_add_epi32(ia[t], _mm256_madd_epi16(p16[t], ones));
         }
       }
@@ -269,11 +301,94 @@ MINFER_AVX2 void tile_avx2(const Group<H> *G, int64_t ng, const ActBlock *a, int
       for (int t = 0; t < T; ++t) {
         const ActBlock &x = a[t * kb + j];
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(s, _mm256_set1_ps(x.d)), acc[t]);
-        if (!Signed) acc[t] = _mm256_fmadd_ps(mn, _mm256_set1_ps(d_sum_of<H>(x, h)), acc[t]);
+        acc[t] = _mm256_fmadd_ps(mn, _mm256_set1_ps(d_sum_of<H>(x, h)), acc[t]);
       }
     }
   }
   for (int t = 0; t < T; ++t) _mm256_maskstore_ps(y + t * m, mask, acc[t]);
+}
+
+// s += v in s's own register: written as an intrinsic, GCC 12 adds into a new register and
+// copies it back (a vmovdqa per token and pass in tile_avx2_wide).
+MINFER_AVX2 inline void add_in_place(__m256i &s, __m256i v) { asm("vpaddd %1, %0, %0" : "+x"(s) : "x"(v)); }
+
+// The activations of Q8_0's int16 tiles (tile_avx2_wide), interleaved so that a tile reads one
+// stream: tokens in blocks of kAvx2WideTokens (the last may be shorter, nt tokens); block b
+// starts at pair 16 * kb * b * kAvx2WideTokens and holds, for each group j and pair c of values
+// 2c, 2c+1, its nt tokens' pairs: pair[(16 * j + c) * nt + t]. d[j * nt + t] (from
+// kb * b * kAvx2WideTokens) are the scales.
+struct WideActs {
+  const int32_t *pair;
+  const float *d;
+};
+
+// Q8_0 (WideGroup): 16 rows x T tokens of a WideActs block. Both halves' weights meet each
+// broadcast (half the broadcasts a MAC of an 8-row tile); the 2T int32 sums fill the registers,
+// so the float sums live in memory, touched once a group.
+template <int T>
+MINFER_AVX2 void tile_avx2_wide(const WideGroup *G, int64_t ng, const int32_t *pair, const float *d, float *y, int64_t m, int rows, bool add) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i mask[2] = {_mm256_cmpgt_epi32(_mm256_set1_epi32(rows), lanes), _mm256_cmpgt_epi32(_mm256_set1_epi32(rows - 8), lanes)};
+  alignas(32) float acc[T][kRows];
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < 2; ++h)
+      _mm256_store_ps(acc[t] + 8 * h, add ? _mm256_maskload_ps(y + t * m + 8 * h, mask[h]) : _mm256_setzero_ps());
+  for (int64_t j = 0; j < ng; ++j, pair += 16 * T, d += T) {
+    const WideGroup &g = G[j];
+    __m256i ia[T][2];
+    for (int t = 0; t < T; ++t) ia[t][0] = ia[t][1] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+    for (int c = 0; c < 16; ++c) {
+      const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i *>(g.q[0][c]));
+      const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i *>(g.q[1][c]));
+      for (int t = 0; t < T; ++t) {
+        const __m256i x = _mm256_set1_epi32(pair[c * T + t]);
+        add_in_place(ia[t][0], _mm256_madd_epi16(w0, x));
+        add_in_place(ia[t][1], _mm256_madd_epi16(w1, x));
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m256 dt = _mm256_set1_ps(d[t]);
+      for (int h = 0; h < 2; ++h)
+        _mm256_store_ps(acc[t] + 8 * h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t][h]), _mm256_mul_ps(_mm256_load_ps(g.scale + 8 * h), dt),
+                                                        _mm256_load_ps(acc[t] + 8 * h)));
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < 2; ++h) _mm256_maskstore_ps(y + t * m + 8 * h, mask[h], _mm256_load_ps(acc[t] + 8 * h));
+}
+
+// Tokens [t0, t0 + nt) (one WideActs block) of a, kb blocks each, into the block's layout.
+MINFER_AVX2 void widen_block(const ActBlock *a, int64_t kb, int nt, int32_t *pair, float *d) {
+  for (int64_t j = 0; j < kb; ++j)
+    for (int t = 0; t < nt; ++t) {
+      const ActBlock &x = a[t * kb + j];
+      d[j * nt + t] = x.d;
+      for (int h = 0; h < 2; ++h) {
+        alignas(32) int32_t p[8];
+        _mm256_store_si256(reinterpret_cast<__m256i *>(p), _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x.qs + 16 * h))));
+        for (int c = 0; c < 8; ++c) pair[(16 * j + 8 * h + c) * nt + t] = p[c];
+      }
+    }
+}
+
+// a's tokens as WideActs, in the calling thread's buffers.
+WideActs widen_activations(const ActBlock *a, int64_t tokens, int64_t kb, ThreadPool &pool) {
+  thread_local std::vector<int32_t> pairs;
+  thread_local std::vector<float> scales;
+  pairs.resize(size_t(tokens * kb * 16));
+  scales.resize(size_t(tokens * kb));
+  const WideActs w{pairs.data(), scales.data()};
+  const int64_t blocks = (tokens + kAvx2WideTokens - 1) / kAvx2WideTokens;
+  pool.run(blocks, [&](int64_t b0, int64_t b1, int) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t t0 = b * kAvx2WideTokens;
+      // w's pointers, not the buffers: a worker's thread_local names would be its own.
+      widen_block(a + t0 * kb, kb, int(std::min<int64_t>(kAvx2WideTokens, tokens - t0)), const_cast<int32_t *>(w.pair) + t0 * kb * 16,
+                  const_cast<float *>(w.d) + t0 * kb);
+    }
+  });
+  return w;
 }
 
 // ---- AVX-VNNI: 8 rows (half `half` of the panel) x T tokens, the VNNI panel layout -----------
@@ -312,26 +427,50 @@ MINFER_AVXVNNI void tile_avxvnni(const Group<H> *G, int64_t ng, const ActBlock *
   for (int t = 0; t < T; ++t) _mm256_maskstore_ps(y + t * m, mask, acc[t]);
 }
 
+// The bytes of groups [g0, g0 + ng) (of kb) of `rows` rows into L2: the next panel's chunk,
+// asked for while this panel's tiles run, so that its packing does not wait on memory (a prompt
+// step reads each weight once, from DRAM).
+inline void prefetch_chunk(const uint8_t *w, int64_t row_bytes, int rows, int64_t g0, int64_t ng, int64_t kb) {
+  const int64_t b0 = g0 * row_bytes / kb, b1 = (g0 + ng) * row_bytes / kb;  // a group's bytes are row_bytes / kb
+  for (int r = 0; r < rows; ++r)
+    for (int64_t b = b0 & ~int64_t(63); b < b1; b += 64) _mm_prefetch(reinterpret_cast<const char *>(w + r * row_bytes + b), _MM_HINT_T1);
+}
+
 template <class U>
 void gemm_typed(Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t m, const ActBlock *a, int64_t tokens, float *y,
                 ThreadPool &pool) {
   constexpr int H = U::H;
-  // Groups of 4 values summed in int16 under AVX2 (see tile_avx2); Q8_0 runs signed.
-  constexpr int P = U::Bits == 4 ? 8 / H : U::Bits == 5 ? 4 / H : U::Bits == 6 ? 2 : 1;
-  constexpr bool Signed = U::Bits == 8;
+  // Groups of 4 values summed in int16 under AVX2 (see tile_avx2).
+  constexpr int P = U::Bits == 4 ? 8 / H : U::Bits == 5 ? 4 / H : 2;
   const bool vnni = isa == Isa::Avx512Vnni, avx_vnni = isa == Isa::AvxVnni;
+  const bool wide = std::is_same_v<U, UQ8_0> && !vnni && !avx_vnni;  // Q8_0 under plain AVX2: WideGroup
   const int64_t kb = k / 32, panels = (m + kRows - 1) / kRows;
+  const WideActs wa = wide ? widen_activations(a, tokens, kb, pool) : WideActs{};
   // Threads take whole panels; within a thread, k-chunk by k-chunk so the tokens' activations
   // of a chunk (tokens x 32 blocks) stay in L2 while each panel's chunk is packed once.
   pool.run(panels, [&](int64_t p0, int64_t p1, int) {
     thread_local std::vector<Group<H>> buf;
-    buf.resize(size_t(std::min(kChunk, kb)));
+    thread_local std::vector<WideGroup> wide_buf;
+    (wide ? wide_buf.resize(size_t(std::min(kChunk, kb))) : buf.resize(size_t(std::min(kChunk, kb))));
     for (int64_t c0 = 0; c0 < kb; c0 += kChunk) {
       const int64_t ng = std::min(kChunk, kb - c0);
       for (int64_t p = p0; p < p1; ++p) {
         const int rows = int(std::min<int64_t>(kRows, m - p * kRows));
-        pack_panel<U>(w + p * kRows * row_bytes, row_bytes, rows, c0, ng, vnni || avx_vnni, buf.data());
+        const uint8_t *wp = w + p * kRows * row_bytes;
         float *yp = y + p * kRows;
+        if (p + 1 < p1) prefetch_chunk(wp + kRows * row_bytes, row_bytes, int(std::min<int64_t>(kRows, m - (p + 1) * kRows)), c0, ng, kb);
+        if (wide) {
+          pack_wide(wp, row_bytes, rows, c0, ng, wide_buf.data());
+          for (int64_t t0 = 0; t0 < tokens; t0 += kAvx2WideTokens) {
+            const int nt = int(std::min<int64_t>(kAvx2WideTokens, tokens - t0));
+            by_count<kAvx2WideTokens>(nt, [&](auto tag) {
+              tile_avx2_wide<decltype(tag)::value>(wide_buf.data(), ng, wa.pair + (t0 * kb + c0 * nt) * 16, wa.d + t0 * kb + c0 * nt, yp + t0 * m, m,
+                                                   rows, c0 > 0);
+            });
+          }
+          continue;
+        }
+        pack_panel<U>(wp, row_bytes, rows, c0, ng, vnni || avx_vnni, buf.data());
         if (vnni) {
           for (int64_t t0 = 0; t0 < tokens; t0 += kVnniTokens)
             by_count<kVnniTokens>(int(std::min<int64_t>(kVnniTokens, tokens - t0)), [&](auto tag) {
@@ -343,12 +482,11 @@ void gemm_typed(Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t
               by_count<kAvxVnniTokens>(int(std::min<int64_t>(kAvxVnniTokens, tokens - t0)), [&](auto tag) {
                 tile_avxvnni<H, decltype(tag)::value>(buf.data(), ng, a + t0 * kb + c0, kb, yp + t0 * m, m, rows, half, c0 > 0);
               });
-        } else {
-          constexpr int TT = Signed ? kAvx2SignedTokens : kAvx2Tokens;
+        } else if constexpr (!std::is_same_v<U, UQ8_0>) {
           for (int half = 0; half < 2 && 8 * half < rows; ++half)
-            for (int64_t t0 = 0; t0 < tokens; t0 += TT)
-              by_count<TT>(int(std::min<int64_t>(TT, tokens - t0)), [&](auto tag) {
-                tile_avx2<H, decltype(tag)::value, P, Signed>(buf.data(), ng, a + t0 * kb + c0, kb, yp + t0 * m, m, rows, half, c0 > 0);
+            for (int64_t t0 = 0; t0 < tokens; t0 += kAvx2Tokens)
+              by_count<kAvx2Tokens>(int(std::min<int64_t>(kAvx2Tokens, tokens - t0)), [&](auto tag) {
+                tile_avx2<H, decltype(tag)::value, P>(buf.data(), ng, a + t0 * kb + c0, kb, yp + t0 * m, m, rows, half, c0 > 0);
               });
         }
       }
