@@ -122,6 +122,42 @@ struct UQ5_K {
   }
   MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) { k_scales(r[g / 8], int(g % 8), s, mn); }
 };
+// Q2_K and Q3_K: group g is values 32j.. (j = g % 8) of super-block g / 8: the 2-bit field at
+// bit 2 (j % 4) of qs bytes 32 (j / 4)..+31 (Q3_K: plus a third bit, bit j of hmask[l]), with a
+// scale (and for Q2_K a min) per 16 values, as decode_block reads them.
+template <class KBlock>
+MINFER_AVX2 inline __m256i k_crumbs(const KBlock &b, int j) {
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs + 32 * (j / 4)));
+  return _mm256_and_si256(_mm256_srli_epi16(q, 2 * (j % 4)), _mm256_set1_epi8(0x03));
+}
+struct UQ2_K {
+  using Block = minfer_block_q2_k;
+  static constexpr int H = 2, Bits = 2;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) { return k_crumbs(r[g / 8], int(g % 8)); }
+  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) {
+    const Block &b = r[g / 8];
+    const int j = int(g % 8);
+    const float d = f16(b.d), dmin = f16(b.dmin);
+    for (int h = 0; h < 2; ++h) s[h] = d * float(b.scales[2 * j + h] & 0x0f), mn[h] = -dmin * float(b.scales[2 * j + h] >> 4);
+  }
+};
+struct UQ3_K {  // values 0..7, offset 4
+  using Block = minfer_block_q3_k;
+  static constexpr int H = 2, Bits = 3;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool) {
+    const Block &b = r[g / 8];
+    const int j = int(g % 8);
+    const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.hmask));
+    const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(hm, j), _mm256_set1_epi8(1));
+    return _mm256_or_si256(k_crumbs(b, j), _mm256_slli_epi16(bit, 2));
+  }
+  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) {
+    const Block &b = r[g / 8];
+    const int j = int(g % 8);
+    const float d = f16(b.d);
+    for (int h = 0; h < 2; ++h) s[h] = d * float(sdk::q3_k_scale(b.scales, 2 * j + h)), mn[h] = -4.0f * s[h];
+  }
+};
 // Q6_K: group g (values 32 (g % 8).. of super-block g / 8) has a scale per 16 values; the
 // values are 0..63 with offset 32.
 struct UQ6_K {
@@ -253,7 +289,8 @@ MINFER_VNNI512 void tile_vnni(const Group<H> *G, int64_t ng, const ActBlock *a, 
 // ---- AVX2: 8 rows (half `half` of the panel) x T tokens ------------------------------------
 // vpmaddubsw adds pairs of u8 x s8 products into int16 with saturation: P groups of 4 values
 // are summed in int16 before widening while that cannot overflow (2 * 15 * 127 * 8 < 2^15
-// for 4-bit values, * 4 for 5-bit, * 2 for 6-bit).
+// for 4-bit values, * 4 for 5-bit, * 2 for 6-bit; 2- and 3-bit values run 4 groups deep, a
+// scale's 16 values).
 // One c of a group for T tokens (tile_avx2): its products added to the int16 sums p16.
 template <int H, int T>
 MINFER_AVX2 __attribute__((always_inline)) inline void tile_piece(const Group<H> &g, int c, int half, const ActBlock *a, int64_t kb, int64_t j,
@@ -441,7 +478,7 @@ void gemm_typed(Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t
                 ThreadPool &pool) {
   constexpr int H = U::H;
   // Groups of 4 values summed in int16 under AVX2 (see tile_avx2).
-  constexpr int P = U::Bits == 4 ? 8 / H : U::Bits == 5 ? 4 / H : 2;
+  constexpr int P = U::Bits <= 4 ? 8 / H : U::Bits == 5 ? 4 / H : 2;
   const bool vnni = isa == Isa::Avx512Vnni, avx_vnni = isa == Isa::AvxVnni;
   const bool wide = std::is_same_v<U, UQ8_0> && !vnni && !avx_vnni;  // Q8_0 under plain AVX2: WideGroup
   const int64_t kb = k / 32, panels = (m + kRows - 1) / kRows;
@@ -500,7 +537,7 @@ bool gemm_takes(int32_t dtype, Isa isa) {
   if (isa != Isa::Avx512Vnni && !avx2_family(isa)) return false;
   switch (dtype) {
     case MINFER_DTYPE_Q4_0: case MINFER_DTYPE_Q4_1: case MINFER_DTYPE_Q5_0: case MINFER_DTYPE_Q5_1: case MINFER_DTYPE_Q8_0:
-    case MINFER_DTYPE_Q4_K: case MINFER_DTYPE_Q5_K: case MINFER_DTYPE_Q6_K:
+    case MINFER_DTYPE_Q2_K: case MINFER_DTYPE_Q3_K: case MINFER_DTYPE_Q4_K: case MINFER_DTYPE_Q5_K: case MINFER_DTYPE_Q6_K:
       return true;
     default: return false;
   }
@@ -514,6 +551,8 @@ void int8_gemm(int32_t dtype, Isa isa, const uint8_t *w, int64_t row_bytes, int6
     case MINFER_DTYPE_Q5_0: return gemm_typed<UQ5_0>(isa, w, row_bytes, k, m, a, tokens, y, pool);
     case MINFER_DTYPE_Q5_1: return gemm_typed<UQ5_1>(isa, w, row_bytes, k, m, a, tokens, y, pool);
     case MINFER_DTYPE_Q8_0: return gemm_typed<UQ8_0>(isa, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q2_K: return gemm_typed<UQ2_K>(isa, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_Q3_K: return gemm_typed<UQ3_K>(isa, w, row_bytes, k, m, a, tokens, y, pool);
     case MINFER_DTYPE_Q4_K: return gemm_typed<UQ4_K>(isa, w, row_bytes, k, m, a, tokens, y, pool);
     case MINFER_DTYPE_Q5_K: return gemm_typed<UQ5_K>(isa, w, row_bytes, k, m, a, tokens, y, pool);
     case MINFER_DTYPE_Q6_K: return gemm_typed<UQ6_K>(isa, w, row_bytes, k, m, a, tokens, y, pool);

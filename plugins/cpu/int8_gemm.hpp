@@ -19,7 +19,7 @@ namespace minfer::cpu {
 
 class ThreadPool;
 
-// Whether the GEMM runs weights of dtype on isa: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and
+// Whether the GEMM runs weights of dtype on isa: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and
 // Q6_K on Avx512Vnni (512-bit) and Avx2 (vpmaddubsw).
 bool gemm_takes(int32_t dtype, Isa isa);
 
