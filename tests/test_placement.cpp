@@ -235,11 +235,12 @@ TEST(Explain, CpuNamesQ4_0PanelsWhereItRepacks) {
   const std::string k = explain_tiny("backends: {cpu: {isa: avx2}}\n", "qwen2", "q4_k_m");
   EXPECT_NE(k.find("avx2 int8 dot products on q4_k weights repacked at load into 16-row panels"), std::string::npos) << k;
   EXPECT_NE(k.find("avx2 int8 dot products on the q6_k blocks"), std::string::npos) << k;
-  // Q2_K and Q3_K have no row dots: the tiled GEMM at every count (rows decoded to f32 before).
+  // Q2_K and Q3_K (rows decoded to f32 before): row dots on the GEMM's units for a token, the
+  // tiled GEMM for a prompt.
   for (const char *type : {"q2_k", "q3_k"}) {
     const std::string lo = explain_tiny("backends: {cpu: {isa: avx2}}\n", "qwen2", type);
     const std::string line = kernel_lines(lo, "blk.0.ffn_down");
-    EXPECT_NE(line.find(std::string("1: avx2 tiled int8 GEMM (") + type + " weights"), std::string::npos) << lo;
+    EXPECT_NE(line.find(std::string("1: avx2 int8 dot products on the ") + type + " blocks"), std::string::npos) << lo;
     EXPECT_NE(line.find(std::string("64: avx2 tiled int8 GEMM (") + type + " weights"), std::string::npos) << lo;
   }
   if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) return;

@@ -121,10 +121,28 @@ struct UQ5_K {
     return _mm256_or_si256(k_nibbles(b, j), _mm256_slli_epi16(bit, 4));
   }
   MINFER_AVX2 static void scales(const Block *r, int64_t g, bool, float *s, float *mn) { k_scales(r[g / 8], int(g % 8), s, mn); }
+  // All 8 groups' at once (the row dots: once a super-block, not a group).
+  MINFER_AVX2 static void block_scales(const Block &b, float *s, float *mn) {
+    const float d = f16(b.d), dmin = f16(b.dmin);
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      sdk::k4_scale_min(b.scales, j, sc, m);
+      s[j] = d * float(sc), mn[j] = -dmin * float(m);
+    }
+  }
 };
 // Q2_K and Q3_K: group g is values 32j.. (j = g % 8) of super-block g / 8: the 2-bit field at
 // bit 2 (j % 4) of qs bytes 32 (j / 4)..+31 (Q3_K: plus a third bit, bit j of hmask[l]), with a
 // scale (and for Q2_K a min) per 16 values, as decode_block reads them.
+// out[i] = f * (byte i of v), i < 16; the bytes unsigned, or signed.
+MINFER_AVX2 inline void store_bytes_times(__m128i v, float f, float *out, bool is_signed = false) {
+  const __m256 m = _mm256_set1_ps(f);
+  const __m128i v_hi = _mm_unpackhi_epi64(v, v);
+  const __m256i a = is_signed ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+  const __m256i c = is_signed ? _mm256_cvtepi8_epi32(v_hi) : _mm256_cvtepu8_epi32(v_hi);
+  _mm256_storeu_ps(out, _mm256_mul_ps(m, _mm256_cvtepi32_ps(a)));
+  _mm256_storeu_ps(out + 8, _mm256_mul_ps(m, _mm256_cvtepi32_ps(c)));
+}
 template <class KBlock>
 MINFER_AVX2 inline __m256i k_crumbs(const KBlock &b, int j) {
   const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs + 32 * (j / 4)));
@@ -139,6 +157,13 @@ struct UQ2_K {
     const int j = int(g % 8);
     const float d = f16(b.d), dmin = f16(b.dmin);
     for (int h = 0; h < 2; ++h) s[h] = d * float(b.scales[2 * j + h] & 0x0f), mn[h] = -dmin * float(b.scales[2 * j + h] >> 4);
+  }
+  // The 16 sub-blocks' (group j's are 2j, 2j + 1), as floats.
+  MINFER_AVX2 static void block_scales(const Block &b, float *s, float *mn) {
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales));
+    const __m128i lo = _mm_and_si128(sc, _mm_set1_epi8(0x0f)), hi = _mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0f));
+    store_bytes_times(lo, f16(b.d), s);
+    store_bytes_times(hi, -f16(b.dmin), mn);
   }
 };
 struct UQ3_K {  // values 0..7, offset 4
@@ -156,6 +181,18 @@ struct UQ3_K {  // values 0..7, offset 4
     const int j = int(g % 8);
     const float d = f16(b.d);
     for (int h = 0; h < 2; ++h) s[h] = d * float(sdk::q3_k_scale(b.scales, 2 * j + h)), mn[h] = -4.0f * s[h];
+  }
+  // The 16 six-bit scales at once: low 4 bits from bytes 0..7 (low nibbles, then high), high 2
+  // bits of scale 4k + i at bit 2k of byte 8 + i; minus 32.
+  MINFER_AVX2 static void block_scales(const Block &b, float *s, float *mn) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b.scales));
+    const __m128i lo = _mm_and_si128(_mm_unpacklo_epi64(q, _mm_srli_epi16(q, 4)), _mm_set1_epi8(0x0f));
+    int32_t word;
+    std::memcpy(&word, b.scales + 8, 4);
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(word), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(0x03));
+    const __m128i sc = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+    store_bytes_times(sc, f16(b.d), s, true);
+    for (int i = 0; i < 16; ++i) mn[i] = -4.0f * s[i];
   }
 };
 // Q6_K: group g (values 32 (g % 8).. of super-block g / 8) has a scale per 16 values; the
@@ -531,7 +568,80 @@ void gemm_typed(Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t
   });
 }
 
+// ---- Row dots for one to four tokens, on the same units ------------------------------------
+// The types with no row kernel in qdot.cpp (Q4_1, Q5_1, Q5_K, Q2_K, Q3_K) took the GEMM at every
+// count, and at one token its packing cost more than the dots: 11-12 GB/s on a DRAM-bound
+// 2048 x 65536 matrix where Q4_K's panels read 43 (Zen 4 EPYC, 2 threads). Here each group's
+// 32 values are decoded by the unit into a vector and dotted with each token's activations in
+// place: 8 lanes of 4 products, a group's scale on all of them (H = 2: lanes 0-3 and 4-7 take
+// the two), the mins through the activations' sums.
+template <class U>
+concept has_block_scales = requires(const typename U::Block &b, float *f) { U::block_scales(b, f, f); };
+
+MINFER_AVX2 inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+#define MINFER_UNIT_DOTS(NAME, TARGET, DOT)                                                                            \
+  template <class U, int T>                                                                                            \
+  TARGET void NAME(const typename U::Block *w, const ActBlock *x, int64_t stride, int64_t ng, float *out) {            \
+    __m256 acc[T];                                                                                                     \
+    float mins[T];                                                                                                     \
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps(), mins[t] = 0;                                             \
+    alignas(32) float bs[8 * U::H], bmn[8 * U::H]; /* a super-block's scales and mins, where the unit decodes them so */ \
+    for (int64_t g = 0; g < ng; ++g) {                                                                                 \
+      float s[U::H], mn[U::H];                                                                                         \
+      if constexpr (has_block_scales<U>) {                                                                             \
+        if (g % 8 == 0) U::block_scales(w[g / 8], bs, bmn);                                                            \
+        for (int h = 0; h < U::H; ++h) s[h] = bs[U::H * (g % 8) + h], mn[h] = bmn[U::H * (g % 8) + h];                 \
+      } else {                                                                                                         \
+        U::scales(w, g, false, s, mn);                                                                                 \
+      }                                                                                                                \
+      const __m256i v = U::values(w, g, false);                                                                        \
+      const __m256 sv = U::H == 1 ? _mm256_set1_ps(s[0]) : _mm256_set_m128(_mm_set1_ps(s[U::H - 1]), _mm_set1_ps(s[0])); \
+      for (int t = 0; t < T; ++t) {                                                                                    \
+        const ActBlock &a = x[t * stride + g];                                                                         \
+        const __m256i d = DOT(v, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.qs)));                        \
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(sv, _mm256_set1_ps(a.d)), acc[t]);               \
+        mins[t] += U::H == 1 ? mn[0] * a.d_sum : mn[0] * a.d_sum_lo + mn[U::H - 1] * (a.d_sum - a.d_sum_lo);           \
+      }                                                                                                                \
+    }                                                                                                                  \
+    for (int t = 0; t < T; ++t) out[t] = hsum8(acc[t]) + mins[t];                                                      \
+  }
+
+MINFER_AVX2 inline __m256i unit_dot_avx2(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));  // u <= 63: no saturation
+}
+MINFER_VNNI512 inline __m256i unit_dot_vnni(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+MINFER_UNIT_DOTS(unit_dots_avx2, MINFER_AVX2, unit_dot_avx2)
+MINFER_UNIT_DOTS(unit_dots_vnni, MINFER_VNNI512, unit_dot_vnni)
+#undef MINFER_UNIT_DOTS
+
+template <class U, bool Vnni>
+void unit_dots(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
+  const auto *w = static_cast<const typename U::Block *>(w_row);
+  by_count<kMaxTokens>(n_tok, [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    Vnni ? unit_dots_vnni<U, T>(w, x, stride, n / 32, out) : unit_dots_avx2<U, T>(w, x, stride, n / 32, out);
+  });
+}
+
 }  // namespace
+
+QDotFn unit_row_dots(int32_t dtype, Isa isa) {
+  if (isa != Isa::Avx512Vnni && isa != Isa::Amx && !avx2_family(isa)) return nullptr;
+  const bool vnni = isa == Isa::Avx512Vnni || isa == Isa::Amx;
+  switch (dtype) {
+    case MINFER_DTYPE_Q4_1: return vnni ? unit_dots<UQ4_1, true> : unit_dots<UQ4_1, false>;
+    case MINFER_DTYPE_Q5_1: return vnni ? unit_dots<UQ5_1, true> : unit_dots<UQ5_1, false>;
+    case MINFER_DTYPE_Q5_K: return vnni ? unit_dots<UQ5_K, true> : unit_dots<UQ5_K, false>;
+    case MINFER_DTYPE_Q2_K: return vnni ? unit_dots<UQ2_K, true> : unit_dots<UQ2_K, false>;
+    case MINFER_DTYPE_Q3_K: return vnni ? unit_dots<UQ3_K, true> : unit_dots<UQ3_K, false>;
+    default: return nullptr;
+  }
+}
 
 bool gemm_takes(int32_t dtype, Isa isa) {
   if (isa != Isa::Avx512Vnni && !avx2_family(isa)) return false;

@@ -23,6 +23,10 @@ class ThreadPool;
 // Q6_K on Avx512Vnni (512-bit) and Avx2 (vpmaddubsw).
 bool gemm_takes(int32_t dtype, Isa isa);
 
+// Row dots (QDotFn, one to four tokens) on the GEMM's decoding of Q4_1, Q5_1, Q5_K, Q2_K and
+// Q3_K, the types with no kernel of their own in qdot.cpp; nullptr for other types and isas.
+QDotFn unit_row_dots(int32_t dtype, Isa isa);
+
 // y[t * m + o] = row o of W (m rows of k values, row_bytes apart) dotted with token t, for
 // t < tokens; a: the tokens' activations quantized by quantize_activations, k / 32 blocks each.
 void int8_gemm(int32_t dtype, Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t m, const ActBlock *a, int64_t tokens,

@@ -2,6 +2,7 @@
 
 #include "amx_matmul.hpp"
 #include "block_bits.hpp"
+#include "int8_gemm.hpp"
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -670,7 +671,7 @@ QDotFn qdot_for(int32_t dtype, Isa isa) {
     case MINFER_DTYPE_Q4_K: return vnni ? q4_k_simd<true> : avx2 ? q4_k_simd<false> : q4_k_scalar;
     case MINFER_DTYPE_Q5_0: return vnni ? q5_0_simd<true> : avx2 ? q5_0_simd<false> : q5_0_scalar;
     case MINFER_DTYPE_Q6_K: return vnni ? q6_k_simd<true> : avx2 ? q6_k_simd<false> : q6_k_scalar;
-    default: return nullptr;
+    default: return unit_row_dots(dtype, isa);  // the other block types, on the GEMM's units (int8_gemm.hpp)
   }
 }
 
