@@ -6,7 +6,10 @@
 namespace minfer::cpu {
 
 void panel_matmul(int32_t dtype, Isa isa, int64_t k, int64_t m, const ActBlock *a, std::span<const PanelSegment> segs, ThreadPool &pool) {
-  const auto dots = dtype == MINFER_DTYPE_Q4_K ? q4_k_panel_dots : dtype == MINFER_DTYPE_Q6_K ? q6_k_panel_dots : q4_0_panel_dots;
+  const auto dots = dtype == MINFER_DTYPE_Q4_K   ? q4_k_panel_dots
+                    : dtype == MINFER_DTYPE_Q5_K ? q5_k_panel_dots
+                    : dtype == MINFER_DTYPE_Q6_K ? q6_k_panel_dots
+                                                 : q4_0_panel_dots;
   const int64_t per = m / kPanelRows, panel_bytes = kPanelRows * sdk::row_bytes(dtype, k), kb = k / 32;
   isa = panel_isa(isa);
   const int64_t items = int64_t(segs.size()) * per;
