@@ -50,6 +50,16 @@ struct Q4_KPanel {
 };
 static_assert(sizeof(Q4_KPanel) == kPanelRows * sizeof(minfer_block_q4_k), "a panel block is its rows' blocks, moved");
 
+// Q3_K (q3_k_panels.cpp): one 256-value block of 16 rows: hmask[c][r] = hmask bytes 4c..+3
+// of row r, qs[h][c][r] = qs bytes 32h + 4c..+3, word i of each row's 12 scale bytes, d.
+struct Q3_KPanel {
+  uint8_t hmask[8][kPanelRows][4];
+  uint8_t qs[2][8][kPanelRows][4];
+  uint32_t scales[3][kPanelRows];
+  uint16_t d[kPanelRows];
+};
+static_assert(sizeof(Q3_KPanel) == kPanelRows * sizeof(minfer_block_q3_k), "a panel block is its rows' blocks, moved");
+
 // Q5_K (q5_k_panels.cpp): Q4_K's panel with the fifth bits between the scales and qs:
 // qh[c][r] = qh bytes 4c..+3 of row r (bit j of byte l: value l of sub-block j).
 struct Q5_KPanel {
@@ -118,10 +128,11 @@ inline void prefetch_panel_block(const void *at, int bytes, int near) {
   }
 }
 
-// The weight types panels exist for; those an isa reads as panels (Q5_K and Q6_K: AVX-512
-// only, see q6_k_panels.cpp); and whether a [k, m] weight can be held so: whole panels.
+// The weight types panels exist for; those an isa reads as panels (Q3_K, Q5_K and Q6_K:
+// AVX-512 only, see q6_k_panels.cpp); and whether a [k, m] weight can be held so: whole panels.
 inline bool panel_dtype(int32_t dtype) {
-  return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_K || dtype == MINFER_DTYPE_Q5_K || dtype == MINFER_DTYPE_Q6_K;
+  return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q3_K || dtype == MINFER_DTYPE_Q4_K || dtype == MINFER_DTYPE_Q5_K ||
+         dtype == MINFER_DTYPE_Q6_K;
 }
 // AMX machines read the panels with the AVX-512 VNNI kernels below kAmxMinTokens tokens and
 // turn them back into rows, a panel at a time, for the tiles above it (amx_matmul).
@@ -137,20 +148,24 @@ inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
 // In place: m rows of k values (GGUF order) to panels, or back.
 void q4_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q4_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
+void q3_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q5_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q6_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 inline void repack_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
   (dtype == MINFER_DTYPE_Q4_K   ? q4_k_convert
+   : dtype == MINFER_DTYPE_Q3_K ? q3_k_convert
    : dtype == MINFER_DTYPE_Q5_K ? q5_k_convert
    : dtype == MINFER_DTYPE_Q6_K ? q6_k_convert
                                 : q4_0_convert)(w, k, m, to_panels, pool);
 }
 void q4_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q4_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
+void q3_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q5_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q6_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 inline void panel_rows(int32_t dtype, const uint8_t *panel, int64_t k, uint8_t *rows) {
   (dtype == MINFER_DTYPE_Q4_K   ? q4_k_panel_rows
+   : dtype == MINFER_DTYPE_Q3_K ? q3_k_panel_rows
    : dtype == MINFER_DTYPE_Q5_K ? q5_k_panel_rows
    : dtype == MINFER_DTYPE_Q6_K ? q6_k_panel_rows
                                 : q4_0_panel_rows)(panel, k, rows);
@@ -180,6 +195,7 @@ __attribute__((target("avx2"))) inline __m256i widen_i32(__m256i s) { return s; 
 // Avx512Vnni (Q6_K: Avx512Vnni; panel_isa maps Amx).
 void q4_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q4_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
+void q3_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q5_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q6_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 
