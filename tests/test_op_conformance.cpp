@@ -158,9 +158,9 @@ std::vector<Case> all_cases() {
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 130, 64}), shapes.push_back({4096, 33, 48});
     // 2-4 tokens over long rows of whole 16-byte pieces (CUDA: the few-token dp4a GEMV), odd row counts.
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 33, 2}), shapes.push_back({2048, 70, 3}), shapes.push_back({4096, 48, 4});
-    // Whole 16-row panels (the CPU holds Q4_0, Q3_K, Q4_K, Q5_K and Q6_K matmul weights so): decode, a batch, a prompt.
-    if (dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q8_0 || dt == MINFER_DTYPE_Q3_K || dt == MINFER_DTYPE_Q4_K || dt == MINFER_DTYPE_Q5_K ||
-        dt == MINFER_DTYPE_Q6_K) {
+    // Whole 16-row panels (the CPU holds Q4_0 and the K-quants' matmul weights so): decode, a batch, a prompt.
+    if (dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q8_0 || dt == MINFER_DTYPE_Q2_K || dt == MINFER_DTYPE_Q3_K || dt == MINFER_DTYPE_Q4_K ||
+        dt == MINFER_DTYPE_Q5_K || dt == MINFER_DTYPE_Q6_K) {
       const int64_t kp = per == 256 ? 1024 : 896;
       shapes.push_back({kp, 64, 1}), shapes.push_back({kp, 48, 11}), shapes.push_back({1024, 128, 130});
     }

@@ -7,6 +7,7 @@ namespace minfer::cpu {
 
 void panel_matmul(int32_t dtype, Isa isa, int64_t k, int64_t m, const ActBlock *a, std::span<const PanelSegment> segs, ThreadPool &pool) {
   const auto dots = dtype == MINFER_DTYPE_Q4_K   ? q4_k_panel_dots
+                    : dtype == MINFER_DTYPE_Q2_K ? q2_k_panel_dots
                     : dtype == MINFER_DTYPE_Q3_K ? q3_k_panel_dots
                     : dtype == MINFER_DTYPE_Q5_K ? q5_k_panel_dots
                     : dtype == MINFER_DTYPE_Q6_K ? q6_k_panel_dots

@@ -50,6 +50,15 @@ struct Q4_KPanel {
 };
 static_assert(sizeof(Q4_KPanel) == kPanelRows * sizeof(minfer_block_q4_k), "a panel block is its rows' blocks, moved");
 
+// Q2_K (q2_k_panels.cpp): one 256-value block of 16 rows: word i of each row's 16 scale
+// bytes, qs[h][c][r] = qs bytes 32h + 4c..+3 of row r, d, dmin.
+struct Q2_KPanel {
+  uint32_t scales[4][kPanelRows];
+  uint8_t qs[2][8][kPanelRows][4];
+  uint16_t d[kPanelRows], dmin[kPanelRows];
+};
+static_assert(sizeof(Q2_KPanel) == kPanelRows * sizeof(minfer_block_q2_k), "a panel block is its rows' blocks, moved");
+
 // Q3_K (q3_k_panels.cpp): one 256-value block of 16 rows: hmask[c][r] = hmask bytes 4c..+3
 // of row r, qs[h][c][r] = qs bytes 32h + 4c..+3, word i of each row's 12 scale bytes, d.
 struct Q3_KPanel {
@@ -128,11 +137,11 @@ inline void prefetch_panel_block(const void *at, int bytes, int near) {
   }
 }
 
-// The weight types panels exist for; those an isa reads as panels (Q3_K, Q5_K and Q6_K:
+// The weight types panels exist for; those an isa reads as panels (Q2_K, Q3_K, Q5_K and Q6_K:
 // AVX-512 only, see q6_k_panels.cpp); and whether a [k, m] weight can be held so: whole panels.
 inline bool panel_dtype(int32_t dtype) {
-  return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q3_K || dtype == MINFER_DTYPE_Q4_K || dtype == MINFER_DTYPE_Q5_K ||
-         dtype == MINFER_DTYPE_Q6_K;
+  return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q2_K || dtype == MINFER_DTYPE_Q3_K || dtype == MINFER_DTYPE_Q4_K ||
+         dtype == MINFER_DTYPE_Q5_K || dtype == MINFER_DTYPE_Q6_K;
 }
 // AMX machines read the panels with the AVX-512 VNNI kernels below kAmxMinTokens tokens and
 // turn them back into rows, a panel at a time, for the tiles above it (amx_matmul).
@@ -148,11 +157,13 @@ inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
 // In place: m rows of k values (GGUF order) to panels, or back.
 void q4_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q4_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
+void q2_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q3_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q5_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q6_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 inline void repack_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
   (dtype == MINFER_DTYPE_Q4_K   ? q4_k_convert
+   : dtype == MINFER_DTYPE_Q2_K ? q2_k_convert
    : dtype == MINFER_DTYPE_Q3_K ? q3_k_convert
    : dtype == MINFER_DTYPE_Q5_K ? q5_k_convert
    : dtype == MINFER_DTYPE_Q6_K ? q6_k_convert
@@ -160,11 +171,13 @@ inline void repack_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, bool 
 }
 void q4_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q4_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
+void q2_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q3_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q5_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q6_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 inline void panel_rows(int32_t dtype, const uint8_t *panel, int64_t k, uint8_t *rows) {
   (dtype == MINFER_DTYPE_Q4_K   ? q4_k_panel_rows
+   : dtype == MINFER_DTYPE_Q2_K ? q2_k_panel_rows
    : dtype == MINFER_DTYPE_Q3_K ? q3_k_panel_rows
    : dtype == MINFER_DTYPE_Q5_K ? q5_k_panel_rows
    : dtype == MINFER_DTYPE_Q6_K ? q6_k_panel_rows
@@ -195,6 +208,7 @@ __attribute__((target("avx2"))) inline __m256i widen_i32(__m256i s) { return s; 
 // Avx512Vnni (Q6_K: Avx512Vnni; panel_isa maps Amx).
 void q4_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q4_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
+void q2_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q3_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q5_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q6_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
