@@ -20,10 +20,12 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
+#include "minfer/plugin.hpp"
 #include "qdot.hpp"
 #include "thread_pool.hpp"
 
@@ -189,6 +191,88 @@ template <int kPass, class F>
 void in_passes(int64_t tokens, F &&pass) {
   for (int64_t t0 = 0; t0 < tokens; t0 += kPass)
     by_count<kPass>(int(std::min<int64_t>(kPass, tokens - t0)), [&](auto tag) { pass(tag, t0); });
+}
+
+// The AVX-512 panel kernels' passes over `tokens`, at most kVnniPanelTokens a pass (two int32
+// sums and an accumulator a token in the registers): kernel(tag, panel blocks, blocks, a, kb,
+// y, m), tag's value the pass's count. The AVX-512-only types refuse another isa.
+inline constexpr int kVnniPanelTokens = 8;
+template <class Panel, class Kernel>
+void vnni_panel_passes(const char *type, Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m,
+                       Kernel kernel) {
+  if (isa != Isa::Avx512Vnni)
+    throw sdk::Error(MINFER_ERR_INTERNAL, std::string(type) + " panels are read by the AVX-512 VNNI kernel only (panels_take)");
+  const auto *pb = reinterpret_cast<const Panel *>(panel);
+  const int64_t nb = k / 256, kb = k / 32;
+  in_passes<kVnniPanelTokens>(tokens, [&](auto tag, int64_t t0) { kernel(tag, pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
+}
+
+// The AVX-512 kernel of the panels whose scales cover 16 values (Q2_K, Q3_K; Q6_K from three
+// tokens): for activation block j of a 256-value block, Unit::scales gives d * scale (ds) of
+// sub-blocks 2j and 2j + 1 and, for a unit with mins (kOffset 0), dm = dmin * min; the others'
+// values sit kOffset above zero. Unit::values gives the 16 rows' 4 unsigned values of piece c
+// (values 4c..4c+3 of the block; pieces 0-3 are sub-block 2j). Per (16 rows, 32 values,
+// token): 8 vpdpbusd and four FMAs.
+template <class Unit, int T>
+__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) void sub16_dots_vnni(const typename Unit::Panel *p, int64_t nb,
+                                                                                                     const ActBlock *a, int64_t kb, float *y,
+                                                                                                     int64_t m) {
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_panel_block(p + b, int(sizeof(typename Unit::Panel)), 2 * int(sizeof(typename Unit::Panel)));
+    const typename Unit::Block blk(p[b]);
+    for (int j = 0; j < 8; ++j) {
+      __m512 ds[2], dm[2];
+      blk.scales(p[b], j, ds, dm);
+      __m512i s0[T], s1[T];
+      for (int t = 0; t < T; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
+      for (int c = 0; c < 8; ++c) {
+        const __m512i v = Unit::values(p[b], j, c);
+        for (int t = 0; t < T; ++t) {
+          const ActBlock &x = a[t * kb + b * 8 + j];
+          const __m512i xv = _mm512_set1_epi32(*reinterpret_cast<const int32_t *>(x.qs + 4 * c));
+          if (c < 4) s0[t] = _mm512_dpbusd_epi32(s0[t], v, xv);
+          else s1[t] = _mm512_dpbusd_epi32(s1[t], v, xv);
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const ActBlock &x = a[t * kb + b * 8 + j];
+        const __m512 xd = _mm512_set1_ps(x.d);
+        const float sum[2] = {x.d_sum_lo, x.d_sum - x.d_sum_lo};
+        for (int i = 0; i < 2; ++i) {
+          const __m512 si = _mm512_cvtepi32_ps(i == 0 ? s0[t] : s1[t]);
+          if constexpr (Unit::kOffset != 0) {  // ds (d_x dot(v, x) - offset d_x sum(x))
+            acc[t] = _mm512_fmadd_ps(ds[i], _mm512_fmadd_ps(xd, si, _mm512_set1_ps(-float(Unit::kOffset) * sum[i])), acc[t]);
+          } else {  // ds d_x dot(v, x) - dm d_x sum(x)
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(ds[i], xd), si, acc[t]);
+            acc[t] = _mm512_fnmadd_ps(dm[i], _mm512_set1_ps(sum[i]), acc[t]);
+          }
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
+}
+
+// Q4_K's and Q5_K's six-bit scales and mins of 16 rows (each row's three scale words, as the
+// row dots' q4_k_scales_simd decodes them), for sub-blocks 2g and 2g + 1: d * sc and dmin * m.
+__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw"))) inline void k4_scales_16(const uint32_t (&scales)[3][kPanelRows], __m512 d,
+                                                                                            __m512 dmin, int g, __m512 (&dsc)[2], __m512 (&dm)[2]) {
+  const __m512i six = _mm512_set1_epi32(0x3f3f3f3f), four = _mm512_set1_epi32(0x0f0f0f0f);
+  const __m512i two = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
+  const __m512i u0 = _mm512_loadu_si512(scales[0]), u1 = _mm512_loadu_si512(scales[1]), u2 = _mm512_loadu_si512(scales[2]);
+  // sub-blocks 0-3's fields a byte each in the first two words; 4-7's rebuilt from the third
+  const __m512i scw = g < 2 ? _mm512_and_si512(u0, six)
+                            : _mm512_or_si512(_mm512_and_si512(u2, four), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), two), 4));
+  const __m512i mw = g < 2 ? _mm512_and_si512(u1, six)
+                           : _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), four),
+                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), two), 4));
+  for (int i = 0; i < 2; ++i) {  // sub-block 2g + i: byte 2(g % 2) + i
+    const int sh = 16 * (g & 1) + 8 * i;
+    dsc[i] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(scw, sh), byte)));
+    dm[i] = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(mw, sh), byte)));
+  }
 }
 
 // One integer step of the 256-bit panel passes (Q4_0, Q4_K), s += w x summed by 4 values:

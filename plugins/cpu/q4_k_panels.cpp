@@ -40,26 +40,16 @@ void move_q4_k(minfer_block_q4_k &row, Q4_KPanel &pb, int r, bool to_panels) {
 
 template <int T>
 MINFER_VNNI512 void q4_k_dots_vnni(const Q4_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
-  const __m512i low = _mm512_set1_epi8(0x0f), six = _mm512_set1_epi32(0x3f3f3f3f), four = _mm512_set1_epi32(0x0f0f0f0f);
-  const __m512i two = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
+  const __m512i low = _mm512_set1_epi8(0x0f);
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     prefetch_panel_block(p + b, int(sizeof(Q4_KPanel)), 2 * int(sizeof(Q4_KPanel)));
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].dmin)));
-    const __m512i u0 = _mm512_loadu_si512(p[b].scales[0]), u1 = _mm512_loadu_si512(p[b].scales[1]), u2 = _mm512_loadu_si512(p[b].scales[2]);
-    const __m512i sc03 = _mm512_and_si512(u0, six), m03 = _mm512_and_si512(u1, six);
-    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, four), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), two), 4));
-    const __m512i m47 =
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), four), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), two), 4));
     for (int g = 0; g < 4; ++g) {
-      const __m512i scw = g < 2 ? sc03 : sc47, mw = g < 2 ? m03 : m47;
-      const int sh0 = 16 * (g & 1), sh1 = sh0 + 8;  // sub-blocks 2g and 2g + 1: bytes 2(g % 2) and 2(g % 2) + 1
-      const __m512 dsc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(scw, sh0), byte)));
-      const __m512 dsc1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(scw, sh1), byte)));
-      const __m512 dm0 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(mw, sh0), byte)));
-      const __m512 dm1 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(mw, sh1), byte)));
+      __m512 dsc[2], dm[2];
+      k4_scales_16(p[b].scales, d, dmin, g, dsc, dm);
       __m512i s0[T], s1[T];
       for (int t = 0; t < T; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
       for (int c = 0; c < 8; ++c) {
@@ -73,10 +63,10 @@ MINFER_VNNI512 void q4_k_dots_vnni(const Q4_KPanel *p, int64_t nb, const ActBloc
       }
       for (int t = 0; t < T; ++t) {
         const ActBlock *x = a + t * kb + b * 8 + 2 * g;
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[t]), _mm512_mul_ps(dsc0, _mm512_set1_ps(x[0].d)), acc[t]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[t]), _mm512_mul_ps(dsc1, _mm512_set1_ps(x[1].d)), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(dm0, _mm512_set1_ps(x[0].d_sum), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(dm1, _mm512_set1_ps(x[1].d_sum), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[t]), _mm512_mul_ps(dsc[0], _mm512_set1_ps(x[0].d)), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[t]), _mm512_mul_ps(dsc[1], _mm512_set1_ps(x[1].d)), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(dm[0], _mm512_set1_ps(x[0].d_sum), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(dm[1], _mm512_set1_ps(x[1].d_sum), acc[t]);
       }
     }
   }
@@ -140,9 +130,9 @@ MINFER_Q4_K_DOTS_256(q4_k_dots_avx2, MINFER_AVX2, dot_step_avx2, widen_i16)
 MINFER_Q4_K_DOTS_256(q4_k_dots_avxvnni, MINFER_AVXVNNI, dot_step_avxvnni, widen_i32)
 #undef MINFER_Q4_K_DOTS_256
 
-// Tokens per pass: what the registers hold (AVX-512: two int32 sums and an accumulator a
-// token; AVX2: two int16 sums and an accumulator of 8 rows a token in 16 registers).
-constexpr int kVnniTokens = 8, kAvx2Tokens = 4;
+// Tokens per AVX2 pass: two int16 sums and an accumulator of 8 rows a token in 16 registers
+// (AVX-512: kVnniPanelTokens).
+constexpr int kAvx2Tokens = 4;
 
 }  // namespace
 
@@ -150,7 +140,7 @@ void q4_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   const auto *pb = reinterpret_cast<const Q4_KPanel *>(panel);
   const int64_t nb = k / 256, kb = k / 32;
   if (isa == Isa::Avx512Vnni)
-    return in_passes<kVnniTokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_vnni<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
+    return in_passes<kVnniPanelTokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_vnni<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
   if (isa == Isa::AvxVnni)
     return in_passes<kAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_avxvnni<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
   in_passes<kAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_avx2<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });

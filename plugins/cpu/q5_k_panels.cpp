@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-#include "minfer/plugin.hpp"
 #include "panels.hpp"
 
 namespace minfer::cpu {
@@ -36,26 +35,16 @@ void move_q5_k(minfer_block_q5_k &row, Q5_KPanel &pb, int r, bool to_panels) {
 // matrix on a Zen 4 EPYC that streams 35-41; Q4_K's panels 43.)
 template <int T>
 MINFER_VNNI512 void q5_k_dots_vnni(const Q5_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
-  const __m512i low = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10), six = _mm512_set1_epi32(0x3f3f3f3f);
-  const __m512i four = _mm512_set1_epi32(0x0f0f0f0f), two = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
+  const __m512i low = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     prefetch_panel_block(p + b, int(sizeof(Q5_KPanel)), int(sizeof(Q5_KPanel)));
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].dmin)));
-    const __m512i u0 = _mm512_loadu_si512(p[b].scales[0]), u1 = _mm512_loadu_si512(p[b].scales[1]), u2 = _mm512_loadu_si512(p[b].scales[2]);
-    const __m512i sc03 = _mm512_and_si512(u0, six), m03 = _mm512_and_si512(u1, six);
-    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, four), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), two), 4));
-    const __m512i m47 =
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), four), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), two), 4));
     for (int g = 0; g < 4; ++g) {
-      const __m512i scw = g < 2 ? sc03 : sc47, mw = g < 2 ? m03 : m47;
-      const int sh0 = 16 * (g & 1), sh1 = sh0 + 8;  // sub-blocks 2g and 2g + 1: bytes 2(g % 2) and 2(g % 2) + 1
-      const __m512 dsc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(scw, sh0), byte)));
-      const __m512 dsc1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(scw, sh1), byte)));
-      const __m512 dm0 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(mw, sh0), byte)));
-      const __m512 dm1 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(mw, sh1), byte)));
+      __m512 dsc[2], dm[2];
+      k4_scales_16(p[b].scales, d, dmin, g, dsc, dm);
       __m512i s0[T], s1[T];
       for (int t = 0; t < T; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
       for (int c = 0; c < 8; ++c) {
@@ -74,26 +63,20 @@ MINFER_VNNI512 void q5_k_dots_vnni(const Q5_KPanel *p, int64_t nb, const ActBloc
       }
       for (int t = 0; t < T; ++t) {
         const ActBlock *x = a + t * kb + b * 8 + 2 * g;
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[t]), _mm512_mul_ps(dsc0, _mm512_set1_ps(x[0].d)), acc[t]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[t]), _mm512_mul_ps(dsc1, _mm512_set1_ps(x[1].d)), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(dm0, _mm512_set1_ps(x[0].d_sum), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(dm1, _mm512_set1_ps(x[1].d_sum), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[t]), _mm512_mul_ps(dsc[0], _mm512_set1_ps(x[0].d)), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[t]), _mm512_mul_ps(dsc[1], _mm512_set1_ps(x[1].d)), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(dm[0], _mm512_set1_ps(x[0].d_sum), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(dm[1], _mm512_set1_ps(x[1].d_sum), acc[t]);
       }
     }
   }
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
 }
 
-// Tokens per pass: two int32 sums and an accumulator a token.
-constexpr int kVnniTokens = 8;
-
 }  // namespace
 
 void q5_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
-  if (isa != Isa::Avx512Vnni) throw sdk::Error(MINFER_ERR_INTERNAL, "q5_k panels are read by the AVX-512 VNNI kernel only (panels_take)");
-  const auto *pb = reinterpret_cast<const Q5_KPanel *>(panel);
-  const int64_t nb = k / 256, kb = k / 32;
-  in_passes<kVnniTokens>(tokens, [&](auto tag, int64_t t0) { q5_k_dots_vnni<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
+  vnni_panel_passes<Q5_KPanel>("q5_k", isa, panel, k, a, tokens, y, m, [](auto tag, auto &&...args) { q5_k_dots_vnni<decltype(tag)::value>(args...); });
 }
 
 void q5_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) { panel_to_rows<minfer_block_q5_k, Q5_KPanel, 256>(panel, k, rows, move_q5_k); }

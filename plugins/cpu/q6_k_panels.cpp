@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "minfer/plugin.hpp"
 #include "panels.hpp"
 
 namespace minfer::cpu {
@@ -98,56 +97,34 @@ MINFER_VNNI512 void q6_k_dots_vnni_few(const Q6_KPanel *p, int64_t nb, const Act
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
 }
 
-template <int T>
-MINFER_VNNI512 void q6_k_dots_vnni(const Q6_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
-  const __m512i low = _mm512_set1_epi8(0x0f), two = _mm512_set1_epi8(0x03);
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_panel_block(p + b, int(sizeof(Q6_KPanel)), 2 * int(sizeof(Q6_KPanel)));
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
-    for (int j = 0; j < 8; ++j) {
-      const int h = j / 4, q = j % 4;
-      const __m512 ds0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].scales[2 * j])))));
-      const __m512 ds1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].scales[2 * j + 1])))));
-      __m512i s0[T], s1[T];
-      for (int t = 0; t < T; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
-      for (int c = 0; c < 8; ++c) {
-        const __m512i l4 = _mm512_loadu_si512(p[b].ql[h][q & 1][c]), h2 = _mm512_loadu_si512(p[b].qh[h][c]);
-        const __m512i lo = q < 2 ? _mm512_and_si512(l4, low) : _mm512_and_si512(_mm512_srli_epi16(l4, 4), low);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(h2, 2 * q), two);
-        const __m512i v = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));  // hi <= 3: the shift stays in its byte
-        for (int t = 0; t < T; ++t) {
-          const ActBlock &x = a[t * kb + b * 8 + j];
-          const __m512i xv = _mm512_set1_epi32(*reinterpret_cast<const int32_t *>(x.qs + 4 * c));
-          if (c < 4) s0[t] = _mm512_dpbusd_epi32(s0[t], v, xv);
-          else s1[t] = _mm512_dpbusd_epi32(s1[t], v, xv);
-        }
-      }
-      for (int t = 0; t < T; ++t) {
-        const ActBlock &x = a[t * kb + b * 8 + j];
-        const __m512 xd = _mm512_set1_ps(x.d);
-        acc[t] = _mm512_fmadd_ps(ds0, _mm512_fmadd_ps(xd, _mm512_cvtepi32_ps(s0[t]), _mm512_set1_ps(-32.0f * x.d_sum_lo)), acc[t]);
-        acc[t] = _mm512_fmadd_ps(ds1, _mm512_fmadd_ps(xd, _mm512_cvtepi32_ps(s1[t]), _mm512_set1_ps(-32.0f * (x.d_sum - x.d_sum_lo))), acc[t]);
-      }
+// Three or more tokens: sub16_dots_vnni, a piece's 6-bit values rebuilt for each block j.
+struct Q6_KUnit {
+  using Panel = Q6_KPanel;
+  static constexpr int kOffset = 32;
+  struct Block {
+    __m512 d;
+    MINFER_VNNI512 explicit Block(const Panel &p) : d(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p.d)))) {}
+    MINFER_VNNI512 void scales(const Panel &p, int j, __m512 (&ds)[2], __m512 (&)[2]) const {
+      for (int i = 0; i < 2; ++i)
+        ds[i] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p.scales[2 * j + i])))));
     }
+  };
+  MINFER_VNNI512 static __m512i values(const Panel &p, int j, int c) {
+    const int h = j / 4, q = j % 4;
+    const __m512i l4 = _mm512_loadu_si512(p.ql[h][q & 1][c]), h2 = _mm512_loadu_si512(p.qh[h][c]), low = _mm512_set1_epi8(0x0f);
+    const __m512i lo = q < 2 ? _mm512_and_si512(l4, low) : _mm512_and_si512(_mm512_srli_epi16(l4, 4), low);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(h2, 2 * q), _mm512_set1_epi8(0x03));
+    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));  // hi <= 3: the shift stays in its byte
   }
-  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
-}
-
-// Tokens per pass: what the registers hold (two int32 sums and an accumulator a token).
-constexpr int kVnniTokens = 8;
+};
 
 }  // namespace
 
 void q6_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
-  if (isa != Isa::Avx512Vnni) throw sdk::Error(MINFER_ERR_INTERNAL, "q6_k panels are read by the AVX-512 VNNI kernel only (panels_take)");
-  const auto *pb = reinterpret_cast<const Q6_KPanel *>(panel);
-  const int64_t nb = k / 256, kb = k / 32;
-  in_passes<kVnniTokens>(tokens, [&](auto tag, int64_t t0) {
+  vnni_panel_passes<Q6_KPanel>("q6_k", isa, panel, k, a, tokens, y, m, [](auto tag, auto &&...args) {
     constexpr int kT = decltype(tag)::value;
-    if constexpr (kT <= 2) q6_k_dots_vnni_few<kT>(pb, nb, a + t0 * kb, kb, y + t0 * m, m);
-    else q6_k_dots_vnni<kT>(pb, nb, a + t0 * kb, kb, y + t0 * m, m);
+    if constexpr (kT <= 2) q6_k_dots_vnni_few<kT>(args...);
+    else sub16_dots_vnni<Q6_KUnit, kT>(args...);
   });
 }
 
