@@ -275,6 +275,57 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw"))) inline void k
   }
 }
 
+// The AVX-512 kernel of Q4_K's and Q5_K's panels. Per (16 rows, 256 values, token): 64
+// vpdpbusd against broadcast activations and four FMAs per sub-block pair; the 16 rows'
+// six-bit scales and mins decoded as vectors (k4_scales_16; the row dots spent ~135
+// instructions per row and block, compute-bound at half the bytes' rate). Sub-block j of a
+// row: d sc_j d_x dot(q, x) - dmin m_j d_x sum(x). Q5_K's fifth bits: value l of sub-block j
+// has bit j of qh[l], and qh's piece c serves every sub-block of the block, so sub-blocks 2g
+// and 2g + 1 take bits 2g and 2g + 1 of it to bit 4 of their nibbles.
+template <class Panel, int T>
+__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) void k4_dots_vnni(const Panel *p, int64_t nb, const ActBlock *a,
+                                                                                                  int64_t kb, float *y, int64_t m) {
+  constexpr bool kFifth = requires(const Panel &q) { q.qh; };
+  const __m512i low = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_panel_block(p + b, int(sizeof(Panel)), (kFifth ? 1 : 2) * int(sizeof(Panel)));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].dmin)));
+    for (int g = 0; g < 4; ++g) {
+      __m512 dsc[2], dm[2];
+      k4_scales_16(p[b].scales, d, dmin, g, dsc, dm);
+      __m512i s0[T], s1[T];
+      for (int t = 0; t < T; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
+      for (int c = 0; c < 8; ++c) {
+        const __m512i v = _mm512_loadu_si512(p[b].qs[g][c]);
+        __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        if constexpr (kFifth) {  // 16-bit shifts: the mask keeps each byte's own bit
+          const __m512i h = _mm512_loadu_si512(p[b].qh[c]);
+          const __m512i h0 = 2 * g <= 4 ? _mm512_slli_epi16(h, 4 - 2 * g) : _mm512_srli_epi16(h, 2 * g - 4);
+          const __m512i h1 = 2 * g + 1 <= 4 ? _mm512_slli_epi16(h, 3 - 2 * g) : _mm512_srli_epi16(h, 2 * g - 3);
+          lo = _mm512_ternarylogic_epi32(lo, h0, bit4, 0xF8);  // A | (B & C)
+          hi = _mm512_ternarylogic_epi32(hi, h1, bit4, 0xF8);
+        }
+        for (int t = 0; t < T; ++t) {
+          const ActBlock *x = a + t * kb + b * 8 + 2 * g;
+          s0[t] = _mm512_dpbusd_epi32(s0[t], lo, _mm512_set1_epi32(*reinterpret_cast<const int32_t *>(x[0].qs + 4 * c)));
+          s1[t] = _mm512_dpbusd_epi32(s1[t], hi, _mm512_set1_epi32(*reinterpret_cast<const int32_t *>(x[1].qs + 4 * c)));
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const ActBlock *x = a + t * kb + b * 8 + 2 * g;
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[t]), _mm512_mul_ps(dsc[0], _mm512_set1_ps(x[0].d)), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[t]), _mm512_mul_ps(dsc[1], _mm512_set1_ps(x[1].d)), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(dm[0], _mm512_set1_ps(x[0].d_sum), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(dm[1], _mm512_set1_ps(x[1].d_sum), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
+}
+
 // One integer step of the 256-bit panel passes (Q4_0, Q4_K), s += w x summed by 4 values:
 // AVX2 adds vpmaddubsw's int16 pair sums (the passes widen them with widen_i16 once a
 // sub-block, while int16 cannot overflow), AVX-VNNI's vpdpbusd sums straight into int32.

@@ -25,53 +25,14 @@ void move_q4_k(minfer_block_q4_k &row, Q4_KPanel &pb, int r, bool to_panels) {
 }
 
 #define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define MINFER_VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 #define MINFER_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 // ---- Dot products straight from the panels ------------------------------------------------
-// Per (16 rows, 256 values, token): 64 vpdpbusd against broadcast activations (AVX2: 64
-// vpmaddubsw on 8 rows, a sub-block summed in int16: 8 * 2 * 15 * 127 < 2^15) and four FMAs
-// per sub-block pair; the 16 rows' six-bit scales and mins decoded as vectors once per block
-// (the row dots spent ~135 instructions per row and block, compute-bound at half the bytes'
-// rate). Sub-block j of a row: d sc_j d_x dot(q, x) - dmin m_j d_x sum(x).
-
-// The scale words decode as the row dots' (qdot.cpp q4_k_scales_simd), 16 rows at once: sc03
-// and m03 hold sub-blocks 0-3's six-bit fields a byte each, sc47 and m47 those of 4-7.
-
-template <int T>
-MINFER_VNNI512 void q4_k_dots_vnni(const Q4_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
-  const __m512i low = _mm512_set1_epi8(0x0f);
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_panel_block(p + b, int(sizeof(Q4_KPanel)), 2 * int(sizeof(Q4_KPanel)));
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
-    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].dmin)));
-    for (int g = 0; g < 4; ++g) {
-      __m512 dsc[2], dm[2];
-      k4_scales_16(p[b].scales, d, dmin, g, dsc, dm);
-      __m512i s0[T], s1[T];
-      for (int t = 0; t < T; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
-      for (int c = 0; c < 8; ++c) {
-        const __m512i v = _mm512_loadu_si512(p[b].qs[g][c]);
-        const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-        for (int t = 0; t < T; ++t) {
-          const ActBlock *x = a + t * kb + b * 8 + 2 * g;
-          s0[t] = _mm512_dpbusd_epi32(s0[t], lo, _mm512_set1_epi32(*reinterpret_cast<const int32_t *>(x[0].qs + 4 * c)));
-          s1[t] = _mm512_dpbusd_epi32(s1[t], hi, _mm512_set1_epi32(*reinterpret_cast<const int32_t *>(x[1].qs + 4 * c)));
-        }
-      }
-      for (int t = 0; t < T; ++t) {
-        const ActBlock *x = a + t * kb + b * 8 + 2 * g;
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[t]), _mm512_mul_ps(dsc[0], _mm512_set1_ps(x[0].d)), acc[t]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[t]), _mm512_mul_ps(dsc[1], _mm512_set1_ps(x[1].d)), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(dm[0], _mm512_set1_ps(x[0].d_sum), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(dm[1], _mm512_set1_ps(x[1].d_sum), acc[t]);
-      }
-    }
-  }
-  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
-}
+// AVX-512: k4_dots_vnni (panels.hpp, shared with Q5_K). AVX2: the same sums on 8 rows at a
+// time, 64 vpmaddubsw per (8 rows, 256 values, token), a sub-block summed in int16 (8 * 2 *
+// 15 * 127 < 2^15); the scale words decode as the row dots' (qdot.cpp q4_k_scales_simd), 8
+// rows at once: sc03 and m03 hold sub-blocks 0-3's six-bit fields a byte each, sc47 and m47
+// those of 4-7.
 
 // The AVX2 pass and its AVX-VNNI twin (a macro: each needs its own target), DOT and WIDEN the
 // steps of panels.hpp (AVX2: a sub-block summed in int16, then widened).
@@ -140,7 +101,7 @@ void q4_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   const auto *pb = reinterpret_cast<const Q4_KPanel *>(panel);
   const int64_t nb = k / 256, kb = k / 32;
   if (isa == Isa::Avx512Vnni)
-    return in_passes<kVnniPanelTokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_vnni<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
+    return in_passes<kVnniPanelTokens>(tokens, [&](auto tag, int64_t t0) { k4_dots_vnni<Q4_KPanel, decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
   if (isa == Isa::AvxVnni)
     return in_passes<kAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_avxvnni<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
   in_passes<kAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { q4_k_dots_avx2<decltype(tag)::value>(pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
