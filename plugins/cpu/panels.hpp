@@ -1,4 +1,4 @@
-// plugins/cpu/panels.hpp — Q4_0, Q4_K and Q6_K matmul weights repacked, in their own buffer,
+// plugins/cpu/panels.hpp — Q4_0 and K-quant (Q2_K..Q6_K) matmul weights repacked, in their own buffer,
 // into 16-row panels.
 //
 // In GGUF order a matmul reads one row at a time: each (row, block, token) then pays a
