@@ -187,6 +187,23 @@ void DeviceBuffer::read(uint64_t offset, void *dst, uint64_t bytes) const {
   plugin_->check(plugin_->api().buffer_read(buf_, offset, dst, bytes), "buffer_read");
 }
 
+bool DeviceBuffer::copies_directly_from(const DeviceBuffer &src) const {
+  const minfer_backend_api &a = plugin_->api();
+  return src.plugin_ == plugin_ && a.struct_size >= MINFER_SIZE_UP_TO(minfer_backend_api, buffer_copy) && a.buffer_copy;
+}
+
+bool DeviceBuffer::copy_from(const DeviceBuffer &src, uint64_t src_offset, uint64_t offset, uint64_t bytes) {
+  if (!copies_directly_from(src)) return false;
+  const minfer_backend_api &a = plugin_->api();
+  minfer_status *st = a.buffer_copy(buf_, offset, src.buf_, src_offset, bytes);
+  if (st && a.status_code(st) == MINFER_ERR_UNSUPPORTED) {
+    a.status_free(st);
+    return false;
+  }
+  plugin_->check(st, "buffer_copy");
+  return true;
+}
+
 CompiledSegment::~CompiledSegment() {
   if (seg_) plugin_->api().segment_free(seg_);
 }

@@ -74,6 +74,12 @@ class DeviceBuffer {
   uint64_t size() const { return bytes_; }
   void write(uint64_t offset, const void *src, uint64_t bytes);
   void read(uint64_t offset, void *dst, uint64_t bytes) const;
+  // Whether copy_from can take src without host memory: both buffers are one plugin's and it
+  // has buffer_copy (ABI 1.8).
+  bool copies_directly_from(const DeviceBuffer &src) const;
+  // [offset, offset + bytes) = src's [src_offset, ...), device to device (ABI 1.8 buffer_copy),
+  // ordered after both backends' work so far. false when the plugin cannot: copy through host.
+  bool copy_from(const DeviceBuffer &src, uint64_t src_offset, uint64_t offset, uint64_t bytes);
 
  private:
   std::shared_ptr<Plugin> plugin_;

@@ -286,10 +286,13 @@ void Session::run(const StepShape &shape) {
       trace_->node(id, ms, on_device, out, bytes);
       continue;
     }
-    // Copy through host memory: the source must be finished before it is read.
+    // Device to device where both ends are one plugin's (enqueued, ordered on both backends);
+    // else through host memory: the source must be finished before it is read.
     const Tensor &t = graph_.tensor(s.tensor);
     const Location &src = at(s.tensor, s.from), &dst = at(s.tensor, s.backend);
-    staging_.resize(bytes_for(t, shape));
+    const uint64_t bytes = bytes_for(t, shape);
+    if (dst.buffer->copy_from(*src.buffer, src.offset, dst.offset, bytes)) continue;
+    staging_.resize(bytes);
     src.buffer->read(src.offset, staging_.data(), staging_.size());
     dst.buffer->write(dst.offset, staging_.data(), staging_.size());
   }
@@ -369,8 +372,9 @@ std::string Session::explain() const {
     const Tensor &t = graph_.tensor(s.tensor);
     size_t next = si + 1;  // the segment this copy feeds
     while (next < placement_.steps.size() && placement_.steps[next].kind == Step::Kind::Copy) ++next;
-    copy_lines += "  copy " + t.name + ": " + s.from + " -> " + s.backend + " (" +
-                  human_bytes(t.n_bytes()) + ")";
+    const bool direct = at(s.tensor, s.backend).buffer->copies_directly_from(*at(s.tensor, s.from).buffer);
+    copy_lines += "  copy " + t.name + ": " + s.from + " -> " + s.backend + " (" + human_bytes(t.n_bytes()) +
+                  (direct ? ", device to device" : ", through host memory") + ")";
     if (next < placement_.steps.size())
       copy_lines += " before the segment starting at node " +
                     graph_.node(placement_.steps[next].nodes.front()).name;

@@ -23,6 +23,8 @@ class CpuBuffer : public sdk::Buffer {
   ~CpuBuffer() override;
   void write(uint64_t offset, const void *src, uint64_t bytes) override;
   void read(uint64_t offset, void *dst, uint64_t bytes) override;
+  // Another cpu backend's buffer into this one: one memcpy instead of the host's two.
+  void copy_from(sdk::Buffer &src, uint64_t src_offset, uint64_t offset, uint64_t bytes) override;
   uint8_t *data() { return data_; }
 
   // Q4_0 and K-quant matmul weights held as 16-row panels (panels.hpp), in buffers the plugin owns.

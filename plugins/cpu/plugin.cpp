@@ -50,6 +50,13 @@ void CpuBuffer::read(uint64_t offset, void *dst, uint64_t bytes) {
   std::memcpy(dst, data_ + offset, bytes);
 }
 
+void CpuBuffer::copy_from(sdk::Buffer &src, uint64_t src_offset, uint64_t offset, uint64_t bytes) {
+  if (!owned_) throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "copy into a buffer of host memory the cpu backend only reads");
+  check_range(offset, bytes, "copy");
+  to_rows(offset, bytes);
+  src.read(src_offset, data_ + offset, bytes);  // execute ran to completion: nothing is pending
+}
+
 void CpuBuffer::to_rows(uint64_t offset, uint64_t bytes) {
   if (panel_ranges_.empty()) return;
   auto it = panel_ranges_.upper_bound(offset);

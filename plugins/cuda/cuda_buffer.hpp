@@ -31,6 +31,13 @@ class CudaBuffer : public sdk::Buffer {
     check_cuda(cudaMemcpyAsync(dst, data_ + offset, bytes, cudaMemcpyDeviceToHost, dev_.stream()), "buffer read");
     check_cuda(cudaStreamSynchronize(dev_.stream()), "buffer read");
   }
+  // Another buffer of this plugin (the host checks): of this device, or of another one.
+  void copy_from(sdk::Buffer &src, uint64_t src_offset, uint64_t offset, uint64_t bytes) override {
+    auto &from = static_cast<CudaBuffer &>(src);
+    check_range(offset, bytes, "copy");
+    from.check_range(src_offset, bytes, "copy source");
+    dev_.copy_from(from.dev_, data_ + offset, from.data_ + src_offset, bytes);
+  }
   uint8_t *data() const { return data_; }
 
  private:

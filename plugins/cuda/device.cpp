@@ -1,6 +1,9 @@
 #include "device.hpp"
 
 #include <algorithm>
+#include <mutex>
+#include <set>
+#include <utility>
 
 #include "minfer/dtype.h"
 #include "minfer/op_contract.hpp"
@@ -23,6 +26,7 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   check_cuda(cudaDeviceGetAttribute(&max_grid_x, cudaDevAttrMaxGridDimX, device_),
              "reading the device's grid limit");
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaEventCreateWithFlags(&copy_event_, cudaEventDisableTiming), "cudaEventCreate");
   cfg_.stream = stream_;
   cfg_.max_blocks = opts_.max_grid_blocks > 0 && opts_.max_grid_blocks < max_grid_x
                         ? opts_.max_grid_blocks
@@ -50,7 +54,46 @@ CudaDevice::~CudaDevice() {
   for (void *p : scratch_)
     if (p) cudaFree(p);
   if (attention_counters_) cudaFree(attention_counters_);
+  if (copy_event_) cudaEventDestroy(copy_event_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaDevice::copy_from(CudaDevice &src, void *dst, const void *src_ptr, uint64_t bytes) {
+  if (bytes == 0) return;
+  if (&src == this) {
+    DeviceScope scope(device_);
+    check_cuda(cudaMemcpyAsync(dst, src_ptr, bytes, cudaMemcpyDeviceToDevice, stream_), "device copy");
+    return;
+  }
+  if (src.device_ != device_) {  // peer access both ways, once per pair of devices
+    static std::mutex mu;
+    static std::set<std::pair<int, int>> enabled;
+    const std::lock_guard<std::mutex> lock(mu);
+    for (auto [from, to] : {std::pair{device_, src.device_}, std::pair{src.device_, device_}}) {
+      if (!enabled.insert({from, to}).second) continue;
+      int can = 0;
+      check_cuda(cudaDeviceCanAccessPeer(&can, from, to), "cudaDeviceCanAccessPeer");
+      if (!can) continue;
+      DeviceScope scope(from);
+      const cudaError_t err = cudaDeviceEnablePeerAccess(to, 0);
+      if (err == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+      else check_cuda(err, "enabling peer access from cuda:" + std::to_string(from) + " to cuda:" + std::to_string(to));
+    }
+  }
+  // The copy runs on the source's stream, after this stream's work (which may still read the
+  // destination's old bytes) and before this stream's next (which reads the new ones); the
+  // source's later work, which may reuse its bytes, follows the copy on its own stream.
+  {
+    DeviceScope scope(device_);
+    check_cuda(cudaEventRecord(copy_event_, stream_), "device copy: cudaEventRecord");
+  }
+  DeviceScope scope(src.device_);
+  check_cuda(cudaStreamWaitEvent(src.stream_, copy_event_, 0), "device copy: cudaStreamWaitEvent");
+  check_cuda(cudaMemcpyPeerAsync(dst, device_, src_ptr, src.device_, bytes, src.stream_),
+             "device copy from cuda:" + std::to_string(src.device_) + " to cuda:" + std::to_string(device_));
+  check_cuda(cudaEventRecord(src.copy_event_, src.stream_), "device copy: cudaEventRecord");
+  DeviceScope back(device_);
+  check_cuda(cudaStreamWaitEvent(stream_, src.copy_event_, 0), "device copy: cudaStreamWaitEvent");
 }
 
 void *CudaDevice::alloc(uint64_t bytes) {

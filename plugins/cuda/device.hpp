@@ -182,6 +182,11 @@ class CudaDevice {
   // Waits for the stream; reports asynchronous errors and data errors (bad row ids).
   void synchronize();
 
+  // bytes at dst (this device's) = bytes at src_ptr (src's), ordered after the work enqueued so
+  // far on both streams and before what either enqueues next: over NVLink/PCIe peer access where
+  // the two devices have it (enabled on first use), else CUDA stages through host memory.
+  void copy_from(CudaDevice &src, void *dst, const void *src_ptr, uint64_t bytes);
+
  private:
   // After each launch: name the kernel on failure; in debug_sync mode also wait for it.
   void check_launch(cudaError_t err);
@@ -190,6 +195,7 @@ class CudaDevice {
   DeviceOptions opts_;
   sdk::Host host_;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t copy_event_ = nullptr;  // marks this stream's progress for another device's copy
   minfer_cuda_launch_cfg cfg_{};
   int32_t *error_flag_ = nullptr;  // device int32[2]: (node tag, bad id)
   int32_t *error_flag_host_ = nullptr;  // its pinned host copy, filled by synchronize

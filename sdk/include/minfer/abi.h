@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 #define MINFER_ABI_MAJOR 1 /* changes only when something is removed, reordered or retyped */
-#define MINFER_ABI_MINOR 7 /* grows when a field or an entry is appended */
+#define MINFER_ABI_MINOR 8 /* grows when a field or an entry is appended */
 
 /* The one symbol a plugin exports. */
 #define MINFER_ENTRY_SYMBOL "minfer_backend_entry"
@@ -194,6 +194,12 @@ typedef struct minfer_backend_api {
    * cut to out_size - 1 bytes. MINFER_ERR_UNSUPPORTED when the plugin cannot. */
   minfer_status *(*segment_explain)(minfer_backend *backend, minfer_segment *segment, int32_t node, int64_t n_tokens, char *out,
                                     size_t out_size);
+  /* ABI 1.8 (optional: may be NULL). Copy bytes from src to dst, two buffers of this plugin: of
+   * one of its opened backends or of two (device to device, e.g. between two GPUs). Ordered after
+   * the work enqueued so far on both buffers' backends and before the work enqueued on either
+   * after it; may return before the copy finished. MINFER_ERR_UNSUPPORTED when the plugin cannot:
+   * the host then copies through host memory. */
+  minfer_status *(*buffer_copy)(minfer_buffer *dst, uint64_t dst_offset, minfer_buffer *src, uint64_t src_offset, uint64_t bytes);
 } minfer_backend_api;
 
 /* The entry symbol's type. The plugin returns its table (static storage) whatever the host's

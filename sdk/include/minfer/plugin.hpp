@@ -133,6 +133,13 @@ class Buffer {
   uint64_t size() const { return bytes_; }
   virtual void write(uint64_t offset, const void *src, uint64_t bytes) = 0;
   virtual void read(uint64_t offset, void *dst, uint64_t bytes) = 0;
+  // [offset, offset + bytes) = src's [src_offset, src_offset + bytes), src a buffer of this
+  // plugin (ABI 1.8 buffer_copy; the host checks that both are one plugin's), ordered after the
+  // work enqueued on both buffers' backends. The default says the plugin cannot: the host
+  // copies through host memory.
+  virtual void copy_from(Buffer & /*src*/, uint64_t /*src_offset*/, uint64_t /*offset*/, uint64_t /*bytes*/) {
+    throw Error(MINFER_ERR_UNSUPPORTED, "this backend does not copy between its buffers");
+  }
 
  protected:
   // Throws unless [offset, offset + bytes) lies inside the buffer.
@@ -435,6 +442,12 @@ struct Api {
       return guard("buffer_read", [&] {
         if (!buf || (!dst && bytes)) throw Error(MINFER_ERR_INVALID_ARGUMENT, "buffer_read: NULL");
         buf->impl->read(off, dst, bytes);
+      });
+    };
+    a.buffer_copy = [](minfer_buffer *dst, uint64_t dst_off, minfer_buffer *src, uint64_t src_off, uint64_t bytes) {
+      return guard("buffer_copy", [&] {
+        if (!dst || !src || !dst->impl || !src->impl) throw Error(MINFER_ERR_INVALID_ARGUMENT, "buffer_copy: NULL buffer");
+        dst->impl->copy_from(*src->impl, src_off, dst_off, bytes);
       });
     };
     a.supports = [](minfer_backend *b, const minfer_node *node, int32_t *yes, char *why,
