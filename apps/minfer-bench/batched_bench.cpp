@@ -21,6 +21,7 @@ std::vector<BatchedRow> run_batched_bench(const BatchedSpec &spec, const RunConf
   bo.max_batch = spec.batch > 0 ? spec.batch : std::min<int64_t>(most * spec.npp, 8192);
   bo.kv_type = spec.kv_type == "f32" ? MINFER_DTYPE_F32 : MINFER_DTYPE_F16;
   bo.max_seqs = most;
+  bo.tensor_parallel = cfg.tensor_ranks();
   bo.kv_pages = most * ((bo.n_ctx + bo.page_size - 1) / bo.page_size);
   const auto model = models::load_model(file, bo);
   BackendSet backends = open_backends(cfg);

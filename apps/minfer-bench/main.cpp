@@ -186,6 +186,7 @@ int main(int argc, char **argv) {
     bo.n_ctx = std::max(max_p, max_n) + max_d + 16;
     bo.max_batch = std::max<int64_t>(max_p, 1);  // the depth's tokens go in steps of this many too
     bo.kv_type = kv == "f32" ? MINFER_DTYPE_F32 : MINFER_DTYPE_F16;
+    bo.tensor_parallel = cfg.tensor_ranks();
     const auto model = minfer::models::load_model(file, bo);
     minfer::BackendSet backends = minfer::open_backends(cfg);
     minfer::Session session(model->graph, cfg, backends);

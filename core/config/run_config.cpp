@@ -1,5 +1,7 @@
 #include "config/run_config.hpp"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -109,8 +111,29 @@ void read_backends(const Reader &r, const YAML::Node &n, RunConfig &cfg) {
 
 void read_placement(const Reader &r, const YAML::Node &n, RunConfig &cfg) {
   r.expect_map(n, "'placement'");
-  r.only_keys(n, {"default", "rules", "experts"}, "'placement'");
+  r.only_keys(n, {"default", "rules", "experts", "split", "devices"}, "'placement'");
   if (n["default"]) cfg.default_backend = r.scalar(n["default"], "default");
+  if (n["split"]) {
+    cfg.split = r.scalar(n["split"], "split");
+    if (cfg.split != "layer" && cfg.split != "tensor")
+      r.fail(n["split"], "unknown split '" + cfg.split + "'; expected 'layer' (layers divided among the devices) or 'tensor' "
+                         "(each layer divided among them)");
+    const YAML::Node devices = n["devices"];
+    if (!devices || !devices.IsSequence() || devices.size() == 0)
+      r.fail(devices ? devices : n["split"], "'split' needs 'devices: [NAME, ...]', the backends to divide the model among, in order");
+    for (const auto &d : devices) {
+      const std::string name = r.scalar(d, "devices");
+      if (std::find(cfg.split_devices.begin(), cfg.split_devices.end(), name) != cfg.split_devices.end())
+        r.fail(d, "backend '" + name + "' is listed twice in 'devices'");
+      cfg.split_devices.push_back(name);
+    }
+    if (cfg.split == "tensor")
+      for (const char *key : {"default", "rules", "experts"})
+        if (n[key]) r.fail(n[key], std::string("'") + key + "' does not go with 'split: tensor', which places every node on its rank's device itself");
+    if (!n["default"]) cfg.default_backend = cfg.split_devices.front();
+  } else if (n["devices"]) {
+    r.fail(n["devices"], "'devices' goes with 'split: layer' or 'split: tensor'");
+  }
   // experts: NAME — a mixture-of-experts model's routed experts (their matmuls, activation and
   // weighted sum, and so their weights) on NAME, the rest where the other rules say
   // (llama.cpp's --override-tensor exps=CPU). First, so it wins over a broader rule.
@@ -324,6 +347,9 @@ RunConfig parse_run_config(const std::string &text, const std::string &source) {
     cfg.default_backend = cfg.backends[0].name;
   }
   const YAML::Node placement = root["placement"];
+  for (size_t i = 0; i < cfg.split_devices.size(); ++i)
+    if (!cfg.backend(cfg.split_devices[i]))
+      r.fail(placement["devices"][i], "'devices' names backend '" + cfg.split_devices[i] + "', which is not listed under 'backends'");
   if (!cfg.backend(cfg.default_backend))
     r.fail(placement ? placement["default"] : root,
            "default backend '" + cfg.default_backend + "' is not listed under 'backends'");

@@ -73,6 +73,14 @@ struct RunConfig {
   std::vector<BackendConfig> backends;
   std::string default_backend;
   std::vector<PlacementRule> rules;
+  // placement `split: layer` (the layers divided in order among `devices`, llama.cpp's
+  // --split-mode layer) or `split: tensor` (each layer's heads and FFN divided among them,
+  // partial sums added by an all-reduce); "" = neither.
+  std::string split;
+  std::vector<std::string> split_devices;  // `devices`: backend names, rank order
+  // Ranks the model's graph is built for (models::BuildOptions::tensor_parallel): the devices
+  // of split: tensor, else 0 (not divided).
+  int32_t tensor_ranks() const { return split == "tensor" ? int32_t(split_devices.size()) : 0; }
   std::string log_level;  // empty = the app's default
   std::string job = "demo";  // "generate" when a model is given, else "demo"
   DemoConfig demo;

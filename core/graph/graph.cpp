@@ -187,8 +187,24 @@ TensorId GraphBuilder::new_node(const std::string &name, int32_t op, std::vector
   n.inputs = std::move(inputs);
   n.output = oid;
   n.params = std::move(params);
+  n.rank = rank_;
   g_.nodes_.push_back(std::move(n));
   return oid;
+}
+
+std::vector<TensorId> GraphBuilder::all_reduce(const std::string &name, const std::vector<TensorId> &parts) {
+  std::vector<TensorId> sums;
+  const int32_t was = rank_;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    const Tensor &a = t(parts[r]), &first = t(parts[0]);
+    if (a.shape != first.shape || a.token_dim != first.token_dim)
+      throw Error("node '" + name + "' (all_reduce): rank " + std::to_string(r) + "'s " + a.describe() + " differs from rank 0's " +
+                  first.describe());
+    rank_ = int32_t(r);
+    sums.push_back(new_node(name + "@" + std::to_string(r), MINFER_OP_ALL_REDUCE, {parts[r]}, MINFER_DTYPE_F32, a.rank, a.shape));
+  }
+  rank_ = was;
+  return sums;
 }
 
 TensorId GraphBuilder::add(const std::string &name, TensorId a, TensorId b) {

@@ -60,6 +60,8 @@ struct Node {
   std::vector<TensorId> inputs;
   TensorId output = -1;
   std::vector<uint8_t> params;  // the op's params struct bytes, empty when none
+  // Tensor parallelism (placement `split: tensor`): the rank whose device runs it; -1: none.
+  int32_t rank = -1;
 };
 
 class Graph {
@@ -121,6 +123,12 @@ class GraphBuilder {
   TensorId matmul_id(const std::string &name, TensorId w, TensorId x, TensorId ids);
   TensorId moe_sum(const std::string &name, TensorId y, TensorId weights);
 
+  // Tensor parallelism: every node added from now on runs on rank r (-1: not split).
+  void set_rank(int32_t r) { rank_ = r; }
+  // The sum over ranks of parts[r] (one f32 tensor per rank, alike in shape), as one
+  // ALL_REDUCE node per rank named name@r: entry r is rank r's copy of the sum.
+  std::vector<TensorId> all_reduce(const std::string &name, const std::vector<TensorId> &parts);
+
   void mark_output(TensorId t);
   Graph finish();
 
@@ -131,6 +139,7 @@ class GraphBuilder {
                     std::vector<uint8_t> params = {}, int token_dim = -2);
   const Tensor &t(TensorId id) const;
   Graph g_;
+  int32_t rank_ = -1;
 };
 
 // The plugin ABI's view of a tensor (buffer NULL, offset 0: placement fills them).

@@ -63,6 +63,9 @@ struct BuildOptions {
   int64_t max_seqs = 1;
   int32_t page_size = 16;
   int64_t kv_pages = 0;
+  // split: tensor (RunConfig::tensor_ranks): each layer's heads and FFN divided among this many
+  // ranks, their partial sums added by ALL_REDUCE nodes (Megatron-style); 0 = not divided.
+  int32_t tensor_parallel = 0;
   int64_t pages_per_seq() const { return (n_ctx + page_size - 1) / page_size; }  // a page table row
   int64_t max_outputs() const { return std::max<int64_t>(1, std::min(max_seqs, max_batch)); }  // logit rows per step
 };

@@ -2,6 +2,7 @@
 // shapes the hyperparameters imply (every architecture's builder reads its weights here).
 #pragma once
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "common/error.hpp"
 #include "gguf/gguf.hpp"
 #include "graph/graph.hpp"
+#include "minfer/dtype.h"
 
 namespace minfer::models {
 
@@ -48,6 +50,41 @@ class WeightReader {
     return gb_.weight(name + "[" + part + "]", t->dtype, {k, count},
                       HostBytes{t->data + uint64_t(first) * row_bytes, uint64_t(count) * row_bytes, owner_,
                                 [file](const uint8_t *p, uint64_t n) { file->release_pages(p, n); }});
+  }
+
+  // Values [first, first + count) of a 1-D weight of total values (a rank's share of a bias
+  // under split: tensor): a range of the file's bytes.
+  TensorId weight_range(const std::string &name, int64_t first, int64_t count, int64_t total, const std::string &part, const std::string &why) {
+    const gguf::TensorInfo *t = f_.find_tensor(name);
+    if (!t) throw Error(f_.path() + ": missing tensor '" + name + "' (" + why + ")");
+    if (t->n_dims != 1 || t->shape[0] != total || t->dtype != MINFER_DTYPE_F32)
+      throw Error(f_.path() + ": tensor '" + name + "' is not f32 [" + std::to_string(total) + "] (" + why + ")");
+    const gguf::File *file = &f_;
+    return gb_.weight(name + "[" + part + "]", t->dtype, {count},
+                      HostBytes{t->data + uint64_t(first) * 4, uint64_t(count) * 4, owner_,
+                                [file](const uint8_t *p, uint64_t n) { file->release_pages(p, n); }});
+  }
+
+  // Columns [first, first + count) of every row of a 2-D weight [k, rows] (a rank's share of
+  // a row-parallel projection under split: tensor): each row's range gathered into memory of
+  // its own. The cut must fall on whole blocks of the weight's type.
+  TensorId weight_cols(const std::string &name, int64_t first, int64_t count, int64_t k, int64_t rows, const std::string &part,
+                       const std::string &why) {
+    const gguf::TensorInfo *t = f_.find_tensor(name);
+    if (!t) throw Error(f_.path() + ": missing tensor '" + name + "' (" + why + ")");
+    if (t->n_dims != 2 || t->shape[0] != k || t->shape[1] != rows)
+      throw Error(f_.path() + ": tensor '" + name + "' has shape [" + std::to_string(t->shape[0]) + ", " + std::to_string(t->shape[1]) +
+                  "], expected [" + std::to_string(k) + ", " + std::to_string(rows) + "] (" + why + ")");
+    const int64_t block = minfer_dtype_info(t->dtype).block_values;
+    if (first % block || count % block)
+      throw Error(f_.path() + ": split: tensor cuts the rows of '" + name + "' (" + std::to_string(k) + " " + minfer_dtype_name(t->dtype) +
+                  " values) at " + std::to_string(first) + " and " + std::to_string(first + count) + ", not on its blocks of " +
+                  std::to_string(block) + " values; divide it among fewer devices, or use a type with smaller blocks");
+    const uint64_t row_bytes = t->n_bytes / uint64_t(rows), from = dtype_bytes(t->dtype, first, name),
+                   take = dtype_bytes(t->dtype, count, name);
+    auto bytes = std::make_shared<std::vector<uint8_t>>(take * uint64_t(rows));
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(bytes->data() + uint64_t(r) * take, t->data + uint64_t(r) * row_bytes + from, take);
+    return gb_.weight(name + "[" + part + "]", t->dtype, {count, rows}, HostBytes{bytes->data(), bytes->size(), bytes, {}});
   }
 
  private:

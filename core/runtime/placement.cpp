@@ -2,6 +2,8 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -38,6 +40,14 @@ std::string node_signature(const Graph &g, const Node &n) {
   return s + " -> " + g.tensor(n.output).describe();
 }
 
+// The layer of a node named "blk.N.…", else -1.
+int64_t layer_of(const std::string &name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  char *end = nullptr;
+  const long long l = std::strtoll(name.c_str() + 4, &end, 10);
+  return end != name.c_str() + 4 && *end == '.' ? l : -1;
+}
+
 }  // namespace
 
 Placement place(const Graph &g, const RunConfig &cfg, BackendSet &backends) {
@@ -46,19 +56,49 @@ Placement place(const Graph &g, const RunConfig &cfg, BackendSet &backends) {
   p.node_backend.resize(nodes.size());
   p.home.assign(g.tensors().size(), "");
 
+  int32_t ranks = 0;
+  int64_t n_layer = 0;
+  for (const Node &n : nodes) ranks = std::max(ranks, n.rank + 1), n_layer = std::max(n_layer, layer_of(n.name) + 1);
+  if (cfg.split == "tensor" && ranks != cfg.tensor_ranks())
+    throw Error(cfg.source + ": 'split: tensor' divides the model among " + std::to_string(cfg.tensor_ranks()) +
+                " devices, but its graph was built for " + std::to_string(ranks) +
+                " rank(s); build the model with BuildOptions::tensor_parallel = RunConfig::tensor_ranks()");
+  if (cfg.split != "tensor" && ranks > 0)
+    throw Error(cfg.source + ": the model's graph is divided among " + std::to_string(ranks) +
+                " ranks, but the config has no 'split: tensor' placing them");
+
+  bool past_layers = false;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node &n = nodes[i];
     std::string where = cfg.default_backend, why_here = "the default backend";
+    bool ruled = false;
     for (const auto &rule : cfg.rules)
       if (fnmatch(rule.match.c_str(), n.name.c_str(), 0) == 0) {
         where = rule.backend;
         why_here = "placement rule '" + rule.match + "'";
+        ruled = true;
         break;
       }
+    const int64_t layer = layer_of(n.name);
+    past_layers = past_layers || layer == n_layer - 1;
+    if (cfg.split == "tensor") {
+      where = cfg.split_devices[size_t(std::max(n.rank, 0))];
+      why_here = "split: tensor, rank " + std::to_string(std::max(n.rank, 0));
+    } else if (cfg.split == "layer" && !ruled) {
+      // Layer l on device l * D / n_layer; what comes before the layers (the embeddings) on the
+      // first, what comes after them (the output) on the last.
+      const size_t d = cfg.split_devices.size();
+      const size_t at = layer >= 0 ? size_t(layer * int64_t(d) / std::max<int64_t>(n_layer, 1)) : past_layers ? d - 1 : 0;
+      where = cfg.split_devices[at];
+      why_here = layer >= 0 ? "split: layer, layer " + std::to_string(layer) : "split: layer";
+    }
     auto it = backends.find(where);
     if (it == backends.end())
       throw Error("node '" + n.name + "': backend '" + where + "' (" + why_here +
                   ") is not open; list it under 'backends' in " + cfg.source);
+    p.node_backend[i] = where;
+    p.home[size_t(n.output)] = where;
+    if (n.op == MINFER_OP_ALL_REDUCE) continue;  // no kernel: the group's collective (Session)
     const AbiNode desc(g, n);
     const SupportAnswer a = it->second->supports(desc.node());
     if (!a.yes)
@@ -73,24 +113,29 @@ Placement place(const Graph &g, const RunConfig &cfg, BackendSet &backends) {
 
   // Steps: each maximal run of consecutive nodes on one backend is one segment, preceded by
   // the copies its nodes need (their producers all sit in earlier runs, by topological order),
-  // so a copy never splits a run.
+  // so a copy never splits a run. A run of ALL_REDUCE nodes (one per rank) is one collective.
   std::set<std::pair<TensorId, std::string>> copied;
   for (size_t start = 0; start < nodes.size();) {
     const std::string &b = p.node_backend[start];
+    const bool reduce = nodes[start].op == MINFER_OP_ALL_REDUCE;
     size_t end = start;
-    while (end < nodes.size() && p.node_backend[end] == b) ++end;
+    while (end < nodes.size() && (reduce ? nodes[end].op == MINFER_OP_ALL_REDUCE && nodes[end].rank == int32_t(end - start)
+                                         : p.node_backend[end] == b && nodes[end].op != MINFER_OP_ALL_REDUCE))
+      ++end;
     Step seg;
+    seg.kind = reduce ? Step::Kind::AllReduce : Step::Kind::Segment;
     seg.backend = b;
     for (size_t i = start; i < end; ++i) {
       seg.nodes.push_back(NodeId(i));
+      const std::string &at = p.node_backend[i];
       for (TensorId in : nodes[i].inputs) {
         const std::string &home = p.home[size_t(in)];
-        if (home.empty() || home == b || !copied.insert({in, b}).second) continue;
+        if (home.empty() || home == at || !copied.insert({in, at}).second) continue;
         Step c;
         c.kind = Step::Kind::Copy;
         c.tensor = in;
         c.from = home;
-        c.backend = b;
+        c.backend = at;
         p.steps.push_back(c);
       }
     }

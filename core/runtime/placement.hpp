@@ -1,6 +1,8 @@
 // core/runtime/placement.hpp — which backend runs each node, decided once at build time.
 //
-// Rules (first match wins, glob over node names) else the default backend. Every node asks
+// Rules (first match wins, glob over node names), else `split: layer` (the layers divided in
+// order among the devices), else the default backend; under `split: tensor` each node runs on
+// its rank's device. Every node asks
 // its backend `supports`; a "no" fails the build with the node, op, dtypes, backend and the
 // backend's reason. There is no fallback. Where a tensor crosses backends a copy is inserted.
 #pragma once
@@ -23,11 +25,12 @@ using BackendSet = std::map<std::string, std::unique_ptr<BackendHandle>>;
 // Opens every backend the config lists (plugins found through plugin_search_dirs).
 BackendSet open_backends(const RunConfig &cfg);
 
-// One step of execution: a contiguous run of nodes on one backend, or a copy between two.
+// One step of execution: a contiguous run of nodes on one backend, a copy between two, or
+// the ALL_REDUCE nodes of every rank (split: tensor), run together as one collective.
 struct Step {
-  enum class Kind { Segment, Copy } kind = Kind::Segment;
-  std::string backend;       // Segment: who runs it; Copy: destination
-  std::vector<NodeId> nodes; // Segment
+  enum class Kind { Segment, Copy, AllReduce } kind = Kind::Segment;
+  std::string backend;       // Segment: who runs it; Copy: destination; AllReduce: rank 0's
+  std::vector<NodeId> nodes; // Segment; AllReduce: one node per rank, rank order
   TensorId tensor = -1;      // Copy: the tensor moved
   std::string from;          // Copy: source backend
 };

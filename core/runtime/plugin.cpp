@@ -326,4 +326,37 @@ void BackendHandle::synchronize() {
   plugin_->check(plugin_->api().synchronize(backend_), "synchronize");
 }
 
+BackendGroup::BackendGroup(const std::vector<BackendHandle *> &ranks, const std::vector<std::string> &names) {
+  if (ranks.empty()) throw Error("a group of ranks needs at least one backend");
+  plugin_ = ranks[0]->shared_plugin();
+  std::string list;
+  for (const auto &n : names) list += (list.empty() ? "'" : ", '") + n + "'";
+  for (size_t r = 1; r < ranks.size(); ++r)
+    if (ranks[r]->shared_plugin() != plugin_)
+      throw Error("split: tensor over " + list + ": rank " + std::to_string(r) + " ('" + names[r] + "') is backend '" +
+                  ranks[r]->name() + "' but rank 0 ('" + names[0] + "') is '" + plugin_->name() +
+                  "'; the ranks of a tensor split must be backends of one plugin (e.g. {plugin: cuda, device: N} each)");
+  const minfer_backend_api &a = plugin_->api();
+  if (a.struct_size < MINFER_SIZE_UP_TO(minfer_backend_api, group_all_reduce) || !a.group_open || !a.group_free || !a.group_all_reduce)
+    throw Error("split: tensor over " + list + ": plugin '" + plugin_->name() + "' (ABI " + std::to_string(a.abi_major) + "." +
+                std::to_string(a.abi_minor) + ") has no collectives (ABI 1.8 group_all_reduce); use split: layer or another plugin");
+  std::vector<minfer_backend *> raw;
+  for (auto *b : ranks) raw.push_back(b->raw());
+  plugin_->check(a.group_open(raw.data(), int32_t(raw.size()), &group_), "group_open(" + list + ")");
+}
+
+BackendGroup::~BackendGroup() {
+  if (group_) plugin_->api().group_free(group_);
+}
+
+void BackendGroup::all_reduce(uint64_t count, const std::vector<std::pair<DeviceBuffer *, uint64_t>> &send,
+                              const std::vector<std::pair<DeviceBuffer *, uint64_t>> &recv, const std::string &node) {
+  std::vector<minfer_buffer *> sb, rb;
+  std::vector<uint64_t> so, ro;
+  for (const auto &[b, off] : send) sb.push_back(b->raw()), so.push_back(off);
+  for (const auto &[b, off] : recv) rb.push_back(b->raw()), ro.push_back(off);
+  plugin_->check(plugin_->api().group_all_reduce(group_, MINFER_DTYPE_F32, count, sb.data(), so.data(), rb.data(), ro.data()),
+                 "group_all_reduce of node '" + node + "'");
+}
+
 }  // namespace minfer

@@ -141,12 +141,33 @@ class BackendHandle {
   // "" when it does not say (or predates 1.3).
   std::string explain(const CompiledSegment &seg, int32_t node, int64_t n_tokens) const;
   void synchronize();
+  minfer_backend *raw() const { return backend_; }
+  const std::shared_ptr<Plugin> &shared_plugin() const { return plugin_; }
 
  private:
   std::shared_ptr<Plugin> plugin_;
   int32_t device_;
   minfer_host host_{};
   minfer_backend *backend_ = nullptr;
+};
+
+// Several backends of one plugin as the ranks of collectives (ABI 1.8 group_*): tensor
+// parallelism's all-reduce. Made at build; freed before the backends close.
+class BackendGroup {
+ public:
+  // ranks[r] is rank r; names[r] its backend name in the run config, for errors. Throws naming
+  // them when they are not one plugin's, or the plugin has no collectives, or it fails to open.
+  BackendGroup(const std::vector<BackendHandle *> &ranks, const std::vector<std::string> &names);
+  ~BackendGroup();
+  BackendGroup(const BackendGroup &) = delete;
+  BackendGroup &operator=(const BackendGroup &) = delete;
+  // recv[r] = the sum over ranks of send[q], count f32 values each (buffer, offset per rank).
+  void all_reduce(uint64_t count, const std::vector<std::pair<DeviceBuffer *, uint64_t>> &send,
+                  const std::vector<std::pair<DeviceBuffer *, uint64_t>> &recv, const std::string &node);
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  minfer_group *group_ = nullptr;
 };
 
 }  // namespace minfer

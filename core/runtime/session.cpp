@@ -38,7 +38,7 @@ Session::Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends,
   if (trace_) {  // one node per segment: each is timed and read on its own
     std::vector<Step> split;
     for (const Step &st : placement_.steps) {
-      if (st.kind == Step::Kind::Copy) {
+      if (st.kind != Step::Kind::Segment) {
         split.push_back(st);
         continue;
       }
@@ -51,14 +51,26 @@ Session::Session(const Graph &graph, const RunConfig &cfg, BackendSet &backends,
     placement_.steps = std::move(split);
     trace_->set_graph(graph_, placement_);
   }
+  open_group();
   plan_memory();
   upload_weights();
   zero_states();
   compile_segments();
 }
 
+void Session::open_group() {
+  if (cfg_.split != "tensor") return;
+  bool reduces = false;
+  for (const Step &s : placement_.steps) reduces = reduces || s.kind == Step::Kind::AllReduce;
+  if (!reduces) return;
+  std::vector<BackendHandle *> ranks;
+  for (const auto &name : cfg_.split_devices) ranks.push_back(backends_.at(name).get());
+  group_ = std::make_unique<BackendGroup>(ranks, cfg_.split_devices);
+}
+
 Session::~Session() {
-  // Segments and buffers go before the backends that own them (BackendSet outlives us).
+  // Segments, buffers and the group go before the backends that own them (BackendSet outlives us).
+  group_.reset();
   segments_.clear();
   where_.clear();
   memory_.clear();
@@ -88,18 +100,19 @@ void Session::plan_memory() {
     }
     for (NodeId id : s.nodes) {
       const Node &n = graph_.node(id);
+      const std::string &b = placement_.node_backend[size_t(id)];  // an all-reduce's nodes: one per rank
       for (TensorId in : n.inputs) {
         const TensorRole role = graph_.tensor(in).role;
-        if (role == TensorRole::Weight) weights.insert({in, s.backend});
-        else if (role == TensorRole::State) states.insert({in, s.backend});
+        if (role == TensorRole::Weight) weights.insert({in, b});
+        else if (role == TensorRole::State) states.insert({in, b});
         // A matmul's or RoPE's inputs live through the next node too: a backend that runs the
         // node together with the next (a matmul with its bias or residual add, the FFN's two
         // matmuls with their SwiGLU, the query and key RoPEs) writes that node's output while
         // still reading them.
-        else use({in, s.backend}, n.op == MINFER_OP_MATMUL || n.op == MINFER_OP_ROPE ? pos + 1 : pos);
+        else use({in, b}, n.op == MINFER_OP_MATMUL || n.op == MINFER_OP_ROPE ? pos + 1 : pos);
       }
-      use({n.output, s.backend}, pos);
-      if (graph_.tensor(n.output).is_output) life[{n.output, s.backend}].last = end;
+      use({n.output, b}, pos);
+      if (graph_.tensor(n.output).is_output) life[{n.output, b}].last = end;
       ++pos;
     }
   }
@@ -286,6 +299,19 @@ void Session::run(const StepShape &shape) {
       trace_->node(id, ms, on_device, out, bytes);
       continue;
     }
+    if (s.kind == Step::Kind::AllReduce) {  // every rank's part at once, in rank order
+      std::vector<std::pair<DeviceBuffer *, uint64_t>> send, recv;
+      for (NodeId id : s.nodes) {
+        const Node &n = graph_.node(id);
+        const std::string &b = placement_.node_backend[size_t(id)];
+        const Location &in = at(n.inputs[0], b), &out = at(n.output, b);
+        send.emplace_back(in.buffer, in.offset);
+        recv.emplace_back(out.buffer, out.offset);
+      }
+      const NodeId first = s.nodes.front();
+      group_->all_reduce(bytes_for(graph_.tensor(graph_.node(first).output), shape) / sizeof(float), send, recv, graph_.node(first).name);
+      continue;
+    }
     // Device to device where both ends are one plugin's (enqueued, ordered on both backends);
     // else through host memory: the source must be finished before it is read.
     const Tensor &t = graph_.tensor(s.tensor);
@@ -352,7 +378,9 @@ std::string Session::explain_kernels() const {
 }
 
 std::string Session::explain() const {
-  std::string out = "placement (" + cfg_.source + ", default backend '" + cfg_.default_backend + "')\n";
+  std::string split;
+  for (const auto &d : cfg_.split_devices) split += (split.empty() ? ", split: " + cfg_.split + " over " : ", ") + d;
+  std::string out = "placement (" + cfg_.source + ", default backend '" + cfg_.default_backend + "'" + split + ")\n";
   char line[512];
   std::snprintf(line, sizeof line, "  %-28s %-18s %-8s %s\n", "node", "op", "backend", "output");
   out += line;
@@ -381,6 +409,17 @@ std::string Session::explain() const {
     copy_lines += "\n";
   }
   out += "copies inserted: " + std::to_string(copies) + "\n" + copy_lines;
+  std::string reduce_lines;
+  int reduces = 0;
+  for (const Step &s : placement_.steps) {
+    if (s.kind != Step::Kind::AllReduce) continue;
+    ++reduces;
+    const Tensor &t = graph_.tensor(graph_.node(s.nodes.front()).output);
+    std::string ranks;
+    for (NodeId id : s.nodes) ranks += (ranks.empty() ? "" : ", ") + placement_.node_backend[size_t(id)];
+    reduce_lines += "  all-reduce " + graph_.node(s.nodes.front()).name + " over " + ranks + " (" + human_bytes(t.n_bytes()) + " each)\n";
+  }
+  if (reduces) out += "all-reduces (split: tensor): " + std::to_string(reduces) + "\n" + reduce_lines;
   out += explain_kernels();
   int segments = 0;
   for (const auto &s : placement_.steps) segments += s.kind == Step::Kind::Segment;

@@ -60,6 +60,7 @@ class Session {
   };
   using Key = std::pair<TensorId, std::string>;  // a tensor as it exists on one backend
 
+  void open_group();  // the ranks of split: tensor, when the graph has all-reduces
   void plan_memory();
   void upload_weights();
   void zero_states();
@@ -75,6 +76,7 @@ class Session {
   std::map<std::string, BackendMemory> memory_;
   std::vector<std::unique_ptr<CompiledSegment>> segments_;  // by step; null for copies
   std::vector<uint8_t> staging_;                             // host bounce for copies
+  std::unique_ptr<BackendGroup> group_;                      // split: tensor's ranks
   int64_t step_counter_ = 0;
   int64_t max_tokens_ = 0;   // 0 when no tensor follows the token count
   int64_t max_outputs_ = 0;

@@ -213,6 +213,29 @@ class CpuSegment : public sdk::Segment {
   int64_t max_tokens_ = INT64_MAX;
 };
 
+// Ranks of split: tensor on the host's CPU: each rank's execute ran to completion before the
+// host calls the collective, so the sum is taken at once, in rank order (the same bits for all).
+class CpuGroup : public sdk::Group {
+ public:
+  using Group::Group;
+  void all_reduce(int32_t dtype, uint64_t count, const std::vector<sdk::Buffer *> &send, const std::vector<uint64_t> &send_offsets,
+                  const std::vector<sdk::Buffer *> &recv, const std::vector<uint64_t> &recv_offsets) override {
+    if (dtype != MINFER_DTYPE_F32) throw sdk::Error(MINFER_ERR_UNSUPPORTED, std::string("all_reduce of ") + minfer_dtype_name(dtype) + "; f32 only");
+    const uint64_t bytes = count * sizeof(float);
+    sum_.resize(count);
+    part_.resize(count);
+    send[0]->read(send_offsets[0], sum_.data(), bytes);
+    for (size_t r = 1; r < send.size(); ++r) {
+      send[r]->read(send_offsets[r], part_.data(), bytes);
+      for (uint64_t i = 0; i < count; ++i) sum_[i] += part_[i];
+    }
+    for (size_t r = 0; r < recv.size(); ++r) recv[r]->write(recv_offsets[r], sum_.data(), bytes);
+  }
+
+ private:
+  std::vector<float> sum_, part_;
+};
+
 class CpuBackend : public sdk::Backend {
  public:
   CpuBackend(int threads, Isa isa, bool weights_mapped) : pool_(threads), isa_(isa), weights_mapped_(weights_mapped) {}
@@ -233,6 +256,9 @@ class CpuBackend : public sdk::Backend {
   }
   std::unique_ptr<sdk::Segment> compile(std::vector<sdk::OwnedNode> nodes) override {
     return std::make_unique<CpuSegment>(std::move(nodes), pool_, isa_);
+  }
+  std::unique_ptr<sdk::Group> open_group(const std::vector<sdk::Backend *> &ranks) override {
+    return std::make_unique<CpuGroup>(ranks.size());
   }
 
  private:

@@ -39,6 +39,7 @@ class CudaBuffer : public sdk::Buffer {
     dev_.copy_from(from.dev_, data_ + offset, from.data_ + src_offset, bytes);
   }
   uint8_t *data() const { return data_; }
+  CudaDevice &device() const { return dev_; }
 
  private:
   CudaDevice &dev_;

@@ -10,6 +10,7 @@
 
 #include "cuda_buffer.hpp"
 #include "device.hpp"
+#include "nccl_group.hpp"
 #include "fusion_plan.hpp"
 #include "kernels/launchers.h"
 #include "minfer/op_table.hpp"
@@ -299,6 +300,11 @@ class CudaBackend : public sdk::Backend {
     return std::make_unique<CudaSegment>(dev_, std::move(nodes));
   }
   void synchronize() override { dev_.synchronize(); }
+  std::unique_ptr<sdk::Group> open_group(const std::vector<sdk::Backend *> &ranks) override {
+    std::vector<CudaDevice *> devices;
+    for (sdk::Backend *b : ranks) devices.push_back(&static_cast<CudaBackend *>(b)->dev_);  // one plugin's: the host checks
+    return open_nccl_group(devices);
+  }
 
  private:
   CudaDevice dev_;

@@ -54,6 +54,7 @@ typedef struct minfer_status minfer_status;   /* made by the plugin, freed by st
 typedef struct minfer_backend minfer_backend; /* one opened device */
 typedef struct minfer_buffer minfer_buffer;   /* memory owned by the plugin */
 typedef struct minfer_segment minfer_segment; /* a compiled run of nodes */
+typedef struct minfer_group minfer_group;     /* ABI 1.8: ranks for collectives (tensor parallelism) */
 
 /* What the host gives the plugin at open. Lifetime: until close. */
 typedef struct minfer_host {
@@ -200,6 +201,18 @@ typedef struct minfer_backend_api {
    * after it; may return before the copy finished. MINFER_ERR_UNSUPPORTED when the plugin cannot:
    * the host then copies through host memory. */
   minfer_status *(*buffer_copy)(minfer_buffer *dst, uint64_t dst_offset, minfer_buffer *src, uint64_t src_offset, uint64_t bytes);
+  /* ABI 1.8 (optional: may be NULL; all three or none). Collectives over several of this plugin's
+   * opened backends (tensor parallelism, `split: tensor`). group_open: backends[r] is rank r, n of
+   * them; made once, at build (CUDA: one NCCL communicator per rank). The host frees the group
+   * before closing its backends. group_all_reduce: for every rank r, count values of dtype (f32)
+   * at recv[r] + recv_offsets[r] = the sum over all ranks of those at send[q] + send_offsets[q];
+   * every rank gets the same bits. send[r] and recv[r] are buffers of rank r's backend and may be
+   * the same bytes (in place). Ordered after the work enqueued so far on every rank's backend and
+   * before what each enqueues next; may return before it finished. */
+  minfer_status *(*group_open)(minfer_backend *const *backends, int32_t n, minfer_group **out);
+  void (*group_free)(minfer_group *group);
+  minfer_status *(*group_all_reduce)(minfer_group *group, int32_t dtype, uint64_t count, minfer_buffer *const *send,
+                                     const uint64_t *send_offsets, minfer_buffer *const *recv, const uint64_t *recv_offsets);
 } minfer_backend_api;
 
 /* The entry symbol's type. The plugin returns its table (static storage) whatever the host's

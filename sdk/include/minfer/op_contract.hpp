@@ -113,6 +113,7 @@ inline std::string check_op_contract(const minfer_node &n) {
       if (!same_shape(in_(0), in_(1))) return "inputs " + describe(in_(0)) + " and " + describe(in_(1)) + " differ in shape";
       break;
     case MINFER_OP_SILU:
+    case MINFER_OP_ALL_REDUCE:
       if (in_(0).dtype != MINFER_DTYPE_F32) return need(in_(0), "f32");
       break;
     case MINFER_OP_SCALE: {

@@ -81,7 +81,11 @@ typedef enum minfer_op {
   /* MOE_SUM: y f32 [d, k, rows], w f32 [k, rows] -> out f32 [d, rows],
      out[r] = sum over j = 0..k-1, in that order, of w[r][j] * y[r][j] */
   MINFER_OP_MOE_SUM = 19,
-  MINFER_OP_COUNT_ = 20 /* one past the largest id; not an op */
+  /* ABI 1.8: tensor parallelism's sum over ranks. One node per rank, x f32 -> out f32 of the
+     same shape, out = the sum of every rank's x. Never given to supports or compile: the host
+     runs the ranks' nodes together through group_all_reduce (abi.h). */
+  MINFER_OP_ALL_REDUCE = 20,
+  MINFER_OP_COUNT_ = 21 /* one past the largest id; not an op */
 } minfer_op;
 
 /* The common head of every parameter struct. */
@@ -181,6 +185,7 @@ static inline minfer_op_traits minfer_op_info(int32_t op) {
     case MINFER_OP_MOE_WEIGHTS: t.name = "moe_weights"; t.n_inputs = 2; t.params_size = sizeof(minfer_moe_weights_params); break;
     case MINFER_OP_MATMUL_ID: t.name = "matmul_id"; t.n_inputs = 3; break;
     case MINFER_OP_MOE_SUM: t.name = "moe_sum"; t.n_inputs = 2; break;
+    case MINFER_OP_ALL_REDUCE: t.name = "all_reduce"; t.n_inputs = 1; break;
     default: break;
   }
   return t;

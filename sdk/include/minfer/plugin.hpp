@@ -32,6 +32,7 @@ namespace minfer::sdk {
 class Buffer;
 class Backend;
 class Segment;
+class Group;
 
 }  // namespace minfer::sdk
 
@@ -43,6 +44,9 @@ struct minfer_segment {
 };
 struct minfer_backend {
   std::unique_ptr<minfer::sdk::Backend> impl;
+};
+struct minfer_group {
+  std::unique_ptr<minfer::sdk::Group> impl;
 };
 
 namespace minfer::sdk {
@@ -280,6 +284,21 @@ inline bool wants_node_times(const minfer_step_args &a) {
   return a.struct_size >= MINFER_SIZE_UP_TO(minfer_step_args, node_times) && a.node_times != 0;
 }
 
+// Ranks for collectives (ABI 1.8): several backends of this plugin, rank order.
+class Group {
+ public:
+  explicit Group(size_t ranks) : ranks_(ranks) {}
+  virtual ~Group() = default;
+  size_t size() const { return ranks_; }
+  // recv[r] (count values at its offset) = the sum over ranks q of send[q]; the same bits on
+  // every rank; in place allowed. Ordered on every rank's backend like its other work.
+  virtual void all_reduce(int32_t dtype, uint64_t count, const std::vector<Buffer *> &send, const std::vector<uint64_t> &send_offsets,
+                          const std::vector<Buffer *> &recv, const std::vector<uint64_t> &recv_offsets) = 0;
+
+ private:
+  size_t ranks_;
+};
+
 // One opened device.
 class Backend {
  public:
@@ -293,6 +312,11 @@ class Backend {
   virtual Support supports(const minfer_node &node) = 0;
   virtual std::unique_ptr<Segment> compile(std::vector<OwnedNode> nodes) = 0;
   virtual void synchronize() {}
+  // A group of ranks (ABI 1.8 group_open), asked of rank 0's backend; ranks[0] is this one and
+  // every rank is a backend of this plugin. The default says the plugin has no collectives.
+  virtual std::unique_ptr<Group> open_group(const std::vector<Backend *> & /*ranks*/) {
+    throw Error(MINFER_ERR_UNSUPPORTED, "this backend has no collectives (group_all_reduce)");
+  }
 };
 
 namespace detail {
@@ -448,6 +472,36 @@ struct Api {
       return guard("buffer_copy", [&] {
         if (!dst || !src || !dst->impl || !src->impl) throw Error(MINFER_ERR_INVALID_ARGUMENT, "buffer_copy: NULL buffer");
         dst->impl->copy_from(*src->impl, src_off, dst_off, bytes);
+      });
+    };
+    a.group_open = [](minfer_backend *const *backends, int32_t n, minfer_group **out) {
+      return guard("group_open", [&] {
+        if (!backends || n < 1 || !out) throw Error(MINFER_ERR_INVALID_ARGUMENT, "group_open: no backends");
+        *out = nullptr;
+        std::vector<Backend *> ranks;
+        for (int32_t r = 0; r < n; ++r) {
+          if (!backends[r]) throw Error(MINFER_ERR_INVALID_ARGUMENT, "group_open: rank " + std::to_string(r) + "'s backend is NULL");
+          ranks.push_back(backends[r]->impl.get());
+        }
+        auto g = std::make_unique<minfer_group>();
+        g->impl = ranks[0]->open_group(ranks);
+        *out = g.release();
+      });
+    };
+    a.group_free = [](minfer_group *g) { delete g; };
+    a.group_all_reduce = [](minfer_group *g, int32_t dtype, uint64_t count, minfer_buffer *const *send, const uint64_t *send_off,
+                            minfer_buffer *const *recv, const uint64_t *recv_off) {
+      return guard("group_all_reduce", [&] {
+        if (!g || !send || !send_off || !recv || !recv_off) throw Error(MINFER_ERR_INVALID_ARGUMENT, "group_all_reduce: NULL argument");
+        // The group knows its size; the host passes one buffer per rank.
+        const size_t n = g->impl ? g->impl->size() : 0;
+        std::vector<Buffer *> s, r;
+        for (size_t i = 0; i < n; ++i) {
+          if (!send[i] || !recv[i]) throw Error(MINFER_ERR_INVALID_ARGUMENT, "group_all_reduce: rank " + std::to_string(i) + "'s buffer is NULL");
+          s.push_back(send[i]->impl.get());
+          r.push_back(recv[i]->impl.get());
+        }
+        g->impl->all_reduce(dtype, count, s, std::vector<uint64_t>(send_off, send_off + n), r, std::vector<uint64_t>(recv_off, recv_off + n));
       });
     };
     a.supports = [](minfer_backend *b, const minfer_node *node, int32_t *yes, char *why,
