@@ -1,5 +1,6 @@
 #include "model_runner.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -41,17 +42,19 @@ void synthesize_if_missing(const RunConfig &cfg) {
 // The pool's default for several sequences: a full context each, or what fits beside the
 // weights on the smallest device that reports its free memory (the whole file counted on each,
 // 1 GiB kept for activations and scratch, 90% of the rest).
-int64_t default_kv_pages(const models::Model &m, const BackendSet &backends, uint64_t file_bytes) {
+// devices: the backends a split divides the weights and the KV cache among (1 without one);
+// each holds about its share of both.
+int64_t default_kv_pages(const models::Model &m, const BackendSet &backends, uint64_t file_bytes, uint64_t devices) {
   const int64_t full = m.opts.max_seqs * m.opts.pages_per_seq();
   uint64_t room = UINT64_MAX;
   for (const auto &[name, b] : backends) {
     const minfer_device_info info = b->plugin().device_info(b->device());
     if (info.free_bytes == 0) continue;
-    const uint64_t reserve = file_bytes + (uint64_t(1) << 30);
+    const uint64_t reserve = file_bytes / devices + (uint64_t(1) << 30);
     room = std::min(room, info.free_bytes > reserve ? (info.free_bytes - reserve) / 10 * 9 : 0);
   }
   if (room == UINT64_MAX) return full;
-  const int64_t fits = int64_t(room / m.kv_page_bytes());
+  const int64_t fits = int64_t(room / ((m.kv_page_bytes() + devices - 1) / devices));
   return std::max(m.opts.pages_per_seq(), std::min(full, fits));  // one full context at least: else the build says what is short
 }
 
@@ -82,7 +85,7 @@ ModelRunner::ModelRunner(const RunConfig &cfg, int64_t max_seqs) : cfg_(cfg) {
   backends_ = open_backends(cfg);
   model_ = models::load_model(file_, bo);
   if (max_seqs > 1 && cfg.kv_pages == 0) {  // sized by memory: the graph is built again with the pool's size
-    bo.kv_pages = default_kv_pages(*model_, backends_, fs::file_size(cfg.model));
+    bo.kv_pages = default_kv_pages(*model_, backends_, fs::file_size(cfg.model), std::max<uint64_t>(1, cfg.split_devices.size()));
     model_ = models::load_model(file_, bo);
   }
   if (cfg.context > model_->hp.n_ctx_train)
