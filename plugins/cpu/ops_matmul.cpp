@@ -3,8 +3,8 @@
 // Threads split the weight's output rows, so the weights are read once per call whatever the
 // batch. matmul_path picks the kernel: with AMX, many tokens times block-quantized weights go
 // to tile products (amx_matmul.hpp); without, to the tiled int8 GEMM (int8_gemm.hpp). Few
-// tokens take the row dots of qdot.hpp (Q4_0/Q5_0/Q8_0/Q4_K/Q6_K; four rows at a time for
-// Q4_0/Q8_0 with VNNI; Q4_1/Q5_1/Q5_K/Q2_K/Q3_K on the GEMM's units, unit_row_dots); other
+// tokens take the row dots of qdot.hpp (Q4_0/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K; four rows at a time for
+// Q4_0/Q8_0 with VNNI; Q4_1/Q5_1/Q2_K/Q3_K on the GEMM's units, unit_row_dots); other
 // types (and every type under isa scalar without a kernel) decode each row to f32 once and
 // dot it with every token.
 #include <algorithm>
@@ -116,16 +116,19 @@ enum class MatmulPath { Amx, Gemm, RowDots, Decoded };
 // 119-145 | 111-132 | 116-164; B=8 - | 143-149 | 129-131 | 120-156; B=16 - | 201 | 172-203 | 118-128.
 constexpr int64_t kGemmMinTokens = 8;
 
-// The row dots on the GEMM's units (Q4_1, Q5_1, Q5_K, Q2_K, Q3_K: unit_row_dots) beat its
-// packing at one and two tokens only (2048 x 16384, Zen 4 EPYC, 2 threads, us row dots | GEMM:
-// Q5_K 1: 1735 | 1918, 2: 1961 | 2048, 3: 2445-2498 | 2166-2213, 4: 3141 | 2109; Q4_1 1: 890
-// | 1167, 3: 1276-1332 | 1407-1467, 4: 2526 | 1308; Q2_K 2: 1522 | 2558).
+// The row dots on the GEMM's units (Q4_1, Q5_1, Q2_K, Q3_K: unit_row_dots) beat its packing
+// at one and two tokens only (2048 x 16384, Zen 4 EPYC, 2 threads, us row dots | GEMM: Q5_K
+// when it ran on its unit 1: 1735 | 1918, 2: 1961 | 2048, 3: 2445-2498 | 2166-2213, 4: 3141 |
+// 2109; Q4_1 1: 890 | 1167, 3: 1276-1332 | 1407-1467, 4: 2526 | 1308; Q2_K 2: 1522 | 2558).
+// A type's own row kernel (Q5_K's under AVX2 now: 3: 1638-1716 | 2399-2515, 5: 2727-2988 |
+// 3272-3663, 7: 3576-3598 | 3036-3175) keeps kGemmMinTokens, as Q4_K and Q6_K do.
 constexpr int64_t kUnitGemmMinTokens = 3;
 
 MatmulPath matmul_path(int32_t dtype, Isa isa, int64_t tokens) {
   if (takes_amx(dtype, isa, tokens)) return MatmulPath::Amx;
-  const bool row_dots = qdot_for(dtype, isa) != nullptr;
-  const int64_t gemm_from = unit_row_dots(dtype, isa) ? kUnitGemmMinTokens : kGemmMinTokens;
+  const QDotFn dots = qdot_for(dtype, isa);
+  const bool row_dots = dots != nullptr;
+  const int64_t gemm_from = row_dots && dots == unit_row_dots(dtype, isa) ? kUnitGemmMinTokens : kGemmMinTokens;
   if (gemm_takes(dtype, isa) && (tokens >= gemm_from || !row_dots)) return MatmulPath::Gemm;
   return row_dots ? MatmulPath::RowDots : MatmulPath::Decoded;
 }

@@ -85,6 +85,10 @@ inline void prefetch_ahead(const Block *w) {
   _mm_prefetch(reinterpret_cast<const char *>(w + kAhead) + 64, _MM_HINT_T0);
   _mm_prefetch(p + 16384, _MM_HINT_T1);
   _mm_prefetch(p + 16384 + 64, _MM_HINT_T1);
+  if constexpr (sizeof(Block) > 128) {  // Q5_K's 176 bytes, Q6_K's 210: a third line per block
+    _mm_prefetch(reinterpret_cast<const char *>(w + kAhead) + 128, _MM_HINT_T0);
+    _mm_prefetch(p + 16384 + 128, _MM_HINT_T1);
+  }
 }
 
 // The weight block's 32 values as signed bytes.
@@ -322,7 +326,9 @@ inline void q4_k_scales(const minfer_block_q4_k &w, float d, float dmin, float *
 // low nibbles of sc4-7 and m4-7), then scaled 8 lanes at once: decoding them one by one took
 // as many instructions as the block's dot products (minfer-bench --op matmul q4_k 2048 x 65536,
 // 1 token, AMD EPYC Zen 4, 2 threads: 5031-5899 us before, 3505-3836 after).
-__attribute__((target("avx2,fma,f16c"))) inline void q4_k_scales_simd(const minfer_block_q4_k &w, float *dsc, float *dm) {
+// Q5_K's scales are Q4_K's (same fields).
+template <class Block>
+__attribute__((target("avx2,fma,f16c"))) inline void q4_k_scales_simd(const Block &w, float *dsc, float *dm) {
   uint32_t u[3];
   std::memcpy(u, w.scales, 12);
   const uint32_t six = 0x3f3f3f3fu, four = 0x0f0f0f0fu, two = 0x03030303u;
@@ -360,21 +366,31 @@ __attribute__((target("avx2,fma"))) inline __m256i dot_u8_i8_avx2(__m256i u, __m
 }
 MINFER_VNNI inline __m256i dot_u8_i8_vnni(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
 
-// One kernel body, compiled twice with different targets: DOT is the u8 x s8 dot above.
+// One kernel body for Q4_K and Q5_K (whose values take a fifth bit from qh), compiled twice
+// with different targets: DOT is the u8 x s8 dot above.
 #define MINFER_Q4_K_KERNEL(NAME, TARGET, DOT)                                                                    \
-  template <int T>                                                                                            \
-  TARGET void NAME(const minfer_block_q4_k *w, const ActBlock *x, int64_t stride, int64_t nb, float *out) {   \
+  template <int T, class Block>                                                                               \
+  TARGET void NAME(const Block *w, const ActBlock *x, int64_t stride, int64_t nb, float *out) {               \
+    constexpr bool kFifth = std::is_same_v<Block, minfer_block_q5_k>;                                         \
     __m256 acc[T];                                                                                            \
     float corr[T];                                                                                            \
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps(), corr[t] = 0;                                    \
-    const __m256i low4 = _mm256_set1_epi8(0x0f);                                                              \
+    const __m256i low4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);                               \
     for (int64_t b = 0; b < nb; ++b) {                                                                        \
       prefetch_ahead(w + b);                                                                                  \
       float dsc[8], dm[8];                                                                                    \
       q4_k_scales_simd(w[b], dsc, dm);                                                                        \
+      __m256i qh = _mm256_setzero_si256();                                                                    \
+      if constexpr (kFifth) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w[b].qh));              \
       for (int g = 0; g < 4; ++g) {                                                                           \
         const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w[b].qs + 32 * g));       \
-        const __m256i lo = _mm256_and_si256(bytes, low4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4); \
+        __m256i lo = _mm256_and_si256(bytes, low4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4); \
+        if constexpr (kFifth) { /* bits 0 and 1 of qh to bit 4, then the next two down (16-bit shifts */       \
+          /* by at most 4 keep each byte's bits 0, 1 and 4 its own) */                                        \
+          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));                          \
+          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));                          \
+          qh = _mm256_srli_epi16(qh, 2);                                                                      \
+        }                                                                                                     \
         for (int t = 0; t < T; ++t) {                                                                         \
           const ActBlock &a0 = x[t * stride + b * 8 + 2 * g], &a1 = x[t * stride + b * 8 + 2 * g + 1];        \
           const __m256i s0 = DOT(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a0.qs)));          \
@@ -393,6 +409,15 @@ MINFER_Q4_K_KERNEL(q4_k_vnni_t, MINFER_VNNI, dot_u8_i8_vnni)
 #undef MINFER_Q4_K_KERNEL
 
 MINFER_SIMD_ROW(q4_k, minfer_block_q4_k, 256)
+// Q5_K on the same kernel (under AVX-512 its weights sit in panels; this serves AVX2).
+template <bool Vnni>
+void q5_k_simd(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
+  const auto *w = static_cast<const minfer_block_q5_k *>(w_row);
+  by_tokens(n_tok, [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    Vnni ? q4_k_vnni_t<T>(w, x, stride, n / 256, out) : q4_k_avx2_t<T>(w, x, stride, n / 256, out);
+  });
+}
 
 // ---- Q5_0: value = d * ((nibble | high bit << 4) - 16) ------------------------------------
 // The 5-bit values are used unsigned (0..31); the -16 offset is a scalar per row.
@@ -671,6 +696,7 @@ QDotFn qdot_for(int32_t dtype, Isa isa) {
     case MINFER_DTYPE_Q4_K: return vnni ? q4_k_simd<true> : avx2 ? q4_k_simd<false> : q4_k_scalar;
     case MINFER_DTYPE_Q5_0: return vnni ? q5_0_simd<true> : avx2 ? q5_0_simd<false> : q5_0_scalar;
     case MINFER_DTYPE_Q6_K: return vnni ? q6_k_simd<true> : avx2 ? q6_k_simd<false> : q6_k_scalar;
+    case MINFER_DTYPE_Q5_K: return vnni ? q5_k_simd<true> : avx2 ? q5_k_simd<false> : nullptr;
     default: return unit_row_dots(dtype, isa);  // the other block types, on the GEMM's units (int8_gemm.hpp)
   }
 }
