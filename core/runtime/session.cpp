@@ -309,7 +309,18 @@ void Session::run(const StepShape &shape) {
         recv.emplace_back(out.buffer, out.offset);
       }
       const NodeId first = s.nodes.front();
+      const auto t0 = Clock::now();
       group_->all_reduce(bytes_for(graph_.tensor(graph_.node(first).output), shape) / sizeof(float), send, recv, graph_.node(first).name);
+      if (trace_ && trace_->recording()) {  // every rank's node, timed on the host around the collective
+        for (NodeId id : s.nodes) backends_.at(placement_.node_backend[size_t(id)])->synchronize();
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        for (size_t r = 0; r < s.nodes.size(); ++r) {
+          const Tensor &out = graph_.tensor(graph_.node(s.nodes[r]).output);
+          std::vector<uint8_t> bytes(bytes_for(out, shape));
+          recv[r].first->read(recv[r].second, bytes.data(), bytes.size());
+          trace_->node(s.nodes[r], ms, false, out, bytes);
+        }
+      }
       continue;
     }
     // Device to device where both ends are one plugin's (enqueued, ordered on both backends);
