@@ -92,11 +92,11 @@ std::shared_ptr<minfer::gguf::File> stories() {
   return minfer::gguf::File::open(td + "/models/stories260K.gguf");
 }
 
-std::shared_ptr<minfer::gguf::File> synthetic_qwen2(const std::string &type) {
-  const fs::path path = fs::temp_directory_path() / ("minfer-tp-qwen2-tiny-" + type + ".gguf");
+std::shared_ptr<minfer::gguf::File> synthetic(const std::string &arch, const std::string &type) {
+  const fs::path path = fs::temp_directory_path() / ("minfer-tp-" + arch + "-tiny-" + type + ".gguf");
   if (!fs::exists(path)) {
     minfer::synth::Options o;
-    o.arch = "qwen2";
+    o.arch = arch;
     o.preset = "tiny";
     o.type = type;
     o.seed = 3;
@@ -105,6 +105,13 @@ std::shared_ptr<minfer::gguf::File> synthetic_qwen2(const std::string &type) {
   }
   return minfer::gguf::File::open(path.string());
 }
+
+// Two ranks change only the float order of the attention output's and FFN down's sums: 2e-6
+// of the logits' RMS with f32 weights (Phi-3 tiny). With quantized weights the next matmul
+// rounds its activations to 8 bits, and a value the reordering moves across a rounding step
+// shifts the logits by up to a few percent (Qwen2 tiny Q8_0 2e-6, Q4_0 8e-3; Phi-3 tiny Q8_0
+// 4e-3, Q4_0 3e-2 seen). A wrong slice or a missing sum is off by ~100%.
+constexpr double kQuantizedBound = 0.08;
 
 const std::vector<int32_t> kPrompt{1, 403, 261, 378, 259, 410, 286, 365, 263, 432, 280, 317};
 const std::string kTwoCpus = "backends: {cpu0: {plugin: cpu, threads: 1}, cpu1: {plugin: cpu, threads: 1}}\n";
@@ -179,19 +186,30 @@ TEST(TensorParallel, TwoRanksMatchOneBackend) {
 // A K-quant's 256-value blocks do not divide the tiny model's 128-value halves: a clear error.
 TEST(TensorParallel, SyntheticQwen2MatchesOneBackend) {
   for (const char *type : {"q8_0", "q4_0"}) {
-    const auto file = synthetic_qwen2(type);
+    const auto file = synthetic("qwen2", type);
     const Outcome one = run(file, "backends: {cpu: {threads: 1}}\n", kPrompt, 16);
     const Outcome two = run(file, kTwoCpus + "placement: {split: tensor, devices: [cpu0, cpu1]}\n", kPrompt, 16);
-    // Q8_0: the activations' 8-bit blocks never straddle the cut, only the float order of the
-    // sums changes (2e-6 of the logits' RMS seen); Q4_0's CPU kernels differ more (8e-3 seen).
-    // A wrong slice or sum is off by ~100%.
-    expect_same_run(one, two, std::string(type) == "q8_0" ? 1e-4 : 0.05, std::string("qwen2 tiny ") + type + ", 2 ranks");
+    expect_same_run(one, two, kQuantizedBound, std::string("qwen2 tiny ") + type + ", 2 ranks");
   }
-  const auto kq = synthetic_qwen2("q4_k");
+  const auto kq = synthetic("qwen2", "q4_k");
   const std::string why = error_of([&] { run(kq, kTwoCpus + "placement: {split: tensor, devices: [cpu0, cpu1]}\n", kPrompt, 1); });
   EXPECT_NE(why.find("split: tensor cuts the rows of 'blk.0.attn_output.weight' (256 q4_k values) at 0 and 128, not on its blocks of 256"),
             std::string::npos)
       << why;
+}
+
+// The other architectures' tiny presets: Qwen3's per-head q/k norms, Phi-3's fused Q/K/V and
+// gate+up weights (each rank's rows of each part), Gemma 2's extra norms and soft-caps (after
+// the sums). Gemma 3's tiny preset has one KV head: two ranks cannot share it.
+TEST(TensorParallel, OtherArchitecturesMatchOneBackend) {
+  for (const char *arch : {"qwen3", "phi3", "gemma2"}) {
+    const auto file = synthetic(arch, "q8_0");
+    const Outcome one = run(file, "backends: {cpu: {threads: 1}}\n", kPrompt, 12);
+    const Outcome two = run(file, kTwoCpus + "placement: {split: tensor, devices: [cpu0, cpu1]}\n", kPrompt, 12);
+    expect_same_run(one, two, kQuantizedBound, std::string(arch) + " tiny q8_0, 2 ranks");
+  }
+  const std::string why = error_of([&] { run(synthetic("gemma3", "q8_0"), kTwoCpus + "placement: {split: tensor, devices: [cpu0, cpu1]}\n", kPrompt, 1); });
+  EXPECT_NE(why.find("needs the attention heads (4 query, 1 key/value) to divide among them"), std::string::npos) << why;
 }
 
 // Several sequences at once (the batched session over the paged cache) under split: tensor:
@@ -268,7 +286,7 @@ TEST(TensorParallel, ConfigErrors) {
 // The same on GPUs: one rank through NCCL on one GPU, two ranks and a layer split on two.
 TEST(TensorParallelCuda, OneRankOnOneGpu) {
   if (const std::string why = minfer::test::cuda_devices_unavailable(1); !why.empty()) GTEST_SKIP() << why;
-  const auto file = synthetic_qwen2("q4_0");
+  const auto file = synthetic("qwen2", "q4_0");
   const Outcome one = run(file, "backends: {cuda: {}}\n", kPrompt, 16);
   const Outcome rank = run(file, "backends: {gpu0: {plugin: cuda, device: 0}}\nplacement: {split: tensor, devices: [gpu0]}\n", kPrompt, 16);
   expect_same_run(one, rank, 1e-6, "qwen2 tiny q4_0, 1 rank on cuda:0");
@@ -278,7 +296,7 @@ TEST(TensorParallelCuda, TwoGpus) {
   if (const std::string why = minfer::test::cuda_devices_unavailable(2); !why.empty()) GTEST_SKIP() << why;
   const std::string gpus = "backends: {gpu0: {plugin: cuda, device: 0}, gpu1: {plugin: cuda, device: 1}}\n";
   for (const char *type : {"q4_0", "q8_0"}) {
-    const auto file = synthetic_qwen2(type);
+    const auto file = synthetic("qwen2", type);
     const Outcome one = run(file, "backends: {cuda: {}}\n", kPrompt, 16);
     const Outcome layers = run(file, gpus + "placement: {split: layer, devices: [gpu0, gpu1]}\n", kPrompt, 16);
     expect_same_run(one, layers, 1e-6, std::string("qwen2 tiny ") + type + ", layers over 2 GPUs");
