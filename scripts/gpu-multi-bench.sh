@@ -6,6 +6,9 @@
 # and tensor parallel over two: minfer-bench -p 512 -n 128, and --parallel 1,64 (aggregate
 # decode). Done when tp2 tg128 >= 1.35x one GPU's and S_TG at 64 >= 1.7x (issue 22).
 set -uo pipefail
+# NVLink multicast (NVLS) stays off: on the shared hosts it can take their GPUs out of service
+# (the device tool's KINDS.md). The machine sets it; set it here too in case a shell does not.
+export NCCL_NVLS_ENABLE=0
 bundle=${1:-.gpu}; out=${2:-/tmp/minfer-multi}; mkdir -p "$out"
 bin=$bundle/build/bin
 vocab=$bundle/testdata/vocab/ggml-vocab-qwen2.gguf
