@@ -9,6 +9,12 @@ set -uo pipefail
 # NVLink multicast (NVLS) stays off: on the shared hosts it can take their GPUs out of service
 # (the device tool's KINDS.md). The machine sets it; set it here too in case a shell does not.
 export NCCL_NVLS_ENABLE=0
+# The cuda plugin loads libnccl.so.2 when split: tensor opens its group: the toolkit's, else the
+# one PyTorch's nvidia-nccl wheel brings.
+if [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
+  nccl_lib=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$nccl_lib" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$nccl_lib
+fi
 bundle=${1:-.gpu}; out=${2:-/tmp/minfer-multi}; mkdir -p "$out"
 bin=$bundle/build/bin
 vocab=$bundle/testdata/vocab/ggml-vocab-qwen2.gguf
