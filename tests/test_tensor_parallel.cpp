@@ -254,6 +254,10 @@ TEST(TensorParallel, ErrorsNameWhatToDo) {
   std::string why = error_of([&] { run(file, three, kPrompt, 1); });
   EXPECT_NE(why.find("split: tensor over 3 devices needs the attention heads (8 query, 4 key/value) to divide among them"), std::string::npos)
       << why;
+  // Mixture-of-experts layers are not divided (yet): the build says what to use instead.
+  why = error_of([&] { run(synthetic("qwen3moe", "q8_0"), kTwoCpus + "placement: {split: tensor, devices: [cpu0, cpu1]}\n", kPrompt, 1); });
+  EXPECT_NE(why.find("needs dense layers (mixture-of-experts layers are not divided among devices yet); use split: layer"), std::string::npos)
+      << why;
   // A graph built for other ranks than the config's devices.
   why = error_of([&] {
     const minfer::RunConfig cfg = minfer::parse_run_config(kTwoCpus + "placement: {split: tensor, devices: [cpu0, cpu1]}\n", "tp.yaml");

@@ -42,15 +42,16 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
   const bool split = o.tensor_parallel > 0;
   const int64_t R = split ? o.tensor_parallel : 1;
   if (split) {
-    auto need = [&](bool ok, const std::string &what) {
-      if (!ok)
-        throw Error(f.path() + ": split: tensor over " + std::to_string(R) + " devices needs " + what +
-                    "; use as many devices as divide it, or split: layer");
+    auto need = [&](bool ok, const std::string &what, const std::string &instead) {
+      if (!ok) throw Error(f.path() + ": split: tensor over " + std::to_string(R) + " devices needs " + what + "; " + instead);
     };
-    need(hp.n_head % R == 0 && hp.n_head_kv % R == 0, "the attention heads (" + std::to_string(hp.n_head) + " query, " +
-                                                          std::to_string(hp.n_head_kv) + " key/value) to divide among them");
-    need(hp.n_expert == 0, "dense layers (its mixture-of-experts layers are not divided yet)");
-    need(hp.n_ff % R == 0, "the FFN's " + std::to_string(hp.n_ff) + " rows to divide among them");
+    const std::string fewer = "use a number of devices that divides it, or split: layer";
+    need(hp.n_expert == 0, "dense layers (mixture-of-experts layers are not divided among devices yet)",
+         "use split: layer, or placement rules");
+    need(hp.n_head % R == 0 && hp.n_head_kv % R == 0,
+         "the attention heads (" + std::to_string(hp.n_head) + " query, " + std::to_string(hp.n_head_kv) + " key/value) to divide among them",
+         fewer);
+    need(hp.n_ff % R == 0, "the FFN's " + std::to_string(hp.n_ff) + " rows to divide among them", fewer);
   }
   const int64_t qd_r = qd / R, kvd_r = kvd / R, ff_r = hp.n_ff / R;
   auto named = [&](const std::string &n, int64_t r) { return split ? n + "@" + std::to_string(r) : n; };

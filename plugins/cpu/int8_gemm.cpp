@@ -569,7 +569,7 @@ void gemm_typed(Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t
 }
 
 // ---- Row dots for one to four tokens, on the same units ------------------------------------
-// The types with no row kernel in qdot.cpp (Q4_1, Q5_1, Q5_K, Q2_K, Q3_K) took the GEMM at every
+// The types with no row kernel in qdot.cpp (Q4_1, Q5_1, Q2_K, Q3_K; Q5_K until it got one) took the GEMM at every
 // count, and at one token its packing cost more than the dots: 11-12 GB/s on a DRAM-bound
 // 2048 x 65536 matrix where Q4_K's panels read 43 (Zen 4 EPYC, 2 threads). Here each group's
 // 32 values are decoded by the unit into a vector and dotted with each token's activations in
@@ -697,7 +697,6 @@ QDotFn unit_row_dots(int32_t dtype, Isa isa) {
   switch (dtype) {
     case MINFER_DTYPE_Q4_1: return vnni ? unit_dots<UQ4_1, true> : unit_dots<UQ4_1, false>;
     case MINFER_DTYPE_Q5_1: return vnni ? unit_dots<UQ5_1, true> : unit_dots<UQ5_1, false>;
-    case MINFER_DTYPE_Q5_K: return vnni ? unit_dots<UQ5_K, true> : unit_dots<UQ5_K, false>;
     case MINFER_DTYPE_Q2_K: return vnni ? unit_dots<UQ2_K, true> : unit_dots<UQ2_K, false>;
     case MINFER_DTYPE_Q3_K: return vnni ? unit_dots<UQ3_K, true> : unit_dots<UQ3_K, false>;
     default: return nullptr;

@@ -23,7 +23,7 @@ class ThreadPool;
 // Q6_K on Avx512Vnni (512-bit) and Avx2 (vpmaddubsw).
 bool gemm_takes(int32_t dtype, Isa isa);
 
-// Row dots (QDotFn, one to four tokens) on the GEMM's decoding of Q4_1, Q5_1, Q5_K, Q2_K and
+// Row dots (QDotFn, one to four tokens) on the GEMM's decoding of Q4_1, Q5_1, Q2_K and
 // Q3_K, the types with no kernel of their own in qdot.cpp; nullptr for other types and isas.
 QDotFn unit_row_dots(int32_t dtype, Isa isa);
 

@@ -29,7 +29,7 @@ struct ActBlock {
 };
 
 
-// Dots one weight row of n values (dtype Q4_0, Q5_0, Q8_0, Q4_K or Q6_K here; Q4_1, Q5_1, Q5_K,
+// Dots one weight row of n values (dtype Q4_0, Q5_0, Q8_0, Q4_K, Q5_K or Q6_K here; Q4_1, Q5_1,
 // Q2_K and Q3_K through int8_gemm.hpp's unit_row_dots) with the quantized activations of
 // n_tok tokens (1..kMaxTokens; token j's blocks start at x + j * x_stride): out[j].
 // Each weight block is decoded once for all the tokens. nullptr for other dtypes.
