@@ -84,7 +84,12 @@ class WeightReader {
                    take = dtype_bytes(t->dtype, count, name);
     auto bytes = std::make_shared<std::vector<uint8_t>>(take * uint64_t(rows));
     for (int64_t r = 0; r < rows; ++r) std::memcpy(bytes->data() + uint64_t(r) * take, t->data + uint64_t(r) * row_bytes + from, take);
-    return gb_.weight(name + "[" + part + "]", t->dtype, {count, rows}, HostBytes{bytes->data(), bytes->size(), bytes, {}});
+    // Once its backend holds its copy (the session releases the bytes in order, chunk by
+    // chunk), the gathered memory goes: the slices of a 7B's output and down weights are GBs.
+    auto release = [bytes](const uint8_t *p, uint64_t n) {
+      if (p + n == bytes->data() + bytes->size()) std::vector<uint8_t>().swap(*bytes);
+    };
+    return gb_.weight(name + "[" + part + "]", t->dtype, {count, rows}, HostBytes{bytes->data(), bytes->size(), bytes, release});
   }
 
  private:

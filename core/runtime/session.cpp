@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -171,16 +172,22 @@ void Session::upload_weights() {
     if (copied(k, loc)) total += graph_.tensor(k.first).weight.size;
   // Weights some backend reads in place keep their host pages; the others' are released once
   // copied (a model's file pages would otherwise stay in this process's memory beside the copy).
+  // A weight copied to several backends is released by its last copy (gathered bytes, as a
+  // split: tensor's weight columns, are freed then, not just paged out).
   std::set<TensorId> in_place;
-  for (const auto &[k, loc] : where_)
-    if (graph_.tensor(k.first).role == TensorRole::Weight && !copied(k, loc)) in_place.insert(k.first);
+  std::map<TensorId, int> copies_left;
+  for (const auto &[k, loc] : where_) {
+    if (graph_.tensor(k.first).role != TensorRole::Weight) continue;
+    if (copied(k, loc)) ++copies_left[k.first];
+    else in_place.insert(k.first);
+  }
   for (const auto &[k, loc] : where_) {
     if (!copied(k, loc)) continue;
     const Tensor &t = graph_.tensor(k.first);
     // Straight from the file's mapping, in chunks whose pages are dropped as soon as they are
     // copied: at most one chunk is resident twice, whatever the tensor's size.
     constexpr uint64_t kChunk = uint64_t(16) << 20;
-    const bool release = t.weight.release && !in_place.count(k.first);
+    const bool release = t.weight.release && !in_place.count(k.first) && --copies_left[k.first] == 0;
     for (uint64_t off = 0; off < t.weight.size; off += kChunk) {
       const uint64_t n = std::min(kChunk, t.weight.size - off);
       loc.buffer->write(loc.offset + off, t.weight.data + off, n);
