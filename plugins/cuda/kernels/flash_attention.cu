@@ -119,16 +119,21 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const float *
           vs[j * HD + d] = vv.x, vs[j * HD + d + 1] = vv.y;
         }
         __syncthreads();
-        float s[kRowsPerWarp];
-        for (int r = 0; r < kRowsPerWarp; ++r) s[r] = 0;
-#pragma unroll 4
-        for (int d = 0; d < HD; d += 4) {
-          const float4 kk = *reinterpret_cast<const float4 *>(ks + lane * KS + d);
+        // Two partial sums (alternate groups of 4 dims): one running sum over 64 groups of a
+        // 256-value head strayed 1.6e-5 of a weighted value from exact (N(0, 2) data).
+        float s[kRowsPerWarp], s2[kRowsPerWarp];
+        for (int r = 0; r < kRowsPerWarp; ++r) s[r] = 0, s2[r] = 0;
+#pragma unroll 2
+        for (int d = 0; d < HD; d += 8) {
+          const float4 ka = *reinterpret_cast<const float4 *>(ks + lane * KS + d), kb = *reinterpret_cast<const float4 *>(ks + lane * KS + d + 4);
           for (int r = 0; r < kRowsPerWarp; ++r) {
-            const float4 qq = *reinterpret_cast<const float4 *>(qs + (warp * kRowsPerWarp + r) * HD + d);
-            s[r] += qq.x * kk.x + qq.y * kk.y + qq.z * kk.z + qq.w * kk.w;
+            const float4 qa = *reinterpret_cast<const float4 *>(qs + (warp * kRowsPerWarp + r) * HD + d);
+            const float4 qb = *reinterpret_cast<const float4 *>(qs + (warp * kRowsPerWarp + r) * HD + d + 4);
+            s[r] += qa.x * ka.x + qa.y * ka.y + qa.z * ka.z + qa.w * ka.w;
+            s2[r] += qb.x * kb.x + qb.y * kb.y + qb.z * kb.z + qb.w * kb.w;
           }
         }
+        for (int r = 0; r < kRowsPerWarp; ++r) s[r] += s2[r];
         const int64_t pos = k0 + lane;
         for (int r = 0; r < kRowsPerWarp; ++r) {
           s[r] = cap_score(scores, s[r]);
