@@ -167,6 +167,12 @@ void CudaDevice::dequantize_f16(int32_t dtype, const void *x, uint16_t *y, int64
   check_launch(minfer_cuda_dequantize_f16(&cfg_, dtype, x, y, n));
 }
 
+namespace {
+minfer_cuda_rope cuda_rope(const minfer_rope_params &p, const float *freq_factors, const minfer_cuda_head_norms *norms) {
+  return {p.n_dims, p.mode, p.theta_base, p.freq_scale, freq_factors, sdk::rope_attn_factor(p), norms ? *norms : minfer_cuda_head_norms{}};
+}
+}  // namespace
+
 void CudaDevice::rms_norm_f32(const float *x, const float *w, float *y, int64_t rows, int64_t d, float eps) {
   check_launch(minfer_cuda_rms_norm_f32(&cfg_, x, w, y, rows, d, eps));
 }
@@ -174,9 +180,7 @@ void CudaDevice::rms_norm_f32(const float *x, const float *w, float *y, int64_t 
 void CudaDevice::rope_f32(const float *x, const int32_t *pos, float *y, int64_t tokens, int64_t heads,
                           const minfer_rope_params &p, const float *freq_factors, const float *x2, float *y2, int64_t heads2,
                           const minfer_cuda_head_norms *norms) {
-  check_launch(minfer_cuda_rope_f32(&cfg_, x, pos, y, tokens, heads, p.head_dim,
-                                    minfer_cuda_rope{p.n_dims, p.mode, p.theta_base, p.freq_scale, freq_factors, sdk::rope_attn_factor(p)}, x2, y2,
-                                    heads2, norms));
+  check_launch(minfer_cuda_rope_f32(&cfg_, x, pos, y, tokens, heads, p.head_dim, cuda_rope(p, freq_factors, norms), x2, y2, heads2));
 }
 
 void CudaDevice::argmax_f32(const float *x, int32_t *out, int64_t d, int64_t rows) {
@@ -198,7 +202,8 @@ bool CudaDevice::attention_rotates(int64_t tokens, bool decode, const minfer_att
 
 void CudaDevice::attention(const float *q, const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, float *out,
                            int64_t tokens, bool decode, const minfer_attention_params &p, const minfer_cuda_kv_pages &kv,
-                           int64_t max_positions, const int32_t *rope_pos, const minfer_rope_params *rope, const float *rope_factors) {
+                           int64_t max_positions, const int32_t *rope_pos, const minfer_rope_params *rope, const float *rope_factors,
+                           const minfer_cuda_head_norms *norms) {
   if (rope && !attention_rotates(tokens, decode, p, cache_dtype))
     throw sdk::Error(MINFER_ERR_INTERNAL, "attention with its RoPE fused for a step the one-token kernel does not run");
   const int64_t kvd = int64_t(p.n_kv_head) * p.head_dim;
@@ -209,9 +214,7 @@ void CudaDevice::attention(const float *q, const float *k, const float *v, void 
     const int64_t bytes =
         minfer_cuda_flash_attention_partials_bytes(tokens, decode, p.n_head, p.n_kv_head, p.head_dim, cache_dtype, max_positions, sm_count_);
     auto *partials = bytes > 0 ? static_cast<float *>(scratch(4, size_t(bytes))) : nullptr;
-    const minfer_cuda_rope r =
-        rope ? minfer_cuda_rope{rope->n_dims, rope->mode, rope->theta_base, rope->freq_scale, rope_factors, sdk::rope_attn_factor(*rope)}
-             : minfer_cuda_rope{};
+    const minfer_cuda_rope r = rope ? cuda_rope(*rope, rope_factors, norms) : minfer_cuda_rope{};
     return check_launch(minfer_cuda_flash_attention(&cfg_, q, k, v, kc, vc, cache_dtype, out, partials, attention_counters_, tokens, decode,
                                                     p.n_head, p.n_kv_head, p.head_dim, kv, max_positions, scores, sm_count_, rope_pos,
                                                     rope ? &r : nullptr));
@@ -468,18 +471,21 @@ void CudaDevice::matmul_id(const ExpertMatmul &e, const float *x, const int32_t 
                            float *up_out) {
   const int64_t pairs = e.choices * e.rows;
   if (pairs == 0) return;
-  const bool direct = int8_experts(e) && minfer_cuda_mmvq_id_direct(pairs, e.choices);  // a decode token: no route launch
+  const bool direct = int8_experts(e) && minfer_cuda_mmvq_id_decode_supported(pairs, e.choices, e.k);  // a decode token: no route launch
   void *route = direct ? nullptr : scratch(7, minfer_cuda_moe_route_bytes(pairs, e.n_expert));
   // A bad id's rows become NaN in what this call finally writes (y; gate_out too unfused).
   if (!direct)
     check_launch(minfer_cuda_moe_route(&cfg_, ids, pairs, e.n_expert, route, e.up && !int8_experts(e) ? gate_out : y, e.m, error_flag_, node_tag));
   const int32_t per_pair = e.x_per_pair ? 1 : 0;
+  if (direct)
+    return check_launch(minfer_cuda_mmvq_id_decode(&cfg_, e.dtype, e.w, e.up, e.act, x, y, e.k, e.m, e.n_expert, pairs, e.choices, per_pair,
+                                                   ids, error_flag_, node_tag, sm_count_));
   if (int8_experts(e)) {
     const int64_t x_rows = e.x_per_pair ? pairs : e.rows;
     void *q = scratch(0, minfer_cuda_q8_act_bytes(e.k, x_rows));  // activations to 8 bits once
     check_launch(minfer_cuda_quantize_q8_act(&cfg_, x, q, e.k * x_rows));
     return check_launch(minfer_cuda_mmvq_id(&cfg_, e.dtype, e.w, e.up, e.act, q, y, e.k, e.m, e.n_expert, pairs, e.choices, per_pair, route,
-                                            ids, error_flag_, node_tag, sm_count_));
+                                            sm_count_));
   }
   if (!e.up) return check_launch(minfer_cuda_matmul_id(&cfg_, e.dtype, e.w, x, y, e.k, e.m, e.n_expert, pairs, e.choices, per_pair, route));
   check_launch(minfer_cuda_matmul_id(&cfg_, e.dtype, e.w, x, gate_out, e.k, e.m, e.n_expert, pairs, e.choices, per_pair, route));

@@ -91,7 +91,8 @@ class CudaDevice {
   // unrotated and are rotated at rope_pos.
   void attention(const float *q, const float *k, const float *v, void *kc, void *vc, int32_t cache_dtype, float *out,
                  int64_t tokens, bool decode, const minfer_attention_params &p, const minfer_cuda_kv_pages &kv, int64_t max_positions,
-                 const int32_t *rope_pos = nullptr, const minfer_rope_params *rope = nullptr, const float *rope_factors = nullptr);
+                 const int32_t *rope_pos = nullptr, const minfer_rope_params *rope = nullptr, const float *rope_factors = nullptr,
+                 const minfer_cuda_head_norms *norms = nullptr);
   // Whether attention() can apply the RoPE of q and k itself for such a step.
   bool attention_rotates(int64_t tokens, bool decode, const minfer_attention_params &p, int32_t cache_dtype) const;
 

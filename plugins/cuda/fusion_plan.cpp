@@ -24,6 +24,21 @@ class Planner {
   static bool overlap(const minfer_tensor &a, const minfer_tensor &b) {
     return a.buffer == b.buffer && a.offset < b.offset + bytes_of(b) && b.offset < a.offset + bytes_of(a);
   }
+  // The most step rows (tokens) for which a and b, each filled from its start for that many
+  // rows, stay apart: the host sizes tensors for the segment's largest step, so two that
+  // overlap at 512 tokens may be far apart at a decode token's. 0: never; INT64_MAX: always.
+  static int64_t apart_up_to(const minfer_tensor &a, const minfer_tensor &b) {
+    if (!overlap(a, b)) return INT64_MAX;
+    const minfer_tensor &lo = a.offset <= b.offset ? a : b, &hi = a.offset <= b.offset ? b : a;
+    const int d = lo.token_dim;
+    if (lo.offset == hi.offset || d != lo.rank - 1 || lo.stride_bytes[d] <= 0) return 0;  // token rows outermost only
+    return int64_t((hi.offset - lo.offset) / uint64_t(lo.stride_bytes[d]));
+  }
+  // a and b are one tensor's bytes (same buffer, offset and row stride): a kernel that reads
+  // each row whole before writing it may write one over the other.
+  static bool aliased(const minfer_tensor &a, const minfer_tensor &b) {
+    return same(a, b) && a.rank == b.rank && a.stride_bytes[a.rank - 1] == b.stride_bytes[b.rank - 1] && bytes_of(a) == bytes_of(b);
+  }
 
   // A MATMUL whose output only the next node reads, an ADD_ROW_BROADCAST (bias) or ADD
   // (residual), runs as one kernel with that add in its epilogue: decode then launches one
@@ -51,6 +66,7 @@ class Planner {
     p_.fuse_top_k_weights.assign(nodes_.size(), false);
     p_.fuse_rope_norms.assign(nodes_.size(), false);
     p_.fuse_sum_add.assign(nodes_.size(), false);
+    p_.fused_up_to.assign(nodes_.size(), INT64_MAX);
     p_.owner.resize(nodes_.size());
     for (size_t i = 0; i < nodes_.size(); ++i) p_.owner[i] = i;
     p_.fused_away.assign(nodes_.size(), false);
@@ -66,6 +82,33 @@ class Planner {
       p_.fused_away[i + 1] = true, p_.owner[i + 1] = i;
       ++i;
     }
+    // The two per-head RMS_NORMs right before a rope pair (Qwen3's q and k norms), each read
+    // only by its rope: the rope kernel normalizes each head first (a warp holds a head), and so
+    // does the one-token attention kernel where the pair is fused with its attention (below);
+    // no rope output over a norm input, which other blocks of the launch still read.
+    for (size_t i = 2; i + 1 < nodes_.size(); ++i) {
+      if (!p_.fuse_rope[i]) continue;
+      const minfer_node &na = nodes_[i - 2].node(), &nb = nodes_[i - 1].node(), &a = nodes_[i].node(), &b = nodes_[i + 1].node();
+      if (na.op != MINFER_OP_RMS_NORM || nb.op != MINFER_OP_RMS_NORM || p_.fused_away[i - 2] || p_.fused_away[i - 1]) continue;
+      if (!same(*a.inputs[0], *na.output) || !same(*b.inputs[0], *nb.output)) continue;
+      const int32_t hd = sdk::params_of<minfer_rope_params>(a).head_dim;
+      if (sdk::rms_norm_group(na) != hd || sdk::rms_norm_group(nb) != hd ||
+          sdk::params_of<minfer_rms_norm_params>(na).eps != sdk::params_of<minfer_rms_norm_params>(nb).eps)
+        continue;
+      if (!(na.output->flags & nb.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || read_after(i + 1, *na.output) || read_after(i + 1, *nb.output))
+        continue;
+      if (overlap(*nb.inputs[0], *na.output) || overlap(*nb.inputs[1], *na.output)) continue;  // k's norm never reads q's
+      // A rope output may take its own norm's input bytes exactly (the host reuses them, as
+      // the norm's input dies there): a warp reads its head whole before writing it.
+      bool clear = true;
+      for (const minfer_tensor *o : {a.output, b.output})
+        for (const minfer_tensor *in : {na.inputs[0], na.inputs[1], nb.inputs[0], nb.inputs[1]})
+          clear = clear && (!overlap(*o, *in) || (o == a.output && in == na.inputs[0] && aliased(*o, *in)) ||
+                            (o == b.output && in == nb.inputs[0] && aliased(*o, *in)));
+      if (!clear) continue;
+      p_.fuse_rope_norms[i] = true;
+      p_.fused_away[i - 2] = p_.fused_away[i - 1] = true, p_.owner[i - 2] = p_.owner[i - 1] = i;
+    }
     // Such a pair and the ATTENTION after it reading both outputs (as q and k, either order),
     // which nothing later reads and whose output does not overlap the pair's inputs (the
     // fused kernel writes it while other blocks may still read them).
@@ -79,32 +122,12 @@ class Planner {
       if (sdk::params_of<minfer_rope_params>(a).head_dim != sdk::params_of<minfer_attention_params>(at).head_dim) continue;
       if (!(a.output->flags & b.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || read_after(i + 2, *a.output) || read_after(i + 2, *b.output))
         continue;
-      if (overlap(*at.output, *a.inputs[0]) || overlap(*at.output, *b.inputs[0])) continue;
+      // What the fused kernel reads as unrotated q and k: the rope inputs, or the norms' inputs.
+      const minfer_tensor &qa = p_.fuse_rope_norms[i] ? *nodes_[i - 2].node().inputs[0] : *a.inputs[0];
+      const minfer_tensor &qb = p_.fuse_rope_norms[i] ? *nodes_[i - 1].node().inputs[0] : *b.inputs[0];
+      if (overlap(*at.output, qa) || overlap(*at.output, qb)) continue;
       p_.fuse_rope_attention[i] = true;
       p_.fused_away[i + 2] = true, p_.owner[i + 2] = i;
-    }
-    // The two per-head RMS_NORMs right before a rope pair (Qwen3's q and k norms), each read
-    // only by its rope: the rope kernel normalizes each head first (a warp holds a head). Not
-    // for a pair inside its attention's kernel; no rope output over a norm input, which other
-    // blocks of the launch still read.
-    for (size_t i = 2; i + 1 < nodes_.size(); ++i) {
-      if (!p_.fuse_rope[i] || p_.fuse_rope_attention[i]) continue;
-      const minfer_node &na = nodes_[i - 2].node(), &nb = nodes_[i - 1].node(), &a = nodes_[i].node(), &b = nodes_[i + 1].node();
-      if (na.op != MINFER_OP_RMS_NORM || nb.op != MINFER_OP_RMS_NORM || p_.fused_away[i - 2] || p_.fused_away[i - 1]) continue;
-      if (!same(*a.inputs[0], *na.output) || !same(*b.inputs[0], *nb.output)) continue;
-      const int32_t hd = sdk::params_of<minfer_rope_params>(a).head_dim;
-      if (sdk::rms_norm_group(na) != hd || sdk::rms_norm_group(nb) != hd ||
-          sdk::params_of<minfer_rms_norm_params>(na).eps != sdk::params_of<minfer_rms_norm_params>(nb).eps)
-        continue;
-      if (!(na.output->flags & nb.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || read_after(i + 1, *na.output) || read_after(i + 1, *nb.output))
-        continue;
-      if (overlap(*nb.inputs[0], *na.output) || overlap(*nb.inputs[1], *na.output)) continue;  // k's norm never reads q's
-      bool clear = true;
-      for (const minfer_tensor *o : {a.output, b.output})
-        for (const minfer_tensor *in : {na.inputs[0], na.inputs[1], nb.inputs[0], nb.inputs[1]}) clear = clear && !overlap(*o, *in);
-      if (!clear) continue;
-      p_.fuse_rope_norms[i] = true;
-      p_.fused_away[i - 2] = p_.fused_away[i - 1] = true, p_.owner[i - 2] = p_.owner[i - 1] = i;
     }
     // A router's TOP_K and the MOE_WEIGHTS of the same logits and its ids: the top-k kernel
     // ranks the row and writes the weights too (rows of at most 1024 experts).
@@ -125,8 +148,12 @@ class Planner {
       const minfer_node &sum = nodes_[i].node(), &add = nodes_[i + 1].node();
       if (sum.op != MINFER_OP_MOE_SUM || add.op != MINFER_OP_ADD || !(sum.output->flags & MINFER_TENSOR_SEGMENT_LOCAL)) continue;
       if (same(*add.inputs[0], *sum.output) == same(*add.inputs[1], *sum.output) || read_after(i + 1, *sum.output)) continue;
-      if (overlap(*add.output, *sum.inputs[0]) || overlap(*add.output, *sum.inputs[1])) continue;
+      // Apart for the step's rows: a decode step's few rows sit far below where the add's
+      // output begins even when a 512-token step's expert outputs reach it.
+      const int64_t apart = std::min(apart_up_to(*add.output, *sum.inputs[0]), apart_up_to(*add.output, *sum.inputs[1]));
+      if (apart < 1) continue;
       p_.fuse_sum_add[i] = true;
+      p_.fused_up_to[i] = apart;
       p_.fused_away[i + 1] = true, p_.owner[i + 1] = i;
       ++i;
     }

@@ -20,6 +20,9 @@ struct FusionPlan {
   // MOE_SUM and the residual ADD of its output; fuse_rope_norms: a rope pair whose inputs are
   // the two per-head RMS_NORMs right before it, run inside its launch.
   std::vector<bool> fuse_add, fuse_glu, fuse_rope, fuse_rope_attention, fuse_rope_norms, fuse_top_k_weights, fuse_sum_add, fused_away;
+  // Per step's first node: the most rows (tokens) a step may have for it to run fused; larger
+  // steps run its nodes one by one (their tensors would overlap at that size).
+  std::vector<int64_t> fused_up_to;
   std::vector<std::vector<MatmulStep>> group;  // at a group's first node: its steps
   std::vector<size_t> owner;                   // per node: the first node of the step that runs it
   std::vector<const minfer_node *> norm_of;    // per step's first node: the RMS norm it runs, or null

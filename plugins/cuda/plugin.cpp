@@ -71,30 +71,37 @@ class CudaSegment : public sdk::Segment {
     const minfer_node &n = nodes_[i].node();
     const size_t o = plan_.owner[i];
     if (n.op == MINFER_OP_ATTENTION)
-      return explain_attention(n, tokens, o != i && dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(n), n.inputs[3]->dtype));
+      return explain_attention(n, tokens, o != i && dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(n), n.inputs[3]->dtype),
+                               o != i && plan_.fuse_rope_norms[o]);
     if (o != i) {  // run by the step of node o: inside its kernel, or as a kernel of that step
       const minfer_node &head = nodes_[o].node();
+      // A rope pair fused with its attention, in the attention's kernel at this step size.
+      if (head.op == MINFER_OP_ROPE && plan_.fuse_rope_attention[o] &&
+          dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(nodes_[o + 2].node()),
+                                 nodes_[o + 2].node().inputs[3]->dtype))
+        return "inside the kernel of " + nodes_[o + 2].name();
       bool inside = false;
       if (head.op == MINFER_OP_MATMUL) {
         const auto path = dev_.matmul_path(head.inputs[0]->dtype, head.inputs[0]->shape[0], tokens);
         const bool is_add = n.op == MINFER_OP_ADD || n.op == MINFER_OP_ADD_ROW_BROADCAST;
         inside = path == CudaDevice::MatmulPath::Gemv || (is_add && path == CudaDevice::MatmulPath::Mmq && plan_.fuse_add[o]);
+      } else if (head.op == MINFER_OP_MOE_SUM && tokens > plan_.fused_up_to[o]) {
+        return "add_f32_kernel (a step this large would overlap the expert sum's inputs)";
       } else if (head.op == MINFER_OP_TOP_K || head.op == MINFER_OP_MOE_SUM || (head.op == MINFER_OP_ROPE && plan_.fuse_rope_norms[o])) {
         inside = true;
       } else if (head.op == MINFER_OP_MATMUL_ID) {
         inside = CudaDevice::int8_experts({head.inputs[0]->dtype, nullptr, nullptr, 0, head.inputs[0]->shape[0], 0, 0, 0, 0, false});
-      } else if (head.op == MINFER_OP_ROPE && plan_.fuse_rope_attention[o] &&
-                 dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(nodes_[o + 2].node()),
-                                         nodes_[o + 2].node().inputs[3]->dtype)) {
-        return "inside the kernel of " + nodes_[o + 2].name();
       }
       return std::string(inside ? "inside the kernel of " : "a kernel of the step at ") + nodes_[o].name();
     }
     if (n.op == MINFER_OP_MATMUL) return explain_matmul(i, tokens);
     if (n.op == MINFER_OP_MATMUL_ID) {
       const bool int8 = CudaDevice::int8_experts({n.inputs[0]->dtype, nullptr, nullptr, 0, n.inputs[0]->shape[0], 0, 0, 0, 0, false});
-      return std::string(int8 ? "mmvq_id_kernel (dp4a on 8-bit activations; each chosen expert's rows read once for its tokens)"
-                              : "matmul_id_kernel (f32 math, rows decoded per token)") +
+      const int64_t choices = n.inputs[2]->shape[0];
+      const bool decode = int8 && minfer_cuda_mmvq_id_decode_supported(choices * tokens, choices, n.inputs[0]->shape[0]);
+      return std::string(decode ? "mmvq_id_decode_kernel (dp4a; reads the ids and quantizes its activations itself)"
+                         : int8 ? "mmvq_id_kernel (dp4a on 8-bit activations; each chosen expert's rows read once for its tokens)"
+                                : "matmul_id_kernel (f32 math, rows decoded per token)") +
              (plan_.fuse_glu[i] ? (int8 ? ", gate, up and the activation in one launch" : ", then the up matmul and the activation") : "");
     }
     if (n.op == MINFER_OP_TOP_K)
@@ -165,12 +172,19 @@ class CudaSegment : public sdk::Segment {
         else if (plan_.fuse_glu[i]) run_matmul_glu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args, norm);
         else if (plan_.norm_of[i]) run_matmul_group(dev_, std::vector<MatmulStep>{step_at(i)}, args, norm);
         else if (plan_.fuse_add[i]) run_matmul_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
-        else if (plan_.fuse_rope_attention[i]) run_rope_attention(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args);
+        else if (plan_.fuse_rope_attention[i])
+          run_rope_attention(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args,
+                             plan_.fuse_rope_norms[i] ? &nodes_[i - 2].node() : nullptr, plan_.fuse_rope_norms[i] ? &nodes_[i - 1].node() : nullptr);
         else if (plan_.fuse_rope_norms[i])
           run_rope_pair(dev_, nodes_[i].node(), nodes_[i + 1].node(), args, &nodes_[i - 2].node(), &nodes_[i - 1].node());
         else if (plan_.fuse_rope[i]) run_rope_pair(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else if (plan_.fuse_top_k_weights[i]) run_top_k_weights(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
-        else if (plan_.fuse_sum_add[i]) run_moe_sum_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
+        else if (plan_.fuse_sum_add[i] && sdk::run_rows(*nodes_[i].node().output, args) <= plan_.fused_up_to[i])
+          run_moe_sum_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
+        else if (plan_.fuse_sum_add[i]) {  // too many rows to fuse: its two nodes in turn
+          run_[i](dev_, nodes_[i].node(), args, tags_[i]);
+          run_[i + 1](dev_, nodes_[i + 1].node(), args, tags_[i + 1]);
+        }
         else run_[i](dev_, nodes_[i].node(), args, tags_[i]);
       } catch (const sdk::Error &e) {
         throw sdk::Error(e.code(), "node '" + nodes_[i].name() + "' (" +
@@ -244,11 +258,13 @@ class CudaSegment : public sdk::Segment {
     return t;
   }
 
-  std::string explain_attention(const minfer_node &at, int64_t tokens, bool rotating) const {
+  std::string explain_attention(const minfer_node &at, int64_t tokens, bool rotating, bool normalizing) const {
     const auto &p = sdk::params_of<minfer_attention_params>(at);
     const char *k = minfer_cuda_flash_attention_kernel(tokens, tokens == 1, p.n_head, p.n_kv_head, p.head_dim, at.inputs[3]->dtype);
     std::string t = k ? k : "kv_write_kernel + attention_kernel (scores in shared memory)";
-    if (k && std::string(k) == "flash_decode_kernel") t += rotating ? " (writes the KV row, rotates q and k)" : " (writes the KV row)";
+    if (k && std::string(k) == "flash_decode_kernel")
+      t += !rotating ? " (writes the KV row)" : normalizing ? " (writes the KV row, rotates q and k, each head RMS-normalized first)"
+                                                           : " (writes the KV row, rotates q and k)";
     else if (k) t = "kv_write_kernel + " + t;
     return t;
   }

@@ -423,6 +423,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks) flash_decode
   __shared__ float wm[kDecodeWarps][kRows], wl[kDecodeWarps][kRows];
   __shared__ int last_block;
   __shared__ float2 rope_cs[HD / 2];  // (cos, sin) of each rotated pair at the item's token's position
+  __shared__ float norm_scale[kRows + 1];  // rope.norms: the rows' and the new key's 1 / rms
   extern __shared__ uint4 vtiles[];
   const int64_t kvd = int64_t(n_kv) * HD;
   const int group = n_head / n_kv, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -449,16 +450,34 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks) flash_decode
       rope_token = t;
       __syncthreads();
     }
+    // rope.norms: q's heads and the new key RMS-normalized before rotating (Qwen3's per-head
+    // norms: no norm launches either); a warp a row's sum of squares, row nrows the key's.
+    const bool normed = rope.n_dims > 0 && rope.norms.w0;
+    if (normed) {
+      for (int r = warp; r <= nrows; r += kDecodeWarps) {
+        const float *src = r < nrows ? q + (qh0 + r) * HD : kt + int64_t(kvh) * HD;
+        float ss = 0;
+        for (int d = lane; d < HD; d += 32) ss += src[d] * src[d];
+        ss = warp_sum(ss);
+        if (lane == 0) norm_scale[r] = rsqrtf(ss / float(HD) + rope.norms.eps);
+      }
+      __syncthreads();
+    }
     for (int i = threadIdx.x; i < kRows * HD; i += kDecodeThreads) {
       const int r = i / HD, d = i % HD;
       const float *qh = q + (qh0 + r) * HD;
-      qs[r][d] = r < nrows ? (rope.n_dims > 0 ? rope_value(qh, d, rope, rope_cs) : qh[d]) * scores.scale : 0.0f;
+      qs[r][d] = r < nrows ? (rope.n_dims > 0 ? rope_value(qh, d, rope, rope_cs, normed ? rope.norms.w0 : nullptr, normed ? norm_scale[r] : 1.0f)
+                                              : qh[d]) *
+                                 scores.scale
+                           : 0.0f;
     }
     const int64_t begin = int64_t(z) * chunk, end = begin + chunk < n_past + 1 ? begin + chunk : n_past + 1;
     if (begin <= n_past && n_past < end) {  // this chunk holds the new key: into the caches, read back below
       const int64_t at = kv_row(kv, slot, n_past) * kvd + int64_t(kvh) * HD;
       for (int i = threadIdx.x; i < HD; i += kDecodeThreads) {
-        st(kc + at + i, rope.n_dims > 0 ? rope_value(kt + int64_t(kvh) * HD, i, rope, rope_cs) : kt[int64_t(kvh) * HD + i]);
+        st(kc + at + i, rope.n_dims > 0 ? rope_value(kt + int64_t(kvh) * HD, i, rope, rope_cs, normed ? rope.norms.w1 : nullptr,
+                                                     normed ? norm_scale[nrows] : 1.0f)
+                                        : kt[int64_t(kvh) * HD + i]);
         st(vc + at + i, vt_new[int64_t(kvh) * HD + i]);
       }
     }

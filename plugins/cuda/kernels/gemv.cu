@@ -26,45 +26,6 @@ constexpr int kWarps = 8;  // rows (or chunks) in flight per 256-thread block
 // `add` (optional): y[o] = W[o].x + add[o] (a bias, or the residual of a one-token step).
 constexpr int kUnroll = 4;
 
-// norm_w (optional): quantize x * norm_w instead of x, and return this thread's part of the
-// sum of x^2 — an RMS norm folded into the GEMV: its scale is one number per token, applied
-// to the dot products afterwards, so the norm adds no pass of its own.
-__device__ __forceinline__ float quantize_to_shared(const float *x, const float *norm_w, int64_t nb, minfer_cuda_q8_act *xs) {
-  const int sub = threadIdx.x & 3;  // 4 lanes per block of 32 values
-  const int64_t step = blockDim.x >> 2;
-  // This thread's 8 values of block b (zeros past the end): loaded one pass ahead, so a long x
-  // (ffn_down's 18944 values: ten passes) waits for memory once, not once per pass.
-  const auto load = [&](int64_t b, float4 &v0, float4 &v1) {
-    v0 = v1 = make_float4(0, 0, 0, 0);
-    if (b >= nb) return;
-    v0 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[0];
-    v1 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[1];
-  };
-  float ss = 0;
-  float4 n0, n1;
-  load(threadIdx.x >> 2, n0, n1);
-  // Whole warps go round together (the shuffles need every lane); lanes past the end carry zeros.
-  for (int64_t b0 = 0; b0 < nb; b0 += step) {
-    const int64_t b = b0 + (threadIdx.x >> 2);
-    const bool live = b < nb;
-    float4 v0 = n0, v1 = n1;
-    if (b0 + step < nb) load(b + step, n0, n1);
-    if (live && norm_w) {
-      const float4 w0 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[0];
-      const float4 w1 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[1];
-      ss += v0.x * v0.x + v0.y * v0.y + v0.z * v0.z + v0.w * v0.w + v1.x * v1.x + v1.y * v1.y + v1.z * v1.z + v1.w * v1.w;
-      v0 = make_float4(v0.x * w0.x, v0.y * w0.y, v0.z * w0.z, v0.w * w0.w);
-      v1 = make_float4(v1.x * w1.x, v1.y * w1.y, v1.z * w1.z, v1.w * w1.w);
-    }
-    const Q8Part r = quantize8(v0, v1);
-    if (!live) continue;
-    xs[b].qs[2 * sub] = r.w0;
-    xs[b].qs[2 * sub + 1] = r.w1;
-    if (sub == 0) xs[b].d = r.d, xs[b].s = r.s;
-  }
-  return ss;
-}
-
 // After quantize_to_shared: the RMS norm's scale 1/sqrt(mean(x^2) + eps) from the threads'
 // parts (1 without a norm). Contains the block barrier that makes xs visible.
 __device__ __forceinline__ float norm_scale(float ss, bool norm, int64_t k, float eps) {
@@ -182,6 +143,7 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
     }
   };
   if (t0 * R < rows) load(t0);
+  wait_for_inputs();  // the first rows (weights: no kernel writes them) load during the previous kernel's tail
   const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
   for (int64_t t = t0; t * R < rows; t += stride) {
     if (t != t0) load(t);
@@ -258,16 +220,22 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
   Cursor load_at, use_at;
   start_row(load_at, int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5));
   use_at = load_at;
-  uint4 va[C::kPieces], vb[C::kPieces];
+  // Two chunks in flight while a third is multiplied: 16 warps an SM with one 2 KiB chunk each
+  // in flight kept ~4 MB outstanding, under what the H200's bandwidth-latency product asks.
+  uint4 va[C::kPieces], vb[C::kPieces], vc[C::kPieces];
   if (load_at.o < rows) {
     load(load_at, va);
+    advance(load_at);
+  }
+  if (load_at.o < rows) {
+    load(load_at, vb);
     advance(load_at);
   }
   wait_for_inputs();  // the first chunk (weights: no kernel writes them) loads during the previous kernel's tail
   const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
   float acc = 0, gate = 0;
   const Block *blocks = reinterpret_cast<const Block *>(wbuf);
-  // Multiply the chunk in `cur` while the next one loads into `nxt`; finish a row at its end.
+  // Multiply the chunk in `cur` while the one after the next loads into `nxt`; finish a row at its end.
   const auto step = [&](uint4(&cur)[C::kPieces], uint4(&nxt)[C::kPieces]) {
     if (load_at.o < rows) {
       load(load_at, nxt);
@@ -302,9 +270,11 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
     if (lane == 0) store_row(parts, done.p, done.r, kGated ? glu(parts.act, gate, v) : v);
   };
   while (use_at.o < rows) {
-    step(va, vb);
+    step(va, vc);
     if (use_at.o >= rows) break;
     step(vb, va);
+    if (use_at.o >= rows) break;
+    step(vc, vb);
   }
 }
 
@@ -321,10 +291,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const _
   extern __shared__ minfer_cuda_q8_act xs[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs), rows = parts.end[parts.n - 1];
-  if (ns <= 32) {
-    wait_for_inputs();
-    return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
-  }
+  if (ns <= 32) return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
   if (parts.staged)
     return gemv_staged_rows<Block, kGated>(parts, up, x, ns, nb, xs,
                                            reinterpret_cast<uint8_t *>(xs) + staged_buffers_offset(ns) + warp * kChunkBytes);
@@ -351,7 +318,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const _
 // Parts of two block types in one launch (gemv_short_rows with BlockB); short rows only.
 template <class BlockA, class BlockB>
 __global__ void __launch_bounds__(kWarps * 32, 2) gemv_mixed_kernel(const __grid_constant__ GemvParts parts, const float *x, int64_t k) {
-  wait_for_inputs();
   extern __shared__ minfer_cuda_q8_act xs[];
   gemv_short_rows<BlockA, false, BlockB>(parts, nullptr, x, k / 32, k / (32 * QBlock<BlockA>::kSubs), xs);
 }

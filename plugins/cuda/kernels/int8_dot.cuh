@@ -34,6 +34,47 @@ __device__ __forceinline__ Q8Part quantize8(float4 v0, float4 v1) {
           (q[4] & 0xff) | (q[5] & 0xff) << 8 | (q[6] & 0xff) << 16 | int(uint32_t(q[7]) << 24), d, d * float(sum)};
 }
 
+// A row x of nb blocks of 32 values quantized into shared memory by the whole block (gemv.cu,
+// moe.cu's decode kernel), four lanes per block; the caller syncs before reading xs.
+// norm_w (optional): quantize x * norm_w instead of x, and return this thread's part of the
+// sum of x^2 — an RMS norm folded into the GEMV: its scale is one number per token, applied
+// to the dot products afterwards, so the norm adds no pass of its own.
+__device__ __forceinline__ float quantize_to_shared(const float *x, const float *norm_w, int64_t nb, minfer_cuda_q8_act *xs) {
+  const int sub = threadIdx.x & 3;  // 4 lanes per block of 32 values
+  const int64_t step = blockDim.x >> 2;
+  // This thread's 8 values of block b (zeros past the end): loaded one pass ahead, so a long x
+  // (ffn_down's 18944 values: ten passes) waits for memory once, not once per pass.
+  const auto load = [&](int64_t b, float4 &v0, float4 &v1) {
+    v0 = v1 = make_float4(0, 0, 0, 0);
+    if (b >= nb) return;
+    v0 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[0];
+    v1 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[1];
+  };
+  float ss = 0;
+  float4 n0, n1;
+  load(threadIdx.x >> 2, n0, n1);
+  // Whole warps go round together (the shuffles need every lane); lanes past the end carry zeros.
+  for (int64_t b0 = 0; b0 < nb; b0 += step) {
+    const int64_t b = b0 + (threadIdx.x >> 2);
+    const bool live = b < nb;
+    float4 v0 = n0, v1 = n1;
+    if (b0 + step < nb) load(b + step, n0, n1);
+    if (live && norm_w) {
+      const float4 w0 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[0];
+      const float4 w1 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[1];
+      ss += v0.x * v0.x + v0.y * v0.y + v0.z * v0.z + v0.w * v0.w + v1.x * v1.x + v1.y * v1.y + v1.z * v1.z + v1.w * v1.w;
+      v0 = make_float4(v0.x * w0.x, v0.y * w0.y, v0.z * w0.z, v0.w * w0.w);
+      v1 = make_float4(v1.x * w1.x, v1.y * w1.y, v1.z * w1.z, v1.w * w1.w);
+    }
+    const Q8Part r = quantize8(v0, v1);
+    if (!live) continue;
+    xs[b].qs[2 * sub] = r.w0;
+    xs[b].qs[2 * sub + 1] = r.w1;
+    if (sub == 0) xs[b].d = r.d, xs[b].s = r.s;
+  }
+  return ss;
+}
+
 // One weight sub-block (32 values) times one activation block, for sub-blocks with two scales
 // and/or a minimum as the flags say (a SubBlock of a simpler type has d[1] == d[0] and m == 0,
 // so the general form serves it too).

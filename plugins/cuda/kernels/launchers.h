@@ -51,28 +51,30 @@ cudaError_t minfer_cuda_dequantize_f16(minfer_cuda_launch_cfg *cfg, int32_t dtyp
 cudaError_t minfer_cuda_rms_norm_f32(minfer_cuda_launch_cfg *cfg, const float *x, const float *w, float *y,
                                      int64_t rows, int64_t d, float eps);
 
+/* Per-head RMS norms applied before rotating (Qwen3's q and k norms): w0 the first tensor's
+ * (the queries'), w1 the second's (the keys'), head_dim weights each; w0 NULL: none. */
+typedef struct minfer_cuda_head_norms {
+  const float *w0, *w1;
+  float eps;
+} minfer_cuda_head_norms;
+
 /* A rotary embedding's parameters (mode 0 = pairs (2i, 2i+1), 2 = NeoX (i, i + n_dims/2)). */
 typedef struct {
   int32_t n_dims, mode;
   float theta_base, freq_scale;
   const float *freq_factors; /* device, n_dims/2: each pair's frequency divided by its factor; NULL: none */
   float mscale;              /* the rotated values multiplied by it (cos and sin scaled, as ggml's); 1: none */
+  minfer_cuda_head_norms norms;
 } minfer_cuda_rope;
-
-/* Per-head RMS norms applied before the rotation: w0 (x's) and w1 (x2's) of head_dim values,
- * out = x / sqrt(mean over the head of x^2 + eps) * w, as MINFER_OP_RMS_NORM with group head_dim. */
-typedef struct minfer_cuda_head_norms {
-  const float *w0, *w1;
-  float eps;
-} minfer_cuda_head_norms;
 
 /* rope.cu: rotary embedding of tokens x heads x head_dim; mode 0 = pairs (2i, 2i+1), 2 = NeoX.
  * x2 (NULL for none): a second tensor of heads2 heads at the same positions, rotated by the
- * same launch into y2 (a step's queries and keys). norms (NULL for none): each head normalized
- * first (both tensors; x2 required). */
+ * same launch into y2 (a step's queries and keys). rope.norms (w0 NULL for none): each head
+ * normalized first, out = x / sqrt(mean over the head of x^2 + eps) * w as MINFER_OP_RMS_NORM
+ * with group head_dim (both tensors; x2 required). */
 cudaError_t minfer_cuda_rope_f32(minfer_cuda_launch_cfg *cfg, const float *x, const int32_t *pos, float *y,
                                  int64_t tokens, int64_t heads, int32_t head_dim, minfer_cuda_rope rope,
-                                 const float *x2, float *y2, int64_t heads2, const minfer_cuda_head_norms *norms);
+                                 const float *x2, float *y2, int64_t heads2);
 
 /* argmax.cu: out[r] = the first index of row r's largest value (NaN never), x f32 [d, rows];
  * scratch: minfer_cuda_argmax_scratch_bytes of device memory for the chunks' partial bests. */
@@ -108,13 +110,17 @@ cudaError_t minfer_cuda_matmul_id(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, 
                                   int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices, int32_t x_per_pair, const void *route);
 /* moe.cu: the int8 block types of minfer_cuda_mmvq_supported on 8-bit activations (xq: x
  * quantized by minfer_cuda_quantize_q8_act), each expert's rows read once per step for all its
- * pairs. up non-NULL: gated, y[p] = act(gate x) * (up x) with w the gate. Where
- * minfer_cuda_mmvq_id_direct (one row of choices: a decode token), route is NULL and the
- * kernel reads ids itself, a bad id handled as the route kernel does (error_flag, NaN rows). */
-int32_t minfer_cuda_mmvq_id_direct(int64_t n_pairs, int64_t choices);
+ * pairs over a route. up non-NULL: gated, y[p] = act(gate x) * (up x) with w the gate. */
 cudaError_t minfer_cuda_mmvq_id(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const void *up, int32_t act, const void *xq,
                                 float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices, int32_t x_per_pair,
-                                const void *route, const int32_t *ids, int32_t *error_flag, int32_t error_tag, int32_t sm_count);
+                                const void *route, int32_t sm_count);
+/* The same for one row of choices (a decode token, where minfer_cuda_mmvq_id_decode_supported):
+ * no route; the kernel reads the ids itself, a bad id handled as the route kernel does
+ * (error_flag, NaN rows), and quantizes its pair's f32 x itself (no quantize launch). */
+int32_t minfer_cuda_mmvq_id_decode_supported(int64_t n_pairs, int64_t choices, int64_t k);
+cudaError_t minfer_cuda_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const void *up, int32_t act,
+                                       const float *x, float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices,
+                                       int32_t x_per_pair, const int32_t *ids, int32_t *error_flag, int32_t error_tag, int32_t sm_count);
 
 /* A gated FFN's activation of the gate (glu.cuh): SwiGLU's silu, GeGLU's GELU (tanh form). */
 enum { MINFER_CUDA_GLU_SILU = 0, MINFER_CUDA_GLU_GELU = 1 };

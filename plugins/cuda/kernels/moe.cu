@@ -256,35 +256,44 @@ __global__ void __launch_bounds__(kWarps * 32) mmvq_id_kernel(const Block *w, co
 }
 
 // One row of choices (a decode token; its experts are distinct): slot = pair, read straight
-// from the ids, no route launch, no staging. Each warp reads the pair's activations from
-// global memory (L1 serves the block's other warps), so its weight and activation loads are
-// all in flight at once instead of behind a staging barrier. A bad id fills its pair's rows
-// with NaN and is recorded as the route kernel records it.
+// from the ids, no route launch, no staging. The block quantizes its pair's f32 activations
+// into shared memory itself (no quantize launch before it: a row is at most a few KiB, read
+// from L2), then each warp dots its rows with them. A bad id fills its pair's rows with NaN
+// and is recorded as the route kernel records it.
 template <class Block, int kRowsT, int kUnrollT, int kMinBlocks, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    mmvq_id_decode_kernel(const Block *w, const Block *up, int act, const minfer_cuda_q8_act *x, float *y, int64_t k, int64_t m,
+    mmvq_id_decode_kernel(const Block *w, const Block *up, int act, const float *x, float *y, int64_t k, int64_t m,
                           int64_t choices, int x_per_pair, const int32_t *ids, int64_t n_pairs, int32_t n_expert, int32_t *error_flag,
                           int32_t error_tag) {
+  extern __shared__ minfer_cuda_q8_act xs[];
   wait_for_inputs();
   constexpr int kPart = kGated ? kRowsT / 2 : kRowsT;
   const int lane = threadIdx.x & 31;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs);
   const int64_t groups = (m + kPart - 1) / kPart, gblocks = (groups + kWarps - 1) / kWarps;
+  int64_t in_xs = -1;  // the row of x quantized in xs
   for (int64_t item = blockIdx.x; item < n_pairs * gblocks; item += gridDim.x) {
     const int64_t pair = item / gblocks, gb = item - pair * gblocks;
     const int64_t g = gb * kWarps + (threadIdx.x >> 5), o0 = g * kPart;
     const int live = g < groups ? int(m - o0 < kPart ? m - o0 : kPart) : 0;
     const int32_t e = ids[pair];
-    if (e < 0 || e >= n_expert) {
+    if (e < 0 || e >= n_expert) {  // the whole block's item: no barrier below is skipped by some threads only
       if (lane < live) y[pair * m + o0 + lane] = NAN;
       if (threadIdx.x == 0 && gb == 0 && atomicCAS(error_flag, 0, error_tag) == 0) error_flag[1] = e;
       continue;
+    }
+    const int64_t xrow = x_per_pair ? pair : pair / choices;
+    if (xrow != in_xs) {
+      __syncthreads();  // the previous row is read
+      quantize_to_shared(x + xrow * k, nullptr, ns, xs);
+      __syncthreads();
+      in_xs = xrow;
     }
     if (!live) continue;
     const Block *row[kRowsT];
     expert_rows<Block, kRowsT, kPart, kGated>(row, w, up, e, m, o0, live, nb);
     float acc[kRowsT];
-    rows_dot_acts<Block, kRowsT, 1, kUnrollT, kPart>(row, live, x + (x_per_pair ? pair : pair / choices) * ns, ns, 1, acc);
+    rows_dot_acts<Block, kRowsT, 1, kUnrollT, kPart>(row, live, xs, ns, 1, acc);
     float v;
     int r, j;
     if (lane_result<kRowsT, 1, kPart, kGated>(acc, act, v, r, j) && r < live) y[pair * m + o0 + r] = v;
@@ -343,12 +352,10 @@ extern "C" cudaError_t minfer_cuda_moe_route(minfer_cuda_launch_cfg *cfg, const 
   return launched(cfg, "moe_route_kernel");
 }
 
-extern "C" int32_t minfer_cuda_mmvq_id_direct(int64_t n_pairs, int64_t choices) { return n_pairs == choices; }
-
 namespace {
 
 template <class Block, bool kGated>
-cudaError_t launch_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, const Block *w, const Block *up, int32_t act, const minfer_cuda_q8_act *xq,
+cudaError_t launch_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, const Block *w, const Block *up, int32_t act, const float *x,
                                   float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices, int32_t x_per_pair,
                                   const int32_t *ids, int32_t *error_flag, int32_t error_tag, int32_t sm_count, int32_t dtype) {
   // Four rows a warp (two gate + two up where gated), one sub-block of each in flight a lane,
@@ -358,32 +365,40 @@ cudaError_t launch_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, const Block *w, c
   constexpr int kRowsPerWarp = 4, kBlocksPerSm = 3;
   const int64_t part = kGated ? kRowsPerWarp / 2 : kRowsPerWarp, groups = (m + part - 1) / part, gblocks = (groups + kWarps - 1) / kWarps;
   const int64_t blocks = std::min<int64_t>({n_pairs * gblocks, int64_t(sm_count > 0 ? sm_count : 132) * kBlocksPerSm * 4, cfg->max_blocks});
-  launch_kernel(cfg, mmvq_id_decode_kernel<Block, kRowsPerWarp, 1, kBlocksPerSm, kGated>, unsigned(blocks), kWarps * 32, 0, w, up, int(act), xq,
-                y, k, m, choices, int(x_per_pair), ids, n_pairs, int32_t(n_expert), error_flag, error_tag);
+  const size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
+  launch_kernel(cfg, mmvq_id_decode_kernel<Block, kRowsPerWarp, 1, kBlocksPerSm, kGated>, unsigned(blocks), kWarps * 32, smem, w, up, int(act),
+                x, y, k, m, choices, int(x_per_pair), ids, n_pairs, int32_t(n_expert), error_flag, error_tag);
   return launched(cfg, kGated ? "mmvq_id_decode_kernel (gate, up, glu)" : "mmvq_id_decode_kernel", dtype);
 }
 
 }  // namespace
 
+extern "C" int32_t minfer_cuda_mmvq_id_decode_supported(int64_t n_pairs, int64_t choices, int64_t k) {
+  return n_pairs == choices && k % 32 == 0 && size_t(k / 32) * sizeof(minfer_cuda_q8_act) <= 48 * 1024;
+}
+
+extern "C" cudaError_t minfer_cuda_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *up, int32_t act,
+                                                  const float *x, float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs,
+                                                  int64_t choices, int32_t x_per_pair, const int32_t *ids, int32_t *error_flag,
+                                                  int32_t error_tag, int32_t sm_count) {
+  if (n_pairs < 1) return cudaSuccess;
+  if (!minfer_cuda_mmvq_id_decode_supported(n_pairs, choices, k) || !ids) return cudaErrorInvalidValue;
+  cudaError_t e = cudaErrorNotSupported;
+  visit_int8_block(dtype, [&](auto tag) {
+    using Block = decltype(tag);
+    e = up ? launch_mmvq_id_decode<Block, true>(cfg, static_cast<const Block *>(w), static_cast<const Block *>(up), act, x, y, k, m, n_expert,
+                                                n_pairs, choices, x_per_pair, ids, error_flag, error_tag, sm_count, dtype)
+           : launch_mmvq_id_decode<Block, false>(cfg, static_cast<const Block *>(w), nullptr, act, x, y, k, m, n_expert, n_pairs, choices,
+                                                 x_per_pair, ids, error_flag, error_tag, sm_count, dtype);
+  });
+  return e;
+}
+
 extern "C" cudaError_t minfer_cuda_mmvq_id(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *up, int32_t act,
                                            const void *xq, float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs,
-                                           int64_t choices, int32_t x_per_pair, const void *route, const int32_t *ids,
-                                           int32_t *error_flag, int32_t error_tag, int32_t sm_count) {
+                                           int64_t choices, int32_t x_per_pair, const void *route, int32_t sm_count) {
   if (k % 32 || n_pairs < 1) return n_pairs < 1 ? cudaSuccess : cudaErrorInvalidValue;
-  const bool direct = minfer_cuda_mmvq_id_direct(n_pairs, choices);
-  if ((route == nullptr) != direct || (direct && !ids)) return cudaErrorInvalidValue;
-  if (direct) {
-    cudaError_t e = cudaErrorNotSupported;
-    visit_int8_block(dtype, [&](auto tag) {
-      using Block = decltype(tag);
-      const auto *q = static_cast<const minfer_cuda_q8_act *>(xq);
-      e = up ? launch_mmvq_id_decode<Block, true>(cfg, static_cast<const Block *>(w), static_cast<const Block *>(up), act, q, y, k, m, n_expert,
-                                                  n_pairs, choices, x_per_pair, ids, error_flag, error_tag, sm_count, dtype)
-             : launch_mmvq_id_decode<Block, false>(cfg, static_cast<const Block *>(w), nullptr, act, q, y, k, m, n_expert, n_pairs, choices,
-                                                   x_per_pair, ids, error_flag, error_tag, sm_count, dtype);
-    });
-    return e;
-  }
+  if (!route) return cudaErrorInvalidValue;
   int device = 0, optin = 48 * 1024;
   if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   const size_t per_pair = size_t(k / 32) * sizeof(minfer_cuda_q8_act);

@@ -38,14 +38,17 @@ __device__ __forceinline__ void rope_pair_dims(int32_t i, const minfer_cuda_rope
 __device__ __forceinline__ int32_t rope_pair_of(int32_t d, const minfer_cuda_rope &r) { return r.mode == 2 ? d % (r.n_dims / 2) : d / 2; }
 
 // Dim d of a rotated head whose unrotated values are x[0..head_dim); cs[i]: pair i's (cos, sin).
-// Dims past n_dims pass.
-__device__ __forceinline__ float rope_value(const float *x, int32_t d, const minfer_cuda_rope &r, const float2 *cs) {
-  if (d >= r.n_dims) return x[d];
+// Dims past n_dims pass. nw (optional): the head RMS-normalized first, x[j] * scale * nw[j]
+// (scale: 1 / sqrt(mean(x^2) + eps) of the head).
+__device__ __forceinline__ float rope_value(const float *x, int32_t d, const minfer_cuda_rope &r, const float2 *cs,
+                                            const float *nw = nullptr, float scale = 1.0f) {
+  const auto at = [&](int32_t j) { return nw ? x[j] * scale * nw[j] : x[j]; };
+  if (d >= r.n_dims) return at(d);
   const int32_t i = rope_pair_of(d, r);
   int32_t a, b;
   rope_pair_dims(i, r, a, b);
   const float c = cs[i].x, s = cs[i].y;
-  return d == a ? x[a] * c - x[b] * s : x[a] * s + x[b] * c;
+  return d == a ? at(a) * c - at(b) * s : at(a) * s + at(b) * c;
 }
 
 }  // namespace minfer::cuda

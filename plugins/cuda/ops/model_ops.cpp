@@ -72,11 +72,17 @@ minfer_cuda_kv_pages kv_pages(const minfer_node &n) {
 
 // q and k: the attention's own inputs, or (RoPE fused) the RoPEs' unrotated inputs.
 void attend(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, const float *q, const float *k,
-            const int32_t *rope_pos = nullptr, const minfer_rope_params *rope = nullptr, const float *factors = nullptr) {
+            const int32_t *rope_pos = nullptr, const minfer_rope_params *rope = nullptr, const float *factors = nullptr,
+            const minfer_cuda_head_norms *norms = nullptr) {
   const auto &p = sdk::params_of<minfer_attention_params>(n);
   const int64_t tokens = sdk::run_rows(*n.inputs[0], args);
   dev.attention(q, k, dptr<float>(*n.inputs[2]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), n.inputs[3]->dtype, dptr<float>(*n.output), tokens,
-                is_decode(args, tokens), p, kv_pages(n), max_positions(n), rope_pos, rope, factors);
+                is_decode(args, tokens), p, kv_pages(n), max_positions(n), rope_pos, rope, factors, norms);
+}
+
+// The per-head norms of the q rope (norm_q) and k rope (norm_k) as kernels take them.
+minfer_cuda_head_norms head_norms(const minfer_node &norm_q, const minfer_node &norm_k) {
+  return {dptr<float>(*norm_q.inputs[1]), dptr<float>(*norm_k.inputs[1]), sdk::params_of<minfer_rms_norm_params>(norm_q).eps};
 }
 
 void run_attention(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args, int32_t) {
@@ -102,24 +108,25 @@ void run_rope_pair(CudaDevice &dev, const minfer_node &a, const minfer_node &b, 
                    const minfer_node *norm_b) {
   const auto &p = sdk::params_of<minfer_rope_params>(a);
   const float *xa = dptr<float>(norm_a ? *norm_a->inputs[0] : *a.inputs[0]), *xb = dptr<float>(norm_b ? *norm_b->inputs[0] : *b.inputs[0]);
-  minfer_cuda_head_norms norms{};
-  if (norm_a) norms = {dptr<float>(*norm_a->inputs[1]), dptr<float>(*norm_b->inputs[1]), sdk::params_of<minfer_rms_norm_params>(*norm_a).eps};
+  const minfer_cuda_head_norms norms = norm_a ? head_norms(*norm_a, *norm_b) : minfer_cuda_head_norms{};
   dev.rope_f32(xa, dptr<int32_t>(*a.inputs[1]), dptr<float>(*a.output), sdk::run_rows(*a.output, args), a.output->shape[0] / p.head_dim, p,
                rope_factors(a), xb, dptr<float>(*b.output), b.output->shape[0] / p.head_dim, norm_a ? &norms : nullptr);
 }
 
 void run_rope_attention(CudaDevice &dev, const minfer_node &rope_a, const minfer_node &rope_b, const minfer_node &attn,
-                        const minfer_step_args &args) {
+                        const minfer_step_args &args, const minfer_node *norm_a, const minfer_node *norm_b) {
   const auto &ap = sdk::params_of<minfer_attention_params>(attn);
   const int64_t tokens = sdk::run_rows(*attn.inputs[0], args);
   if (!dev.attention_rotates(tokens, is_decode(args, tokens), ap, attn.inputs[3]->dtype)) {
-    run_rope_pair(dev, rope_a, rope_b, args);
+    run_rope_pair(dev, rope_a, rope_b, args, norm_a, norm_b);
     return run_attention(dev, attn, args, 0);
   }
   const bool a_is_q = attn.inputs[0]->buffer == rope_a.output->buffer && attn.inputs[0]->offset == rope_a.output->offset;
   const minfer_node &rq = a_is_q ? rope_a : rope_b, &rk = a_is_q ? rope_b : rope_a;
-  attend(dev, attn, args, dptr<float>(*rq.inputs[0]), dptr<float>(*rk.inputs[0]), dptr<int32_t>(*rq.inputs[1]),
-         &sdk::params_of<minfer_rope_params>(rq), rope_factors(rq));
+  const minfer_node *nq = a_is_q ? norm_a : norm_b, *nk = a_is_q ? norm_b : norm_a;
+  const minfer_cuda_head_norms norms = nq ? head_norms(*nq, *nk) : minfer_cuda_head_norms{};
+  attend(dev, attn, args, dptr<float>(nq ? *nq->inputs[0] : *rq.inputs[0]), dptr<float>(nk ? *nk->inputs[0] : *rk.inputs[0]),
+         dptr<int32_t>(*rq.inputs[1]), &sdk::params_of<minfer_rope_params>(rq), rope_factors(rq), nq ? &norms : nullptr);
 }
 
 void run_matmul_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &glu,

@@ -73,9 +73,10 @@ void run_rope_pair(CudaDevice &dev, const minfer_node &a, const minfer_node &b, 
 
 // Such a pair (a step's queries and keys) and the ATTENTION that reads both outputs, which
 // nothing else reads: a one-token step attends with the rotation inside its kernel (no RoPE
-// launch); other steps run the pair, then the attention.
+// launch); other steps run the pair, then the attention. norm_a, norm_b: as for
+// run_rope_pair, applied by the attention kernel too (no launch of its own).
 void run_rope_attention(CudaDevice &dev, const minfer_node &rope_a, const minfer_node &rope_b, const minfer_node &attn,
-                        const minfer_step_args &args);
+                        const minfer_step_args &args, const minfer_node *norm_a = nullptr, const minfer_node *norm_b = nullptr);
 
 // The op families, one file each.
 std::span<const CudaOp> elementwise_ops();
