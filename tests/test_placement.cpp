@@ -277,11 +277,10 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   const std::string norm = kernel_lines(e, "blk.0.attn_norm");
   EXPECT_NE(norm.find("1: inside the kernel of blk.0.attn_q"), std::string::npos) << e;
   EXPECT_NE(norm.find("128: a kernel of the step at blk.0.attn_q"), std::string::npos) << e;
-  // Qwen3-MoE: the per-head q/k norms inside the RoPE pair's launch and the expert sum with its
-  // residual add, also where the host gives a rope output its norm's input bytes (it does: the
-  // norm's input dies there) and where a 64-token step's expert outputs would reach the add's.
-  // A decode token: norms, rope and attention in the one-token attention kernel; a 64-token
-  // step: norms inside the RoPE pair's launch.
+  // Qwen3-MoE: the per-head q/k norms fused, also where the host gives a rope output its norm's
+  // input bytes and the attention output q's (it does here: those inputs die there). A decode
+  // token: norms, rope and attention in the one-token attention kernel; a 64-token step: norms
+  // inside the RoPE pair's launch.
   const std::string m = explain_tiny("backends: {cuda: {}}\n", "qwen3moe", "q4_0");
   EXPECT_NE(kernel_lines(m, "blk.0.attn_q_norm").find("1: inside the kernel of blk.0.attn\n"), std::string::npos) << m;
   EXPECT_NE(kernel_lines(m, "blk.0.attn_q_norm").find("64: inside the kernel of blk.0.attn_q_rope"), std::string::npos) << m;
@@ -289,7 +288,6 @@ TEST(Explain, CudaNamesPathsAndFusions) {
             std::string::npos) << m;
   EXPECT_NE(kernel_lines(m, "blk.0.attn_q_rope").find("64: rope_f32_kernel (the pair in one launch, each head RMS-normalized first)"),
             std::string::npos) << m;
-  EXPECT_NE(kernel_lines(m, "blk.0.ffn_residual").find("1: inside the kernel of blk.0.ffn_sum_exps"), std::string::npos) << m;
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_gate_exps").find("1: mmvq_id_decode_kernel"), std::string::npos) << m;
   // Batched decode steps up to 64 tokens: the few-token tensor-core matmul, gate and up in one launch.
   const std::string b = explain_tiny("backends: {cuda: {}}\n");

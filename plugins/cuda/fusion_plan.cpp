@@ -123,9 +123,13 @@ class Planner {
       if (!(a.output->flags & b.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || read_after(i + 2, *a.output) || read_after(i + 2, *b.output))
         continue;
       // What the fused kernel reads as unrotated q and k: the rope inputs, or the norms' inputs.
+      // The output may take q's bytes exactly (the host reuses them: q dies at its rope or
+      // norm): each block reads its query rows first, and only the last block of those rows
+      // writes them, after every block of theirs has read them.
       const minfer_tensor &qa = p_.fuse_rope_norms[i] ? *nodes_[i - 2].node().inputs[0] : *a.inputs[0];
       const minfer_tensor &qb = p_.fuse_rope_norms[i] ? *nodes_[i - 1].node().inputs[0] : *b.inputs[0];
-      if (overlap(*at.output, qa) || overlap(*at.output, qb)) continue;
+      const minfer_tensor &q_src = qk ? qa : qb, &k_src = qk ? qb : qa;
+      if ((overlap(*at.output, q_src) && !aliased(*at.output, q_src)) || overlap(*at.output, k_src)) continue;
       p_.fuse_rope_attention[i] = true;
       p_.fused_away[i + 2] = true, p_.owner[i + 2] = i;
     }

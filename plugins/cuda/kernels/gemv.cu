@@ -143,7 +143,6 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
     }
   };
   if (t0 * R < rows) load(t0);
-  wait_for_inputs();  // the first rows (weights: no kernel writes them) load during the previous kernel's tail
   const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
   for (int64_t t = t0; t * R < rows; t += stride) {
     if (t != t0) load(t);
@@ -220,22 +219,16 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
   Cursor load_at, use_at;
   start_row(load_at, int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5));
   use_at = load_at;
-  // Two chunks in flight while a third is multiplied: 16 warps an SM with one 2 KiB chunk each
-  // in flight kept ~4 MB outstanding, under what the H200's bandwidth-latency product asks.
-  uint4 va[C::kPieces], vb[C::kPieces], vc[C::kPieces];
+  uint4 va[C::kPieces], vb[C::kPieces];
   if (load_at.o < rows) {
     load(load_at, va);
-    advance(load_at);
-  }
-  if (load_at.o < rows) {
-    load(load_at, vb);
     advance(load_at);
   }
   wait_for_inputs();  // the first chunk (weights: no kernel writes them) loads during the previous kernel's tail
   const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
   float acc = 0, gate = 0;
   const Block *blocks = reinterpret_cast<const Block *>(wbuf);
-  // Multiply the chunk in `cur` while the one after the next loads into `nxt`; finish a row at its end.
+  // Multiply the chunk in `cur` while the next one loads into `nxt`; finish a row at its end.
   const auto step = [&](uint4(&cur)[C::kPieces], uint4(&nxt)[C::kPieces]) {
     if (load_at.o < rows) {
       load(load_at, nxt);
@@ -270,11 +263,9 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
     if (lane == 0) store_row(parts, done.p, done.r, kGated ? glu(parts.act, gate, v) : v);
   };
   while (use_at.o < rows) {
-    step(va, vc);
+    step(va, vb);
     if (use_at.o >= rows) break;
     step(vb, va);
-    if (use_at.o >= rows) break;
-    step(vc, vb);
   }
 }
 
@@ -291,7 +282,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const _
   extern __shared__ minfer_cuda_q8_act xs[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs), rows = parts.end[parts.n - 1];
-  if (ns <= 32) return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
+  if (ns <= 32) {
+    wait_for_inputs();
+    return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
+  }
   if (parts.staged)
     return gemv_staged_rows<Block, kGated>(parts, up, x, ns, nb, xs,
                                            reinterpret_cast<uint8_t *>(xs) + staged_buffers_offset(ns) + warp * kChunkBytes);
@@ -318,6 +312,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const _
 // Parts of two block types in one launch (gemv_short_rows with BlockB); short rows only.
 template <class BlockA, class BlockB>
 __global__ void __launch_bounds__(kWarps * 32, 2) gemv_mixed_kernel(const __grid_constant__ GemvParts parts, const float *x, int64_t k) {
+  wait_for_inputs();
   extern __shared__ minfer_cuda_q8_act xs[];
   gemv_short_rows<BlockA, false, BlockB>(parts, nullptr, x, k / 32, k / (32 * QBlock<BlockA>::kSubs), xs);
 }
