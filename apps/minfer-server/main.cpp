@@ -1,5 +1,6 @@
 // minfer-server: an OpenAI-compatible HTTP server (README: minfer-server). Flags follow
 // llama-server's spelling and win over the run config (`server:`, `parallel`, `context`).
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <thread>
 #if defined(__GLIBC__)
 #include <malloc.h>
+#include <pthread.h>
 #endif
 
 #include "common/error.hpp"
@@ -88,13 +90,31 @@ int main(int argc, char **argv) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     minfer::server::Server server(std::move(cfg), o);
-    std::thread([&server, set] {
+    // Joined before `server` goes: a detached thread could still be inside drain() (or get a
+    // late signal) after run() returned. Once run() is back, main wakes it with a signal of its
+    // own, which it recognises by `exiting`.
+    std::atomic<bool> exiting{false};
+    std::thread signals([&server, &exiting, set] {
       int sig = 0;
       sigwait(&set, &sig);
+      if (exiting) return;
       std::fprintf(stderr, "minfer-server: signal %d: finishing the requests in flight, then stopping\n", sig);
       server.drain();
-    }).detach();
-    return server.run();
+    });
+    const auto end_signals = [&] {
+      exiting = true;
+      pthread_kill(signals.native_handle(), SIGTERM);
+      signals.join();
+    };
+    int rc = 1;
+    try {
+      rc = server.run();
+    } catch (...) {
+      end_signals();
+      throw;
+    }
+    end_signals();
+    return rc;
   } catch (const std::exception &e) {
     std::fprintf(stderr, "minfer-server: %s\n", e.what());
     return 1;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <span>
 #include <thread>
@@ -93,6 +94,13 @@ struct Server::Impl {
   std::shared_ptr<Loaded> ready() {
     std::lock_guard<std::mutex> lock(m);
     return loaded;
+  }
+  // The engine's counts, or nothing once it is gone: run() drops the engine under m when the
+  // server stops, while drain() may still be polling from the signal thread.
+  std::optional<Engine::Stats> engine_stats() {
+    std::lock_guard<std::mutex> lock(m);
+    if (!loaded || !loaded->engine) return std::nullopt;
+    return loaded->engine->stats();
   }
   uint64_t fresh_seed() {
     std::lock_guard<std::mutex> lock(seeds_m);
@@ -198,10 +206,8 @@ void Server::drain() {
   I.draining = true;  // new generations get 503 from here on
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(I.opts.timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
-    const auto L = I.ready();
-    if (!L || !L->engine) break;
-    const Engine::Stats st = L->engine->stats();
-    if (st.running == 0 && st.waiting == 0) break;
+    const std::optional<Engine::Stats> st = I.engine_stats();
+    if (!st || (st->running == 0 && st->waiting == 0)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the last responses leave their threads
