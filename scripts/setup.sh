@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ pkg-config ccache file python3 chromium libboost-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcpp-httplib-dev)
+packages=(cmake ninja-build g++ pkg-config ccache file python3 python3-jinja2 chromium libboost-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcpp-httplib-dev)
 # Node.js and npm for the tests' real clients (tests/node): whatever node the machine has, else Debian's.
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)

@@ -245,6 +245,29 @@ try:
               all(len(c["top_logprobs"]) == 3 and c["top_logprobs"][0]["token"] == c["token"] and bytes(c["bytes"]).decode("utf-8", "replace")
                   for c in content) and lpb["choices"][0]["message"] == body["choices"][0]["message"],
               f"chat logprobs: {status} {str(lpb)[:300]}")
+        # Tools: offered through the template (the prompt grows by their description), a reply
+        # without calls comes back as content, streamed or not, the same text; a call in the
+        # history renders; forcing a call is refused.
+        weather = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+        with_tools = dict(msgs, tools=[weather])
+        status, tb = k.request("POST", "/v1/chat/completions", json.dumps(with_tools), headers=auth)
+        check(status == 200 and tb["usage"]["prompt_tokens"] > body["usage"]["prompt_tokens"] + 50 and
+              tb["choices"][0]["finish_reason"] in ("length", "stop") and isinstance(tb["choices"][0]["message"]["content"], str) and
+              "tool_calls" not in tb["choices"][0]["message"], f"chat with tools: {status} {str(tb)[:300]}")
+        status, _, events = k.stream("/v1/chat/completions", with_tools, headers=auth)
+        chunks = [e for e in events if isinstance(e, dict) and e.get("choices")]
+        streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+        check(status == 200 and streamed == tb["choices"][0]["message"]["content"] and chunks[-1]["choices"][0]["finish_reason"] in ("length", "stop"),
+              f"chat stream with tools: {streamed!r} against {tb['choices'][0]['message']['content']!r}")
+        history = dict(with_tools, messages=msgs["messages"] + [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                                                                   "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 C and sunny"}])
+        status, hb = k.request("POST", "/v1/chat/completions", json.dumps(history), headers=auth)
+        check(status == 200 and hb["usage"]["prompt_tokens"] > tb["usage"]["prompt_tokens"] + 10, f"a tool call and its result in the history: {status} {str(hb)[:300]}")
+        status, rb = k.request("POST", "/v1/chat/completions", json.dumps(dict(with_tools, tool_choice="required")), headers=auth)
+        check(status == 400 and "constrained decoding" in rb["error"]["message"], f"tool_choice required: {status} {rb}")
         check(k.stop() == 0, "the chat server exits 0")
     # A bad server: section fails at start, naming the key.
     bad_cfg = "/tmp/minfer-server-bad.yaml"

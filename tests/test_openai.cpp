@@ -132,3 +132,60 @@ TEST(OpenAI, LogprobsFieldsPerApiAndTheirShape) {
   EXPECT_FLOAT_EQ(t["top_logprobs"][0]["x"].get<float>(), -2.0f);
   EXPECT_EQ(t["top_logprobs"][1], json::object());
 }
+
+namespace {
+
+std::string bad_tools(const char *body) {
+  try {
+    parse_tools(json::parse(body));
+  } catch (const BadRequest &e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(OpenAI, ToolsAreOfferedOnlyWhenTheModelMayChoose) {
+  const char *weather = R"({"type": "function", "function": {"name": "get_weather", "description": "Weather now",
+                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})";
+  const ToolsRequest r = parse_tools(json::parse(std::string(R"({"tools": [)") + weather + "]}"));
+  EXPECT_TRUE(r.offered);
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tools[0]["function"]["parameters"].dump(), R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})")
+      << "the schema keeps the client's key order (the template writes it with tojson)";
+  EXPECT_FALSE(parse_tools(json::parse(std::string(R"({"tool_choice": "none", "tools": [)") + weather + "]}")).offered);
+  EXPECT_FALSE(parse_tools(json::parse(R"({"tools": []})")).offered);
+  EXPECT_FALSE(parse_tools(json::parse(R"({"messages": []})")).offered);
+
+  EXPECT_NE(bad_tools(R"({"tools": {}})").find("'tools' must be an array"), std::string::npos);
+  EXPECT_NE(bad_tools(R"({"tools": [{"type": "code_interpreter"}]})").find("tools[0] must be"), std::string::npos);
+  EXPECT_NE(bad_tools(R"({"tools": [{"type": "function", "function": {"name": "has space"}}]})").find("tools[0].function.name"), std::string::npos);
+  EXPECT_NE(bad_tools(R"({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]})").find("parameters"), std::string::npos);
+  EXPECT_NE(bad_tools(std::string(std::string(R"({"tool_choice": "required", "tools": [)") + weather + "]}").c_str()).find("constrained decoding"),
+            std::string::npos)
+      << "forcing a call is refused, not ignored";
+  EXPECT_NE(bad_tools(std::string(std::string(R"({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "tools": [)") + weather + "]}").c_str())
+                .find("constrained decoding"),
+            std::string::npos);
+  EXPECT_NE(bad_tools(R"({"tool_choice": "required"})").find("no 'tools'"), std::string::npos);
+}
+
+TEST(OpenAI, ToolCallsInTheHistoryReachTheTemplateAsObjects) {
+  const json m = chat_messages(json::parse(R"({"messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"c\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}]})"));
+  EXPECT_EQ(m[1]["content"], "");
+  EXPECT_EQ(m[1]["tool_calls"][0]["function"]["arguments"].dump(), R"({"city":"Paris","unit":"c"})") << "an object, in the client's order";
+  EXPECT_EQ(m[2]["tool_call_id"], "call_1");
+  EXPECT_THROW(chat_messages(json::parse(R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}]})")),
+               BadRequest);
+  EXPECT_THROW(chat_messages(json::parse(R"({"messages": [{"role": "assistant", "tool_calls": {}}]})")), BadRequest);
+
+  const json calls = tool_calls_json({{"get_weather", R"({"city":"Paris"})"}, {"get_time", "{}"}}, 42, /*streaming=*/true);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].dump(), R"({"index":1,"id":"call_42_1","type":"function","function":{"name":"get_time","arguments":"{}"}})");
+  EXPECT_FALSE(tool_calls_json({{"f", "{}"}}, 7, /*streaming=*/false)[0].contains("index"));
+}

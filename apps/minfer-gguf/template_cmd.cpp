@@ -68,14 +68,14 @@ int cmd_template(const std::vector<std::string> &args) {
   if (messages_file.empty()) throw UsageError("--messages FILE.json is required");
   if (tokens && model.empty()) throw UsageError("--tokens needs a model (its vocabulary tokenizes the prompt)");
 
-  nlohmann::json j;
+  nlohmann::ordered_json j;  // tool schemas render through tojson in the file's key order
   try {
-    j = nlohmann::json::parse(read_text(messages_file, "the messages file"));
-  } catch (const nlohmann::json::parse_error &e) {
+    j = nlohmann::ordered_json::parse(read_text(messages_file, "the messages file"));
+  } catch (const nlohmann::ordered_json::parse_error &e) {
     throw Error(messages_file + ": not valid JSON (" + e.what() + ")");
   }
   jinja::Dict extra;
-  nlohmann::json messages = j;
+  nlohmann::ordered_json messages = j;
   if (j.is_object()) {
     if (!j.contains("messages")) throw Error(messages_file + ": an object must have \"messages\" (an array of {role, content})");
     messages = j["messages"];

@@ -1,6 +1,7 @@
 #include "openai.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 namespace minfer::server {
@@ -112,7 +113,74 @@ json chat_messages(const json &body) {
     } else if (c.is_null()) {
       msg["content"] = "";
     }
+    if (const auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
+      if (!tc->is_array()) throw BadRequest(where + ".tool_calls must be an array of {id, type: \"function\", function: {name, arguments}}");
+      for (size_t k = 0; k < tc->size(); ++k) {
+        json &call = msg["tool_calls"][k];
+        const std::string cw = where + ".tool_calls[" + std::to_string(k) + "]";
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object() || !call["function"].contains("name") ||
+            !call["function"]["name"].is_string())
+          throw BadRequest(cw + " must be {id, type: \"function\", function: {name, arguments}}");
+        json &args = call["function"]["arguments"];
+        if (args.is_string()) {
+          json parsed = json::parse(args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+          if (!parsed.is_object()) throw BadRequest(cw + ".function.arguments must be a JSON object (as text)");
+          args = std::move(parsed);
+        } else if (args.is_null()) {
+          args = json::object();
+        } else if (!args.is_object()) {
+          throw BadRequest(cw + ".function.arguments must be a JSON object (as text)");
+        }
+      }
+    }
     out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+ToolsRequest parse_tools(const json &body) {
+  ToolsRequest r;
+  const auto it = body.find("tools");
+  if (it == body.end() || it->is_null()) {
+    if (const auto c = body.find("tool_choice"); c != body.end() && !c->is_null() && *c != "none" && *c != "auto")
+      throw BadRequest("'tool_choice' " + c->dump() + " names tools but the request has no 'tools'");
+    return r;
+  }
+  if (!it->is_array()) throw BadRequest("'tools' must be an array of {type: \"function\", function: {name, description, parameters}}");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json &t = (*it)[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+      throw BadRequest(where + " must be {type: \"function\", function: {name, description, parameters}}");
+    const json &f = t["function"];
+    const std::string name = f.contains("name") && f["name"].is_string() ? f["name"].get<std::string>() : "";
+    const bool name_ok = !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
+    });
+    if (!name_ok) throw BadRequest(where + ".function.name must be 1 to 64 letters, digits, '_', '-' or '.'");
+    if (f.contains("parameters") && !f["parameters"].is_object()) throw BadRequest(where + ".function.parameters must be a JSON Schema object");
+    if (f.contains("description") && !f["description"].is_string()) throw BadRequest(where + ".function.description must be a string");
+  }
+  boolean(body, "parallel_tool_calls", true);  // checked for its type; every call the model makes is returned
+  const auto c = body.find("tool_choice");
+  const std::string choice = c == body.end() || c->is_null() ? "auto" : c->is_string() ? c->get<std::string>() : "";
+  if (choice == "required" || (c != body.end() && c->is_object()))
+    throw BadRequest("'tool_choice' " + c->dump() + " is not supported: forcing a call needs constrained decoding, which does not exist yet (give \"auto\" or \"none\")");
+  if (choice != "auto" && choice != "none") throw BadRequest("'tool_choice' must be \"auto\" or \"none\"");
+  r.tools = *it;
+  r.offered = choice == "auto" && !it->empty();
+  return r;
+}
+
+json tool_calls_json(const std::vector<chat::ToolCall> &calls, int64_t request_id, bool streaming) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c;
+    if (streaming) c["index"] = i;
+    c["id"] = "call_" + std::to_string(request_id) + "_" + std::to_string(i);
+    c["type"] = "function";
+    c["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    out.push_back(std::move(c));
   }
   return out;
 }

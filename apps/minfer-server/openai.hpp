@@ -10,11 +10,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/tool_calls.hpp"
 #include "sampling/sampler.hpp"
 
 namespace minfer::server {
 
-using nlohmann::json;
+// Objects keep their keys in order: a client's tool schemas reach the chat template as written
+// (Python's dicts keep order, and the model saw them so), and responses list id, object,
+// created, ... as OpenAI's do.
+using json = nlohmann::ordered_json;
 
 // A request the server refuses: HTTP 400 with this message (it names the field).
 struct BadRequest : std::runtime_error {
@@ -41,8 +45,24 @@ enum class Api { chat, completions };
 GenerationParams parse_generation(const json &body, const sampling::Config &defaults, uint64_t seed, Api api = Api::completions);
 
 // A chat request's messages as the chat template takes them: each {role, content, ...} with
-// content a string (an array of text parts is joined). Throws BadRequest.
+// content a string (an array of text parts is joined); an assistant message's tool_calls with
+// their arguments as objects (clients send them as JSON text; templates write them with
+// tojson). Throws BadRequest.
 json chat_messages(const json &body);
+
+// A chat request's `tools` (OpenAI's [{type: "function", function: {name, description,
+// parameters}}]) and `tool_choice`. `offered`: the tools go to the template and the reply is
+// read for calls ("auto", the default with tools); "none" or no tools: not offered. "required"
+// and a named function need constrained decoding: refused. Throws BadRequest.
+struct ToolsRequest {
+  json tools = json::array();
+  bool offered = false;
+};
+ToolsRequest parse_tools(const json &body);
+
+// A reply's calls as OpenAI's message.tool_calls (streaming: with their "index"); ids
+// `call_<request id>_<n>`.
+json tool_calls_json(const std::vector<chat::ToolCall> &calls, int64_t request_id, bool streaming);
 
 // /v1/completions' prompt: a string (text to tokenize) or an array of token ids (returned in
 // ids, text left empty). Throws BadRequest.

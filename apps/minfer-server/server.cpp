@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "chat/chat_template.hpp"
+#include "chat/tool_calls.hpp"
 #include "common/error.hpp"
 #include "model_runner.hpp"
 #include "openai.hpp"
@@ -56,6 +57,7 @@ struct Loaded {
   std::unique_ptr<app::ModelRunner> runner;
   std::unique_ptr<chat::ChatTemplate> tmpl;
   std::string tmpl_error, tmpl_source;  // why chat is refused; the template's text
+  chat::ToolFormat tool_format = chat::ToolFormat::none;  // how the template writes tool calls
   std::unique_ptr<Engine> engine;
   size_t max_prompt_bytes = 0;  // a text longer than this cannot fit the context, whatever it says
 };
@@ -69,6 +71,17 @@ size_t max_prompt_bytes(const tokenizer::Tokenizer &tok, int64_t n_ctx) {
   size_t longest = 64;
   for (int32_t t = 0; t < tok.n_vocab(); ++t) longest = std::max(longest, tok.token_bytes(t, /*show_special=*/true).size());
   return size_t(n_ctx) * longest;
+}
+
+// Tools offered to a template that cannot take them, or whose calls minfer cannot read back.
+void refuse_unusable_tools(const Loaded &L) {
+  if (L.tool_format == chat::ToolFormat::none)
+    throw BadRequest("'tools': this model's chat template (" + L.tmpl->origin() +
+                     ") takes no tools; leave them out, or give a template that does ('chat_template:' in the run config)");
+  if (L.tool_format == chat::ToolFormat::unsupported)
+    throw BadRequest("'tools': this model's chat template (" + L.tmpl->origin() +
+                     ") writes tool calls in a syntax minfer does not read yet (it reads <tool_call> as Qwen and Hermes, "
+                     "Llama 3's JSON replies, Mistral's [TOOL_CALLS] and Granite's <|tool_call|>)");
 }
 
 void refuse_unfittable(const Loaded &L, const std::string &text) {
@@ -116,6 +129,7 @@ namespace {
 // while they are final. on_delta returns false when the client went away.
 struct Outcome {
   std::string text, finish, error;
+  size_t shown = 0;  // bytes of text handed on as deltas (the rest may hold tool calls)
   int64_t tokens = 0, cached = 0;  // cached: prompt positions reused from shared pages
   std::vector<sampling::TokenLogprobs> logprobs;  // one per token, when asked
 };
@@ -124,10 +138,14 @@ struct Outcome {
 // the byte offset of the piece in the completion. Returns false when the client went away.
 using OnDelta = std::function<bool(const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t offset)>;
 
+// calls: the format of the tool calls the reply may hold (none: no tools offered); text from
+// where a call may begin is held back, and control tokens are shown so its markers are seen.
 Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const std::shared_ptr<RequestStream> &stream,
-              const std::vector<std::string> &stops, const std::atomic<bool> &stopping, const OnDelta &on_delta) {
+              const std::vector<std::string> &stops, const std::atomic<bool> &stopping, const OnDelta &on_delta,
+              chat::ToolFormat calls = chat::ToolFormat::none) {
   Outcome o;
-  tokenizer::StreamDecoder dec(tok, /*at_sequence_start=*/false);
+  tokenizer::StreamDecoder dec(tok, /*at_sequence_start=*/false, /*show_special=*/calls != chat::ToolFormat::none);
+  const auto plain = [&] { return chat::plain_text_before_calls(calls, o.text); };
   size_t sent = 0, lp_sent = 0;
   // final: the last delta, which carries the log-probabilities still held even with no text.
   const auto hand_on = [&](size_t upto, bool final = false) {
@@ -135,6 +153,7 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
     const size_t at = sent;
     const std::string piece = upto > sent ? o.text.substr(sent, upto - sent) : std::string();
     sent = std::max(sent, upto);
+    o.shown = sent;
     const std::span<const sampling::TokenLogprobs> lp(o.logprobs.data() + lp_sent, o.logprobs.size() - lp_sent);
     lp_sent = o.logprobs.size();
     return on_delta(piece, lp, at);
@@ -159,7 +178,7 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
       const StopCheck sc = check_stops(o.text, stops);
       o.finish = ev->reason == "cancelled" ? "cancelled" : finish_reason(ev->reason);
       if (sc.stopped) o.finish = "stop";
-      hand_on(o.text.size(), true);
+      hand_on(plain(), true);
       return o;
     }
     ++o.tokens;
@@ -169,7 +188,7 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
     if (sc.stopped) {
       engine.cancel(id);
       o.finish = "stop";
-      hand_on(o.text.size(), true);
+      hand_on(plain(), true);
       // The end event follows the cancel within a step; it carries the usage's cached count.
       for (int waits = 0; waits < 50; ++waits)
         if (const std::optional<EngineEvent> e = stream->next(100); e && e->end) {
@@ -178,7 +197,7 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
         }
       return o;
     }
-    if (!hand_on(sc.safe)) {
+    if (!hand_on(std::min(sc.safe, plain()))) {
       engine.cancel(id);
       o.finish = "cancelled";
       return o;
@@ -227,12 +246,19 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   app::ModelRunner &runner = *L->runner;
   const tokenizer::Tokenizer &tok = runner.tokenizer();
   GenerationParams p;
+  ToolsRequest tools;
   std::vector<int32_t> prompt;
   try {
     p = parse_generation(body, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
     if (chat) {
       if (!L->tmpl) return reply(res, 400, error_body(400, "chat completions need a chat template: " + L->tmpl_error));
-      const std::string text = L->tmpl->render(chat::from_json(chat_messages(body)), /*add_generation_prompt=*/true);
+      tools = parse_tools(body);
+      jinja::Dict extra;
+      if (tools.offered) {
+        refuse_unusable_tools(*L);
+        extra.emplace_back("tools", chat::from_json(tools.tools));
+      }
+      const std::string text = L->tmpl->render(chat::from_json(chat_messages(body)), /*add_generation_prompt=*/true, extra);
       refuse_unfittable(*L, text);
       prompt = chat::tokenize_prompt(tok, text);
     } else {
@@ -274,6 +300,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
                 {"prompt_tokens_details", {{"cached_tokens", o.cached}}}};
   };
   const std::string object = chat ? "chat.completion" : "text_completion";
+  const chat::ToolFormat calls = tools.offered ? L->tool_format : chat::ToolFormat::none;
   const TokenBytes bytes = [L](int32_t t) { return L->runner->tokenizer().token_bytes(t); };
   const bool want_lp = p.logprobs >= 0;
   const auto logprobs = [chat, want_lp, bytes](std::span<const sampling::TokenLogprobs> lp, size_t offset) -> json {
@@ -283,19 +310,26 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   };
 
   if (!p.stream) {
-    const Outcome o = drive(*L->engine, tok, id, stream, p.stop, stopping, [](const std::string &, auto, size_t) { return true; });
+    const Outcome o = drive(*L->engine, tok, id, stream, p.stop, stopping, [](const std::string &, auto, size_t) { return true; }, calls);
     generated += o.tokens;
     if (!o.error.empty()) return reply(res, 500, error_body(500, o.error));
     json choice = {{"index", 0}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}};
-    if (chat) choice["message"] = {{"role", "assistant"}, {"content", o.text}};
-    else choice["text"] = o.text;
+    if (!chat) {
+      choice["text"] = o.text;
+    } else if (const chat::ParsedReply r = chat::parse_tool_calls(calls, o.text); !r.calls.empty()) {
+      choice["message"] = {{"role", "assistant"}, {"content", r.content.empty() ? json(nullptr) : json(r.content)},
+                           {"tool_calls", tool_calls_json(r.calls, id, /*streaming=*/false)}};
+      choice["finish_reason"] = "tool_calls";
+    } else {
+      choice["message"] = {{"role", "assistant"}, {"content", o.text}};
+    }
     return reply(res, 200, {{"id", cid}, {"object", object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}, {"usage", usage(o)}});
   }
 
   // Server-sent events: one chunk per piece of text, the last with the finish reason, the
   // usage when asked, then [DONE].
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, usage, logprobs](size_t, httplib::DataSink &sink) {
+  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, usage, logprobs, calls](size_t, httplib::DataSink &sink) {
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     const auto send = [&](const json &j) {
       const std::string line = "data: " + dump(j) + "\n\n";
@@ -313,13 +347,24 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
                               if (!alive || !sink.is_writable()) return alive = false;
                               if (piece.empty() && lp.empty()) return true;
                               return alive = send(chunk(chat ? json{{"content", piece}} : json(piece), nullptr, logprobs(lp, offset)));
-                            });
+                            },
+                            calls);
     generated += o.tokens;
     if (!alive || o.finish == "cancelled") return false;  // the connection is gone: nothing more to say
     if (!o.error.empty()) {
       send(error_body(500, o.error));
     } else {
-      send(chunk(chat ? json::object() : json(""), o.finish));
+      // What was held back for tool calls: the calls, or (none found) the rest of the text.
+      std::string finish = o.finish;
+      if (o.shown < o.text.size()) {
+        if (const chat::ParsedReply r = chat::parse_tool_calls(calls, o.text); !r.calls.empty()) {
+          send(chunk(json{{"tool_calls", tool_calls_json(r.calls, id, /*streaming=*/true)}}, nullptr));
+          finish = "tool_calls";
+        } else {
+          send(chunk(json{{"content", o.text.substr(o.shown)}}, nullptr));
+        }
+      }
+      send(chunk(chat ? json::object() : json(""), finish));
       if (p.include_usage) send({{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array()}, {"usage", usage(o)}});
     }
     const std::string done = "data: [DONE]\n\n";
@@ -463,7 +508,8 @@ int Server::run() {
       const tokenizer::Tokenizer &tok = L->runner->tokenizer();
       try {
         L->tmpl = std::make_unique<chat::ChatTemplate>(chat::ChatTemplate::for_model(L->runner->file(), tok, I.cfg.chat_template));
-        L->tmpl_source = I.cfg.chat_template.empty() ? L->runner->file().get_or<std::string>("tokenizer.chat_template", "") : I.cfg.chat_template;
+        L->tmpl_source = L->tmpl->source();
+        L->tool_format = chat::tool_format_of(L->tmpl->source());
       } catch (const std::exception &e) {
         L->tmpl_error = e.what();
         std::fprintf(stderr, "minfer-server: /v1/chat/completions is off: %s\n", e.what());

@@ -22,7 +22,7 @@ std::string where(const std::string &origin, const jinja::TemplateError &e) {
 }  // namespace
 
 ChatTemplate::ChatTemplate(const std::string &source, std::string origin, std::string bos_token, std::string eos_token)
-    : origin_(std::move(origin)), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {
+    : source_(source), origin_(std::move(origin)), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {
   try {
     tmpl_ = std::make_shared<const jinja::Template>(source);
   } catch (const jinja::TemplateError &e) {
@@ -88,27 +88,37 @@ std::vector<int32_t> tokenize_prompt(const tokenizer::Tokenizer &tok, const std:
   return ids;
 }
 
-jinja::Value from_json(const nlohmann::json &j) {
+namespace {
+
+// Objects keep their keys' order with ordered_json (a request's tool schemas render through
+// tojson as the client wrote them, as Python's dicts do); nlohmann::json sorts them.
+template <class Json>
+jinja::Value value_of(const Json &j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return jinja::Value::none();
-    case nlohmann::json::value_t::boolean: return jinja::Value(j.get<bool>());
-    case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned: return jinja::Value(j.get<int64_t>());
-    case nlohmann::json::value_t::number_float: return jinja::Value(j.get<double>());
-    case nlohmann::json::value_t::string: return jinja::Value(j.get<std::string>());
-    case nlohmann::json::value_t::array: {
+    case Json::value_t::null: return jinja::Value::none();
+    case Json::value_t::boolean: return jinja::Value(j.template get<bool>());
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return jinja::Value(j.template get<int64_t>());
+    case Json::value_t::number_float: return jinja::Value(j.template get<double>());
+    case Json::value_t::string: return jinja::Value(j.template get<std::string>());
+    case Json::value_t::array: {
       jinja::List l;
-      for (const auto &x : j) l.push_back(from_json(x));
+      for (const auto &x : j) l.push_back(value_of(x));
       return jinja::Value(std::move(l));
     }
-    case nlohmann::json::value_t::object: {
+    case Json::value_t::object: {
       jinja::Dict d;
-      for (const auto &[k, x] : j.items()) d.emplace_back(k, from_json(x));
+      for (const auto &[k, x] : j.items()) d.emplace_back(k, value_of(x));
       return jinja::Value(std::move(d));
     }
     default: return jinja::Value::none();
   }
 }
+
+}  // namespace
+
+jinja::Value from_json(const nlohmann::json &j) { return value_of(j); }
+jinja::Value from_json(const nlohmann::ordered_json &j) { return value_of(j); }
 
 jinja::Value to_value(const std::vector<Message> &messages) {
   jinja::List l;

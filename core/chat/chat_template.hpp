@@ -46,10 +46,11 @@ class ChatTemplate {
   std::string render(const std::vector<Message> &messages, bool add_generation_prompt, const jinja::RenderOptions &opts = {}) const;
 
   const std::string &origin() const { return origin_; }
+  const std::string &source() const { return source_; }  // the template's text
 
  private:
   std::shared_ptr<const jinja::Template> tmpl_;
-  std::string origin_, bos_, eos_;
+  std::string source_, origin_, bos_, eos_;
 };
 
 // The prompt's tokens: special tokens in the text parsed, and BOS in front only when the
@@ -59,6 +60,7 @@ std::vector<int32_t> tokenize_prompt(const tokenizer::Tokenizer &tok, const std:
 
 // JSON (a parsed messages file, a test vector) as template values.
 jinja::Value from_json(const nlohmann::json &j);
+jinja::Value from_json(const nlohmann::ordered_json &j);  // objects in their keys' order
 jinja::Value to_value(const std::vector<Message> &messages);
 
 }  // namespace minfer::chat

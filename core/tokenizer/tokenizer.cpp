@@ -318,7 +318,7 @@ std::string Tokenizer::token_bytes(int32_t id, bool show_special) const {
 }
 
 std::string StreamDecoder::push(int32_t id) {
-  std::string bytes = tok_.token_bytes(id);
+  std::string bytes = tok_.token_bytes(id, show_special_);
   if (strip_space_ && !bytes.empty()) {  // the first piece with text (BOS has none)
     if (tok_.kind() == Kind::Spm && tok_.add_space_prefix() && bytes[0] == ' ') bytes.erase(0, 1);
     strip_space_ = false;

@@ -85,14 +85,17 @@ class StreamDecoder {
   // BOS). A SentencePiece vocabulary that puts a space in front of the text then drops it from
   // the first piece, as llama.cpp's detokenizer does; tokens that continue a sequence (the
   // answer after a prompt) keep every space.
-  StreamDecoder(const Tokenizer &t, bool at_sequence_start) : tok_(t), strip_space_(at_sequence_start) {}
+  // show_special: control tokens come out as their text (a reply whose tool calls open with
+  // one, such as [TOOL_CALLS]); otherwise they add nothing.
+  StreamDecoder(const Tokenizer &t, bool at_sequence_start, bool show_special = false)
+      : tok_(t), strip_space_(at_sequence_start), show_special_(show_special) {}
   std::string push(int32_t id);  // the text that became complete
   std::string flush();           // whatever is left (an incomplete tail becomes one U+FFFD)
 
  private:
   const Tokenizer &tok_;
   utf8::Stream utf8_;
-  bool strip_space_;
+  bool strip_space_, show_special_;
 };
 
 // Pre-tokenization of byte-level BPE, exposed for tests: the pieces text splits into.

@@ -1,0 +1,48 @@
+// core/chat/tool_calls.hpp — function calling: which way a model's chat template writes its
+// tool calls, and those calls read back out of the text the model generated.
+//
+// The tools themselves go to the template as its `tools` variable (transformers' convention);
+// the template shows them to the model in the model's own words. What comes back is text in
+// the model family's own syntax. Four families are read (the format is told by the template
+// source, as llama.cpp's common/chat does):
+//   hermes   <tool_call>{"name": N, "arguments": {...}}</tool_call>  (Qwen 2.5 / 3, Hermes)
+//   llama3   {"name": N, "parameters": {...}}, the whole reply, <|python_tag|> optional
+//   mistral  [TOOL_CALLS][{"name": N, "arguments": {...}}, ...]  (Nemo) or
+//            [TOOL_CALLS]N[ARGS]{...}  (Small 3.2 and later)
+//   granite  <|tool_call|>[{"name": N, "arguments": {...}}, ...]
+// Templates that take tools in another syntax (DeepSeek, GLM, gpt-oss's harmony, Gemma 4)
+// are `unsupported`: a request with tools is refused rather than its calls left unread.
+// Markers such as [TOOL_CALLS] and <|python_tag|> are control tokens: a reply that may hold
+// calls is decoded with special tokens shown.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace minfer::chat {
+
+enum class ToolFormat { none, hermes, llama3, mistral, granite, unsupported };
+
+// none: the template never reads `tools`.
+ToolFormat tool_format_of(const std::string &template_source);
+const char *tool_format_name(ToolFormat f);
+
+struct ToolCall {
+  std::string name;
+  std::string arguments;  // a JSON object, as text (OpenAI's function.arguments)
+};
+
+// A reply split into what the model said and the calls it made. Text that looks like a call
+// but does not parse (a cut-off reply, a malformed object) stays in `content`, no call made.
+struct ParsedReply {
+  std::string content;  // the text outside the calls, trimmed of surrounding whitespace
+  std::vector<ToolCall> calls;
+};
+ParsedReply parse_tool_calls(ToolFormat f, const std::string &text);
+
+// For streaming: how much of a growing reply is surely not part of a call (the text before a
+// call's marker, or before a tail that could still become one). The rest waits for the end.
+size_t plain_text_before_calls(ToolFormat f, const std::string &text);
+
+}  // namespace minfer::chat

@@ -1,0 +1,131 @@
+// Function calling: the tool-call syntax each real template of ../shared/testdata/templates
+// asks for, the calls read back out of replies in each syntax (and replies that only look like
+// calls left as text), and how much of a streamed reply may be shown before a call.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/tool_calls.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using minfer::chat::parse_tool_calls;
+using minfer::chat::plain_text_before_calls;
+using minfer::chat::ToolFormat;
+
+namespace {
+
+nlohmann::json args_of(const minfer::chat::ToolCall &c) { return nlohmann::json::parse(c.arguments); }
+
+TEST(ToolCalls, EachRealTemplateGetsItsFamilysSyntax) {
+  const std::string dir = minfer::test::testdata_dir();
+  if (dir.empty()) GTEST_SKIP() << "../shared/testdata is absent";
+  const std::vector<std::pair<std::string, ToolFormat>> want = {
+      {"Qwen-Qwen2.5-7B-Instruct", ToolFormat::hermes},
+      {"Qwen-Qwen3-0.6B", ToolFormat::hermes},
+      {"meta-llama-Llama-3.1-8B-Instruct", ToolFormat::llama3},
+      {"mistralai-Mistral-Nemo-Instruct-2407", ToolFormat::mistral},
+      {"Mistral-Small-3.2-24B-Instruct-2506", ToolFormat::mistral},
+      {"ibm-granite-granite-3.3-2B-Instruct", ToolFormat::granite},
+      // They take tools, in syntaxes not read yet: a request with tools is refused.
+      {"GLM-4.6", ToolFormat::unsupported},
+      {"openai-gpt-oss-120b", ToolFormat::unsupported},
+      {"google-gemma-4-31B-it", ToolFormat::unsupported},
+      // No tools at all.
+      {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", ToolFormat::none},
+      {"google-gemma-2-2b-it", ToolFormat::none},
+      {"microsoft-Phi-3.5-mini-instruct", ToolFormat::none},
+  };
+  for (const auto &[name, format] : want) {
+    std::ifstream in(fs::path(dir) / "templates" / (name + ".jinja"), std::ios::binary);
+    ASSERT_TRUE(in) << name;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_EQ(minfer::chat::tool_format_of(ss.str()), format) << name << ": got " << minfer::chat::tool_format_name(minfer::chat::tool_format_of(ss.str()));
+  }
+}
+
+TEST(ToolCalls, HermesCallsWithTextAroundThem) {
+  const auto r = parse_tool_calls(ToolFormat::hermes,
+                                  "<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                                  "{\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(args_of(r.calls[0]), nlohmann::json({{"city", "Paris"}, {"unit", "celsius"}}));
+  EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Paris\",\"unit\":\"celsius\"}") << "the model's key order kept";
+  EXPECT_EQ(r.calls[1].name, "get_time");
+  EXPECT_EQ(r.calls[1].arguments, "{}");
+  EXPECT_EQ(r.content, "<think>\nThe user wants weather.\n</think>\n\nLet me check.");
+}
+
+TEST(ToolCalls, HermesArgumentsAsTextAndAMissingClosingTag) {
+  const auto r = parse_tool_calls(ToolFormat::hermes, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": [1, {\\\"y\\\": \\\"}\\\"}]}\"}");
+  ASSERT_EQ(r.calls.size(), 1u) << "a reply cut at the end of generation still holds its call";
+  EXPECT_EQ(args_of(r.calls[0]), nlohmann::json::parse(R"({"x": [1, {"y": "}"}]})"));
+  EXPECT_EQ(r.content, "");
+}
+
+TEST(ToolCalls, RepliesThatOnlyLookLikeCallsStayText) {
+  for (const std::string text : {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par",  // cut off
+                                 "<tool_call>{\"arguments\": {}}</tool_call>",                                // no name
+                                 "<tool_call>not json</tool_call>", "Plain answer, no calls."}) {
+    const auto r = parse_tool_calls(ToolFormat::hermes, text);
+    EXPECT_TRUE(r.calls.empty()) << text;
+    EXPECT_EQ(r.content, text) << "the text as the model wrote it";
+  }
+  const auto llama = parse_tool_calls(ToolFormat::llama3, "{ braces in prose } are not a call");
+  EXPECT_TRUE(llama.calls.empty());
+  const auto named = parse_tool_calls(ToolFormat::llama3, "{\"name\": \"f\", \"parameters\": {}} and then prose");
+  EXPECT_TRUE(named.calls.empty()) << "Llama 3 calls are the whole reply";
+}
+
+TEST(ToolCalls, Llama3JsonReplies) {
+  auto r = parse_tool_calls(ToolFormat::llama3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(args_of(r.calls[0]), nlohmann::json({{"city", "Oslo"}}));
+  EXPECT_EQ(r.content, "");
+  r = parse_tool_calls(ToolFormat::llama3, "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"n\": 1}}; {\"name\": \"b\", \"arguments\": {}}");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "a");
+  EXPECT_EQ(r.calls[1].name, "b");
+}
+
+TEST(ToolCalls, MistralBothSyntaxes) {
+  auto r = parse_tool_calls(ToolFormat::mistral,
+                            "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}, \"id\": \"abc123def\"}, "
+                            "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}]");
+  ASSERT_EQ(r.calls.size(), 2u) << "Nemo: a JSON list";
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(args_of(r.calls[1]), nlohmann::json({{"tz", "CET"}}));
+  r = parse_tool_calls(ToolFormat::mistral, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Rome\"}[TOOL_CALLS]get_time[ARGS]{}");
+  ASSERT_EQ(r.calls.size(), 2u) << "Small 3.2: name[ARGS]{...}, a marker each";
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(args_of(r.calls[0]), nlohmann::json({{"city", "Rome"}}));
+  EXPECT_EQ(r.calls[1].name, "get_time");
+}
+
+TEST(ToolCalls, GraniteList) {
+  const auto r = parse_tool_calls(ToolFormat::granite, "<|tool_call|>[{\"name\": \"search\", \"arguments\": {\"q\": \"minfer\"}}]");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "search");
+  EXPECT_EQ(args_of(r.calls[0]), nlohmann::json({{"q", "minfer"}}));
+}
+
+TEST(ToolCalls, StreamingShowsTextUpToWhereACallMayBegin) {
+  EXPECT_EQ(plain_text_before_calls(ToolFormat::hermes, "Let me check."), 13u);
+  EXPECT_EQ(plain_text_before_calls(ToolFormat::hermes, "Let me check.\n<tool"), 14u) << "a tail that may become <tool_call> waits";
+  EXPECT_EQ(plain_text_before_calls(ToolFormat::hermes, "Let me check.\n<tool_call>{\"na"), 14u);
+  EXPECT_EQ(plain_text_before_calls(ToolFormat::hermes, "a < b"), 5u) << "'<' followed by other text is no marker";
+  EXPECT_EQ(plain_text_before_calls(ToolFormat::mistral, "[TOOL"), 0u);
+  EXPECT_EQ(plain_text_before_calls(ToolFormat::llama3, "  {\"name\""), 0u) << "a Llama 3 reply opening with '{' may be a call";
+  EXPECT_EQ(plain_text_before_calls(ToolFormat::llama3, "<|python"), 0u);
+  EXPECT_EQ(plain_text_before_calls(ToolFormat::llama3, "Sure, here"), 10u);
+  EXPECT_EQ(plain_text_before_calls(ToolFormat::none, "<tool_call>"), 11u) << "no tools offered: nothing held";
+}
+
+}  // namespace
