@@ -15,7 +15,7 @@ case "$kind" in
   *address*|*undefined*) build=${BUILD_DIR:-build-asan}; default=(-E "app_generate") ;;
   *) echo "sanitize.sh: unknown sanitizer '$kind'" >&2; exit 2 ;;
 esac
-bash scripts/setup.sh minfer-tests >/dev/null  # the packages; the build below is the sanitized one
+bash scripts/setup.sh --packages
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_CUDA=OFF -DMINFER_SANITIZE="$kind"
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what minfer builds with (Debian 12 packages), configures and builds.
 #   bash scripts/setup.sh [TARGET...]     (default: everything)
+#   bash scripts/setup.sh --packages      (the packages only: for builds configured elsewhere)
 # Safe to re-run: apt runs only when a package is missing; the build is incremental.
 # BUILD_DIR (default build) and MINFER_CUDA (AUTO|ON|OFF) may be set in the environment.
 set -euo pipefail
@@ -20,6 +21,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+[ "${1:-}" = "--packages" ] && exit 0
 
 build=${BUILD_DIR:-build}
 # The CUDA toolkit lives in /usr/local/cuda on these machines; CMake finds nvcc there itself.

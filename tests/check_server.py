@@ -23,7 +23,7 @@ server_bin = sys.argv[1]
 config = sys.argv[2] if len(sys.argv) > 2 else "configs/cpu.yaml"
 testdata = "../shared/testdata"
 stories = f"{testdata}/models/stories260K.gguf"
-template = f"{testdata}/templates/Qwen-Qwen2.5-7B-Instruct.jinja"
+template = f"{testdata}/templates/Qwen-Qwen3-0.6B.jinja"
 
 
 if not os.path.exists(stories):
@@ -266,9 +266,42 @@ try:
             {"role": "tool", "tool_call_id": "call_1", "content": "18 C and sunny"}])
         status, hb = k.request("POST", "/v1/chat/completions", json.dumps(history), headers=auth)
         check(status == 200 and hb["usage"]["prompt_tokens"] > tb["usage"]["prompt_tokens"] + 10, f"a tool call and its result in the history: {status} {str(hb)[:300]}")
+        # chat_template_kwargs reach the template: Qwen 3's enable_thinking false writes an empty
+        # think block into the prompt.
+        status, nt = k.request("POST", "/v1/chat/completions", json.dumps(dict(msgs, chat_template_kwargs={"enable_thinking": False})), headers=auth)
+        check(status == 200 and nt["usage"]["prompt_tokens"] > body["usage"]["prompt_tokens"], f"enable_thinking false: {status} {str(nt)[:300]}")
+        status, rb = k.request("POST", "/v1/chat/completions", json.dumps(dict(msgs, chat_template_kwargs={"messages": []})), headers=auth)
+        check(status == 400 and "chat_template_kwargs" in rb["error"]["message"], f"chat_template_kwargs setting messages: {status} {rb}")
         status, rb = k.request("POST", "/v1/chat/completions", json.dumps(dict(with_tools, tool_choice="required")), headers=auth)
         check(status == 400 and "constrained decoding" in rb["error"]["message"], f"tool_choice required: {status} {rb}")
         check(k.stop() == 0, "the chat server exits 0")
+    # A thinking template that opens the think block in the prompt (DeepSeek R1's, with
+    # enable_thinking): the reply is reasoning until </think>, which this model never writes.
+    r1 = f"{testdata}/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
+    if os.path.exists(r1):
+        r1_cfg = "/tmp/minfer-server-r1.yaml"
+        with open(r1_cfg, "w") as f:
+            f.write("\n".join(line for line in open(config).read().splitlines() if not line.startswith("chat:")) + f"\nchat_template: {os.path.abspath(r1)}\n")
+        config_saved, config = config, r1_cfg
+        d = Server(["-np", "2"])
+        servers.append(d)
+        config = config_saved
+        ask = {"messages": [{"role": "user", "content": "Once upon"}], "max_tokens": 12, "temperature": 0, "chat_template_kwargs": {"enable_thinking": True}}
+        status, plain = d.post("/v1/chat/completions", dict(ask, reasoning_format="none"))
+        text = plain["choices"][0]["message"]["content"] if status == 200 else None
+        check(status == 200 and text and "reasoning_content" not in plain["choices"][0]["message"], f"reasoning_format none: {status} {str(plain)[:300]}")
+        status, split = d.post("/v1/chat/completions", ask)
+        msg = split["choices"][0]["message"] if status == 200 else {}
+        check(status == 200 and msg.get("content") == "" and msg.get("reasoning_content") == text.strip(),
+              f"the open think block as reasoning_content: {status} {str(split)[:300]} (the text: {text!r})")
+        status, _, events = d.stream("/v1/chat/completions", ask)
+        chunks = [e for e in events if isinstance(e, dict) and e.get("choices")]
+        reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks)
+        content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+        check(status == 200 and reasoning == text and content == "", f"streamed reasoning {reasoning!r}, content {content!r}, against {text!r}")
+        status, bad = d.post("/v1/chat/completions", dict(ask, reasoning_format="xml"))
+        check(status == 400 and "reasoning_format" in bad["error"]["message"], f"a bad reasoning_format: {status} {bad}")
+        check(d.stop() == 0, "the R1 server exits 0")
     # A bad server: section fails at start, naming the key.
     bad_cfg = "/tmp/minfer-server-bad.yaml"
     with open(bad_cfg, "w") as f:

@@ -189,3 +189,18 @@ TEST(OpenAI, ToolCallsInTheHistoryReachTheTemplateAsObjects) {
   EXPECT_EQ(calls[1].dump(), R"({"index":1,"id":"call_42_1","type":"function","function":{"name":"get_time","arguments":"{}"}})");
   EXPECT_FALSE(tool_calls_json({{"f", "{}"}}, 7, /*streaming=*/false)[0].contains("index"));
 }
+
+TEST(OpenAI, TemplateKwargsAreMoreTemplateVariables) {
+  const json k = template_kwargs(json::parse(R"({"chat_template_kwargs": {"enable_thinking": false, "custom": [1, 2]}})"));
+  EXPECT_EQ(k.dump(), R"({"enable_thinking":false,"custom":[1,2]})");
+  EXPECT_TRUE(template_kwargs(json::parse(R"({"messages": []})")).empty());
+  EXPECT_THROW(template_kwargs(json::parse(R"({"chat_template_kwargs": [1]})")), BadRequest);
+  for (const char *own : {"messages", "add_generation_prompt", "bos_token", "tools"}) {
+    try {
+      template_kwargs(json{{"chat_template_kwargs", {{own, 1}}}});
+      ADD_FAILURE() << own << " was taken";
+    } catch (const BadRequest &e) {
+      EXPECT_NE(std::string(e.what()).find(own), std::string::npos) << e.what();
+    }
+  }
+}

@@ -1,6 +1,7 @@
-// Function calling: the tool-call syntax each real template of ../shared/testdata/templates
+// Function calling and thinking replies: the tool-call syntax each real template of ../shared/testdata/templates
 // asks for, the calls read back out of replies in each syntax (and replies that only look like
-// calls left as text), and how much of a streamed reply may be shown before a call.
+// calls left as text), and how much of a streamed reply may be shown before a call; a think
+// block split off as reasoning, whole or streamed in any pieces.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/reasoning.hpp"
 #include "chat/tool_calls.hpp"
 #include "test_util.hpp"
 
@@ -126,6 +128,53 @@ TEST(ToolCalls, StreamingShowsTextUpToWhereACallMayBegin) {
   EXPECT_EQ(plain_text_before_calls(ToolFormat::llama3, "<|python"), 0u);
   EXPECT_EQ(plain_text_before_calls(ToolFormat::llama3, "Sure, here"), 10u);
   EXPECT_EQ(plain_text_before_calls(ToolFormat::none, "<tool_call>"), 11u) << "no tools offered: nothing held";
+}
+
+}  // namespace
+
+namespace {
+
+using minfer::chat::ReasoningSplitter;
+
+// Feeds text a few bytes at a time, as a stream grows, and joins what comes out.
+ReasoningSplitter::Pieces streamed(const std::string &text, bool opened, size_t step) {
+  ReasoningSplitter s(opened);
+  ReasoningSplitter::Pieces all;
+  for (size_t n = step; n < text.size() + step; n += step) {
+    const ReasoningSplitter::Pieces p = s.advance(text.substr(0, std::min(n, text.size())), false);
+    all.reasoning += p.reasoning, all.content += p.content;
+  }
+  const ReasoningSplitter::Pieces p = s.advance(text, true);
+  all.reasoning += p.reasoning, all.content += p.content;
+  return all;
+}
+
+TEST(Reasoning, ThinkBlocksBecomeReasoningContent) {
+  auto p = minfer::chat::split_reasoning("<think>\nThe user greets me.\n</think>\n\nHello!", false);
+  EXPECT_EQ(p.reasoning, "The user greets me.");
+  EXPECT_EQ(p.content, "Hello!");
+  p = minfer::chat::split_reasoning("Okay, 2+2 is 4.\n</think>\n\nIt is 4.", /*opened_in_prompt=*/true);
+  EXPECT_EQ(p.reasoning, "Okay, 2+2 is 4.") << "DeepSeek R1's prompt opens the block";
+  EXPECT_EQ(p.content, "It is 4.");
+  p = minfer::chat::split_reasoning("Just an answer with <think> inside.", false);
+  EXPECT_EQ(p.reasoning, "");
+  EXPECT_EQ(p.content, "Just an answer with <think> inside.") << "only a reply that opens with the tag thinks";
+  p = minfer::chat::split_reasoning("<think>\nStill thinking when max_tokens", false);
+  EXPECT_EQ(p.reasoning, "Still thinking when max_tokens");
+  EXPECT_EQ(p.content, "");
+  EXPECT_TRUE(minfer::chat::prompt_opens_thinking("<｜Assistant｜><think>\n"));
+  EXPECT_FALSE(minfer::chat::prompt_opens_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+}
+
+TEST(Reasoning, StreamedInAnyPiecesItSplitsTheSame) {
+  const std::string text = "  <think>\nA </thin k> is no tag; </think>\n\nThe answer </think> stays.";
+  for (size_t step : {1, 2, 3, 7, 64}) {
+    const auto p = streamed(text, false, step);
+    EXPECT_EQ(p.reasoning, "\nA </thin k> is no tag; ") << step;
+    EXPECT_EQ(p.content, "The answer </think> stays.") << step;
+  }
+  const auto q = streamed("<thi", false, 1);
+  EXPECT_EQ(q.content, "<thi") << "a tail that never became the tag is the answer at the end";
 }
 
 }  // namespace

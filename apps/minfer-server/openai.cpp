@@ -172,6 +172,25 @@ ToolsRequest parse_tools(const json &body) {
   return r;
 }
 
+json template_kwargs(const json &body) {
+  const auto it = body.find("chat_template_kwargs");
+  if (it == body.end() || it->is_null()) return json::object();
+  if (!it->is_object()) throw BadRequest("'chat_template_kwargs' must be an object of template variables, e.g. {\"enable_thinking\": false}");
+  for (const char *own : {"messages", "add_generation_prompt", "bos_token", "eos_token", "tools"})
+    if (it->contains(own))
+      throw BadRequest(std::string("'chat_template_kwargs' cannot set '") + own + "': " +
+                       (std::string(own) == "tools" ? "give the request's 'tools'" : "the server sets it"));
+  return *it;
+}
+
+bool reasoning_split(const json &body) {
+  const auto it = body.find("reasoning_format");
+  if (it == body.end() || it->is_null()) return true;
+  if (*it == "auto" || *it == "deepseek") return true;
+  if (*it == "none") return false;
+  throw BadRequest("'reasoning_format' must be \"auto\", \"deepseek\" or \"none\", not " + it->dump());
+}
+
 json tool_calls_json(const std::vector<chat::ToolCall> &calls, int64_t request_id, bool streaming) {
   json out = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {

@@ -60,6 +60,18 @@ struct ToolsRequest {
 };
 ToolsRequest parse_tools(const json &body);
 
+// A chat request's `chat_template_kwargs` (as vLLM and llama-server take it): more variables for
+// the template, e.g. {"enable_thinking": false} for Qwen 3. The template's own inputs
+// (messages, add_generation_prompt, bos_token, eos_token, tools) cannot be set so. Throws
+// BadRequest.
+json template_kwargs(const json &body);
+
+// A chat request's `reasoning_format` (llama-server's): "auto" (the default) or "deepseek": a
+// thinking model's <think> block comes back as message.reasoning_content (streamed as
+// delta.reasoning_content), the rest as content; "none": all of it as content. Throws
+// BadRequest.
+bool reasoning_split(const json &body);
+
 // A reply's calls as OpenAI's message.tool_calls (streaming: with their "index"); ids
 // `call_<request id>_<n>`.
 json tool_calls_json(const std::vector<chat::ToolCall> &calls, int64_t request_id, bool streaming);

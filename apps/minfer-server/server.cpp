@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "chat/chat_template.hpp"
+#include "chat/reasoning.hpp"
 #include "chat/tool_calls.hpp"
 #include "common/error.hpp"
 #include "model_runner.hpp"
@@ -58,6 +59,7 @@ struct Loaded {
   std::unique_ptr<chat::ChatTemplate> tmpl;
   std::string tmpl_error, tmpl_source;  // why chat is refused; the template's text
   chat::ToolFormat tool_format = chat::ToolFormat::none;  // how the template writes tool calls
+  bool thinks = false;                                     // its replies may open with <think>
   std::unique_ptr<Engine> engine;
   size_t max_prompt_bytes = 0;  // a text longer than this cannot fit the context, whatever it says
 };
@@ -247,6 +249,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   const tokenizer::Tokenizer &tok = runner.tokenizer();
   GenerationParams p;
   ToolsRequest tools;
+  bool thinks = false, opened = false;  // the reply's think block goes to reasoning_content; the prompt opened it
   std::vector<int32_t> prompt;
   try {
     p = parse_generation(body, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
@@ -254,6 +257,8 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       if (!L->tmpl) return reply(res, 400, error_body(400, "chat completions need a chat template: " + L->tmpl_error));
       tools = parse_tools(body);
       jinja::Dict extra;
+      const json kwargs = template_kwargs(body);  // named: items() of a temporary would dangle
+      for (const auto &[k, v] : kwargs.items()) extra.emplace_back(k, chat::from_json(v));
       if (tools.offered) {
         refuse_unusable_tools(*L);
         extra.emplace_back("tools", chat::from_json(tools.tools));
@@ -261,6 +266,8 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       const std::string text = L->tmpl->render(chat::from_json(chat_messages(body)), /*add_generation_prompt=*/true, extra);
       refuse_unfittable(*L, text);
       prompt = chat::tokenize_prompt(tok, text);
+      thinks = L->thinks && reasoning_split(body);
+      opened = thinks && chat::prompt_opens_thinking(text);
     } else {
       const PromptField f = completion_prompt(body);
       if (f.is_ids) {
@@ -316,12 +323,16 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     json choice = {{"index", 0}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}};
     if (!chat) {
       choice["text"] = o.text;
-    } else if (const chat::ParsedReply r = chat::parse_tool_calls(calls, o.text); !r.calls.empty()) {
-      choice["message"] = {{"role", "assistant"}, {"content", r.content.empty() ? json(nullptr) : json(r.content)},
-                           {"tool_calls", tool_calls_json(r.calls, id, /*streaming=*/false)}};
-      choice["finish_reason"] = "tool_calls";
     } else {
-      choice["message"] = {{"role", "assistant"}, {"content", o.text}};
+      const chat::ReasoningSplitter::Pieces parts = thinks ? chat::split_reasoning(o.text, opened) : chat::ReasoningSplitter::Pieces{"", o.text};
+      json message = {{"role", "assistant"}, {"content", parts.content}};
+      if (!parts.reasoning.empty()) message["reasoning_content"] = parts.reasoning;
+      if (const chat::ParsedReply r = chat::parse_tool_calls(calls, parts.content); !r.calls.empty()) {
+        message["content"] = r.content.empty() ? json(nullptr) : json(r.content);
+        message["tool_calls"] = tool_calls_json(r.calls, id, /*streaming=*/false);
+        choice["finish_reason"] = "tool_calls";
+      }
+      choice["message"] = std::move(message);
     }
     return reply(res, 200, {{"id", cid}, {"object", object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}, {"usage", usage(o)}});
   }
@@ -329,7 +340,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   // Server-sent events: one chunk per piece of text, the last with the finish reason, the
   // usage when asked, then [DONE].
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, usage, logprobs, calls](size_t, httplib::DataSink &sink) {
+  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, usage, logprobs, calls, thinks, opened](size_t, httplib::DataSink &sink) {
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     const auto send = [&](const json &j) {
       const std::string line = "data: " + dump(j) + "\n\n";
@@ -342,11 +353,25 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       return json{{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}};
     };
     bool alive = !chat || send(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr));
+    // A thinking reply's text goes out as reasoning_content, then content; content_sent is what
+    // went out as content (where the calls are looked for at the end).
+    chat::ReasoningSplitter splitter(opened);
+    std::string visible, content_sent;
+    const auto send_parts = [&](const chat::ReasoningSplitter::Pieces &parts, const json &lp) {
+      if (!parts.reasoning.empty() && !send(chunk(json{{"reasoning_content", parts.reasoning}}, nullptr, parts.content.empty() ? lp : json(nullptr))))
+        return false;
+      content_sent += parts.content;
+      if (parts.content.empty() && (!parts.reasoning.empty() || lp.is_null())) return true;
+      return send(chunk(json{{"content", parts.content}}, nullptr, lp));
+    };
     const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, stopping,
                             [&](const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t offset) {
                               if (!alive || !sink.is_writable()) return alive = false;
                               if (piece.empty() && lp.empty()) return true;
-                              return alive = send(chunk(chat ? json{{"content", piece}} : json(piece), nullptr, logprobs(lp, offset)));
+                              if (!chat) return alive = send(chunk(json(piece), nullptr, logprobs(lp, offset)));
+                              visible += piece;
+                              return alive = send_parts(thinks ? splitter.advance(visible, false) : chat::ReasoningSplitter::Pieces{"", piece},
+                                                        logprobs(lp, offset));
                             },
                             calls);
     generated += o.tokens;
@@ -354,15 +379,21 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     if (!o.error.empty()) {
       send(error_body(500, o.error));
     } else {
-      // What was held back for tool calls: the calls, or (none found) the rest of the text.
+      // What was held back (a tail that could still close the think block, text from where a
+      // tool call may begin): the calls, or the rest of the text.
       std::string finish = o.finish;
-      if (o.shown < o.text.size()) {
-        if (const chat::ParsedReply r = chat::parse_tool_calls(calls, o.text); !r.calls.empty()) {
-          send(chunk(json{{"tool_calls", tool_calls_json(r.calls, id, /*streaming=*/true)}}, nullptr));
-          finish = "tool_calls";
-        } else {
-          send(chunk(json{{"content", o.text.substr(o.shown)}}, nullptr));
-        }
+      if (chat) {
+        visible += o.text.substr(o.shown);
+        chat::ReasoningSplitter::Pieces rest = thinks ? splitter.advance(visible, true) : chat::ReasoningSplitter::Pieces{"", o.text.substr(o.shown)};
+        json calls_json;
+        if (!rest.content.empty())
+          if (const chat::ParsedReply r = chat::parse_tool_calls(calls, content_sent + rest.content); !r.calls.empty()) {
+            calls_json = tool_calls_json(r.calls, id, /*streaming=*/true);
+            rest.content.clear();
+            finish = "tool_calls";
+          }
+        send_parts(rest, nullptr);
+        if (!calls_json.is_null()) send(chunk(json{{"tool_calls", calls_json}}, nullptr));
       }
       send(chunk(chat ? json::object() : json(""), finish));
       if (p.include_usage) send({{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array()}, {"usage", usage(o)}});
@@ -510,6 +541,7 @@ int Server::run() {
         L->tmpl = std::make_unique<chat::ChatTemplate>(chat::ChatTemplate::for_model(L->runner->file(), tok, I.cfg.chat_template));
         L->tmpl_source = L->tmpl->source();
         L->tool_format = chat::tool_format_of(L->tmpl->source());
+        L->thinks = chat::template_thinks(L->tmpl->source());
       } catch (const std::exception &e) {
         L->tmpl_error = e.what();
         std::fprintf(stderr, "minfer-server: /v1/chat/completions is off: %s\n", e.what());
