@@ -27,7 +27,7 @@ try {
   await page.fill("#input", "Once upon");
   await page.press("#input", "Enter");
   await page.waitForSelector(".msg.assistant .speed");
-  out.answer = await page.textContent(".msg.assistant >> nth=0 >> span >> nth=0");
+  out.answer = await page.textContent(".msg.assistant >> nth=0 >> .text");
   out.speed = await page.textContent(".msg.assistant >> nth=0 >> .speed");
 
   // A long answer, stopped as soon as its first piece shows.
@@ -36,13 +36,13 @@ try {
   await page.click("#send");
   await page.waitForFunction(() => {
     const b = document.querySelectorAll(".msg.assistant");
-    return b.length === 2 && b[1].firstChild.textContent.length > 0;
+    return b.length === 2 && b[1].querySelector(".text").textContent.length > 0;
   });
   out.stop_enabled_while_running = await page.isEnabled("#stop");
   await page.click("#stop");
   await page.waitForSelector(".msg.assistant >> nth=1 >> .speed");
   out.stopped_speed = await page.textContent(".msg.assistant >> nth=1 >> .speed");
-  out.stopped_chars = (await page.textContent(".msg.assistant >> nth=1 >> span >> nth=0")).length;
+  out.stopped_chars = (await page.textContent(".msg.assistant >> nth=1 >> .text")).length;
   out.send_enabled_after = await page.isEnabled("#send");
   out.stop_enabled_after = await page.isEnabled("#stop");
   out.errors = errors.concat(await page.$$eval(".msg.error", (els) => els.map((e) => e.textContent)));
