@@ -180,6 +180,19 @@ try:
         check(status == 400 and word in body["error"]["message"], f"{str(bad)[:60]}: {status} {str(body)[:200]}")
     status, body = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
     check(status == 400 and "chat template" in body["error"]["message"], f"chat without a template: {status} {body}")
+    # logit_bias: +100 on one token makes the greedy text that token over and over; -100 on the
+    # greedy first token makes the text start otherwise.
+    status, toks = s.post("/tokenize", {"content": " the"})
+    the = toks["tokens"][-1] if status == 200 else 0
+    status, body = complete(refs[0]["prompt"], n=4, logit_bias={str(the): 100})
+    check(status == 200 and body["choices"][0]["text"] == " the" * 4, f"logit_bias +100 on {the}: {status} {str(body)[:200]}")
+    first = refs[0]["greedy_tokens"][0]
+    first_text = s.post("/detokenize", {"tokens": [first]})[1]["content"]
+    status, body = complete(refs[0]["prompt"], n=4, logit_bias={str(first): -100}, logprobs=0)
+    got = body["choices"][0]["logprobs"]["tokens"] if status == 200 else []
+    check(len(got) == 4 and got[0] != first_text, f"logit_bias -100 on the greedy first token {first} ({first_text!r}): {status} {str(body)[:300]}")
+    status, body = complete("x", n=1, logit_bias={"999999": 1})
+    check(status == 400 and "past the vocabulary" in body["error"]["message"], f"logit_bias past the vocabulary: {status} {body}")
     status, body = s.get("/v1/nothing")
     check(status == 404 and "no such endpoint" in body["error"]["message"], f"404: {status} {body}")
     status, body = s.get("/v1/completions")

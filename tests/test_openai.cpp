@@ -204,3 +204,25 @@ TEST(OpenAI, TemplateKwargsAreMoreTemplateVariables) {
     }
   }
 }
+
+TEST(OpenAI, LogitBiasMovesTheChoice) {
+  const GenerationParams p = parse(R"({"logit_bias": {"2": 100, "0": -100.0}, "temperature": 0})");
+  ASSERT_EQ(p.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(p.sampling.logit_bias[0], std::make_pair(int32_t(2), 100.0f)) << "in the client's order";
+  const std::vector<float> logits = {5.0f, 1.0f, 0.5f};
+  minfer::sampling::Config c;
+  c.temperature = 0;
+  EXPECT_TRUE(minfer::sampling::Sampler(c).greedy());
+  c.logit_bias = {{0, -100.0f}};
+  EXPECT_FALSE(minfer::sampling::Sampler(c).greedy()) << "a biased request cannot take the backend's arg-max";
+  EXPECT_EQ(minfer::sampling::Sampler(c).sample(logits.data(), 3, {}), 1) << "-100 bans the best token";
+  c.logit_bias = {{2, 4.6f}};
+  EXPECT_EQ(minfer::sampling::Sampler(c).sample(logits.data(), 3, {}), 2);
+  c.logit_bias = {{2, 4.4f}};
+  EXPECT_EQ(minfer::sampling::Sampler(c).sample(logits.data(), 3, {}), 0);
+  EXPECT_NE(bad(R"({"logit_bias": [1]})").find("'logit_bias' must be an object"), std::string::npos);
+  EXPECT_NE(bad(R"({"logit_bias": {"the": 1}})").find("not a token id"), std::string::npos);
+  EXPECT_NE(bad(R"({"logit_bias": {"-3": 1}})").find("not a token id"), std::string::npos);
+  EXPECT_NE(bad(R"({"logit_bias": {"5": 101}})").find("from -100 to 100"), std::string::npos);
+  EXPECT_NE(bad(R"({"logit_bias": {"5": "x"}})").find("from -100 to 100"), std::string::npos);
+}

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 
 namespace minfer::server {
 namespace {
@@ -63,6 +64,18 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
   if (const auto it = body.find("repeat_last_n"); it != body.end())
     p.sampling.repeat_last_n = int32_t(integer(body, "repeat_last_n", defaults.repeat_last_n, -1, INT32_MAX));
   if (integer(body, "n", 1, 1, INT64_MAX) != 1) throw BadRequest("'n' must be 1: one choice per request");
+  if (const auto lb = body.find("logit_bias"); lb != body.end() && !lb->is_null()) {
+    if (!lb->is_object()) throw BadRequest("'logit_bias' must be an object of {\"TOKEN_ID\": bias from -100 to 100}");
+    for (const auto &[key, bias] : lb->items()) {
+      char *end = nullptr;
+      const long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || id < 0 || id > INT32_MAX)
+        throw BadRequest("'logit_bias' key \"" + key + "\" is not a token id (give ids as strings, e.g. {\"1234\": -100})");
+      if (!bias.is_number() || !std::isfinite(bias.get<double>()) || bias.get<double>() < -100 || bias.get<double>() > 100)
+        throw BadRequest("'logit_bias' of token " + key + " must be a number from -100 to 100, not " + bias.dump());
+      p.sampling.logit_bias.emplace_back(int32_t(id), float(bias.get<double>()));
+    }
+  }
   if (api == Api::chat) {
     const int64_t top = integer(body, "top_logprobs", -1, 0, 20);
     const bool want = boolean(body, "logprobs", false);

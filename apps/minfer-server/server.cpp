@@ -253,6 +253,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   std::vector<int32_t> prompt;
   try {
     p = parse_generation(body, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
+    for (const auto &[t, b] : p.sampling.logit_bias)
+      if (t >= tok.n_vocab())
+        throw BadRequest("'logit_bias' token " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");
     if (chat) {
       if (!L->tmpl) return reply(res, 400, error_body(400, "chat completions need a chat template: " + L->tmpl_error));
       tools = parse_tools(body);

@@ -66,6 +66,8 @@ TokenLogprobs log_probs(const float *logits, int64_t n, int32_t token, int32_t t
 int32_t Sampler::sample(const float *logits, int64_t n, const std::vector<int32_t> &history) {
   if (greedy()) return argmax(logits, n);  // no copy needed
   work_.assign(logits, logits + n);
+  for (const auto &[t, b] : cfg_.logit_bias)
+    if (t >= 0 && t < n) work_[size_t(t)] += b;
   const bool counts = cfg_.presence_penalty != 0.0f || cfg_.frequency_penalty != 0.0f;
   if ((cfg_.repeat_penalty != 1.0f || counts) && cfg_.repeat_last_n != 0) {
     const size_t from = cfg_.repeat_last_n < 0 || size_t(cfg_.repeat_last_n) >= history.size()

@@ -1,6 +1,6 @@
 // core/sampling/sampler.hpp — choosing the next token from logits.
 //
-// The chain, in llama.cpp's default order: repetition penalty over the last tokens, top-k,
+// The chain, in llama.cpp's default order: logit biases, repetition penalty over the last tokens, top-k,
 // temperature, top-p, min-p, then a draw from what is left (a seeded generator). A
 // temperature of 0 is greedy: the arg-max, after the penalty.
 #pragma once
@@ -22,6 +22,9 @@ struct Config {
   // OpenAI's penalties over the same window: a token seen c times loses
   // c * frequency_penalty + (c > 0) * presence_penalty from its logit (0 = off).
   float presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  // OpenAI's logit_bias: added to these tokens' logits before anything else (-100 bans a
+  // token in practice, +100 all but forces it).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   uint64_t seed = 42;
 };
 
@@ -41,9 +44,9 @@ class Sampler {
   // history: the tokens so far (prompt and generated), for the repetition penalty.
   int32_t sample(const float *logits, int64_t n_vocab, const std::vector<int32_t> &history);
   const Config &config() const { return cfg_; }
-  // The arg-max of the logits, whatever the history: temperature 0 and no repetition penalty.
+  // The arg-max of the logits, whatever the history: temperature 0, no bias, no repetition penalty.
   bool greedy() const {
-    return cfg_.temperature <= 0.0f &&
+    return cfg_.temperature <= 0.0f && cfg_.logit_bias.empty() &&
            ((cfg_.repeat_penalty == 1.0f && cfg_.presence_penalty == 0.0f && cfg_.frequency_penalty == 0.0f) || cfg_.repeat_last_n == 0);
   }
 
