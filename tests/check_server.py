@@ -173,7 +173,7 @@ try:
 
     # Errors: 400s that name the field, 404 for an unknown path.
     for bad, word in [("{not json", "JSON"), ({"prompt": "x", "n": 2}, "'n'"), ({"prompt": "x", "temperature": -1}, "temperature"),
-                      ({"prompt": "x", "response_format": {"type": "json_object"}}, "response_format"), ({"prompt": []}, "empty"),
+                      ({"prompt": "x", "response_format": {"type": "json_schema"}}, "response_format"), ({"prompt": []}, "empty"),
                       ({"prompt": [999999]}, "vocabulary"), ({"max_tokens": 4}, "prompt"), ({"prompt": "x", "stop": 3}, "stop"),
                       ({"prompt": "x " * 3000}, "context")]:
         status, body = s.post("/v1/completions", bad)
@@ -191,6 +191,20 @@ try:
     status, body = complete(refs[0]["prompt"], n=4, logit_bias={str(first): -100}, logprobs=0)
     got = body["choices"][0]["logprobs"]["tokens"] if status == 200 else []
     check(len(got) == 4 and got[0] != first_text, f"logit_bias -100 on the greedy first token {first} ({first_text!r}): {status} {str(body)[:300]}")
+    # response_format json_object: whatever this story model would say, the reply is a prefix of
+    # one JSON object, and a whole one when it ends by itself.
+    for seed in (1, 2, 3):
+        status, body = complete("Once upon a time", n=48, temperature=1.0, seed=seed, response_format={"type": "json_object"})
+        text = body["choices"][0]["text"] if status == 200 else ""
+        reason = body["choices"][0]["finish_reason"] if status == 200 else None
+        ok = status == 200 and text.lstrip().startswith("{")
+        if ok and reason == "stop":
+            try:
+                ok = isinstance(json.loads(text), dict)
+            except ValueError:
+                ok = False
+        check(ok, f"json_object (seed {seed}): {status} finish {reason} {text!r}")
+        print(f"json_object (seed {seed}): {reason} {text!r}")
     status, body = complete("x", n=1, logit_bias={"999999": 1})
     check(status == 400 and "past the vocabulary" in body["error"]["message"], f"logit_bias past the vocabulary: {status} {body}")
     status, body = s.get("/v1/nothing")

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "openai.hpp"
+#include "sampling/json_constraint.hpp"
 
 using namespace minfer::server;
 
@@ -46,7 +47,8 @@ TEST(OpenAI, RefusesWhatItCannotDoNamingTheField) {
   EXPECT_NE(bad(R"({"top_p": 0})").find("top_p"), std::string::npos);
   EXPECT_NE(bad(R"({"presence_penalty": 2.5})").find("presence_penalty"), std::string::npos);
   EXPECT_NE(bad(R"({"logprobs": true})").find("logprobs"), std::string::npos);  // completions: a count
-  EXPECT_NE(bad(R"({"response_format": {"type": "json_object"}})").find("constrained decoding"), std::string::npos);
+  EXPECT_NE(bad(R"({"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}})").find("schema-constrained decoding"), std::string::npos);
+  EXPECT_TRUE(parse(R"({"response_format": {"type": "json_object"}})").json_object);
   EXPECT_NE(bad(R"({"max_tokens": 3, "max_completion_tokens": 4})").find("differ"), std::string::npos);
   EXPECT_NE(bad(R"({"max_tokens": 0})").find("max_tokens"), std::string::npos);
   EXPECT_NE(bad(R"({"stop": [1]})").find("stop"), std::string::npos);
@@ -225,4 +227,47 @@ TEST(OpenAI, LogitBiasMovesTheChoice) {
   EXPECT_NE(bad(R"({"logit_bias": {"-3": 1}})").find("not a token id"), std::string::npos);
   EXPECT_NE(bad(R"({"logit_bias": {"5": 101}})").find("from -100 to 100"), std::string::npos);
   EXPECT_NE(bad(R"({"logit_bias": {"5": "x"}})").find("from -100 to 100"), std::string::npos);
+}
+
+TEST(OpenAI, JsonObjectModeKeepsTheReplyOneJsonObject) {
+  using minfer::sampling::JsonState;
+  for (const char *whole : {R"({})", R"({"a": [1, -2.5e+3, 0, true, false, null, "x\"\u00e9\n"],
+  "b": {"c": []}})", "{\"k\":{\"k\":[[[]]]}}"}) {
+    JsonState s;
+    EXPECT_TRUE(s.feed(whole)) << whole;
+    EXPECT_TRUE(s.complete()) << whole;
+  }
+  for (const char *prefix : {"{", R"({"a)", R"({"a": 1)", R"({"a": [1, 2)", R"({"a": -)", R"({"a": 1.)", R"({"a": tr)"}) {
+    JsonState s;
+    EXPECT_TRUE(s.feed(prefix)) << prefix;
+    EXPECT_FALSE(s.complete()) << prefix;
+  }
+  for (const char *wrong : {"[1]", "\"s\"", "x", R"({a: 1})", R"({"a" 1})", R"({"a": 01})", R"({"a": 1,})", R"({"a": [1,]})", R"({"a": tru })",
+                            R"({"a": "\q"})", "{\"a\": \"\x01\"}", R"({"a": 1}})", R"({"a": 1} x)", R"({"a": +1})", R"({"a": 1.e5})"}) {
+    JsonState s;
+    EXPECT_FALSE(s.feed(wrong)) << wrong;
+  }
+  JsonState indent, deep, lines, lead;
+  EXPECT_TRUE(indent.feed("{\n" + std::string(20, ' ') + "\"a\": 1}")) << "a newline and 20 spaces of indentation";
+  EXPECT_FALSE(deep.feed("{\n" + std::string(21, ' '))) << "more than 20";
+  EXPECT_FALSE(lines.feed("{\n\n")) << "blank lines";
+  EXPECT_FALSE(lead.feed(" {")) << "the reply opens with its brace";
+
+  // Over a toy vocabulary: the constraint steers a sampler that prefers garbage.
+  auto texts = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"hello", "{", "\"k\"", ":", "1", "}", "", "</s>"});
+  (*texts)[7] = "";  // end of generation: no text
+  minfer::sampling::Config c;
+  c.temperature = 0;
+  c.constraint = minfer::sampling::json_object_constraint(texts, {7});
+  minfer::sampling::Sampler s(c);
+  EXPECT_FALSE(s.greedy());
+  std::vector<int32_t> out;
+  for (int step = 0; step < 8; ++step) {
+    // "hello" and the control token 6 always score best, then the end, then the JSON pieces in order.
+    std::vector<float> logits = {9, 0, 0, 0, 0, 0, 8, 7};
+    logits[size_t(1 + std::min(step, 4))] = 6;
+    out.push_back(s.sample(logits.data(), int64_t(logits.size()), {}));
+    if (out.back() == 7) break;
+  }
+  EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 3, 4, 5, 7})) << "{\"k\":1} then the end, which only a closed object allows";
 }

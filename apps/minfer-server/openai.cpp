@@ -86,7 +86,10 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
   }
   if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
     const std::string type = rf->is_object() && rf->contains("type") && (*rf)["type"].is_string() ? (*rf)["type"].get<std::string>() : "";
-    if (type != "text") throw BadRequest("'response_format' " + rf->dump() + " is not supported: constrained decoding does not exist yet (only {\"type\": \"text\"})");
+    if (type == "json_object") p.json_object = true;
+    else if (type != "text")
+      throw BadRequest("'response_format' " + rf->dump() + " is not supported: give {\"type\": \"json_object\"} (any JSON object) or {\"type\": \"text\"}; "
+                       "a JSON schema needs schema-constrained decoding, which does not exist yet");
   }
   if (const auto st = body.find("stop"); st != body.end() && !st->is_null()) {
     if (st->is_string()) p.stop.push_back(st->get<std::string>());

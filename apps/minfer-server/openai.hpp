@@ -32,6 +32,7 @@ struct GenerationParams {
   std::vector<std::string> stop;  // not included in the output
   bool stream = false, include_usage = false;
   int32_t logprobs = -1;  // -1: none; n >= 0: each token's log-probability and the n likeliest (SeqRequest::logprobs)
+  bool json_object = false;  // response_format {"type": "json_object"}: the reply is one JSON object
 };
 
 // Which API a request came through: their fields differ where logprobs are concerned

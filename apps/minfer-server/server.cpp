@@ -21,6 +21,7 @@
 #include "model_runner.hpp"
 #include "openai.hpp"
 #include "runtime/engine.hpp"
+#include "sampling/json_constraint.hpp"
 
 namespace minfer::server {
 namespace {
@@ -60,6 +61,7 @@ struct Loaded {
   std::string tmpl_error, tmpl_source;  // why chat is refused; the template's text
   chat::ToolFormat tool_format = chat::ToolFormat::none;  // how the template writes tool calls
   bool thinks = false;                                     // its replies may open with <think>
+  std::shared_ptr<const sampling::TokenConstraint> json_object;  // response_format json_object, over this vocabulary
   std::unique_ptr<Engine> engine;
   size_t max_prompt_bytes = 0;  // a text longer than this cannot fit the context, whatever it says
 };
@@ -253,6 +255,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   std::vector<int32_t> prompt;
   try {
     p = parse_generation(body, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
+    if (p.json_object) p.sampling.constraint = L->json_object;
     for (const auto &[t, b] : p.sampling.logit_bias)
       if (t >= tok.n_vocab())
         throw BadRequest("'logit_bias' token " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");
@@ -550,6 +553,15 @@ int Server::run() {
         std::fprintf(stderr, "minfer-server: /v1/chat/completions is off: %s\n", e.what());
       }
       L->max_prompt_bytes = max_prompt_bytes(tok, L->runner->n_ctx());
+      {
+        auto texts = std::make_shared<std::vector<std::string>>();
+        std::vector<int32_t> eog;
+        for (int32_t t = 0; t < tok.n_vocab(); ++t) {
+          texts->push_back(tok.token_bytes(t));
+          if (tok.is_end_of_generation(t)) eog.push_back(t);
+        }
+        L->json_object = sampling::json_object_constraint(std::move(texts), std::move(eog));
+      }
       L->engine = std::make_unique<Engine>(L->runner->model(), L->runner->session(), [&tok](int32_t t) { return tok.is_end_of_generation(t); });
       {
         std::lock_guard<std::mutex> lock(I.m);

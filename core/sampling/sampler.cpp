@@ -3,12 +3,18 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "sampling/json_constraint.hpp"
+
 namespace minfer::sampling {
 
-Sampler::Sampler(const Config &c) : cfg_(c), rng_(c.seed) {}
+Sampler::Sampler(const Config &c) : cfg_(c), rng_(c.seed), constraint_(c.constraint ? c.constraint->fresh() : nullptr) {}
+Sampler::Sampler(Sampler &&) noexcept = default;
+Sampler &Sampler::operator=(Sampler &&) noexcept = default;
+Sampler::~Sampler() = default;
 
 namespace {
 
@@ -81,6 +87,26 @@ int32_t Sampler::sample(const float *logits, int64_t n, const std::vector<int32_
       l -= float(c) * cfg_.frequency_penalty + cfg_.presence_penalty;
     }
   }
+  if (!constraint_) return choose(n);
+  // Constrained: the chain's choice when the constraint allows it, else the chain again over
+  // the allowed tokens only (llama.cpp's order for grammars: each allowed token ends up with its
+  // probability among the allowed, and most steps test one token, not the vocabulary).
+  const std::vector<float> before = work_;
+  int32_t t = choose(n);
+  if (!constraint_->allows(t)) {
+    work_ = before;
+    bool any = false;
+    for (int64_t i = 0; i < n; ++i)
+      if (!constraint_->allows(int32_t(i))) work_[size_t(i)] = -INFINITY;
+      else any = true;
+    if (!any) throw std::runtime_error("sampling: the constraint allows no token of the vocabulary (a response_format the model cannot write)");
+    t = choose(n);
+  }
+  constraint_->accept(t);
+  return t;
+}
+
+int32_t Sampler::choose(int64_t n) {
   if (cfg_.temperature <= 0.0f) return argmax(work_.data(), n);
 
   // Candidates, best first; top-k keeps the k best.

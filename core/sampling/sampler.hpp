@@ -6,11 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <utility>
 #include <vector>
 
 namespace minfer::sampling {
+
+class TokenConstraint;  // json_constraint.hpp
 
 struct Config {
   float temperature = 0.8f;    // 0 = greedy
@@ -25,6 +28,8 @@ struct Config {
   // OpenAI's logit_bias: added to these tokens' logits before anything else (-100 bans a
   // token in practice, +100 all but forces it).
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // Only tokens it allows are chosen (each sampler takes a fresh copy): response_format.
+  std::shared_ptr<const TokenConstraint> constraint;
   uint64_t seed = 42;
 };
 
@@ -41,19 +46,24 @@ TokenLogprobs log_probs(const float *logits, int64_t n_vocab, int32_t token, int
 class Sampler {
  public:
   explicit Sampler(const Config &c);
+  Sampler(Sampler &&) noexcept;
+  Sampler &operator=(Sampler &&) noexcept;
+  ~Sampler();
   // history: the tokens so far (prompt and generated), for the repetition penalty.
   int32_t sample(const float *logits, int64_t n_vocab, const std::vector<int32_t> &history);
   const Config &config() const { return cfg_; }
   // The arg-max of the logits, whatever the history: temperature 0, no bias, no repetition penalty.
   bool greedy() const {
-    return cfg_.temperature <= 0.0f && cfg_.logit_bias.empty() &&
+    return cfg_.temperature <= 0.0f && cfg_.logit_bias.empty() && !constraint_ &&
            ((cfg_.repeat_penalty == 1.0f && cfg_.presence_penalty == 0.0f && cfg_.frequency_penalty == 0.0f) || cfg_.repeat_last_n == 0);
   }
 
  private:
+  int32_t choose(int64_t n);  // from work_: the chain after the penalties
   Config cfg_;
   std::mt19937_64 rng_;
   std::vector<float> work_;
+  std::unique_ptr<TokenConstraint> constraint_;
 };
 
 }  // namespace minfer::sampling

@@ -1,0 +1,177 @@
+#include "sampling/json_constraint.hpp"
+
+#include <algorithm>
+
+namespace minfer::sampling {
+namespace {
+
+bool blank(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+bool digit(char c) { return c >= '0' && c <= '9'; }
+bool hex(char c) { return digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+constexpr int kMaxIndent = 20;
+
+}  // namespace
+
+// Blanks between tokens, as llama.cpp's json.gbnf has them: one space or tab, or a newline and
+// at most 20 spaces or tabs of indentation (a model cannot stall in blank lines).
+bool JsonState::blank_ok(char c) {
+  if (blanks_ == 0) {
+    newline_run_ = c == '\n';
+    blanks_ = 1;
+    return c == ' ' || c == '\t' || c == '\n';
+  }
+  return newline_run_ && (c == ' ' || c == '\t') && ++blanks_ <= kMaxIndent + 1;
+}
+
+// A value begins with c (the caller skipped blanks).
+bool JsonState::value_char(char c) {
+  switch (c) {
+    case '{': stack_ += '{'; mode_ = Mode::key_or_close; return true;
+    case '[': stack_ += '['; mode_ = Mode::value_or_close; return true;
+    case '"': key_ = false; mode_ = Mode::string; return true;
+    case '-': mode_ = Mode::minus; return true;
+    case '0': mode_ = Mode::zero; return true;
+    case 't': literal_ = "rue"; mode_ = Mode::literal; return true;
+    case 'f': literal_ = "alse"; mode_ = Mode::literal; return true;
+    case 'n': literal_ = "ull"; mode_ = Mode::literal; return true;
+    default:
+      if (c >= '1' && c <= '9') return mode_ = Mode::integer, true;
+      return false;
+  }
+}
+
+// c follows a complete value: a separator, a close, or (outside every container) nothing.
+bool JsonState::after_value_char(char c) {
+  if (stack_.empty()) mode_ = Mode::done;
+  if (blank(c)) return blank_ok(c);
+  if (mode_ == Mode::done) return false;
+  blanks_ = 0;
+  const char open = stack_.back();
+  if (c == ',') return mode_ = open == '{' ? Mode::key : Mode::value, true;
+  if ((c == '}' && open == '{') || (c == ']' && open == '[')) {
+    stack_.pop_back();
+    mode_ = stack_.empty() ? Mode::done : Mode::after_value;
+    return true;
+  }
+  return false;
+}
+
+bool JsonState::feed(char c) {
+  if (!blank(c)) blanks_ = 0;  // a run of blanks ends (blanks inside strings are no run)
+  switch (mode_) {
+    case Mode::start:  // json_object: the reply is one object, from its first character
+      if (c != '{') return false;
+      stack_ += '{';
+      mode_ = Mode::key_or_close;
+      return true;
+    case Mode::value:
+    case Mode::value_or_close:
+      if (blank(c)) return blank_ok(c);
+      blanks_ = 0;
+      if (mode_ == Mode::value_or_close && c == ']') {
+        stack_.pop_back();
+        mode_ = stack_.empty() ? Mode::done : Mode::after_value;
+        return true;
+      }
+      return value_char(c);
+    case Mode::key_or_close:
+    case Mode::key:
+      if (blank(c)) return blank_ok(c);
+      blanks_ = 0;
+      if (mode_ == Mode::key_or_close && c == '}') {
+        stack_.pop_back();
+        mode_ = stack_.empty() ? Mode::done : Mode::after_value;
+        return true;
+      }
+      if (c != '"') return false;
+      key_ = true;
+      mode_ = Mode::string;
+      return true;
+    case Mode::colon:
+      if (blank(c)) return blank_ok(c);
+      blanks_ = 0;
+      return c == ':' && (mode_ = Mode::value, true);
+    case Mode::after_value:
+    case Mode::done: return after_value_char(c);
+    case Mode::string:
+      if (c == '"') {
+        mode_ = key_ ? Mode::colon : Mode::after_value;
+        return true;
+      }
+      if (c == '\\') return mode_ = Mode::escape, true;
+      return static_cast<unsigned char>(c) >= 0x20;  // control characters must be escaped
+    case Mode::escape:
+      if (c == 'u') return hex_left_ = 4, mode_ = Mode::unicode, true;
+      if (std::string("\"\\/bfnrt").find(c) == std::string::npos) return false;
+      mode_ = Mode::string;
+      return true;
+    case Mode::unicode:
+      if (!hex(c)) return false;
+      if (--hex_left_ == 0) mode_ = Mode::string;
+      return true;
+    case Mode::literal:
+      if (literal_.empty() || c != literal_[0]) return false;
+      literal_.erase(0, 1);
+      if (literal_.empty()) mode_ = Mode::after_value;
+      return true;
+    case Mode::minus:
+      if (c == '0') return mode_ = Mode::zero, true;
+      return digit(c) && (mode_ = Mode::integer, true);
+    case Mode::zero:
+    case Mode::integer:
+      if (digit(c) && mode_ == Mode::integer) return true;
+      if (c == '.') return mode_ = Mode::dot, true;
+      if (c == 'e' || c == 'E') return mode_ = Mode::exp_mark, true;
+      mode_ = Mode::after_value;
+      return after_value_char(c);
+    case Mode::dot: return digit(c) && (mode_ = Mode::fraction, true);
+    case Mode::fraction:
+      if (digit(c)) return true;
+      if (c == 'e' || c == 'E') return mode_ = Mode::exp_mark, true;
+      mode_ = Mode::after_value;
+      return after_value_char(c);
+    case Mode::exp_mark:
+      if (c == '+' || c == '-') return mode_ = Mode::exp_sign, true;
+      [[fallthrough]];
+    case Mode::exp_sign: return digit(c) && (mode_ = Mode::exponent, true);
+    case Mode::exponent:
+      if (digit(c)) return true;
+      mode_ = Mode::after_value;
+      return after_value_char(c);
+  }
+  return false;
+}
+
+namespace {
+
+class JsonObjectConstraint final : public TokenConstraint {
+ public:
+  JsonObjectConstraint(std::shared_ptr<const std::vector<std::string>> texts, std::shared_ptr<const std::vector<int32_t>> eog)
+      : texts_(std::move(texts)), eog_(std::move(eog)) {}
+  bool allows(int32_t t) const override {
+    if (t < 0 || size_t(t) >= texts_->size()) return false;
+    if (std::find(eog_->begin(), eog_->end(), t) != eog_->end()) return state_.complete();
+    const std::string &text = (*texts_)[size_t(t)];
+    if (text.empty() || state_.complete()) return false;
+    JsonState s = state_;
+    return s.feed(text);
+  }
+  void accept(int32_t t) override {
+    if (t >= 0 && size_t(t) < texts_->size()) state_.feed((*texts_)[size_t(t)]);
+  }
+  std::unique_ptr<TokenConstraint> fresh() const override { return std::make_unique<JsonObjectConstraint>(texts_, eog_); }
+
+ private:
+  std::shared_ptr<const std::vector<std::string>> texts_;
+  std::shared_ptr<const std::vector<int32_t>> eog_;
+  JsonState state_;
+};
+
+}  // namespace
+
+std::shared_ptr<const TokenConstraint> json_object_constraint(std::shared_ptr<const std::vector<std::string>> texts, std::vector<int32_t> eog) {
+  return std::make_shared<JsonObjectConstraint>(std::move(texts), std::make_shared<const std::vector<int32_t>>(std::move(eog)));
+}
+
+}  // namespace minfer::sampling

@@ -1,0 +1,63 @@
+// core/sampling/json_constraint.hpp — constrained decoding for OpenAI's response_format
+// {"type": "json_object"}: only tokens that keep the reply a prefix of one JSON object, and
+// once the object is closed only an end-of-generation token.
+//
+// A pushdown automaton over the reply's characters (RFC 8259: objects, arrays, strings with
+// escapes, numbers, true/false/null; between tokens one space, or a newline and at most 20
+// spaces of indentation, as llama.cpp's json.gbnf allows, so a model cannot stall in blanks;
+// the reply opens with its "{"). A token is allowed when its text,
+// fed character by character to a copy of the state, is never refused. Control tokens (no
+// text) are refused, end-of-generation tokens allowed only once the object is closed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace minfer::sampling {
+
+// What a sampler asks of a constraint; one per sequence (fresh() makes another in the
+// starting state).
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual bool allows(int32_t token) const = 0;
+  virtual void accept(int32_t token) = 0;  // the token chosen (allowed)
+  virtual std::unique_ptr<TokenConstraint> fresh() const = 0;
+};
+
+// The JSON automaton's state, for tests and for the constraint.
+class JsonState {
+ public:
+  bool feed(char c);  // false: c cannot follow; the state is then unspecified
+  bool feed(const std::string &s) {
+    for (char c : s)
+      if (!feed(c)) return false;
+    return true;
+  }
+  bool complete() const { return mode_ == Mode::done; }
+
+ private:
+  enum class Mode : uint8_t {
+    start, value, key_or_close, key, colon, after_value, value_or_close,  // structure
+    string, escape, unicode,                                             // strings (key_: a key)
+    minus, zero, integer, dot, fraction, exp_mark, exp_sign, exponent,   // numbers
+    literal, done
+  };
+  bool after_value_char(char c);
+  bool blank_ok(char c);
+  bool value_char(char c);
+  Mode mode_ = Mode::start;
+  std::string stack_;      // '{' or '[' per open container
+  std::string literal_;    // the rest of true / false / null being written
+  int hex_left_ = 0, blanks_ = 0;  // blanks_: the current run of blanks
+  bool key_ = false, newline_run_ = false;
+};
+
+// The constraint over a vocabulary: texts[t] is token t's text (control tokens empty);
+// eog: the end-of-generation tokens.
+std::shared_ptr<const TokenConstraint> json_object_constraint(std::shared_ptr<const std::vector<std::string>> texts,
+                                                              std::vector<int32_t> eog);
+
+}  // namespace minfer::sampling
