@@ -46,15 +46,17 @@ bool JsonState::after_value_char(char c) {
   if (stack_.empty()) mode_ = Mode::done;
   if (blank(c)) return blank_ok(c);
   if (mode_ == Mode::done) return false;
-  blanks_ = 0;
   const char open = stack_.back();
   if (c == ',') return mode_ = open == '{' ? Mode::key : Mode::value, true;
-  if ((c == '}' && open == '{') || (c == ']' && open == '[')) {
-    stack_.pop_back();
-    mode_ = stack_.empty() ? Mode::done : Mode::after_value;
-    return true;
-  }
+  if ((c == '}' && open == '{') || (c == ']' && open == '[')) return close();
   return false;
+}
+
+// The innermost container closes: a value ends, or the whole reply.
+bool JsonState::close() {
+  stack_.pop_back();
+  mode_ = stack_.empty() ? Mode::done : Mode::after_value;
+  return true;
 }
 
 bool JsonState::feed(char c) {
@@ -68,29 +70,18 @@ bool JsonState::feed(char c) {
     case Mode::value:
     case Mode::value_or_close:
       if (blank(c)) return blank_ok(c);
-      blanks_ = 0;
-      if (mode_ == Mode::value_or_close && c == ']') {
-        stack_.pop_back();
-        mode_ = stack_.empty() ? Mode::done : Mode::after_value;
-        return true;
-      }
+      if (mode_ == Mode::value_or_close && c == ']') return close();
       return value_char(c);
     case Mode::key_or_close:
     case Mode::key:
       if (blank(c)) return blank_ok(c);
-      blanks_ = 0;
-      if (mode_ == Mode::key_or_close && c == '}') {
-        stack_.pop_back();
-        mode_ = stack_.empty() ? Mode::done : Mode::after_value;
-        return true;
-      }
+      if (mode_ == Mode::key_or_close && c == '}') return close();
       if (c != '"') return false;
       key_ = true;
       mode_ = Mode::string;
       return true;
     case Mode::colon:
       if (blank(c)) return blank_ok(c);
-      blanks_ = 0;
       return c == ':' && (mode_ = Mode::value, true);
     case Mode::after_value:
     case Mode::done: return after_value_char(c);

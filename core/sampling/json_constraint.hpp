@@ -47,6 +47,7 @@ class JsonState {
   };
   bool after_value_char(char c);
   bool blank_ok(char c);
+  bool close();
   bool value_char(char c);
   Mode mode_ = Mode::start;
   std::string stack_;      // '{' or '[' per open container
