@@ -58,7 +58,7 @@ extern const char kChatPage[];  // chat.html, embedded at build time (embed.cmak
 struct Loaded {
   std::unique_ptr<app::ModelRunner> runner;
   std::unique_ptr<chat::ChatTemplate> tmpl;
-  std::string tmpl_error, tmpl_source;  // why chat is refused; the template's text
+  std::string tmpl_error;  // why chat is refused
   chat::ToolFormat tool_format = chat::ToolFormat::none;  // how the template writes tool calls
   bool thinks = false;                                     // its replies may open with <think>
   std::shared_ptr<const sampling::TokenConstraint> json_object;  // response_format json_object, over this vocabulary
@@ -457,7 +457,7 @@ void Server::Impl::routes() {
     const auto L = ready();
     if (!L) return reply(res, 503, error_body(503, "loading the model"));
     reply(res, 200, {{"model", model_name}, {"model_path", cfg.model}, {"n_ctx", L->runner->n_ctx()}, {"total_slots", opts.parallel},
-                     {"chat_template", L->tmpl_source}, {"kv", L->runner->kv_summary()}});
+                     {"chat_template", L->tmpl ? L->tmpl->source() : ""}, {"kv", L->runner->kv_summary()}});
   });
   http.Get("/metrics", [this](const httplib::Request &, httplib::Response &res) {
     const auto L = ready();
@@ -545,7 +545,6 @@ int Server::run() {
       const tokenizer::Tokenizer &tok = L->runner->tokenizer();
       try {
         L->tmpl = std::make_unique<chat::ChatTemplate>(chat::ChatTemplate::for_model(L->runner->file(), tok, I.cfg.chat_template));
-        L->tmpl_source = L->tmpl->source();
         L->tool_format = chat::tool_format_of(L->tmpl->source());
         L->thinks = chat::template_thinks(L->tmpl->source());
       } catch (const std::exception &e) {
