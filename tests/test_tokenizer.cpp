@@ -147,3 +147,35 @@ TEST(Tokenizer, UnknownPreTokenizerIsAnErrorNamingIt) {
   }
   std::filesystem::remove(path);
 }
+
+// Generation ends at the turn and message ends llama.cpp knows by name, not only at EOS: a
+// Llama 3 vocabulary whose reserved control tokens 128008 and 128010 are renamed as in Llama
+// 3.1 (<|eom_id|>, after a built-in tool call) and Phi-3 (<|end|>).
+TEST(Tokenizer, TurnEndsByNameEndGeneration) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const auto f = minfer::gguf::File::open(td + "/vocab/ggml-vocab-llama-bpe.gguf");
+  const auto base = minfer::tokenizer::Tokenizer::from_gguf(*f);
+  EXPECT_FALSE(base->is_end_of_generation(128008));
+  EXPECT_TRUE(base->is_end_of_generation(base->find("<|eot_id|>")));
+  minfer::gguf::Writer w;
+  for (const auto &[k, v] : f->metadata()) {
+    if (k != "tokenizer.ggml.tokens") {
+      w.set(k, v);
+      continue;
+    }
+    std::vector<std::string> names;
+    for (const auto &x : v.arr().items()) names.push_back(std::get<std::string>(x.v));
+    names[128008] = "<|eom_id|>", names[128010] = "<|end|>";
+    w.set(k, minfer::gguf::Value::strings(names));
+  }
+  const std::string path = (std::filesystem::temp_directory_path() / "minfer-eog-names.gguf").string();
+  w.begin(path);
+  w.finish();
+  const auto g = minfer::gguf::File::open(path);
+  const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*g);
+  EXPECT_TRUE(tok->is_end_of_generation(128008)) << "<|eom_id|>";
+  EXPECT_TRUE(tok->is_end_of_generation(128010)) << "<|end|>";
+  EXPECT_FALSE(tok->is_end_of_generation(128011)) << "another reserved token";
+  std::filesystem::remove(path);
+}

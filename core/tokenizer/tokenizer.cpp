@@ -128,8 +128,15 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File &f) {
   t->add_space_prefix_ = f.get_or<bool>("tokenizer.ggml.add_space_prefix", t->kind_ == Kind::Spm);
   if (t->eos_ >= 0) t->eog_.push_back(t->eos_);
   if (const int32_t eot = opt_id("tokenizer.ggml.eot_token_id"); eot >= 0) t->eog_.push_back(eot);
-  for (const char *name : {"<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>"})
-    if (int32_t id = t->find(name); id >= 0 && t->types_[size_t(id)] == Control) t->eog_.push_back(id);
+  if (const int32_t eom = opt_id("tokenizer.ggml.eom_token_id"); eom >= 0) t->eog_.push_back(eom);
+  // The turn and message ends llama.cpp ends generation at by name, where a file's EOS is
+  // another token: Llama 3.1's <|eom_id|> after a built-in tool call, Phi-3's <|end|>, Gemma's
+  // <end_of_turn>, DeepSeek's end of sentence, CodeLlama's <EOT>.
+  for (const char *name : {"<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<EOT>",
+                           "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>"})
+    if (int32_t id = t->find(name); id >= 0 && t->types_[size_t(id)] == Control &&
+                                    std::find(t->eog_.begin(), t->eog_.end(), id) == t->eog_.end())
+      t->eog_.push_back(id);
 
   for (size_t i = 0; i < n; ++i)
     if (t->types_[i] == Control || t->types_[i] == UserDefined) t->specials_.push_back(int32_t(i));
