@@ -299,8 +299,18 @@ try:
         check(status == 200 and nt["usage"]["prompt_tokens"] > body["usage"]["prompt_tokens"], f"enable_thinking false: {status} {str(nt)[:300]}")
         status, rb = k.request("POST", "/v1/chat/completions", json.dumps(dict(msgs, chat_template_kwargs={"messages": []})), headers=auth)
         check(status == 400 and "chat_template_kwargs" in rb["error"]["message"], f"chat_template_kwargs setting messages: {status} {rb}")
-        status, rb = k.request("POST", "/v1/chat/completions", json.dumps(dict(with_tools, tool_choice="required")), headers=auth)
-        check(status == 400 and "constrained decoding" in rb["error"]["message"], f"tool_choice required: {status} {rb}")
+        # A forced call: the reply is written as Qwen 3's template writes a call of that tool (this
+        # story model then fills the arguments object until max_tokens: no call is read back).
+        clock = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+        for choice, names in (("required", ("get_weather", "get_time")), ({"type": "function", "function": {"name": "get_time"}}, ("get_time",))):
+            status, rb = k.request("POST", "/v1/chat/completions", json.dumps(dict(with_tools, tools=[weather, clock], tool_choice=choice, max_tokens=80)),
+                                   headers=auth)
+            text = rb["choices"][0]["message"]["content"] or "" if status == 200 else ""
+            check(status == 200 and any(text.startswith('<tool_call>\n{"name": "%s", "arguments": {' % n) for n in names),
+                  f"tool_choice {choice}: {status} {str(rb)[:300]}")
+        status, rb = k.request("POST", "/v1/chat/completions", json.dumps(dict(with_tools, tool_choice={"type": "function", "function": {"name": "nope"}})),
+                               headers=auth)
+        check(status == 400 and "not one of" in rb["error"]["message"], f"tool_choice naming no tool: {status} {rb}")
         check(k.stop() == 0, "the chat server exits 0")
     # A thinking template that opens the think block in the prompt (DeepSeek R1's, with
     # enable_thinking): the reply is reasoning until </think>, which this model never writes.

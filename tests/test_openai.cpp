@@ -164,12 +164,17 @@ TEST(OpenAI, ToolsAreOfferedOnlyWhenTheModelMayChoose) {
   EXPECT_NE(bad_tools(R"({"tools": [{"type": "code_interpreter"}]})").find("tools[0] must be"), std::string::npos);
   EXPECT_NE(bad_tools(R"({"tools": [{"type": "function", "function": {"name": "has space"}}]})").find("tools[0].function.name"), std::string::npos);
   EXPECT_NE(bad_tools(R"({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]})").find("parameters"), std::string::npos);
-  EXPECT_NE(bad_tools(std::string(std::string(R"({"tool_choice": "required", "tools": [)") + weather + "]}").c_str()).find("constrained decoding"),
-            std::string::npos)
-      << "forcing a call is refused, not ignored";
-  EXPECT_NE(bad_tools(std::string(std::string(R"({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "tools": [)") + weather + "]}").c_str())
-                .find("constrained decoding"),
+  const std::string two = std::string(weather) + R"(, {"type": "function", "function": {"name": "get_time"}})";
+  EXPECT_EQ(parse_tools(json::parse(R"({"tool_choice": "required", "tools": [)" + two + "]}")).forced,
+            (std::vector<std::string>{"get_weather", "get_time"}))
+      << "required: a call of any of them";
+  const ToolsRequest named = parse_tools(json::parse(R"({"tool_choice": {"type": "function", "function": {"name": "get_time"}}, "tools": [)" + two + "]}"));
+  EXPECT_TRUE(named.offered);
+  EXPECT_EQ(named.forced, (std::vector<std::string>{"get_time"}));
+  EXPECT_TRUE(parse_tools(json::parse(R"({"tool_choice": "auto", "tools": [)" + two + "]}")).forced.empty());
+  EXPECT_NE(bad_tools((R"({"tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": [)" + two + "]}").c_str()).find("not one of"),
             std::string::npos);
+  EXPECT_NE(bad_tools((R"({"tool_choice": "sometimes", "tools": [)" + two + "]}").c_str()).find("'tool_choice' must be"), std::string::npos);
   EXPECT_NE(bad_tools(R"({"tool_choice": "required"})").find("no 'tools'"), std::string::npos);
 }
 
@@ -270,4 +275,26 @@ TEST(OpenAI, JsonObjectModeKeepsTheReplyOneJsonObject) {
     if (out.back() == 7) break;
   }
   EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 3, 4, 5, 7})) << "{\"k\":1} then the end, which only a closed object allows";
+}
+
+TEST(OpenAI, AForcedCallIsWrittenToTheTemplatesPattern) {
+  using minfer::sampling::PatternState;
+  using minfer::sampling::ReplyPart;
+  const auto parts = std::make_shared<const std::vector<ReplyPart>>(std::vector<ReplyPart>{
+      {ReplyPart::literal, {"<tool_call>\n{\"name\": \""}}, {ReplyPart::one_of, {"get\"", "get_time\""}},
+      {ReplyPart::literal, {", \"arguments\": "}}, {ReplyPart::json_object, {}}, {ReplyPart::literal, {"}\n</tool_call>"}}});
+  for (const char *whole : {"<tool_call>\n{\"name\": \"get\", \"arguments\": {}}\n</tool_call>",
+                            "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}\n</tool_call>"}) {
+    PatternState s(parts);
+    EXPECT_TRUE(s.feed(whole)) << whole;
+    EXPECT_TRUE(s.complete()) << whole;
+  }
+  for (const char *wrong : {"Sure! <tool_call>", "<tool_call>\n{\"name\": \"got\"", "<tool_call>\n{\"name\": \"get_x\"",
+                            "<tool_call>\n{\"name\": \"get\", \"arguments\": []", "<tool_call>\n{\"name\": \"get\", \"arguments\": {}} trailing"}) {
+    PatternState s(parts);
+    EXPECT_FALSE(s.feed(wrong)) << wrong;
+  }
+  PatternState partial(parts);
+  EXPECT_TRUE(partial.feed("<tool_call>\n{\"name\": \"get_ti"));
+  EXPECT_FALSE(partial.complete());
 }

@@ -180,11 +180,21 @@ ToolsRequest parse_tools(const json &body) {
   boolean(body, "parallel_tool_calls", true);  // checked for its type; every call the model makes is returned
   const auto c = body.find("tool_choice");
   const std::string choice = c == body.end() || c->is_null() ? "auto" : c->is_string() ? c->get<std::string>() : "";
-  if (choice == "required" || (c != body.end() && c->is_object()))
-    throw BadRequest("'tool_choice' " + c->dump() + " is not supported: forcing a call needs constrained decoding, which does not exist yet (give \"auto\" or \"none\")");
-  if (choice != "auto" && choice != "none") throw BadRequest("'tool_choice' must be \"auto\" or \"none\"");
   r.tools = *it;
-  r.offered = choice == "auto" && !it->empty();
+  if (c != body.end() && c->is_object()) {  // {"type": "function", "function": {"name": N}}: that one
+    const json *f = c->contains("function") && (*c)["function"].is_object() ? &(*c)["function"] : nullptr;
+    const std::string name = f && f->contains("name") && (*f)["name"].is_string() ? (*f)["name"].get<std::string>() : "";
+    if (c->value("type", "") != "function" || name.empty()) throw BadRequest("'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": N}}");
+    if (std::none_of(it->begin(), it->end(), [&](const json &t) { return t["function"]["name"] == name; }))
+      throw BadRequest("'tool_choice' names '" + name + "', which is not one of the request's 'tools'");
+    r.forced = {name};
+  } else if (choice == "required") {
+    for (const json &t : *it) r.forced.push_back(t["function"]["name"].get<std::string>());
+  } else if (choice != "auto" && choice != "none") {
+    throw BadRequest("'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": N}}");
+  }
+  r.offered = choice != "none" && !it->empty();
+  if (!r.offered) r.forced.clear();
   return r;
 }
 

@@ -53,11 +53,13 @@ json chat_messages(const json &body);
 
 // A chat request's `tools` (OpenAI's [{type: "function", function: {name, description,
 // parameters}}]) and `tool_choice`. `offered`: the tools go to the template and the reply is
-// read for calls ("auto", the default with tools); "none" or no tools: not offered. "required"
-// and a named function need constrained decoding: refused. Throws BadRequest.
+// read for calls ("auto", the default with tools, "required", a named function); "none" or no
+// tools: not offered. `forced`: "required" (every tool's name) or a named function: the reply
+// must be a call of one of them (constrained decoding). Throws BadRequest.
 struct ToolsRequest {
   json tools = json::array();
   bool offered = false;
+  std::vector<std::string> forced;
 };
 ToolsRequest parse_tools(const json &body);
 

@@ -61,6 +61,8 @@ struct Loaded {
   std::string tmpl_error;  // why chat is refused
   chat::ToolFormat tool_format = chat::ToolFormat::none;  // how the template writes tool calls
   bool thinks = false;                                     // its replies may open with <think>
+  std::shared_ptr<const std::vector<std::string>> token_texts;  // each token's text (control tokens empty), for constraints
+  std::vector<int32_t> eog;                                      // the end-of-generation tokens
   std::shared_ptr<const sampling::TokenConstraint> json_object;  // response_format json_object, over this vocabulary
   std::unique_ptr<Engine> engine;
   size_t max_prompt_bytes = 0;  // a text longer than this cannot fit the context, whatever it says
@@ -86,6 +88,26 @@ void refuse_unusable_tools(const Loaded &L) {
     throw BadRequest("'tools': this model's chat template (" + L.tmpl->origin() +
                      ") writes tool calls in a syntax minfer does not read yet (it reads <tool_call> as Qwen and Hermes, "
                      "Llama 3's JSON replies, Mistral's [TOOL_CALLS] and Granite's <|tool_call|>)");
+}
+
+// A reply that must be a call of one of `names` (tool_choice "required" or a named function),
+// written as the template's syntax writes one call: its name one of them, its arguments a JSON
+// object.
+std::shared_ptr<const sampling::TokenConstraint> forced_call(const Loaded &L, const std::vector<std::string> &names) {
+  using sampling::ReplyPart;
+  std::vector<std::string> quoted;  // name + closing quote: no name is then a prefix of another
+  for (const std::string &n : names) quoted.push_back(n + "\"");
+  std::vector<ReplyPart> parts;
+  if (L.tool_format == chat::ToolFormat::hermes)
+    parts = {{ReplyPart::literal, {"<tool_call>\n{\"name\": \""}}, {ReplyPart::one_of, quoted}, {ReplyPart::literal, {", \"arguments\": "}},
+             {ReplyPart::json_object, {}}, {ReplyPart::literal, {"}\n</tool_call>"}}};
+  else if (L.tool_format == chat::ToolFormat::llama3)
+    parts = {{ReplyPart::literal, {"{\"name\": \""}}, {ReplyPart::one_of, quoted}, {ReplyPart::literal, {", \"parameters\": "}},
+             {ReplyPart::json_object, {}}, {ReplyPart::literal, {"}"}}};
+  else
+    throw BadRequest(std::string("'tool_choice' that forces a call is supported for <tool_call> (Qwen, Hermes) and Llama 3 templates; this one writes ") +
+                     chat::tool_format_name(L.tool_format) + ": give \"auto\"");
+  return sampling::pattern_constraint(L.token_texts, L.eog, std::move(parts));
 }
 
 void refuse_unfittable(const Loaded &L, const std::string &text) {
@@ -268,6 +290,10 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       if (tools.offered) {
         refuse_unusable_tools(*L);
         extra.emplace_back("tools", chat::from_json(tools.tools));
+      }
+      if (!tools.forced.empty()) {
+        if (p.json_object) throw BadRequest("'tool_choice' forces a tool call, which 'response_format' json_object contradicts; give one");
+        p.sampling.constraint = forced_call(*L, tools.forced);
       }
       const std::string text = L->tmpl->render(chat::from_json(chat_messages(body)), /*add_generation_prompt=*/true, extra);
       refuse_unfittable(*L, text);
@@ -554,12 +580,12 @@ int Server::run() {
       L->max_prompt_bytes = max_prompt_bytes(tok, L->runner->n_ctx());
       {
         auto texts = std::make_shared<std::vector<std::string>>();
-        std::vector<int32_t> eog;
         for (int32_t t = 0; t < tok.n_vocab(); ++t) {
           texts->push_back(tok.token_bytes(t));
-          if (tok.is_end_of_generation(t)) eog.push_back(t);
+          if (tok.is_end_of_generation(t)) L->eog.push_back(t);
         }
-        L->json_object = sampling::json_object_constraint(std::move(texts), std::move(eog));
+        L->token_texts = std::move(texts);
+        L->json_object = sampling::json_object_constraint(L->token_texts, L->eog);
       }
       L->engine = std::make_unique<Engine>(L->runner->model(), L->runner->session(), [&tok](int32_t t) { return tok.is_end_of_generation(t); });
       {

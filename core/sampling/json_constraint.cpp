@@ -134,35 +134,82 @@ bool JsonState::feed(char c) {
   return false;
 }
 
+bool PatternState::feed(char c) {
+  if (part_ >= parts_->size()) return false;
+  const ReplyPart &p = (*parts_)[part_];
+  switch (p.kind) {
+    case ReplyPart::literal:
+      if (c != p.texts[0][at_]) return false;
+      if (++at_ == p.texts[0].size()) next();
+      return true;
+    case ReplyPart::one_of: {
+      std::vector<uint32_t> still;
+      for (const uint32_t k : alive_)
+        if (at_ < p.texts[k].size() && p.texts[k][at_] == c) still.push_back(k);
+      if (still.empty()) return false;
+      alive_ = std::move(still);
+      ++at_;
+      for (const uint32_t k : alive_)  // the texts are prefix-free: a whole one is the choice
+        if (p.texts[k].size() == at_) return next(), true;
+      return true;
+    }
+    case ReplyPart::json_object:
+      if (!json_.feed(c)) return false;
+      if (json_.complete()) next();
+      return true;
+  }
+  return false;
+}
+
+void PatternState::next() {
+  ++part_;
+  begin_part();
+}
+
+void PatternState::begin_part() {
+  at_ = 0;
+  json_ = JsonState{};
+  alive_.clear();
+  if (part_ < parts_->size() && (*parts_)[part_].kind == ReplyPart::one_of)
+    for (uint32_t k = 0; k < (*parts_)[part_].texts.size(); ++k) alive_.push_back(k);
+}
+
 namespace {
 
-class JsonObjectConstraint final : public TokenConstraint {
+class PatternConstraint final : public TokenConstraint {
  public:
-  JsonObjectConstraint(std::shared_ptr<const std::vector<std::string>> texts, std::shared_ptr<const std::vector<int32_t>> eog)
-      : texts_(std::move(texts)), eog_(std::move(eog)) {}
+  PatternConstraint(std::shared_ptr<const std::vector<std::string>> texts, std::shared_ptr<const std::vector<int32_t>> eog,
+                    std::shared_ptr<const std::vector<ReplyPart>> parts)
+      : texts_(std::move(texts)), eog_(std::move(eog)), state_(std::move(parts)) {}
   bool allows(int32_t t) const override {
     if (t < 0 || size_t(t) >= texts_->size()) return false;
     if (std::find(eog_->begin(), eog_->end(), t) != eog_->end()) return state_.complete();
     const std::string &text = (*texts_)[size_t(t)];
     if (text.empty() || state_.complete()) return false;
-    JsonState s = state_;
+    PatternState s = state_;
     return s.feed(text);
   }
   void accept(int32_t t) override {
     if (t >= 0 && size_t(t) < texts_->size()) state_.feed((*texts_)[size_t(t)]);
   }
-  std::unique_ptr<TokenConstraint> fresh() const override { return std::make_unique<JsonObjectConstraint>(texts_, eog_); }
+  std::unique_ptr<TokenConstraint> fresh() const override { return std::make_unique<PatternConstraint>(texts_, eog_, state_.parts()); }
 
  private:
   std::shared_ptr<const std::vector<std::string>> texts_;
   std::shared_ptr<const std::vector<int32_t>> eog_;
-  JsonState state_;
+  PatternState state_;
 };
 
 }  // namespace
 
+std::shared_ptr<const TokenConstraint> pattern_constraint(std::shared_ptr<const std::vector<std::string>> texts, std::vector<int32_t> eog,
+                                                          std::vector<ReplyPart> parts) {
+  return std::make_shared<PatternConstraint>(std::move(texts), std::make_shared<const std::vector<int32_t>>(std::move(eog)),
+                                             std::make_shared<const std::vector<ReplyPart>>(std::move(parts)));
+}
+
 std::shared_ptr<const TokenConstraint> json_object_constraint(std::shared_ptr<const std::vector<std::string>> texts, std::vector<int32_t> eog) {
-  return std::make_shared<JsonObjectConstraint>(std::move(texts), std::make_shared<const std::vector<int32_t>>(std::move(eog)));
+  return pattern_constraint(std::move(texts), std::move(eog), {{ReplyPart::json_object, {}}});
 }
 
 }  // namespace minfer::sampling

@@ -10,6 +10,7 @@
 // text) are refused, end-of-generation tokens allowed only once the object is closed.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,8 +57,39 @@ class JsonState {
   bool key_ = false, newline_run_ = false;
 };
 
-// The constraint over a vocabulary: texts[t] is token t's text (control tokens empty);
-// eog: the end-of-generation tokens.
+// A reply written to a pattern, part after part: a literal text, one of several texts (prefix-
+// free: a text is chosen when it is whole), a JSON object; then only the end of generation.
+// Forced tool calls are <tool_call>\n{"name": "  one of NAME"  , "arguments":  an object  }\n</tool_call>.
+struct ReplyPart {
+  enum Kind { literal, one_of, json_object } kind;
+  std::vector<std::string> texts;  // literal: one; one_of: the choices; json_object: none
+};
+
+class PatternState {
+ public:
+  explicit PatternState(std::shared_ptr<const std::vector<ReplyPart>> parts) : parts_(std::move(parts)) { begin_part(); }
+  bool feed(char c);  // false: c cannot come next
+  bool feed(const std::string &s) {
+    for (char c : s)
+      if (!feed(c)) return false;
+    return true;
+  }
+  bool complete() const { return part_ >= parts_->size(); }
+  const std::shared_ptr<const std::vector<ReplyPart>> &parts() const { return parts_; }
+
+ private:
+  void next();        // on to the next part
+  void begin_part();  // the part's starting state
+  std::shared_ptr<const std::vector<ReplyPart>> parts_;
+  size_t part_ = 0, at_ = 0;     // the part, and the characters of it written
+  std::vector<uint32_t> alive_;  // one_of: the choices the text so far matches
+  JsonState json_;
+};
+
+// The constraints over a vocabulary: texts[t] is token t's text (control tokens empty); eog:
+// the end-of-generation tokens. json_object_constraint = one json_object part.
+std::shared_ptr<const TokenConstraint> pattern_constraint(std::shared_ptr<const std::vector<std::string>> texts, std::vector<int32_t> eog,
+                                                          std::vector<ReplyPart> parts);
 std::shared_ptr<const TokenConstraint> json_object_constraint(std::shared_ptr<const std::vector<std::string>> texts,
                                                               std::vector<int32_t> eog);
 
