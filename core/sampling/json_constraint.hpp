@@ -24,6 +24,12 @@ class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;
   virtual bool allows(int32_t token) const = 0;
+  // allowed[t] = allows(t) for the whole vocabulary of n tokens (a constraint may do it faster
+  // than one token at a time).
+  virtual void allowed_all(int64_t n, std::vector<uint8_t> &allowed) const {
+    allowed.assign(size_t(n), 0);
+    for (int64_t t = 0; t < n; ++t) allowed[size_t(t)] = allows(int32_t(t));
+  }
   virtual void accept(int32_t token) = 0;  // the token chosen (allowed)
   virtual std::unique_ptr<TokenConstraint> fresh() const = 0;
 };

@@ -95,9 +95,10 @@ int32_t Sampler::sample(const float *logits, int64_t n, const std::vector<int32_
   int32_t t = choose(n);
   if (!constraint_->allows(t)) {
     work_ = before;
+    constraint_->allowed_all(n, allowed_);
     bool any = false;
     for (int64_t i = 0; i < n; ++i)
-      if (!constraint_->allows(int32_t(i))) work_[size_t(i)] = -INFINITY;
+      if (!allowed_[size_t(i)]) work_[size_t(i)] = -INFINITY;
       else any = true;
     if (!any) throw std::runtime_error("sampling: the constraint allows no token of the vocabulary (a response_format the model cannot write)");
     t = choose(n);

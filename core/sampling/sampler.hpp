@@ -64,6 +64,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<float> work_;
   std::unique_ptr<TokenConstraint> constraint_;
+  std::vector<uint8_t> allowed_;  // the constraint's mask, when the chain's choice was refused
 };
 
 }  // namespace minfer::sampling
