@@ -1,8 +1,13 @@
 // The OpenAI request rules of minfer-server (apps/minfer-server/openai.hpp), without HTTP.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "gguf/gguf.hpp"
 #include "openai.hpp"
 #include "sampling/json_constraint.hpp"
+#include "test_util.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 using namespace minfer::server;
 
@@ -297,4 +302,36 @@ TEST(OpenAI, AForcedCallIsWrittenToTheTemplatesPattern) {
   PatternState partial(parts);
   EXPECT_TRUE(partial.feed("<tool_call>\n{\"name\": \"get_ti"));
   EXPECT_FALSE(partial.complete());
+}
+
+// The whole-vocabulary mask (first bytes tried once) agrees with the constraint token by token,
+// along a reply, over Qwen2's real 151,936-token vocabulary.
+TEST(OpenAI, ConstraintMaskAgreesWithEachTokensAnswer) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const auto f = minfer::gguf::File::open(td + "/vocab/ggml-vocab-qwen2.gguf");
+  const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*f);
+  auto texts = std::make_shared<std::vector<std::string>>();
+  std::vector<int32_t> eog;
+  for (int32_t t = 0; t < tok->n_vocab(); ++t) {
+    texts->push_back(tok->token_bytes(t));
+    if (tok->is_end_of_generation(t)) eog.push_back(t);
+  }
+  auto c = minfer::sampling::json_object_constraint(texts, eog)->fresh();
+  std::vector<int64_t> counts;
+  for (const char *piece : {"{", "\"", "a", "\"", ":", " ", "1", "}"}) {
+    std::vector<uint8_t> mask;
+    c->allowed_all(tok->n_vocab(), mask);
+    int64_t n = 0, differ = 0;
+    for (int32_t t = 0; t < tok->n_vocab(); ++t) n += mask[size_t(t)], differ += bool(mask[size_t(t)]) != c->allows(t);
+    EXPECT_EQ(differ, 0) << "before " << piece;
+    counts.push_back(n);
+    const auto it = std::find(texts->begin(), texts->end(), std::string(piece));
+    ASSERT_NE(it, texts->end()) << piece;
+    ASSERT_TRUE(c->allows(int32_t(it - texts->begin()))) << piece;
+    c->accept(int32_t(it - texts->begin()));
+  }
+  EXPECT_GT(counts[2], 100000) << "inside a string nearly every token";
+  EXPECT_LT(counts[0], 10) << "only tokens that open with '{' start the reply";
+  for (const int32_t e : eog) EXPECT_TRUE(c->allows(e)) << "the object is closed: the end is allowed";
 }
