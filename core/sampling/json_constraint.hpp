@@ -44,6 +44,8 @@ class JsonState {
     return true;
   }
   bool complete() const { return mode_ == Mode::done; }
+  // Inside a string, past any escape: text of bytes >= 0x20 but '"' and '\\' keeps it there.
+  bool in_string() const { return mode_ == Mode::string; }
 
  private:
   enum class Mode : uint8_t {
@@ -81,6 +83,7 @@ class PatternState {
     return true;
   }
   bool complete() const { return part_ >= parts_->size(); }
+  bool in_string() const { return !complete() && (*parts_)[part_].kind == ReplyPart::json_object && json_.in_string(); }
   const std::shared_ptr<const std::vector<ReplyPart>> &parts() const { return parts_; }
 
  private:
