@@ -91,10 +91,8 @@ int32_t Sampler::sample(const float *logits, int64_t n, const std::vector<int32_
   // Constrained: the chain's choice when the constraint allows it, else the chain again over
   // the allowed tokens only (llama.cpp's order for grammars: each allowed token ends up with its
   // probability among the allowed, and most steps test one token, not the vocabulary).
-  const std::vector<float> before = work_;
-  int32_t t = choose(n);
+  int32_t t = choose(n);  // reads work_ only: the second pass masks the same logits
   if (!constraint_->allows(t)) {
-    work_ = before;
     constraint_->allowed_all(n, allowed_);
     bool any = false;
     for (int64_t i = 0; i < n; ++i)
