@@ -35,6 +35,34 @@ bool boolean(const json &body, const char *key, bool dflt) {
   return it->get<bool>();
 }
 
+// response_format: {"type": "text"}, {"type": "json_object"} (any object; llama-server's
+// {"type": "json_object", "schema": S} too), {"type": "json_schema", "json_schema": {name,
+// schema, strict}} (no schema: any JSON value). Keywords the decoder cannot enforce are refused.
+std::shared_ptr<const sampling::Schema> response_schema(const json &rf) {
+  const std::string type = rf.is_object() && rf.contains("type") && rf["type"].is_string() ? rf["type"].get<std::string>() : "";
+  const json *schema = nullptr;
+  if (type == "json_schema") {
+    const auto js = rf.find("json_schema");
+    if (js == rf.end() || !js->is_object())
+      throw BadRequest("'response_format' of type json_schema needs 'json_schema': {\"name\": N, \"schema\": {...}}");
+    if (js->contains("schema")) schema = &(*js)["schema"];
+  } else if (type == "json_object") {
+    if (!rf.contains("schema")) return sampling::Schema::any_object();
+    schema = &rf["schema"];
+  } else if (type == "text") {
+    return nullptr;
+  } else {
+    throw BadRequest("'response_format' " + rf.dump() + " is not supported: give {\"type\": \"json_schema\", \"json_schema\": {\"name\": N, \"schema\": S}}, "
+                     "{\"type\": \"json_object\"} (any JSON object) or {\"type\": \"text\"}");
+  }
+  if (!schema) return sampling::Schema::any_value();
+  try {
+    return sampling::Schema::compile(*schema, /*strict=*/true);
+  } catch (const std::exception &e) {
+    throw BadRequest(std::string("'response_format': ") + e.what());
+  }
+}
+
 }  // namespace
 
 GenerationParams parse_generation(const json &body, const sampling::Config &defaults, uint64_t seed, Api api) {
@@ -84,13 +112,7 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
   } else {
     p.logprobs = int32_t(integer(body, "logprobs", -1, 0, 20));  // the legacy API's count of alternatives
   }
-  if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
-    const std::string type = rf->is_object() && rf->contains("type") && (*rf)["type"].is_string() ? (*rf)["type"].get<std::string>() : "";
-    if (type == "json_object") p.json_object = true;
-    else if (type != "text")
-      throw BadRequest("'response_format' " + rf->dump() + " is not supported: give {\"type\": \"json_object\"} (any JSON object) or {\"type\": \"text\"}; "
-                       "a JSON schema needs schema-constrained decoding, which does not exist yet");
-  }
+  if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) p.response_schema = response_schema(*rf);
   if (const auto st = body.find("stop"); st != body.end() && !st->is_null()) {
     if (st->is_string()) p.stop.push_back(st->get<std::string>());
     else if (st->is_array() && st->size() <= 16 && std::all_of(st->begin(), st->end(), [](const json &x) { return x.is_string(); }))

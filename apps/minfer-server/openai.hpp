@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/tool_calls.hpp"
+#include "sampling/json_schema.hpp"
 #include "sampling/sampler.hpp"
 
 namespace minfer::server {
@@ -32,7 +33,9 @@ struct GenerationParams {
   std::vector<std::string> stop;  // not included in the output
   bool stream = false, include_usage = false;
   int32_t logprobs = -1;  // -1: none; n >= 0: each token's log-probability and the n likeliest (SeqRequest::logprobs)
-  bool json_object = false;  // response_format {"type": "json_object"}: the reply is one JSON object
+  // response_format json_schema (its schema) or json_object (any object): the reply is one
+  // value of it, by constrained decoding. Null: free text.
+  std::shared_ptr<const sampling::Schema> response_schema;
 };
 
 // Which API a request came through: their fields differ where logprobs are concerned

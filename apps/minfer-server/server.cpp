@@ -61,9 +61,7 @@ struct Loaded {
   std::string tmpl_error;  // why chat is refused
   chat::ToolFormat tool_format = chat::ToolFormat::none;  // how the template writes tool calls
   bool thinks = false;                                     // its replies may open with <think>
-  std::shared_ptr<const std::vector<std::string>> token_texts;  // each token's text (control tokens empty), for constraints
-  std::vector<int32_t> eog;                                      // the end-of-generation tokens
-  std::shared_ptr<const sampling::TokenConstraint> json_object;  // response_format json_object, over this vocabulary
+  std::shared_ptr<const sampling::ConstraintVocab> vocab;  // the tokens' texts and ends, for constraints
   std::unique_ptr<Engine> engine;
   size_t max_prompt_bytes = 0;  // a text longer than this cannot fit the context, whatever it says
 };
@@ -90,24 +88,48 @@ void refuse_unusable_tools(const Loaded &L) {
                      "Llama 3's JSON replies, Mistral's [TOOL_CALLS] and Granite's <|tool_call|>)");
 }
 
+// A schema's "$ref"s into itself ("#/$defs/X"), for the schema placed at `at` in a larger one.
+void rebase_refs(json &schema, const std::string &at) {
+  if (schema.is_object())
+    for (auto &[k, v] : schema.items()) {
+      if (k == "$ref" && v.is_string() && v.get<std::string>().starts_with("#")) v = at + v.get<std::string>().substr(1);
+      else rebase_refs(v, at);
+    }
+  else if (schema.is_array())
+    for (json &v : schema) rebase_refs(v, at);
+}
+
 // A reply that must be a call of one of `names` (tool_choice "required" or a named function),
-// written as the template's syntax writes one call: its name one of them, its arguments a JSON
-// object.
-std::shared_ptr<const sampling::TokenConstraint> forced_call(const Loaded &L, const std::vector<std::string> &names) {
+// written as the template's syntax writes one call: a JSON object whose name is one of them and
+// whose arguments follow that tool's parameters (keywords the decoder cannot enforce, such as
+// 'pattern', are left to the model).
+std::shared_ptr<const sampling::TokenConstraint> forced_call(const Loaded &L, const ToolsRequest &tools) {
   using sampling::ReplyPart;
-  std::vector<std::string> quoted;  // name + closing quote: no name is then a prefix of another
-  for (const std::string &n : names) quoted.push_back(n + "\"");
+  const char *args = L.tool_format == chat::ToolFormat::llama3 ? "parameters" : "arguments";
+  json calls = json::array();
+  for (const json &t : tools.tools) {
+    const json &f = t["function"];
+    const std::string name = f["name"].get<std::string>();
+    if (std::find(tools.forced.begin(), tools.forced.end(), name) == tools.forced.end()) continue;
+    json params = f.contains("parameters") ? f["parameters"] : json{{"type", "object"}};
+    rebase_refs(params, "#/anyOf/" + std::to_string(calls.size()) + "/properties/" + args);
+    calls.push_back({{"type", "object"}, {"properties", {{"name", {{"const", name}}}, {args, std::move(params)}}}, {"required", {"name", args}}});
+  }
+  std::shared_ptr<const sampling::Schema> call;
+  try {
+    call = sampling::Schema::compile(json{{"anyOf", std::move(calls)}}, /*strict=*/false);
+  } catch (const std::exception &e) {
+    throw BadRequest(std::string("'tools': a forced call's parameters: ") + e.what());
+  }
   std::vector<ReplyPart> parts;
   if (L.tool_format == chat::ToolFormat::hermes)
-    parts = {{ReplyPart::literal, {"<tool_call>\n{\"name\": \""}}, {ReplyPart::one_of, quoted}, {ReplyPart::literal, {", \"arguments\": "}},
-             {ReplyPart::json_object, {}}, {ReplyPart::literal, {"}\n</tool_call>"}}};
+    parts = {{ReplyPart::literal, "<tool_call>\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}};
   else if (L.tool_format == chat::ToolFormat::llama3)
-    parts = {{ReplyPart::literal, {"{\"name\": \""}}, {ReplyPart::one_of, quoted}, {ReplyPart::literal, {", \"parameters\": "}},
-             {ReplyPart::json_object, {}}, {ReplyPart::literal, {"}"}}};
+    parts = {{ReplyPart::json, {}, call}};
   else
     throw BadRequest(std::string("'tool_choice' that forces a call is supported for <tool_call> (Qwen, Hermes) and Llama 3 templates; this one writes ") +
                      chat::tool_format_name(L.tool_format) + ": give \"auto\"");
-  return sampling::pattern_constraint(L.token_texts, L.eog, std::move(parts));
+  return sampling::pattern_constraint(L.vocab, std::move(parts));
 }
 
 void refuse_unfittable(const Loaded &L, const std::string &text) {
@@ -277,7 +299,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   std::vector<int32_t> prompt;
   try {
     p = parse_generation(body, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
-    if (p.json_object) p.sampling.constraint = L->json_object;
+    if (p.response_schema) p.sampling.constraint = sampling::json_constraint(L->vocab, p.response_schema);
     for (const auto &[t, b] : p.sampling.logit_bias)
       if (t >= tok.n_vocab())
         throw BadRequest("'logit_bias' token " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");
@@ -292,8 +314,8 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
         extra.emplace_back("tools", chat::from_json(tools.tools));
       }
       if (!tools.forced.empty()) {
-        if (p.json_object) throw BadRequest("'tool_choice' forces a tool call, which 'response_format' json_object contradicts; give one");
-        p.sampling.constraint = forced_call(*L, tools.forced);
+        if (p.response_schema) throw BadRequest("'tool_choice' forces a tool call, which 'response_format' contradicts; give one of them");
+        p.sampling.constraint = forced_call(*L, tools);
       }
       const std::string text = L->tmpl->render(chat::from_json(chat_messages(body)), /*add_generation_prompt=*/true, extra);
       refuse_unfittable(*L, text);
@@ -579,13 +601,13 @@ int Server::run() {
       }
       L->max_prompt_bytes = max_prompt_bytes(tok, L->runner->n_ctx());
       {
-        auto texts = std::make_shared<std::vector<std::string>>();
+        std::vector<std::string> texts;
+        std::vector<int32_t> eog;
         for (int32_t t = 0; t < tok.n_vocab(); ++t) {
-          texts->push_back(tok.token_bytes(t));
-          if (tok.is_end_of_generation(t)) L->eog.push_back(t);
+          texts.push_back(tok.token_bytes(t));
+          if (tok.is_end_of_generation(t)) eog.push_back(t);
         }
-        L->token_texts = std::move(texts);
-        L->json_object = sampling::json_object_constraint(L->token_texts, L->eog);
+        L->vocab = sampling::constraint_vocab(std::move(texts), std::move(eog));
       }
       L->engine = std::make_unique<Engine>(L->runner->model(), L->runner->session(), [&tok](int32_t t) { return tok.is_end_of_generation(t); });
       {

@@ -1,0 +1,308 @@
+// Constrained decoding (core/sampling/json_schema.hpp, json_constraint.hpp): what a schema lets
+// a reply be, character by character and token by token.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "common/error.hpp"
+#include "gguf/gguf.hpp"
+#include "sampling/json_constraint.hpp"
+#include "sampling/sampler.hpp"
+#include "test_util.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+using minfer::sampling::Schema;
+using minfer::sampling::SchemaState;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+std::shared_ptr<const Schema> schema(const char *text, bool strict = true) { return Schema::compile(ojson::parse(text), strict); }
+
+// The whole text is a value of the schema.
+bool whole(const std::shared_ptr<const Schema> &s, const std::string &text) {
+  SchemaState st(s);
+  return st.feed(text) && st.can_end();
+}
+// The text can begin a value (every character taken) but is no whole one.
+bool prefix_only(const std::shared_ptr<const Schema> &s, const std::string &text) {
+  SchemaState st(s);
+  return st.feed(text) && !st.can_end();
+}
+bool refused(const std::shared_ptr<const Schema> &s, const std::string &text) {
+  SchemaState st(s);
+  return !st.feed(text);
+}
+
+std::string compile_error(const char *text, bool strict = true) {
+  try {
+    schema(text, strict);
+  } catch (const minfer::Error &e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(JsonSchema, AnyObjectIsOneJsonObject) {
+  const auto s = Schema::any_object();
+  for (const char *w : {R"({})", R"({"a": [1, -2.5e+3, 0, true, false, null, "x\"\u00e9\n"],
+  "b": {"c": []}})", "{\"k\":{\"k\":[[[]]]}}"})
+    EXPECT_TRUE(whole(s, w)) << w;
+  for (const char *p : {"{", R"({"a)", R"({"a": 1)", R"({"a": [1, 2)", R"({"a": -)", R"({"a": 1.)", R"({"a": tr)"})
+    EXPECT_TRUE(prefix_only(s, p)) << p;
+  for (const char *w : {"[1]", "\"s\"", "x", R"({a: 1})", R"({"a" 1})", R"({"a": 01})", R"({"a": 1,})", R"({"a": [1,]})", R"({"a": tru })",
+                        R"({"a": "\q"})", "{\"a\": \"\x01\"}", R"({"a": 1}})", R"({"a": 1} x)", R"({"a": +1})", R"({"a": 1.e5})"})
+    EXPECT_TRUE(refused(s, w)) << w;
+  EXPECT_TRUE(whole(s, "{\n" + std::string(20, ' ') + "\"a\": 1}")) << "a newline and 20 spaces of indentation";
+  EXPECT_TRUE(refused(s, "{\n" + std::string(21, ' '))) << "more than 20";
+  EXPECT_TRUE(refused(s, "{\n\n")) << "blank lines";
+  EXPECT_TRUE(refused(s, " {")) << "the reply opens with its brace";
+  SchemaState st(s);
+  EXPECT_TRUE(st.feed("{\"a\": \"x"));
+  EXPECT_TRUE(st.in_plain_string());
+  EXPECT_TRUE(st.feed("\"}"));
+  EXPECT_TRUE(st.settled()) << "a closed object: nothing can extend it";
+}
+
+TEST(JsonSchema, ObjectKeysComeInOrderRequiredOnesNeverSkipped) {
+  const auto s = schema(R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                            "email": {"type": "string"}}, "required": ["name", "email"]})");
+  EXPECT_TRUE(whole(s, R"({"name": "Ann", "age": 41, "email": "a@b"})"));
+  EXPECT_TRUE(whole(s, R"({"name": "Ann", "email": "a@b"})")) << "the optional key left out";
+  EXPECT_TRUE(refused(s, R"({"age")")) << "a required key first";
+  EXPECT_TRUE(refused(s, R"({"email")")) << "out of order";
+  EXPECT_TRUE(refused(s, R"({"name": "Ann"})")) << "email is required";
+  EXPECT_TRUE(refused(s, R"({"name": "Ann", "nick")")) << "no keys beyond the listed ones (llama.cpp's default)";
+  EXPECT_TRUE(refused(s, R"({"name": 5)")) << "the value's type";
+  EXPECT_TRUE(refused(s, R"({"name": "Ann", "email": "a@b",)")) << "nothing left to write after a comma";
+  EXPECT_TRUE(refused(s, R"({"name": "Ann", "name")")) << "a key written twice";
+
+  const auto extra = schema(R"({"properties": {"id": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}})");
+  EXPECT_TRUE(whole(extra, R"({"id": 1, "x": true, "y": false})"));
+  EXPECT_TRUE(whole(extra, R"({"i": true})")) << "a key that starts as a listed one and ends as another";
+  EXPECT_TRUE(refused(extra, R"({"x": 1)")) << "extra keys take additionalProperties' schema";
+  EXPECT_TRUE(refused(extra, R"({"id": 1, "id")")) << "a listed key is no extra key";
+  const auto none = schema(R"({"type": "object", "properties": {}})");
+  EXPECT_TRUE(whole(none, "{}")) << "a tool without parameters";
+  EXPECT_TRUE(refused(none, "{\"")) << "properties given, even none: no other keys";
+  const auto open = schema(R"({"type": "object"})");
+  EXPECT_TRUE(whole(open, R"({"anything": [1, {"b": null}]})"));
+}
+
+TEST(JsonSchema, EnumConstAlternativesAndTypeLists) {
+  const auto s = schema(R"({"type": "object", "properties": {
+      "unit": {"enum": ["celsius", "fahrenheit", 1, 12, null]},
+      "v": {"const": "x"},
+      "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+      "n": {"type": ["integer", "boolean"]}}, "required": ["unit", "v", "note", "n"]})");
+  EXPECT_TRUE(whole(s, R"({"unit": "celsius", "v": "x", "note": null, "n": 3})"));
+  EXPECT_TRUE(whole(s, R"({"unit": 1, "v": "x", "note": "hi", "n": true})"));
+  EXPECT_TRUE(whole(s, R"({"unit": 12, "v": "x", "note": "hi", "n": false})"));
+  EXPECT_TRUE(refused(s, R"({"unit": "kelvin")"));
+  EXPECT_TRUE(refused(s, R"({"unit": 2)"));
+  EXPECT_TRUE(refused(s, R"({"unit": 1, "v": "y")"));
+  EXPECT_TRUE(refused(s, R"({"unit": 1, "v": "x", "note": 5)"));
+  EXPECT_TRUE(refused(s, R"({"unit": 1, "v": "x", "note": null, "n": 1.5)"));
+  EXPECT_TRUE(whole(schema(R"({"enum": [1, 12]})"), "1")) << "a literal that a longer one extends can still end";
+  EXPECT_TRUE(whole(schema(R"({"enum": [1, 12]})"), "12"));
+}
+
+TEST(JsonSchema, NumbersStayWithinTheirBounds) {
+  const auto month = schema(R"({"type": "integer", "minimum": 1, "maximum": 12})");
+  for (const char *w : {"1", "9", "10", "12"}) EXPECT_TRUE(whole(month, w)) << w;
+  for (const char *r : {"0", "13", "-", "2 0", "1.5", "100"}) EXPECT_TRUE(refused(month, r)) << r;
+  EXPECT_TRUE(prefix_only(schema(R"({"type": "integer", "minimum": 10, "maximum": 12})"), "1")) << "1 goes on to 10-12";
+
+  const auto unit = schema(R"({"type": "number", "minimum": 0, "exclusiveMaximum": 1})");
+  for (const char *w : {"0", "0.5", "0.999"}) EXPECT_TRUE(whole(unit, w)) << w;
+  for (const char *r : {"1", "-0.1", "2", "0.5e3"}) EXPECT_TRUE(refused(unit, r)) << r;
+  const auto neg = schema(R"({"type": "number", "maximum": -2.5})");
+  EXPECT_TRUE(whole(neg, "-3"));
+  EXPECT_TRUE(whole(neg, "-2.5"));
+  EXPECT_TRUE(refused(neg, "-2.4"));
+  EXPECT_TRUE(refused(neg, "1"));
+  const auto draft4 = schema(R"({"type": "integer", "minimum": 0, "exclusiveMinimum": true})");
+  EXPECT_TRUE(refused(draft4, "0"));
+  EXPECT_TRUE(whole(draft4, "1"));
+  EXPECT_TRUE(refused(schema(R"({"type": "number"})"), "12345678901234567")) << "at most 16 integer digits";
+  EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 1.5, "maximum": 1.9})").find("no number lies within"), std::string::npos);
+}
+
+TEST(JsonSchema, StringLengthsAndFormats) {
+  const auto code = schema(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  EXPECT_TRUE(whole(code, "\"ab\""));
+  EXPECT_TRUE(whole(code, "\"\xc3\xa9t\xc3\xa9\"")) << "characters, not bytes";
+  EXPECT_TRUE(whole(code, "\"a\\n\"")) << "an escape is one character";
+  EXPECT_TRUE(refused(code, "\"a\""));
+  EXPECT_TRUE(refused(code, "\"abcd"));
+  const auto date = schema(R"({"type": "string", "format": "date"})");
+  EXPECT_TRUE(whole(date, "\"2026-12-05\""));
+  EXPECT_TRUE(refused(date, "\"2026-1-05\""));
+  EXPECT_TRUE(refused(date, "\"2026-12-05T"));
+  const auto when = schema(R"({"type": "string", "format": "date-time"})");
+  EXPECT_TRUE(whole(when, "\"2026-12-05T08:30:00Z\""));
+  EXPECT_TRUE(whole(when, "\"2026-12-05T08:30:00.123+01:00\""));
+  EXPECT_TRUE(refused(when, "\"2026-12-05T08:30:00\""));
+  const auto id = schema(R"({"type": "string", "format": "uuid"})");
+  EXPECT_TRUE(whole(id, "\"123e4567-e89b-12d3-a456-426614174000\""));
+  EXPECT_TRUE(refused(id, "\"123e4567-e89b-12d3-a456-42661417400g"));
+  EXPECT_TRUE(whole(schema(R"({"type": "string", "format": "email"})"), "\"anything\"")) << "other formats are annotations";
+}
+
+TEST(JsonSchema, ArraysCountTheirItems) {
+  const auto s = schema(R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3})");
+  EXPECT_TRUE(whole(s, "[1]"));
+  EXPECT_TRUE(whole(s, "[1, 2, 3]"));
+  EXPECT_TRUE(refused(s, "[]"));
+  EXPECT_TRUE(refused(s, "[1, 2, 3,"));
+  EXPECT_TRUE(refused(s, "[\"a\""));
+  const auto pair = schema(R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "number"}], "items": false})");
+  EXPECT_TRUE(whole(pair, "[\"x\", 1.5]"));
+  EXPECT_TRUE(refused(pair, "[1"));
+  EXPECT_TRUE(refused(pair, "[\"x\", 1.5,"));
+}
+
+TEST(JsonSchema, ReferencesRecursionAndAllOf) {
+  const auto tree = schema(R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+      "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}}, "$ref": "#/$defs/node"})");
+  EXPECT_TRUE(whole(tree, R"({"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": [{"v": 4, "kids": []}]}]})"));
+  EXPECT_TRUE(refused(tree, R"({"v": 1, "kids": [{"w")"));
+  const auto merged = schema(R"({"$defs": {"A": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}},
+      "allOf": [{"$ref": "#/$defs/A"}, {"properties": {"b": {"type": "string"}}, "required": ["b"]}]})");
+  EXPECT_TRUE(whole(merged, R"({"a": 1, "b": "x"})"));
+  EXPECT_TRUE(refused(merged, R"({"a": 1})"));
+}
+
+TEST(JsonSchema, UnsupportedKeywordsAreErrorsOnlyWhenStrict) {
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}})")
+                .find("at #/properties/zip: 'pattern' is not supported"), std::string::npos);
+  EXPECT_EQ(compile_error(R"({"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}})", false), "");
+  EXPECT_NE(compile_error(R"({"type": "decimal"})").find("unknown type \"decimal\""), std::string::npos);
+  EXPECT_NE(compile_error(R"({"$ref": "https://example.com/s.json"})").find("points outside the schema"), std::string::npos);
+  EXPECT_NE(compile_error("false").find("admits no value"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "array", "minItems": 3, "maxItems": 2})").find("below 'minItems'"), std::string::npos);
+}
+
+// Over a toy vocabulary: the constraint steers a sampler that prefers garbage.
+TEST(JsonSchema, TheConstraintSteersTheSampler) {
+  std::vector<std::string> texts = {"hello", "{", "\"k\"", ":", "1", "}", "", ""};  // 6: a control token, 7: the end
+  minfer::sampling::Config c;
+  c.temperature = 0;
+  c.constraint = minfer::sampling::json_constraint(minfer::sampling::constraint_vocab(texts, {7}), Schema::any_object());
+  minfer::sampling::Sampler s(c);
+  EXPECT_FALSE(s.greedy());
+  std::vector<int32_t> out;
+  for (int step = 0; step < 8; ++step) {
+    // "hello" and the control token 6 always score best, then the end, then the JSON pieces in order.
+    std::vector<float> logits = {9, 0, 0, 0, 0, 0, 8, 7};
+    logits[size_t(1 + std::min(step, 4))] = 6;
+    out.push_back(s.sample(logits.data(), int64_t(logits.size()), {}));
+    if (out.back() == 7) break;
+  }
+  EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 3, 4, 5, 7})) << "{\"k\":1} then the end, which only a closed object allows";
+}
+
+// Random replies drawn through the constraint over a vocabulary of JSON pieces: every one that
+// ends parses, and meets the schema (checked here independently, on the parsed value).
+TEST(JsonSchema, RandomRepliesThatEndMeetTheSchema) {
+  const auto s = schema(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 4},
+      "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}, "score": {"type": "number", "minimum": -1, "maximum": 1},
+      "n": {"type": "integer", "minimum": 3, "maximum": 40}}, "required": ["name", "n"]})");
+  std::vector<std::string> texts = {"{", "}", "[", "]", ",", ":", " ", "\"", "\"name\"", "\"n", "ame", "\"tags\"", "\"score\"",
+                                    "\"n\"", "\"a\"", "\"b\"", "\"c\"", "x", "yz", "n", "a", "m", "\\n", "-", "0", "1", "2", "3", "4", "9", ".", "e",
+                                    "true", "null", "\": ", "\", \"", "\"}", "4,", ""};
+  const int32_t end = int32_t(texts.size() - 1);
+  const auto c = minfer::sampling::json_constraint(minfer::sampling::constraint_vocab(texts, {end}), s);
+  int ended = 0;
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(0, 4);
+    minfer::sampling::Config cfg;
+    cfg.temperature = 1, cfg.top_k = 0, cfg.top_p = 1, cfg.min_p = 0, cfg.seed = seed, cfg.constraint = c;
+    minfer::sampling::Sampler sm(cfg);
+    std::string reply;
+    for (int step = 0; step < 200; ++step) {
+      std::vector<float> logits(texts.size());
+      for (float &l : logits) l = u(rng);
+      logits[size_t(end)] = 6;  // end whenever allowed
+      int32_t t = end;
+      try {
+        t = sm.sample(logits.data(), int64_t(logits.size()), {});
+      } catch (const std::exception &e) {
+        FAIL() << "a dead end after " << reply << ": " << e.what();
+      }
+      if (t == end) {
+        ++ended;
+        const ojson v = ojson::parse(reply);  // throws on no JSON
+        ASSERT_TRUE(v.is_object()) << reply;
+        ASSERT_TRUE(v.contains("name") && v["name"].is_string() && v["name"].get<std::string>().size() <= 4) << reply;
+        ASSERT_TRUE(v.contains("n") && v["n"].is_number_integer() && v["n"].get<int64_t>() >= 3 && v["n"].get<int64_t>() <= 40) << reply;
+        if (v.contains("score")) ASSERT_TRUE(v["score"].is_number() && v["score"].get<double>() >= -1 && v["score"].get<double>() <= 1) << reply;
+        if (v.contains("tags")) {
+          ASSERT_TRUE(v["tags"].is_array() && v["tags"].size() <= 2) << reply;
+          for (const ojson &x : v["tags"]) ASSERT_TRUE(x == "a" || x == "b") << reply;
+        }
+        for (const auto &[k, x] : v.items()) ASSERT_TRUE(k == "name" || k == "tags" || k == "score" || k == "n") << reply;
+        break;
+      }
+      reply += texts[size_t(t)];
+    }
+  }
+  EXPECT_GT(ended, 150) << "most random walks reach an end within 200 tokens";
+}
+
+// The whole-vocabulary mask (first bytes tried once) agrees with the constraint token by token,
+// along a reply to a schema, over Qwen2's real 151,936-token vocabulary.
+TEST(JsonSchema, MaskAgreesWithEachTokensAnswer) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const auto f = minfer::gguf::File::open(td + "/vocab/ggml-vocab-qwen2.gguf");
+  const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*f);
+  std::vector<std::string> texts;
+  std::vector<int32_t> eog;
+  for (int32_t t = 0; t < tok->n_vocab(); ++t) {
+    texts.push_back(tok->token_bytes(t));
+    if (tok->is_end_of_generation(t)) eog.push_back(t);
+  }
+  const auto vocab = minfer::sampling::constraint_vocab(texts, eog);
+  for (const bool typed : {false, true}) {
+    const auto s = typed ? schema(R"({"type": "object", "properties": {"a": {"type": "string"}, "unit": {"enum": ["celsius", "kelvin"]},
+                                     "n": {"type": "integer", "maximum": 50}}, "required": ["a", "unit", "n"]})")
+                         : Schema::any_object();
+    auto c = minfer::sampling::json_constraint(vocab, s)->fresh();
+    std::vector<int64_t> counts;
+    const std::string reply = typed ? R"({"a": "x y", "unit": "celsius", "n": 42})" : R"({"a": 1})";
+    std::vector<std::string> pieces;
+    for (const int32_t t : tok->encode(reply, false, false)) {
+      std::vector<uint8_t> mask;
+      c->allowed_all(tok->n_vocab(), mask);
+      int64_t n = 0, differ = 0;
+      for (int32_t u = 0; u < tok->n_vocab(); ++u) n += mask[size_t(u)], differ += bool(mask[size_t(u)]) != c->allows(u);
+      EXPECT_EQ(differ, 0) << "before " << texts[size_t(t)];
+      counts.push_back(n);
+      pieces.push_back(texts[size_t(t)]);
+      ASSERT_TRUE(c->allows(t)) << (typed ? "typed: " : "") << texts[size_t(t)];
+      c->accept(t);
+    }
+    // The counts before each piece, for the assertions below.
+    auto before = [&](const std::string &piece) {
+      const auto it = std::find(pieces.begin(), pieces.end(), piece);
+      return it == pieces.end() ? int64_t(-1) : counts[size_t(it - pieces.begin())];
+    };
+    for (const int32_t e : eog) EXPECT_TRUE(c->allows(e)) << "the object is closed: the end is allowed";
+    std::string seen;
+    for (const std::string &p : pieces) seen += "[" + p + "]";
+    SCOPED_TRACE(seen);
+    EXPECT_LT(counts[0], 10) << "only tokens that open with '{' start the reply";
+    if (!typed) {
+      EXPECT_GT(before("1"), 100) << "any value: numbers, strings, objects, arrays, literals";
+    } else {
+      EXPECT_GT(before(" y"), 100000) << "a's value: nearly every token";
+      EXPECT_LT(before("cel"), 20) << "only celsius or kelvin";
+      EXPECT_LT(counts.back(), 20) << "after 4 only a digit (<= 50) or the close";
+    }
+  }
+}
