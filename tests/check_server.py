@@ -208,8 +208,8 @@ try:
     # response_format json_schema: the reply is a value of the schema (key order, types, bounds,
     # the enum), and with every string bounded this story model's replies end by themselves.
     person = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
-                                               "mood": {"enum": ["happy", "sad"]}, "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2}},
-              "required": ["name", "age", "mood"]}
+                                               "mood": {"enum": ["happy", "sad"]}, "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"}, "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2}},
+              "required": ["name", "age", "mood", "code"]}
     for seed in (1, 2, 3):
         status, body = complete("Once upon a time", n=160, temperature=1.0, seed=seed,
                                 response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": person, "strict": True}})
@@ -217,15 +217,16 @@ try:
         reason = body["choices"][0]["finish_reason"] if status == 200 else None
         try:
             v = json.loads(text)
-            ok = (reason == "stop" and list(v)[:3] == ["name", "age", "mood"] and set(v) <= {"name", "age", "mood", "tags"} and
+            ok = (reason == "stop" and list(v)[:4] == ["name", "age", "mood", "code"] and set(v) <= {"name", "age", "mood", "code", "tags"} and
+                  re.fullmatch(r"[A-Z]{2}-[0-9]{3}", v["code"]) and
                   isinstance(v["name"], str) and len(v["name"]) <= 12 and type(v["age"]) is int and 0 <= v["age"] <= 120 and v["mood"] in ("happy", "sad") and
                   (("tags" not in v) or (len(v["tags"]) <= 2 and all(isinstance(t, str) and len(t) <= 6 for t in v["tags"]))))
         except ValueError:
             ok = False
         check(status == 200 and ok, f"json_schema (seed {seed}): {status} finish {reason} {text!r}")
         print(f"json_schema (seed {seed}): {reason} {text!r}")
-    status, body = complete("x", n=4, response_format={"type": "json_schema", "json_schema": {"name": "z", "schema": {"type": "string", "pattern": "^[0-9]{5}$"}}})
-    check(status == 400 and "'pattern' is not supported" in body["error"]["message"], f"json_schema with a pattern: {status} {body}")
+    status, body = complete("x", n=4, response_format={"type": "json_schema", "json_schema": {"name": "z", "schema": {"type": "array", "uniqueItems": True}}})
+    check(status == 400 and "'uniqueItems' is not supported" in body["error"]["message"], f"json_schema with uniqueItems: {status} {body}")
     status, body = complete("x", n=1, logit_bias={"999999": 1})
     check(status == 400 and "past the vocabulary" in body["error"]["message"], f"logit_bias past the vocabulary: {status} {body}")
     status, body = s.get("/v1/nothing")

@@ -141,6 +141,7 @@ TEST(JsonSchema, StringLengthsAndFormats) {
   const auto date = schema(R"({"type": "string", "format": "date"})");
   EXPECT_TRUE(whole(date, "\"2026-12-05\""));
   EXPECT_TRUE(refused(date, "\"2026-1-05\""));
+  EXPECT_TRUE(refused(date, "\"2026-13")) << "no 13th month";
   EXPECT_TRUE(refused(date, "\"2026-12-05T"));
   const auto when = schema(R"({"type": "string", "format": "date-time"})");
   EXPECT_TRUE(whole(when, "\"2026-12-05T08:30:00Z\""));
@@ -150,6 +151,40 @@ TEST(JsonSchema, StringLengthsAndFormats) {
   EXPECT_TRUE(whole(id, "\"123e4567-e89b-12d3-a456-426614174000\""));
   EXPECT_TRUE(refused(id, "\"123e4567-e89b-12d3-a456-42661417400g"));
   EXPECT_TRUE(whole(schema(R"({"type": "string", "format": "email"})"), "\"anything\"")) << "other formats are annotations";
+}
+
+TEST(JsonSchema, PatternsHoldStringsCodePointByCodePoint) {
+  const auto zip = schema(R"({"type": "string", "pattern": "^[0-9]{5}(-[0-9]{4})?$"})");
+  EXPECT_TRUE(whole(zip, "\"12345\""));
+  EXPECT_TRUE(whole(zip, "\"12345-6789\""));
+  EXPECT_TRUE(refused(zip, "\"1234a"));
+  EXPECT_TRUE(refused(zip, "\"1234\""));
+  EXPECT_TRUE(refused(zip, "\"12345-\""));
+  const auto word = schema(R"({"type": "string", "pattern": "^(?:café|naïve|\\w+!)$"})");
+  EXPECT_TRUE(whole(word, "\"caf\xc3\xa9\"")) << "UTF-8";
+  EXPECT_TRUE(whole(word, "\"caf\\u00e9\"")) << "the same code point escaped";
+  EXPECT_TRUE(whole(word, "\"hi_2!\""));
+  EXPECT_TRUE(refused(word, "\"caf\xc3\xa8")) << "e-grave, not e-acute";
+  EXPECT_TRUE(refused(word, "\"caf\\u00e8")) << "escaped e-grave";
+  EXPECT_TRUE(refused(word, "\"caf\\u01")) << "no code point from \\u01.. is an e-acute";
+  SchemaState split(word);
+  EXPECT_TRUE(split.feed("\"caf\xc3")) << "half a code point that can still become one";
+  EXPECT_TRUE(split.feed("\xa9\""));
+  EXPECT_TRUE(refused(word, "\"caf\xe2")) << "no code point from that lead byte fits";
+  const auto anywhere = schema(R"({"type": "string", "pattern": "ab+"})");
+  EXPECT_TRUE(whole(anywhere, "\"xxabbby\"")) << "unanchored: the match may sit anywhere";
+  EXPECT_TRUE(refused(anywhere, "\"xxa\"")) << "but it must be there";
+  const auto quote = schema(R"({"type": "string", "pattern": "^a\"b$"})");
+  EXPECT_TRUE(whole(quote, R"("a\"b")")) << "a quote in the value is written escaped";
+  EXPECT_TRUE(whole(schema(R"({"type": "string", "pattern": "^[^a-c]{2}\\d\\s?\\.$"})"), "\"x\xe2\x82\xac" "7.\""));
+  EXPECT_TRUE(whole(schema(R"({"type": "string", "pattern": "^[a-c-]+$", "maxLength": 3})"), "\"a-c\""));
+  EXPECT_TRUE(refused(schema(R"({"type": "string", "pattern": "^[a-c-]+$", "maxLength": 3})"), "\"a-cb"));
+  for (const char *bad : {"^a|b$", "(?=a)", "\\bword", "[z-a]", "(a", "a{3,2}", "^a$b"})
+    EXPECT_NE(compile_error((std::string(R"({"type": "string", "pattern": )") + ojson(bad).dump() + "}").c_str()).find("is not supported"),
+              std::string::npos)
+        << bad;
+  EXPECT_NE(compile_error(R"({"type": "string", "pattern": "^[0-9]{200}$"})").find("128"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "string", "pattern": "^([0-9]{20}[a-z]{20}){4}$"})").find("more than 128 character positions"), std::string::npos);
 }
 
 TEST(JsonSchema, ArraysCountTheirItems) {
@@ -177,9 +212,12 @@ TEST(JsonSchema, ReferencesRecursionAndAllOf) {
 }
 
 TEST(JsonSchema, UnsupportedKeywordsAreErrorsOnlyWhenStrict) {
-  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}})")
-                .find("at #/properties/zip: 'pattern' is not supported"), std::string::npos);
-  EXPECT_EQ(compile_error(R"({"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}})", false), "");
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"ids": {"type": "array", "uniqueItems": true}}})")
+                .find("at #/properties/ids: 'uniqueItems' is not supported"), std::string::npos);
+  EXPECT_EQ(compile_error(R"({"type": "object", "properties": {"ids": {"type": "array", "uniqueItems": true}}})", false), "");
+  EXPECT_NE(compile_error(R"({"type": "string", "pattern": "^(a)\\1$"})").find("at #: pattern /^(a)\\1$/: back-references (\\1) is not supported"),
+            std::string::npos);
+  EXPECT_EQ(compile_error(R"({"type": "string", "pattern": "^(a)\\1$"})", false), "") << "lenient: any string";
   EXPECT_NE(compile_error(R"({"type": "decimal"})").find("unknown type \"decimal\""), std::string::npos);
   EXPECT_NE(compile_error(R"({"$ref": "https://example.com/s.json"})").find("points outside the schema"), std::string::npos);
   EXPECT_NE(compile_error("false").find("admits no value"), std::string::npos);

@@ -23,29 +23,20 @@ constexpr size_t kMaxNodes = 20000;  // a schema's compiled size
 constexpr int kMaxDigits = 16;       // integer and fraction digits of a number, as llama.cpp
 constexpr int kMaxExpDigits = 3;
 
-// Format templates: D a digit, H a hex digit, anything else itself.
-std::vector<std::string> format_templates(const std::string &format) {
-  std::vector<std::string> times;
-  for (const char *frac : {"", ".DDD", ".DDDDDD"})
-    for (const char *zone : {"Z", "+DD:DD", "-DD:DD"}) times.push_back(std::string("DD:DD:DD") + frac + zone);
-  if (format == "date") return {"DDDD-DD-DD"};
-  if (format == "time") return times;
-  if (format == "date-time") {
-    for (std::string &t : times) t = "DDDD-DD-DDT" + t;
-    return times;
-  }
-  if (format == "uuid") return {"HHHHHHHH-HHHH-HHHH-HHHH-HHHHHHHHHHHH"};
-  return {};  // other formats are annotations (JSON Schema's default): any string
-}
-
-bool template_char(char t, char c) {
-  if (t == 'D') return digit(c);
-  if (t == 'H') return hex(c);
-  return t == c;
+// The formats a string is held to (RFC 3339's date, time and date-time, RFC 4122's uuid), as
+// patterns; other formats are annotations (JSON Schema's default): any string.
+const char *format_pattern(const std::string &format) {
+  if (format == "date") return "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$";
+  if (format == "time") return "^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
+  if (format == "date-time")
+    return "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?"
+           "(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
+  if (format == "uuid") return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+  return nullptr;
 }
 
 // Keywords that restrict values in ways this automaton does not follow.
-constexpr const char *kUnsupported[] = {"pattern", "patternProperties", "not", "if", "then", "else", "dependentSchemas",
+constexpr const char *kUnsupported[] = {"patternProperties", "not", "if", "then", "else", "dependentSchemas",
                                         "dependentRequired", "uniqueItems", "contains", "minContains", "maxContains",
                                         "multipleOf", "propertyNames", "minProperties", "maxProperties",
                                         "unevaluatedProperties", "unevaluatedItems"};
@@ -244,7 +235,16 @@ class SchemaCompiler {
       n.min_n = std::max<int64_t>(0, count(s, "minLength", path));
       n.max_n = count(s, "maxLength", path);
       if (n.max_n >= 0 && n.max_n < n.min_n) fail(path, "'maxLength' is below 'minLength'");
-      if (const auto it = s.find("format"); it != s.end() && it->is_string()) n.texts = format_templates(it->get<std::string>());
+      try {
+        if (const auto it = s.find("pattern"); it != s.end()) {
+          if (!it->is_string()) fail(path, "'pattern' must be a string");
+          n.pattern = Regex::compile(it->get<std::string>());
+        } else if (const auto f = s.find("format"); f != s.end() && f->is_string() && format_pattern(f->get<std::string>())) {
+          n.pattern = Regex::compile(format_pattern(f->get<std::string>()));
+        }
+      } catch (const Error &e) {
+        if (strict_) fail(path, e.what());  // otherwise the string is any string
+      }
       return add(std::move(n));
     }
     if (type == "array") {
@@ -328,7 +328,8 @@ std::shared_ptr<const Schema> Schema::any_value() {
 //           required one) whose first `at` characters were written, `lo_all` any listed key;
 //           `free_key` while the key may be one not listed (additionalProperties)
 //   array   open, first (a value or ']'), value, after; `next` items written
-//   string  open, body; `len` characters, `esc`; with format templates `alive` and `at`
+//   string  open, body; `len` characters, `esc`; with a pattern `re`, and `cp`/`pending` for a
+//           code point being read
 //   number  open, sign, zero, int, dot, frac, exp_mark, exp_sign, exp; `len` the integer part,
 //           `frac` the fraction digits; bounds checked on every prefix (some completion must fit)
 //   literal `lo` a value text whose first `at` characters were written
@@ -524,34 +525,68 @@ Step feed_number(const SchemaNode &n, Frame &f, char c) {
   return Step::fail;
 }
 
+// A string with a pattern, one byte at a time: code points (UTF-8, escapes) go to the pattern
+// whole; a partial one is taken only if some code point it may still become can come next.
+Step feed_pattern(const SchemaNode &n, Frame &f, char c) {
+  const Regex &re = *n.pattern;
+  const auto u = static_cast<unsigned char>(c);
+  auto whole = [&](uint32_t cp) { return re.step(f.re, cp) ? Step::ok : Step::fail; };
+  auto partial = [&](uint32_t lo, uint32_t hi) { return re.can_take(f.re, lo, hi) ? Step::ok : Step::fail; };
+  if (f.pending > 0) {  // a UTF-8 continuation byte
+    if ((u & 0xC0) != 0x80) return Step::fail;
+    f.cp = f.cp << 6 | (u & 0x3F);
+    if (--f.pending == 0) return whole(f.cp);
+    const int bits = 6 * f.pending;
+    return partial(f.cp << bits, (f.cp << bits) | ((1u << bits) - 1));
+  }
+  if (f.esc == 1) {
+    f.esc = 0;
+    switch (c) {
+      case '"': case '\\': case '/': return whole(u);
+      case 'b': return whole('\b');
+      case 'f': return whole('\f');
+      case 'n': return whole('\n');
+      case 'r': return whole('\r');
+      case 't': return whole('\t');
+      case 'u': f.esc = 5, f.cp = 0; return partial(0, 0xFFFF);
+      default: return Step::fail;
+    }
+  }
+  if (f.esc >= 2) {  // \u's hex digits
+    if (!hex(c)) return Step::fail;
+    f.cp = f.cp * 16 + uint32_t(digit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
+    if (--f.esc == 1) return f.esc = 0, whole(f.cp);
+    const int bits = 4 * (f.esc - 1);
+    return partial(f.cp << bits, (f.cp << bits) | ((1u << bits) - 1));
+  }
+  if (c == '\\') return f.esc = 1, partial(0, 0xFFFF);
+  if (u < 0x20) return Step::fail;  // control characters must be escaped
+  if (u < 0x80) return whole(u);
+  if (u < 0xC2 || u > 0xF4) return Step::fail;  // no UTF-8 lead byte
+  f.pending = u >= 0xF0 ? 3 : u >= 0xE0 ? 2 : 1;
+  f.cp = u & (0x3F >> f.pending);
+  const int bits = 6 * f.pending;
+  return partial(f.cp << bits, std::min<uint32_t>((f.cp << bits) | ((1u << bits) - 1), 0x10FFFF));
+}
+
 Step feed_string(const SchemaNode &n, Frame &f, char c) {
   if (f.phase == s_open) {
     if (c != '"') return Step::fail;
     f.phase = s_body;
-    f.alive = n.texts.empty() ? 0 : uint32_t((uint64_t(1) << n.texts.size()) - 1);
     return Step::ok;
   }
-  if (f.esc == 0 && c == '"') {
-    if (f.len < n.min_n) return Step::fail;
-    if (!n.texts.empty()) {
-      bool whole = false;
-      for (size_t k = 0; k < n.texts.size(); ++k) whole |= (f.alive >> k & 1) && n.texts[k].size() == size_t(f.at);
-      if (!whole) return Step::fail;
-    }
+  if (f.esc == 0 && f.pending == 0 && c == '"') {
+    if (f.len < n.min_n || (n.pattern && !n.pattern->can_end(f.re))) return Step::fail;
     return Step::done;
-  }
-  if (!n.texts.empty()) {  // a format: its templates' characters only, no escapes
-    uint32_t still = 0;
-    for (size_t k = 0; k < n.texts.size(); ++k)
-      if ((f.alive >> k & 1) && size_t(f.at) < n.texts[k].size() && template_char(n.texts[k][size_t(f.at)], c)) still |= uint32_t(1) << k;
-    if (!still) return Step::fail;
-    f.alive = still, ++f.at, ++f.len;
-    return Step::ok;
   }
   // A new character: not a UTF-8 continuation byte, not inside an escape (an escape counts once).
   const bool starts = f.esc == 0 && (static_cast<unsigned char>(c) & 0xC0) != 0x80;
   if (starts && n.max_n >= 0 && f.len >= n.max_n) return Step::fail;
-  if (!string_char(f.esc, c)) return Step::fail;
+  if (n.pattern) {
+    if (feed_pattern(n, f, c) == Step::fail) return Step::fail;
+  } else if (!string_char(f.esc, c)) {
+    return Step::fail;
+  }
   if (starts) ++f.len;
   return Step::ok;
 }
@@ -781,7 +816,7 @@ bool SchemaState::in_plain_string() const {
     if (t.stack.empty()) return false;
     const Frame &f = t.stack.back();
     const SchemaNode &n = schema_->node(f.node);
-    if (f.kind == Frame::string) return f.phase == s_body && f.esc == 0 && n.texts.empty() && n.max_n < 0;
+    if (f.kind == Frame::string) return f.phase == s_body && f.esc == 0 && !n.pattern && n.max_n < 0;
     return f.kind == Frame::object && f.phase == o_in_key && f.free_key && f.esc == 0 && n.props.empty();
   });
 }

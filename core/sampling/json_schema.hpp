@@ -6,8 +6,8 @@
 // output clients send (OpenAI's strict mode, Pydantic, Zod): type (one or several), properties,
 // required, additionalProperties, items, prefixItems, minItems/maxItems, enum, const, anyOf/
 // oneOf, allOf of objects, $ref into the same document (recursion included), minLength/
-// maxLength, the formats date, time, date-time and uuid, minimum/maximum and their exclusive
-// forms. As llama.cpp's schema converter does: object keys come in the schema's order, a
+// maxLength, pattern (regex.hpp), the formats date, time, date-time and uuid, minimum/maximum
+// and their exclusive forms. As llama.cpp's schema converter does: object keys come in the schema's order, a
 // required key is never skipped, and an object that lists properties takes no others unless
 // additionalProperties says so. Numbers have at most 16 integer and 16 fraction digits.
 //
@@ -22,6 +22,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "sampling/regex.hpp"
 
 namespace minfer::sampling {
 
@@ -39,7 +41,8 @@ struct SchemaNode {
   std::vector<int32_t> prefix;      // array: the first items' nodes
   int32_t items = -1;               // array: the node of the items after them (-1: none)
   int64_t min_n = 0, max_n = -1;    // array: items; string: characters (max -1: no limit)
-  std::vector<std::string> texts;   // literal: the values as compact JSON; string: format templates
+  std::vector<std::string> texts;   // literal: the values as compact JSON
+  std::shared_ptr<const Regex> pattern;  // string: its pattern, or its format's
   bool has_lo = false, has_hi = false, lo_excl = false, hi_excl = false;  // number, integer
   double lo = 0, hi = 0;
 };
@@ -96,7 +99,9 @@ class SchemaState {
     int32_t at = 0;         // characters matched (keys, literals, formats); number: exponent digits
     int64_t len = 0;        // string: characters written; number: the integer part
     int64_t frac = 0;       // number: the fraction digits as an integer
-    uint32_t alive = 0;     // string format: the templates still matching
+    uint32_t cp = 0;        // string with a pattern: the code point being read (UTF-8 or \\u)
+    uint8_t pending = 0;    // ... its UTF-8 continuation bytes still to come
+    Regex::State re;        // ... the pattern's state
     bool operator==(const Frame &) const = default;
   };
   struct Thread {
