@@ -344,3 +344,42 @@ TEST(JsonSchema, MaskAgreesWithEachTokensAnswer) {
     }
   }
 }
+
+// tool_choice auto: text is free until the reply writes <tool_call>; the call is then written
+// whole, as its schema says; after </tool_call> the text is free again.
+TEST(LazyConstraint, ACallOpenedInFreeTextIsWrittenWhole) {
+  using minfer::sampling::ReplyPart;
+  const auto call = schema(R"({"type": "object", "properties": {"name": {"const": "get"}, "arguments": {"type": "object",
+      "properties": {"n": {"type": "integer"}}, "required": ["n"]}}, "required": ["name", "arguments"]})");
+  std::vector<std::string> texts = {"Hi", " there", "<tool", "_call>", "\n", "{\"name\": \"get\", \"arguments\": {\"n\": ", "7",
+                                    "}}", "\n</tool_call>", "x", "<tool_call>\n{\"name\": \"put\"", "<tool_call>\n{", "", ""};
+  const int32_t control = 12, end = 13;
+  auto c = minfer::sampling::lazy_constraint(minfer::sampling::constraint_vocab(texts, {end}), "<tool_call>",
+                                             {{ReplyPart::literal, "\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}})
+               ->fresh();
+  auto allowed = [&] {
+    std::vector<uint8_t> mask;
+    c->allowed_all(int64_t(texts.size()), mask);
+    std::vector<int32_t> ids;
+    for (size_t t = 0; t < mask.size(); ++t)
+      if (mask[t]) ids.push_back(int32_t(t));
+    return ids;
+  };
+  EXPECT_TRUE(c->allows(0) && c->allows(9) && c->allows(end) && c->allows(control)) << "free text: anything, the end included";
+  EXPECT_FALSE(c->allows(10)) << "a token that opens a call of no tool";
+  EXPECT_TRUE(c->allows(11)) << "a token that opens a call well";
+  c->accept(0);
+  c->accept(2);  // "<tool": the trigger is not whole yet
+  EXPECT_TRUE(c->allows(9));
+  c->accept(3);  // "_call>": now it is, across two tokens
+  EXPECT_EQ(allowed(), (std::vector<int32_t>{4})) << "only the newline after <tool_call>";
+  c->accept(4);
+  c->accept(5);
+  EXPECT_FALSE(c->allows(end)) << "no end inside a call";
+  EXPECT_FALSE(c->allows(7)) << "n is required and an integer";
+  c->accept(6);
+  c->accept(7);
+  EXPECT_EQ(allowed(), (std::vector<int32_t>{4, 8})) << "the closing tag, or its first newline";
+  c->accept(8);
+  EXPECT_TRUE(c->allows(end) && c->allows(9) && c->allows(11)) << "free again: text, another call, the end";
+}

@@ -99,37 +99,47 @@ void rebase_refs(json &schema, const std::string &at) {
     for (json &v : schema) rebase_refs(v, at);
 }
 
-// A reply that must be a call of one of `names` (tool_choice "required" or a named function),
-// written as the template's syntax writes one call: a JSON object whose name is one of them and
+// One call as the template's syntax writes it: a JSON object whose name is one of `names` and
 // whose arguments follow that tool's parameters (keywords the decoder cannot enforce, such as
-// 'pattern', are left to the model).
-std::shared_ptr<const sampling::TokenConstraint> forced_call(const Loaded &L, const ToolsRequest &tools) {
-  using sampling::ReplyPart;
+// 'uniqueItems', are left to the model).
+std::shared_ptr<const sampling::Schema> call_schema(const Loaded &L, const ToolsRequest &tools, const std::vector<std::string> &names) {
   const char *args = L.tool_format == chat::ToolFormat::llama3 ? "parameters" : "arguments";
   json calls = json::array();
   for (const json &t : tools.tools) {
     const json &f = t["function"];
     const std::string name = f["name"].get<std::string>();
-    if (std::find(tools.forced.begin(), tools.forced.end(), name) == tools.forced.end()) continue;
+    if (std::find(names.begin(), names.end(), name) == names.end()) continue;
     json params = f.contains("parameters") ? f["parameters"] : json{{"type", "object"}};
     rebase_refs(params, "#/anyOf/" + std::to_string(calls.size()) + "/properties/" + args);
     calls.push_back({{"type", "object"}, {"properties", {{"name", {{"const", name}}}, {args, std::move(params)}}}, {"required", {"name", args}}});
   }
-  std::shared_ptr<const sampling::Schema> call;
   try {
-    call = sampling::Schema::compile(json{{"anyOf", std::move(calls)}}, /*strict=*/false);
+    return sampling::Schema::compile(json{{"anyOf", std::move(calls)}}, /*strict=*/false);
   } catch (const std::exception &e) {
-    throw BadRequest(std::string("'tools': a forced call's parameters: ") + e.what());
+    throw BadRequest(std::string("'tools': a tool's parameters: ") + e.what());
   }
-  std::vector<ReplyPart> parts;
-  if (L.tool_format == chat::ToolFormat::hermes)
-    parts = {{ReplyPart::literal, "<tool_call>\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}};
-  else if (L.tool_format == chat::ToolFormat::llama3)
-    parts = {{ReplyPart::json, {}, call}};
-  else
+}
+
+// A reply that must be a call of one of tools.forced (tool_choice "required" or a named function).
+std::shared_ptr<const sampling::TokenConstraint> forced_call(const Loaded &L, const ToolsRequest &tools) {
+  using sampling::ReplyPart;
+  if (L.tool_format != chat::ToolFormat::hermes && L.tool_format != chat::ToolFormat::llama3)
     throw BadRequest(std::string("'tool_choice' that forces a call is supported for <tool_call> (Qwen, Hermes) and Llama 3 templates; this one writes ") +
                      chat::tool_format_name(L.tool_format) + ": give \"auto\"");
-  return sampling::pattern_constraint(L.vocab, std::move(parts));
+  const auto call = call_schema(L, tools, tools.forced);
+  if (L.tool_format == chat::ToolFormat::llama3) return sampling::pattern_constraint(L.vocab, {{ReplyPart::json, {}, call}});
+  return sampling::pattern_constraint(L.vocab, {{ReplyPart::literal, "<tool_call>\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}});
+}
+
+// tool_choice "auto" with <tool_call> templates: text is free, but a call the reply opens is
+// written whole, its name one of the tools and its arguments as that tool's parameters say.
+std::shared_ptr<const sampling::TokenConstraint> opened_calls(const Loaded &L, const ToolsRequest &tools) {
+  using sampling::ReplyPart;
+  if (L.tool_format != chat::ToolFormat::hermes) return nullptr;
+  std::vector<std::string> names;
+  for (const json &t : tools.tools) names.push_back(t["function"]["name"].get<std::string>());
+  const auto call = call_schema(L, tools, names);
+  return sampling::lazy_constraint(L.vocab, "<tool_call>", {{ReplyPart::literal, "\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}});
 }
 
 void refuse_unfittable(const Loaded &L, const std::string &text) {
@@ -316,6 +326,8 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       if (!tools.forced.empty()) {
         if (p.response_schema) throw BadRequest("'tool_choice' forces a tool call, which 'response_format' contradicts; give one of them");
         p.sampling.constraint = forced_call(*L, tools);
+      } else if (tools.offered && !p.response_schema) {
+        p.sampling.constraint = opened_calls(*L, tools);
       }
       const std::string text = L->tmpl->render(chat::from_json(chat_messages(body)), /*add_generation_prompt=*/true, extra);
       refuse_unfittable(*L, text);

@@ -91,10 +91,60 @@ class PatternConstraint final : public TokenConstraint {
     if (t >= 0 && size_t(t) < v_->texts.size()) state_.feed(v_->texts[size_t(t)]);
   }
   std::unique_ptr<TokenConstraint> fresh() const override { return std::make_unique<PatternConstraint>(v_, state_.parts()); }
+  bool feed(const std::string &text) { return state_.feed(text); }
+  bool complete() const { return state_.complete(); }
 
  private:
   std::shared_ptr<const ConstraintVocab> v_;
   PatternState state_;
+};
+
+// Free text until the reply writes the trigger; then the parts, to their end; then free again
+// (llama.cpp's lazy grammars: a model that opens a tool call must finish it as the schema says).
+class LazyConstraint final : public TokenConstraint {
+ public:
+  LazyConstraint(std::shared_ptr<const ConstraintVocab> vocab, std::string trigger, std::shared_ptr<const std::vector<ReplyPart>> parts)
+      : v_(std::move(vocab)), trigger_(std::move(trigger)), parts_(std::move(parts)) {}
+  bool allows(int32_t t) const override {
+    if (active_) return active_->allows(t);
+    if (t < 0 || size_t(t) >= v_->texts.size()) return false;
+    const std::string &text = v_->texts[size_t(t)];
+    if (text.empty()) return true;  // an end or a control token: free text takes them
+    const std::string s = tail_ + text;
+    const size_t k = s.find(trigger_);
+    if (k == std::string::npos) return true;
+    PatternState p(parts_);  // the rest of the token must begin the parts
+    return p.feed(s.substr(k + trigger_.size()));
+  }
+  void allowed_all(int64_t n, std::vector<uint8_t> &allowed) const override {
+    if (active_) return active_->allowed_all(n, allowed);
+    TokenConstraint::allowed_all(n, allowed);
+  }
+  void accept(int32_t t) override {
+    if (t < 0 || size_t(t) >= v_->texts.size()) return;
+    const std::string &text = v_->texts[size_t(t)];
+    if (active_) {
+      active_->accept(t);
+    } else {
+      const std::string s = tail_ + text;
+      const size_t k = s.find(trigger_);
+      if (k == std::string::npos) {
+        tail_ = s.substr(s.size() - std::min(s.size(), trigger_.size() - 1));  // a trigger split across tokens
+        return;
+      }
+      active_ = std::make_unique<PatternConstraint>(v_, parts_);
+      active_->feed(s.substr(k + trigger_.size()));
+    }
+    if (active_->complete()) active_.reset(), tail_.clear();
+  }
+  std::unique_ptr<TokenConstraint> fresh() const override { return std::make_unique<LazyConstraint>(v_, trigger_, parts_); }
+
+ private:
+  std::shared_ptr<const ConstraintVocab> v_;
+  std::string trigger_;
+  std::shared_ptr<const std::vector<ReplyPart>> parts_;
+  std::unique_ptr<PatternConstraint> active_;  // between the trigger and the parts' end
+  std::string tail_;                           // the last bytes of free text, for a split trigger
 };
 
 }  // namespace
@@ -119,6 +169,10 @@ std::shared_ptr<const TokenConstraint> pattern_constraint(std::shared_ptr<const 
 
 std::shared_ptr<const TokenConstraint> json_constraint(std::shared_ptr<const ConstraintVocab> vocab, std::shared_ptr<const Schema> schema) {
   return pattern_constraint(std::move(vocab), {{ReplyPart::json, {}, std::move(schema)}});
+}
+
+std::shared_ptr<const TokenConstraint> lazy_constraint(std::shared_ptr<const ConstraintVocab> vocab, std::string trigger, std::vector<ReplyPart> parts) {
+  return std::make_shared<LazyConstraint>(std::move(vocab), std::move(trigger), std::make_shared<const std::vector<ReplyPart>>(std::move(parts)));
 }
 
 }  // namespace minfer::sampling
