@@ -227,6 +227,28 @@ try:
         print(f"json_schema (seed {seed}): {reason} {text!r}")
     status, body = complete("x", n=4, response_format={"type": "json_schema", "json_schema": {"name": "z", "schema": {"type": "array", "uniqueItems": True}}})
     check(status == 400 and "'uniqueItems' is not supported" in body["error"]["message"], f"json_schema with uniqueItems: {status} {body}")
+    # llama-server's own /completion: the same greedy text, its fields, its stream (pieces, then
+    # the result with stop: true, no [DONE]), a stop word, and n_predict 0 (the prompt only).
+    status, nb = s.post("/completion", {"prompt": refs[0]["prompt"], "n_predict": 64, "temperature": 0, "cache_prompt": True})
+    check(status == 200 and nb["content"] == refs[0]["greedy_text"] and nb["stop"] is True and nb["stop_type"] == "limit" and
+          nb["tokens_predicted"] == 64 and nb["tokens_evaluated"] == len(refs[0]["prompt_tokens"]) and nb["timings"]["predicted_n"] == 64 and
+          nb["timings"]["predicted_per_second"] > 0, f"/completion: {status} {str(nb)[:400]}")
+    status, ctype, events = s.stream("/completion", {"prompt": refs[0]["prompt"], "n_predict": 64, "temperature": 0, "stream": True})
+    pieces = [e for e in events if isinstance(e, dict)]
+    check(status == 200 and pieces and all(e["stop"] is False for e in pieces[:-1]) and pieces[-1]["stop"] is True and "[DONE]" not in events and
+          "".join(e["content"] for e in pieces) == refs[0]["greedy_text"] and pieces[-1]["tokens_predicted"] == 64,
+          f"/completion stream: {status} {str(events[-2:])[:400]}")
+    word = refs[0]["greedy_text"].split()[3]
+    status, nb = s.post("/completion", {"prompt": refs[0]["prompt"], "n_predict": 64, "temperature": 0, "stop": [word]})
+    check(status == 200 and nb["stop_type"] == "word" and nb["stopping_word"] == word and refs[0]["greedy_text"].startswith(nb["content"]) and
+          word not in nb["content"], f"/completion stop word {word!r}: {status} {str(nb)[:300]}")
+    status, nb = s.post("/completion", {"prompt": refs[1]["prompt"], "n_predict": 0})
+    check(status == 200 and nb["content"] == "" and nb["tokens_predicted"] == 0 and nb["tokens_evaluated"] == len(refs[1]["prompt_tokens"]),
+          f"/completion n_predict 0: {status} {str(nb)[:300]}")
+    status, nb = s.post("/completion", {"prompt": "x", "grammar": "root ::= \"a\""})
+    check(status == 400 and "'grammar'" in nb["error"]["message"], f"/completion with a grammar: {status} {nb}")
+    status, nb = s.post("/infill", {"input_prefix": "def f():", "input_suffix": "\n"})
+    check(status == 400 and "no fill-in-the-middle tokens" in nb["error"]["message"], f"/infill on a model without FIM tokens: {status} {nb}")
     status, body = complete("x", n=1, logit_bias={"999999": 1})
     check(status == 400 and "past the vocabulary" in body["error"]["message"], f"logit_bias past the vocabulary: {status} {body}")
     status, body = s.get("/v1/nothing")
@@ -369,6 +391,38 @@ try:
         status, bad = d.post("/v1/chat/completions", dict(ask, reasoning_format="xml"))
         check(status == 400 and "reasoning_format" in bad["error"]["message"], f"a bad reasoning_format: {status} {bad}")
         check(d.stop() == 0, "the R1 server exits 0")
+    # Fill-in-the-middle on a synthetic model with DeepSeek V3's vocabulary (its FIM tokens):
+    # /infill (llama.vim's and llama.vscode's request) and /v1/completions' suffix build
+    # <fim_pre> prefix <fim_suf> suffix <fim_mid>, counted here from /tokenize.
+    gguf_bin = os.path.join(os.path.dirname(os.path.abspath(server_bin)), "minfer-gguf")
+    ds_vocab = f"{testdata}/vocab/ggml-vocab-deepseek-v3.gguf"
+    if os.path.exists(gguf_bin) and os.path.exists(ds_vocab):
+        fim_model = "/tmp/minfer-server-fim.gguf"
+        subprocess.run([gguf_bin, "synth", "--arch", "qwen2", "--preset", "tiny", "--type", "q8_0", "--seed", "3", "--vocab", ds_vocab, "-o", fim_model],
+                       check=True, capture_output=True, timeout=300)
+        fs = HarnessServer(server_bin, config, fim_model, ["-np", "2", "-c", "2048"])
+        servers.append(fs)
+
+        def ntok(text):
+            return len(fs.post("/tokenize", {"content": text})[1]["tokens"])
+
+        bos = len(fs.post("/tokenize", {"content": "a", "add_special": True})[1]["tokens"]) - 1
+        req = {"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n", "prompt": "return",
+               "input_extra": [{"filename": "util.py", "text": "X = 1\n"}], "n_predict": 8, "temperature": 0}
+        want = bos + ntok("\n\n--- snippet ---\n\n") + ntok("X = 1\n") + ntok(req["input_prefix"]) + ntok("return") + ntok(req["input_suffix"]) + 3
+        status, ib = fs.post("/infill", req)
+        check(status == 200 and ib["tokens_evaluated"] == want and ib["tokens_predicted"] == 8 and isinstance(ib["content"], str),
+              f"/infill: {status} {str(ib)[:300]} (want {want} prompt tokens)")
+        print(f"/infill: {ib.get('tokens_evaluated')} prompt tokens (want {want}), {ib.get('content')!r}")
+        status, _, events = fs.stream("/infill", dict(req, stream=True))
+        pieces = [e for e in events if isinstance(e, dict)]
+        check(status == 200 and pieces and pieces[-1]["stop"] is True and "".join(e["content"] for e in pieces) == ib["content"],
+              f"/infill stream adds up: {str(events[-2:])[:300]}")
+        status, cb = fs.post("/v1/completions", {"prompt": "def add(a, b):\n    ", "suffix": "\n", "max_tokens": 4, "temperature": 0})
+        check(status == 200 and cb["usage"]["prompt_tokens"] == bos + ntok("def add(a, b):\n    ") + ntok("\n") + 3,
+              f"/v1/completions with a suffix: {status} {str(cb)[:300]}")
+        check(fs.stop() == 0, "the FIM server exits 0")
+        os.remove(fim_model)
     # A bad server: section fails at start, naming the key.
     bad_cfg = "/tmp/minfer-server-bad.yaml"
     with open(bad_cfg, "w") as f:

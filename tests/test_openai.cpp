@@ -3,7 +3,11 @@
 
 #include <algorithm>
 
+#include "gguf/gguf.hpp"
+#include "native.hpp"
 #include "openai.hpp"
+#include "test_util.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "sampling/json_constraint.hpp"
 
 using namespace minfer::server;
@@ -267,4 +271,83 @@ TEST(OpenAI, AForcedCallIsWrittenToTheTemplatesPattern) {
   PatternState partial(parts);
   EXPECT_TRUE(partial.feed("<tool_call>\n{\"name\": \"get_ti"));
   EXPECT_FALSE(partial.complete());
+}
+
+// llama-server's /completion and /infill fields (native.hpp), mapped onto the OpenAI ones.
+TEST(Native, FieldsMapOntoTheOpenAIOnes) {
+  const NativeRequest r = native_to_openai(json::parse(R"({"prompt": "x", "n_predict": 7, "seed": -1, "cache_prompt": true, "id_slot": 2,
+      "logit_bias": [[15, -1.5], [16, false]], "json_schema": {"type": "integer"}, "t_max_predict_ms": 250, "samplers": ["top_k"]})"));
+  EXPECT_EQ(r.openai["max_tokens"], 7);
+  EXPECT_FALSE(r.openai.contains("seed")) << "-1: a fresh seed";
+  EXPECT_EQ(r.openai["logit_bias"], json::parse(R"({"15": -1.5, "16": -100})"));
+  EXPECT_EQ(r.openai["response_format"]["type"], "json_schema");
+  EXPECT_FALSE(r.prompt_only);
+  const GenerationParams p = parse_generation(r.openai, minfer::sampling::Config{}, 3);
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_TRUE(p.response_schema);
+  EXPECT_EQ(p.sampling.logit_bias.size(), 2u);
+  const NativeRequest warm = native_to_openai(json::parse(R"({"prompt": "x", "n_predict": 0})"));
+  EXPECT_TRUE(warm.prompt_only) << "n_predict 0 evaluates the prompt only (editors warm the cache so)";
+  EXPECT_FALSE(native_to_openai(json::parse(R"({"prompt": "x", "n_predict": -1})")).openai.contains("max_tokens"));
+  auto refused = [](const char *body) {
+    try {
+      native_to_openai(json::parse(body));
+    } catch (const BadRequest &e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refused(R"({"prompt": "x", "grammar": "root ::= \"a\""})").find("'grammar'"), std::string::npos);
+  EXPECT_EQ(refused(R"({"prompt": "x", "grammar": ""})"), "");
+  EXPECT_NE(refused(R"({"prompt": "x", "mirostat": 2})").find("'mirostat'"), std::string::npos);
+  EXPECT_EQ(refused(R"({"prompt": "x", "mirostat": 0, "typical_p": 1})"), "");
+  EXPECT_NE(refused(R"({"prompt": "x", "n_probs": 3})").find("'n_probs'"), std::string::npos);
+  EXPECT_NE(refused(R"({"prompt": "x", "n_predict": -2})").find("'n_predict'"), std::string::npos);
+  EXPECT_NE(refused(R"({"prompt": "x", "logit_bias": [[1]]})").find("'logit_bias'"), std::string::npos);
+  EXPECT_EQ(stop_type("stop", true), "word");
+  EXPECT_EQ(stop_type("stop", false), "eos");
+  EXPECT_EQ(stop_type("length", false), "limit");
+}
+
+// The infill prompt: llama-server's layout, fitted to the context, with and without
+// repository-level tokens.
+TEST(Native, InfillPromptLayoutAndBudget) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const auto ds = minfer::tokenizer::Tokenizer::from_gguf(*minfer::gguf::File::open(td + "/vocab/ggml-vocab-deepseek-v3.gguf"));
+  auto enc = [&](const minfer::tokenizer::Tokenizer &t, const std::string &s) { return t.encode(s, false, false); };
+  const InfillInput in{"def add(a, b):\n    ", "\n\nprint(add(1, 2))\n", "return", {{"util.py", "X = 1\n"}}};
+  const std::vector<int32_t> got = infill_prompt(*ds, in, 4096, 256);
+  std::vector<int32_t> want;
+  if (ds->add_bos()) want.push_back(ds->bos());
+  for (const auto &piece : {enc(*ds, "\n\n--- snippet ---\n\n"), enc(*ds, "X = 1\n")}) want.insert(want.end(), piece.begin(), piece.end());
+  want.push_back(128801);
+  for (const auto &piece : {enc(*ds, in.prefix), enc(*ds, in.prompt)}) want.insert(want.end(), piece.begin(), piece.end());
+  want.push_back(128800);
+  const auto suf = enc(*ds, in.suffix);
+  want.insert(want.end(), suf.begin(), suf.end());
+  want.push_back(128802);
+  EXPECT_EQ(got, want) << "[BOS] extra <fim_pre> prefix prompt <fim_suf> suffix <fim_mid>";
+
+  // A long prefix and suffix in a small context: the prefix's end and the suffix's start stay.
+  std::string long_prefix, long_suffix;
+  for (int i = 0; i < 400; ++i) long_prefix += "x" + std::to_string(i) + " = " + std::to_string(i) + "\n", long_suffix += "y" + std::to_string(i) + "\n";
+  const std::vector<int32_t> fit = infill_prompt(*ds, InfillInput{long_prefix, long_suffix, "", {{"a.py", long_prefix}}}, 1024, 256);
+  EXPECT_LE(fit.size(), 1024u - 256u);
+  EXPECT_GT(fit.size(), 700u) << "the budget is used";
+  const auto pre = std::find(fit.begin(), fit.end(), 128801), sf = std::find(fit.begin(), fit.end(), 128800);
+  ASSERT_TRUE(pre != fit.end() && sf != fit.end() && fit.back() == 128802);
+  const std::vector<int32_t> full_prefix = enc(*ds, long_prefix), full_suffix = enc(*ds, long_suffix);
+  const std::vector<int32_t> kept_prefix(pre + 1, sf), kept_suffix(sf + 1, fit.end() - 1);
+  EXPECT_TRUE(std::equal(kept_prefix.rbegin(), kept_prefix.rend(), full_prefix.rbegin())) << "the prefix's end";
+  EXPECT_TRUE(std::equal(kept_suffix.begin(), kept_suffix.end(), full_suffix.begin())) << "the suffix's start";
+  EXPECT_GE(kept_suffix.size(), (1024u - 256u) / 5) << "the suffix keeps about a quarter";
+
+  const auto spm = minfer::tokenizer::Tokenizer::from_gguf(*minfer::gguf::File::open(td + "/vocab/ggml-vocab-llama-spm.gguf"));
+  try {
+    infill_prompt(*spm, in, 4096, 256);
+    ADD_FAILURE() << "a vocabulary without FIM tokens";
+  } catch (const BadRequest &e) {
+    EXPECT_NE(std::string(e.what()).find("no fill-in-the-middle tokens"), std::string::npos);
+  }
 }

@@ -179,3 +179,50 @@ TEST(Tokenizer, TurnEndsByNameEndGeneration) {
   EXPECT_FALSE(tok->is_end_of_generation(128011)) << "another reserved token";
   std::filesystem::remove(path);
 }
+
+// Fill-in-the-middle tokens: by the texts llama.cpp knows them by (DeepSeek's, Qwen2.5-Coder's),
+// or by the file's keys; FIM pad, repository and file-separator tokens end generation.
+TEST(Tokenizer, FillInTheMiddleTokens) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const auto ds = minfer::tokenizer::Tokenizer::from_gguf(*minfer::gguf::File::open(td + "/vocab/ggml-vocab-deepseek-v3.gguf"));
+  EXPECT_EQ(ds->fim().pre, 128801);
+  EXPECT_EQ(ds->fim().suf, 128800);
+  EXPECT_EQ(ds->fim().mid, 128802);
+  EXPECT_TRUE(ds->fim().usable());
+  const auto f = minfer::gguf::File::open(td + "/vocab/ggml-vocab-llama-bpe.gguf");
+  EXPECT_FALSE(minfer::tokenizer::Tokenizer::from_gguf(*f)->fim().usable()) << "Llama 3 has none";
+  for (const bool by_key : {false, true}) {
+    minfer::gguf::Writer w;
+    for (const auto &[k, v] : f->metadata()) {
+      if (k != "tokenizer.ggml.tokens") {
+        w.set(k, v);
+        continue;
+      }
+      std::vector<std::string> names;
+      for (const auto &x : v.arr().items()) names.push_back(std::get<std::string>(x.v));
+      if (!by_key)
+        names[128002] = "<|fim_prefix|>", names[128003] = "<|fim_suffix|>", names[128004] = "<|fim_middle|>", names[128005] = "<|fim_pad|>",
+        names[128006] = "<|repo_name|>", names[128007] = "<|file_sep|>";
+      w.set(k, minfer::gguf::Value::strings(names));
+    }
+    if (by_key)
+      for (const auto &[k, id] : std::vector<std::pair<std::string, uint32_t>>{{"pre", 128012}, {"suf", 128013}, {"mid", 128014}, {"sep", 128015}})
+        w.set("tokenizer.ggml.fim_" + k + "_token_id", minfer::gguf::Value::u32(id));
+    const std::string path = (std::filesystem::temp_directory_path() / "minfer-fim.gguf").string();
+    w.begin(path);
+    w.finish();
+    const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*minfer::gguf::File::open(path));
+    const minfer::tokenizer::FimTokens &fim = tok->fim();
+    if (!by_key) {
+      EXPECT_EQ(std::vector<int32_t>({fim.pre, fim.suf, fim.mid, fim.pad, fim.rep, fim.sep}),
+                std::vector<int32_t>({128002, 128003, 128004, 128005, 128006, 128007}));
+      for (const int32_t id : {128005, 128006, 128007}) EXPECT_TRUE(tok->is_end_of_generation(id)) << id;
+      EXPECT_FALSE(tok->is_end_of_generation(128002));
+    } else {
+      EXPECT_EQ(std::vector<int32_t>({fim.pre, fim.suf, fim.mid, fim.pad, fim.rep, fim.sep}),
+                std::vector<int32_t>({128012, 128013, 128014, -1, -1, 128015}));
+    }
+    std::filesystem::remove(path);
+  }
+}

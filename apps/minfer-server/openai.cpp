@@ -279,10 +279,12 @@ PromptField completion_prompt(const json &body) {
 
 StopCheck check_stops(std::string &text, const std::vector<std::string> &stops) {
   size_t first = std::string::npos;
-  for (const std::string &s : stops) first = std::min(first, text.find(s));
+  std::string word;
+  for (const std::string &s : stops)
+    if (const size_t at = text.find(s); at < first) first = at, word = s;
   if (first != std::string::npos) {
     text.erase(first);
-    return {text.size(), true};
+    return {text.size(), true, word};
   }
   // Hold back the longest end of the text that begins some stop string.
   size_t hold = 0;

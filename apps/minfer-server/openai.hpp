@@ -97,6 +97,7 @@ PromptField completion_prompt(const json &body);
 struct StopCheck {
   size_t safe = 0;
   bool stopped = false;
+  std::string word;  // the stop string found
 };
 StopCheck check_stops(std::string &text, const std::vector<std::string> &stops);
 

@@ -19,6 +19,7 @@
 #include "chat/tool_calls.hpp"
 #include "common/error.hpp"
 #include "model_runner.hpp"
+#include "native.hpp"
 #include "openai.hpp"
 #include "runtime/engine.hpp"
 #include "sampling/json_constraint.hpp"
@@ -178,7 +179,12 @@ struct Server::Impl {
     return seeds();
   }
   void routes();
-  void completion(const httplib::Request &req, httplib::Response &res, bool chat);
+  // chat: /v1/chat/completions; completions: /v1/completions; native: llama-server's
+  // /completion; infill: its /infill (native.hpp).
+  enum class Route { chat, completions, native, infill };
+  void completion(const httplib::Request &req, httplib::Response &res, Route route);
+  void native_reply(httplib::Response &res, const std::shared_ptr<Loaded> &L, const std::shared_ptr<RequestStream> &stream, const GenerationParams &p,
+                    int64_t id, bool prompt_only, int64_t n_prompt, std::chrono::steady_clock::time_point start);
 };
 
 namespace {
@@ -187,6 +193,8 @@ namespace {
 // while they are final. on_delta returns false when the client went away.
 struct Outcome {
   std::string text, finish, error;
+  std::string stop_word;  // the stop string that ended it, if one did
+  std::chrono::steady_clock::time_point first_token{};  // when the first token came (prompt done)
   size_t shown = 0;  // bytes of text handed on as deltas (the rest may hold tool calls)
   int64_t tokens = 0, cached = 0;  // cached: prompt positions reused from shared pages
   std::vector<sampling::TokenLogprobs> logprobs;  // one per token, when asked
@@ -235,17 +243,18 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
       o.text += dec.flush();
       const StopCheck sc = check_stops(o.text, stops);
       o.finish = ev->reason == "cancelled" ? "cancelled" : finish_reason(ev->reason);
-      if (sc.stopped) o.finish = "stop";
+      if (sc.stopped) o.finish = "stop", o.stop_word = sc.word;
       hand_on(plain(), true);
       return o;
     }
-    ++o.tokens;
+    if (o.tokens++ == 0) o.first_token = std::chrono::steady_clock::now();
     if (ev->logprobs) o.logprobs.push_back(*ev->logprobs);
     o.text += dec.push(ev->token);
     const StopCheck sc = check_stops(o.text, stops);
     if (sc.stopped) {
       engine.cancel(id);
       o.finish = "stop";
+      o.stop_word = sc.word;
       hand_on(plain(), true);
       // The end event follows the cancel within a step; it carries the usage's cached count.
       for (int waits = 0; waits < 50; ++waits)
@@ -263,7 +272,59 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
   }
 }
 
+// llama-server's answer to /completion and /infill (a stream's last event): the text, why it
+// ended, the counts, and the prompt and generation timings.
+json native_result(const Outcome &o, bool prompt_only, int64_t n_prompt, const std::string &model, std::chrono::steady_clock::time_point start,
+                   bool streamed) {
+  const auto end = std::chrono::steady_clock::now();
+  const auto first = o.tokens > 0 ? o.first_token : end;
+  const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  const int64_t predicted = prompt_only ? 0 : o.tokens, evaluated = n_prompt - o.cached;
+  const double prompt_ms = ms(first - start), predicted_ms = ms(end - first);
+  const auto per = [](double t, int64_t n) { return n > 0 ? json(t / double(n)) : json(nullptr); };
+  const auto rate = [](double t, int64_t n) { return t > 0 ? json(1000.0 * double(n) / t) : json(nullptr); };
+  const json timings = {{"prompt_n", evaluated}, {"prompt_ms", prompt_ms}, {"prompt_per_token_ms", per(prompt_ms, evaluated)},
+                        {"prompt_per_second", rate(prompt_ms, evaluated)}, {"predicted_n", predicted}, {"predicted_ms", predicted_ms},
+                        {"predicted_per_token_ms", per(predicted_ms, predicted)}, {"predicted_per_second", rate(predicted_ms, predicted)}};
+  const std::string content = prompt_only || streamed ? "" : o.text;
+  return {{"index", 0}, {"content", content}, {"tokens", json::array()}, {"id_slot", 0}, {"stop", true}, {"model", model},
+          {"tokens_predicted", predicted}, {"tokens_evaluated", n_prompt}, {"has_new_line", !prompt_only && o.text.find('\n') != std::string::npos},
+          {"truncated", false}, {"stop_type", prompt_only ? "limit" : stop_type(o.finish, !o.stop_word.empty())}, {"stopping_word", o.stop_word},
+          {"tokens_cached", o.cached}, {"timings", timings}};
+}
+
 }  // namespace
+
+void Server::Impl::native_reply(httplib::Response &res, const std::shared_ptr<Loaded> &L, const std::shared_ptr<RequestStream> &stream,
+                                const GenerationParams &p, int64_t id, bool prompt_only, int64_t n_prompt, std::chrono::steady_clock::time_point start) {
+  if (!p.stream) {
+    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, stopping, [](const std::string &, auto, size_t) { return true; });
+    generated += o.tokens;
+    if (!o.error.empty()) return reply(res, 500, error_body(500, o.error));
+    return reply(res, 200, native_result(o, prompt_only, n_prompt, model_name, start, false));
+  }
+  // Server-sent events as llama-server sends them: {content, stop: false} per piece, then the
+  // whole result with stop: true (no [DONE]).
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, prompt_only, n_prompt, start](size_t, httplib::DataSink &sink) {
+    const auto send = [&](const json &j) {
+      const std::string line = "data: " + dump(j) + "\n\n";
+      return sink.write(line.data(), line.size());
+    };
+    bool alive = true;
+    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, stopping,
+                            [&](const std::string &piece, std::span<const sampling::TokenLogprobs>, size_t) {
+                              if (!alive || !sink.is_writable()) return alive = false;
+                              if (piece.empty() || prompt_only) return true;
+                              return alive = send({{"index", 0}, {"content", piece}, {"tokens", json::array()}, {"stop", false}, {"id_slot", 0}});
+                            });
+    generated += o.tokens;
+    if (!alive || o.finish == "cancelled") return false;
+    send(o.error.empty() ? native_result(o, prompt_only, n_prompt, model_name, start, true) : error_body(500, o.error));
+    sink.done();
+    return true;
+  });
+}
 
 Server::Server(RunConfig cfg, ServerOptions opts) : impl_(std::make_unique<Impl>()) {
   impl_->cfg = std::move(cfg);
@@ -291,7 +352,8 @@ void Server::drain() {
   stop();  // what is still running past the timeout ends "cancelled"
 }
 
-void Server::Impl::completion(const httplib::Request &req, httplib::Response &res, bool chat) {
+void Server::Impl::completion(const httplib::Request &req, httplib::Response &res, Route route) {
+  const bool chat = route == Route::chat, native = route == Route::native || route == Route::infill;
   const std::shared_ptr<Loaded> L = ready();
   if (!L) return reply(res, 503, error_body(503, "the model is loading; retry when GET /health answers 200"));
   if (draining) return reply(res, 503, error_body(503, "the server is shutting down"));
@@ -306,9 +368,15 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   GenerationParams p;
   ToolsRequest tools;
   bool thinks = false, opened = false;  // the reply's think block goes to reasoning_content; the prompt opened it
+  bool prompt_only = false;             // native n_predict 0: the prompt is evaluated, nothing generated
   std::vector<int32_t> prompt;
   try {
-    p = parse_generation(body, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
+    NativeRequest nr;
+    if (native) nr = native_to_openai(body), prompt_only = nr.prompt_only;
+    const json &fields = native ? nr.openai : body;
+    p = parse_generation(fields, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
+    // Fill-in-the-middle leaves the reply a quarter of the context unless max_tokens says.
+    const int64_t reserve = p.max_tokens > 0 ? p.max_tokens : runner.n_ctx() / 4;
     if (p.response_schema) p.sampling.constraint = sampling::json_constraint(L->vocab, p.response_schema);
     for (const auto &[t, b] : p.sampling.logit_bias)
       if (t >= tok.n_vocab())
@@ -334,8 +402,18 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       prompt = chat::tokenize_prompt(tok, text);
       thinks = L->thinks && reasoning_split(body);
       opened = thinks && chat::prompt_opens_thinking(text);
-    } else {
+    } else if (route == Route::infill) {
+      const InfillInput in = parse_infill(body);
+      refuse_unfittable(*L, in.prefix + in.suffix + in.prompt);
+      prompt = infill_prompt(tok, in, runner.n_ctx(), reserve);
+    } else if (const auto sx = body.find("suffix"); route == Route::completions && sx != body.end() && !sx->is_null()) {
+      // OpenAI's completions with a suffix: the prompt is the text before the cursor.
       const PromptField f = completion_prompt(body);
+      if (!sx->is_string() || f.is_ids) throw BadRequest("'suffix' must be a string, with a text 'prompt' before it");
+      refuse_unfittable(*L, f.text + sx->get<std::string>());
+      prompt = infill_prompt(tok, InfillInput{f.text, sx->get<std::string>(), "", {}}, runner.n_ctx(), reserve);
+    } else {
+      const PromptField f = completion_prompt(fields);
       if (f.is_ids) {
         for (const int32_t t : f.ids)
           if (t >= tok.n_vocab()) throw BadRequest("'prompt' token id " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");
@@ -356,6 +434,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     return reply(res, 400, error_body(400, "the prompt has " + std::to_string(prompt.size()) + " tokens but the context holds " + std::to_string(n_ctx) +
                                                "; shorten it or start the server with a larger -c/--ctx-size"));
   const int64_t id = next_id++;
+  const auto start = std::chrono::steady_clock::now();
   SeqRequest r{id, prompt, p.max_tokens > 0 ? std::min(p.max_tokens, room) : room, p.sampling, p.logprobs};
   if (const std::string why = L->engine->check(r); !why.empty()) return reply(res, 400, error_body(400, why));
   std::shared_ptr<RequestStream> stream = L->engine->submit(r);
@@ -365,6 +444,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   }
   ++requests;
   prompt_tokens += int64_t(prompt.size());
+  if (native) return native_reply(res, L, stream, p, id, prompt_only, int64_t(prompt.size()), start);
   const std::string cid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
   const int64_t created = unix_now();
   const int64_t n_prompt = int64_t(prompt.size());
@@ -488,8 +568,10 @@ void Server::Impl::routes() {
   http.Get("/v1/models", [this](const httplib::Request &, httplib::Response &res) {
     reply(res, 200, {{"object", "list"}, {"data", json::array({{{"id", model_name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "minfer"}}})}});
   });
-  http.Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, true); });
-  http.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, false); });
+  http.Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::chat); });
+  http.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::completions); });
+  http.Post("/completion", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::native); });
+  http.Post("/infill", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::infill); });
   http.Post("/tokenize", [this](const httplib::Request &req, httplib::Response &res) {
     const auto L = ready();
     if (!L) return reply(res, 503, error_body(503, "loading the model"));
@@ -559,7 +641,7 @@ void Server::Impl::routes() {
   http.set_error_handler([](const httplib::Request &req, httplib::Response &res) {
     static const std::map<std::string, std::string> kMethods = {
         {"/", "GET"}, {"/health", "GET"}, {"/v1/models", "GET"}, {"/props", "GET"}, {"/metrics", "GET"}, {"/v1/chat/completions", "POST"},
-        {"/v1/completions", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
+        {"/v1/completions", "POST"}, {"/completion", "POST"}, {"/infill", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
     if (res.status == 404) {
       if (const auto it = kMethods.find(req.path); it != kMethods.end() && it->second != req.method) {
         res.set_header("Allow", it->second);

@@ -138,6 +138,31 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File &f) {
                                     std::find(t->eog_.begin(), t->eog_.end(), id) == t->eog_.end())
       t->eog_.push_back(id);
 
+  // Fill-in-the-middle tokens: the file's keys (and their older names), else the texts
+  // llama.cpp knows them by (Qwen2.5-Coder, CodeLlama, StarCoder, CodeGemma, DeepSeek Coder).
+  // Generation also ends at FIM pad, repository and file-separator tokens, as in llama.cpp.
+  auto fim_token = [&](std::initializer_list<const char *> keys, std::initializer_list<const char *> texts) {
+    for (const char *k : keys)
+      if (const int32_t id = opt_id(k); id >= 0) return id;
+    for (const char *x : texts)
+      if (const int32_t id = t->find(x); id >= 0 && (t->types_[size_t(id)] == Control || t->types_[size_t(id)] == UserDefined)) return id;
+    return -1;
+  };
+  t->fim_.pre = fim_token({"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"},
+                          {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", "\xE2\x96\x81<PRE>",
+                           "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>"});
+  t->fim_.suf = fim_token({"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"},
+                          {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", "\xE2\x96\x81<SUF>",
+                           "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>"});
+  t->fim_.mid = fim_token({"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"},
+                          {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", "\xE2\x96\x81<MID>",
+                           "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>"});
+  t->fim_.pad = fim_token({"tokenizer.ggml.fim_pad_token_id"}, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>"});
+  t->fim_.rep = fim_token({"tokenizer.ggml.fim_rep_token_id"}, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"});
+  t->fim_.sep = fim_token({"tokenizer.ggml.fim_sep_token_id"}, {"<|file_sep|>", "<file_sep>", "<fim-sep>"});
+  for (const int32_t id : {t->fim_.pad, t->fim_.rep, t->fim_.sep})
+    if (id >= 0 && std::find(t->eog_.begin(), t->eog_.end(), id) == t->eog_.end()) t->eog_.push_back(id);
+
   for (size_t i = 0; i < n; ++i)
     if (t->types_[i] == Control || t->types_[i] == UserDefined) t->specials_.push_back(int32_t(i));
   std::stable_sort(t->specials_.begin(), t->specials_.end(),

@@ -26,6 +26,13 @@ enum class Pre { Gpt2, Llama3, Qwen2, Gpt4o, Tekken, Smollm, DeepseekV3 };
 // GGUF token types.
 enum TokenType : int32_t { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
 
+// Fill-in-the-middle tokens (-1: none): prefix, suffix, middle; pad; repository name and file
+// separator (repository-level FIM, Qwen2.5-Coder's).
+struct FimTokens {
+  int32_t pre = -1, suf = -1, mid = -1, pad = -1, rep = -1, sep = -1;
+  bool usable() const { return pre >= 0 && suf >= 0 && mid >= 0; }
+};
+
 class Tokenizer {
  public:
   // Reads tokenizer.ggml.*; throws minfer::Error naming the file and the key or value.
@@ -48,6 +55,7 @@ class Tokenizer {
   int32_t find(const std::string &text) const;  // -1 when absent
   Kind kind() const { return kind_; }
   bool add_space_prefix() const { return add_space_prefix_; }
+  const FimTokens &fim() const { return fim_; }
 
  private:
   Tokenizer() = default;
@@ -70,6 +78,7 @@ class Tokenizer {
   std::vector<int32_t> specials_;                        // control/user-defined, longest first
   std::vector<int32_t> eog_;
   int32_t bos_ = -1, eos_ = -1, unk_ = -1;
+  FimTokens fim_;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = true;
   bool ignore_merges_ = false;  // LLaMA 3: a pre-token that is itself a token is not merged
   std::string byte_to_unicode_[256];
