@@ -211,6 +211,19 @@ TEST(JsonSchema, ReferencesRecursionAndAllOf) {
   EXPECT_TRUE(refused(merged, R"({"a": 1})"));
 }
 
+// A call of one of many tools (agents offer a hundred and more): each stays reachable.
+TEST(JsonSchema, AnyOfManyAlternativesKeepsThemAll) {
+  ojson calls = ojson::array();
+  for (int i = 0; i < 300; ++i)
+    calls.push_back({{"type", "object"}, {"properties", {{"name", {{"const", "tool_" + std::to_string(i)}}}, {"arguments", {{"type", "object"},
+                     {"properties", {{"x" + std::to_string(i), {{"type", "integer"}}}}}}}}}, {"required", {"name", "arguments"}}});
+  const auto s = Schema::compile(ojson{{"anyOf", calls}}, false);
+  EXPECT_TRUE(whole(s, R"({"name": "tool_299", "arguments": {"x299": 5}})"));
+  EXPECT_TRUE(whole(s, R"({"name": "tool_0", "arguments": {}})"));
+  EXPECT_TRUE(refused(s, R"({"name": "tool_299", "arguments": {"x298")")) << "the arguments of the tool named";
+  EXPECT_TRUE(refused(s, R"({"name": "tool_300")"));
+}
+
 TEST(JsonSchema, UnsupportedKeywordsAreErrorsOnlyWhenStrict) {
   EXPECT_NE(compile_error(R"({"type": "object", "properties": {"ids": {"type": "array", "uniqueItems": true}}})")
                 .find("at #/properties/ids: 'uniqueItems' is not supported"), std::string::npos);

@@ -18,7 +18,7 @@ bool hex(char c) { return digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <
 
 constexpr int kMaxIndent = 20;
 constexpr size_t kMaxDepth = 64;     // nesting of containers a reply may reach
-constexpr size_t kMaxThreads = 64;   // alternatives alive at once (more are dropped)
+constexpr size_t kMaxThreads = 1024;  // alternatives alive at once (more are dropped): a call of any of 1,024 tools
 constexpr size_t kMaxNodes = 20000;  // a schema's compiled size
 constexpr int kMaxDigits = 16;       // integer and fraction digits of a number, as llama.cpp
 constexpr int kMaxExpDigits = 3;
@@ -789,14 +789,42 @@ void SchemaState::step(Thread t, char c, std::vector<Thread> &out) const {
   }
 }
 
+namespace {
+
+// A thread's place, for finding threads that came to the same one (equal threads hash equal).
+size_t place_hash(const Thread &t) {
+  size_t h = t.stack.size() * 0x9E3779B97F4A7C15ull ^ t.blanks;
+  for (const Frame &f : t.stack) {
+    const uint64_t a = uint64_t(uint32_t(f.node)) << 32 | uint32_t(f.kind) << 24 | uint32_t(f.phase) << 16 | uint32_t(f.esc) << 8 | uint32_t(f.free_key);
+    const uint64_t b = uint64_t(uint32_t(f.next)) << 32 ^ uint64_t(uint32_t(f.lo)) << 16 ^ uint64_t(uint32_t(f.at)) ^ uint64_t(f.len) * 31 ^ uint64_t(f.frac);
+    h = (h ^ a) * 0x100000001B3ull;
+    h = (h ^ b) * 0x100000001B3ull;
+  }
+  return h;
+}
+
+}  // namespace
+
 bool SchemaState::feed(char c) {
   std::vector<Thread> out;
+  out.reserve(threads_.size());
   for (const Thread &t : threads_) step(t, c, out);
   if (out.empty()) return false;
-  // Alternatives that came to the same place are one.
+  if (out.size() == 1) {
+    threads_ = std::move(out);
+    return true;
+  }
+  // Alternatives that came to the same place are one (hashes first: a call of one of hundreds
+  // of tools keeps hundreds of threads until the name tells them apart).
+  std::vector<std::pair<size_t, size_t>> keyed;  // (hash, index into out)
+  for (size_t i = 0; i < out.size(); ++i) keyed.emplace_back(place_hash(out[i]), i);
+  std::sort(keyed.begin(), keyed.end());
   std::vector<Thread> unique;
-  for (Thread &t : out)
-    if (unique.size() < kMaxThreads && std::find(unique.begin(), unique.end(), t) == unique.end()) unique.push_back(std::move(t));
+  for (size_t i = 0; i < keyed.size() && unique.size() < kMaxThreads; ++i) {
+    bool seen = false;
+    for (size_t j = i; j-- > 0 && keyed[j].first == keyed[i].first && !seen;) seen = out[keyed[j].second] == out[keyed[i].second];
+    if (!seen) unique.push_back(out[keyed[i].second]);
+  }
   threads_ = std::move(unique);
   return true;
 }
