@@ -360,6 +360,41 @@ try:
             if choice != "required":
                 ok = ok and calls and calls[0]["function"]["arguments"] == "{}"
             check(status == 200 and ok, f"tool_choice {choice}: {status} {str(rb)[:400]}")
+        # Anthropic's Messages API over the same chat: the same greedy text as /v1/chat/completions,
+        # its stream of named events adding up to it, count_tokens, a forced tool_use, x-api-key,
+        # and its error shape.
+        akey = {"Content-Type": "application/json", "x-api-key": "sekret", "anthropic-version": "2023-06-01"}
+        amsgs = {"model": "chatty", "system": [{"type": "text", "text": "Be brief."}], "messages": [{"role": "user", "content": [{"type": "text", "text": "Once upon"}]}],
+                 "max_tokens": 16, "temperature": 0}
+        status, am = k.request("POST", "/v1/messages", json.dumps(amsgs), headers=akey)
+        check(status == 200 and am["type"] == "message" and am["role"] == "assistant" and am["content"] == [{"type": "text", "text": body["choices"][0]["message"]["content"]}]
+              and am["stop_reason"] in ("end_turn", "max_tokens") and am["usage"]["input_tokens"] + am["usage"]["cache_read_input_tokens"] == body["usage"]["prompt_tokens"]
+              and am["usage"]["output_tokens"] == body["usage"]["completion_tokens"], f"/v1/messages: {status} {str(am)[:400]} against {str(body)[:200]}")
+        status, _, _ = k.stream("/v1/messages", amsgs, headers=akey)
+        blocks = [b for b in k.last_stream.split("\n\n") if b]
+        named = [(b.split("\n")[0][len("event: "):], json.loads(b.split("\n")[1][len("data: "):])) for b in blocks if b.startswith("event: ")]
+        kinds = [n for n, _ in named]
+        streamed = "".join(d["delta"]["text"] for n, d in named if n == "content_block_delta" and d["delta"]["type"] == "text_delta")
+        check(status == 200 and len(named) == len(blocks) and kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"] and
+              all(d["type"] == n for n, d in named) and streamed == am["content"][0]["text"] and named[-2][1]["delta"]["stop_reason"] == am["stop_reason"],
+              f"/v1/messages stream: {kinds} {streamed!r}")
+        status, ct = k.request("POST", "/v1/messages/count_tokens", json.dumps(amsgs), headers=akey)
+        check(status == 200 and ct == {"input_tokens": body["usage"]["prompt_tokens"]}, f"count_tokens: {status} {ct}")
+        atools = [{"name": "get_time", "description": "The time", "input_schema": {"type": "object", "properties": {}}},
+                  {"name": "get_weather", "input_schema": weather["function"]["parameters"]}]
+        status, at = k.request("POST", "/v1/messages", json.dumps(dict(amsgs, max_tokens=60, tools=atools, tool_choice={"type": "tool", "name": "get_time"})),
+                               headers=akey)
+        check(status == 200 and at["stop_reason"] == "tool_use" and at["content"][-1]["type"] == "tool_use" and at["content"][-1]["name"] == "get_time" and
+              at["content"][-1]["input"] == {}, f"/v1/messages forced tool_use: {status} {str(at)[:400]}")
+        follow = dict(amsgs, tools=atools, messages=amsgs["messages"] + [{"role": "assistant", "content": at.get("content", [])},
+                                                                          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": at["content"][-1].get("id", ""), "content": "12:00"}]}])
+        status, fb = k.request("POST", "/v1/messages", json.dumps(follow), headers=akey)
+        check(status == 200 and fb["type"] == "message", f"/v1/messages with the tool's result: {status} {str(fb)[:300]}")
+        status, ab = k.request("POST", "/v1/messages", json.dumps(amsgs), headers={"Content-Type": "application/json", "x-api-key": "wrong"})
+        check(status == 401 and ab["type"] == "error" and ab["error"]["type"] == "authentication_error", f"/v1/messages with a wrong key: {status} {ab}")
+        status, ab = k.request("POST", "/v1/messages", json.dumps(dict(amsgs, messages=[{"role": "user", "content": [{"type": "image", "source": {}}]}])), headers=akey)
+        check(status == 400 and ab["type"] == "error" and ab["error"]["type"] == "invalid_request_error" and "'image'" in ab["error"]["message"],
+              f"/v1/messages with an image: {status} {ab}")
         status, rb = k.request("POST", "/v1/chat/completions", json.dumps(dict(with_tools, tool_choice={"type": "function", "function": {"name": "nope"}})),
                                headers=auth)
         check(status == 400 and "not one of" in rb["error"]["message"], f"tool_choice naming no tool: {status} {rb}")

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "anthropic.hpp"
 #include "gguf/gguf.hpp"
 #include "native.hpp"
 #include "openai.hpp"
@@ -350,4 +351,96 @@ TEST(Native, InfillPromptLayoutAndBudget) {
   } catch (const BadRequest &e) {
     EXPECT_NE(std::string(e.what()).find("no fill-in-the-middle tokens"), std::string::npos);
   }
+}
+
+// Anthropic's Messages API (anthropic.hpp) as the chat path reads it, and its replies.
+TEST(Anthropic, RequestsBecomeChatRequests) {
+  const json a = anthropic_to_openai(json::parse(R"({"model": "x", "max_tokens": 64, "system": [{"type": "text", "text": "Be brief."}, {"type": "text",
+      "text": "Use tools.", "cache_control": {"type": "ephemeral"}}], "stop_sequences": ["END"], "temperature": 0.2,
+      "messages": [{"role": "user", "content": "Weather in Paris?"},
+                   {"role": "assistant", "content": [{"type": "thinking", "thinking": "Call it.", "signature": "s"}, {"type": "text", "text": "Checking."},
+                                                     {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "18 C"}]}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "ok"}, {"type": "text", "text": "Thanks"}]}],
+      "tools": [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+      "tool_choice": {"type": "tool", "name": "get_weather"}, "thinking": {"type": "disabled"}})"));
+  EXPECT_EQ(a["max_tokens"], 64);
+  EXPECT_EQ(a["stop"], json::parse(R"(["END"])"));
+  const json &m = a["messages"];
+  ASSERT_EQ(m.size(), 6u);
+  EXPECT_EQ(m[0], json::parse(R"({"role": "system", "content": "Be brief.\nUse tools."})"));
+  EXPECT_EQ(m[2]["content"], "Checking.");
+  EXPECT_EQ(m[2]["reasoning_content"], "Call it.");
+  EXPECT_EQ(m[2]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(m[2]["tool_calls"][0]["function"]["arguments"].get<std::string>()), json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(m[3], json::parse(R"({"role": "tool", "tool_call_id": "toolu_1", "content": "18 C"})")) << "a message of results only: no empty user turn";
+  EXPECT_EQ(m[4]["role"], "tool");
+  EXPECT_EQ(m[5], json::parse(R"({"role": "user", "content": "Thanks"})")) << "results first, then the user's text";
+  EXPECT_EQ(a["tools"][0]["function"]["parameters"]["properties"]["city"]["type"], "string");
+  EXPECT_EQ(a["tool_choice"]["function"]["name"], "get_weather");
+  EXPECT_EQ(a["chat_template_kwargs"]["enable_thinking"], false);
+  // The chat path takes it as it is.
+  const ToolsRequest t = parse_tools(a);
+  EXPECT_EQ(t.forced, std::vector<std::string>{"get_weather"});
+  EXPECT_EQ(chat_messages(a)[2]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
+  EXPECT_EQ(anthropic_to_openai(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "any"}})"))["tool_choice"], "required");
+  auto refused = [](const char *body) {
+    try {
+      anthropic_to_openai(json::parse(body));
+    } catch (const BadRequest &e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refused(R"({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]})").find("'image' block is not supported"), std::string::npos);
+  EXPECT_NE(refused(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "bash_20250124", "name": "bash"}]})").find("server tools"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"messages": []})").find("'messages'"), std::string::npos);
+  EXPECT_NE(refused(R"({"messages": [{"role": "system", "content": "x"}]})").find("'messages[0]'"), std::string::npos);
+  EXPECT_NE(refused(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "sometimes"}})").find("'tool_choice'"), std::string::npos);
+}
+
+TEST(Anthropic, RepliesAndTheirStream) {
+  AnthropicReply r{"msg_7", "m", "Hmm.", "Here.", anthropic_stop_reason("stop", "", true), "", {{"get_time", R"({"tz": "CET"})"}}, 7, 20, 5, 16};
+  const json m = anthropic_message(r);
+  EXPECT_EQ(m["type"], "message");
+  EXPECT_EQ(m["stop_reason"], "tool_use");
+  EXPECT_EQ(m["content"], json::parse(R"([{"type": "thinking", "thinking": "Hmm.", "signature": ""}, {"type": "text", "text": "Here."},
+                                           {"type": "tool_use", "id": "toolu_7_0", "name": "get_time", "input": {"tz": "CET"}}])"));
+  EXPECT_EQ(m["usage"], json::parse(R"({"input_tokens": 4, "output_tokens": 5, "cache_read_input_tokens": 16, "cache_creation_input_tokens": 0})"));
+  EXPECT_EQ(anthropic_stop_reason("length", "", false), "max_tokens");
+  EXPECT_EQ(anthropic_stop_reason("stop", "END", false), "stop_sequence");
+  EXPECT_EQ(anthropic_stop_reason("stop", "", false), "end_turn");
+  EXPECT_EQ(anthropic_error(401, "no")["error"]["type"], "authentication_error");
+  EXPECT_EQ(anthropic_error(400, "no")["error"]["type"], "invalid_request_error");
+
+  AnthropicStream s("msg_1", "m", 10, 0);
+  std::string all = s.start();  // one call a statement: the stream keeps state
+  all += s.thinking("a");
+  all += s.thinking("b");
+  all += s.text("");
+  all += s.text("c");
+  all += s.tool_uses({{"f", "{}"}}, 1);
+  all += s.finish("tool_use", "", 3);
+  std::vector<std::string> names;
+  std::vector<json> data;
+  for (size_t at = 0; (at = all.find("event: ", at)) != std::string::npos;) {
+    const size_t nl = all.find('\n', at);
+    names.push_back(all.substr(at + 7, nl - at - 7));
+    const size_t end = all.find("\n\n", nl);
+    ASSERT_EQ(all.compare(nl + 1, 6, "data: "), 0);
+    data.push_back(json::parse(all.substr(nl + 7, end - nl - 7)));
+    at = end;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"message_start", "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+                                             "content_block_start", "content_block_delta", "content_block_stop", "content_block_start",
+                                             "content_block_delta", "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_EQ(data[1]["content_block"]["type"], "thinking");
+  EXPECT_EQ(data[3]["delta"], json::parse(R"({"type": "thinking_delta", "thinking": "b"})"));
+  EXPECT_EQ(data[6]["index"], 1);
+  EXPECT_EQ(data[6]["delta"]["text"], "c");
+  EXPECT_EQ(data[8]["content_block"]["name"], "f");
+  EXPECT_EQ(data[9]["delta"], json::parse(R"({"type": "input_json_delta", "partial_json": "{}"})"));
+  EXPECT_EQ(data[11]["delta"]["stop_reason"], "tool_use");
+  EXPECT_EQ(data[11]["usage"]["output_tokens"], 3) << data[11].dump();
 }

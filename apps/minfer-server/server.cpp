@@ -19,6 +19,7 @@
 #include "chat/tool_calls.hpp"
 #include "common/error.hpp"
 #include "model_runner.hpp"
+#include "anthropic.hpp"
 #include "native.hpp"
 #include "openai.hpp"
 #include "runtime/engine.hpp"
@@ -180,8 +181,9 @@ struct Server::Impl {
   }
   void routes();
   // chat: /v1/chat/completions; completions: /v1/completions; native: llama-server's
-  // /completion; infill: its /infill (native.hpp).
-  enum class Route { chat, completions, native, infill };
+  // /completion; infill: its /infill (native.hpp); messages: Anthropic's /v1/messages
+  // (anthropic.hpp), which goes the chat way; count_tokens: its prompt's size only.
+  enum class Route { chat, completions, native, infill, messages, count_tokens };
   void completion(const httplib::Request &req, httplib::Response &res, Route route);
   void native_reply(httplib::Response &res, const std::shared_ptr<Loaded> &L, const std::shared_ptr<RequestStream> &stream, const GenerationParams &p,
                     int64_t id, bool prompt_only, int64_t n_prompt, std::chrono::steady_clock::time_point start);
@@ -353,7 +355,8 @@ void Server::drain() {
 }
 
 void Server::Impl::completion(const httplib::Request &req, httplib::Response &res, Route route) {
-  const bool chat = route == Route::chat, native = route == Route::native || route == Route::infill;
+  const bool anthropic = route == Route::messages || route == Route::count_tokens;
+  const bool chat = route == Route::chat || anthropic, native = route == Route::native || route == Route::infill;
   const std::shared_ptr<Loaded> L = ready();
   if (!L) return reply(res, 503, error_body(503, "the model is loading; retry when GET /health answers 200"));
   if (draining) return reply(res, 503, error_body(503, "the server is shutting down"));
@@ -373,7 +376,8 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   try {
     NativeRequest nr;
     if (native) nr = native_to_openai(body), prompt_only = nr.prompt_only;
-    const json &fields = native ? nr.openai : body;
+    if (anthropic) nr.openai = anthropic_to_openai(body);
+    const json &fields = native || anthropic ? nr.openai : body;
     p = parse_generation(fields, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
     // Fill-in-the-middle leaves the reply a quarter of the context unless max_tokens says.
     const int64_t reserve = p.max_tokens > 0 ? p.max_tokens : runner.n_ctx() / 4;
@@ -383,9 +387,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
         throw BadRequest("'logit_bias' token " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");
     if (chat) {
       if (!L->tmpl) return reply(res, 400, error_body(400, "chat completions need a chat template: " + L->tmpl_error));
-      tools = parse_tools(body);
+      tools = parse_tools(fields);
       jinja::Dict extra;
-      const json kwargs = template_kwargs(body);  // named: items() of a temporary would dangle
+      const json kwargs = template_kwargs(fields);  // named: items() of a temporary would dangle
       for (const auto &[k, v] : kwargs.items()) extra.emplace_back(k, chat::from_json(v));
       if (tools.offered) {
         refuse_unusable_tools(*L);
@@ -397,10 +401,10 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       } else if (tools.offered && !p.response_schema) {
         p.sampling.constraint = opened_calls(*L, tools);
       }
-      const std::string text = L->tmpl->render(chat::from_json(chat_messages(body)), /*add_generation_prompt=*/true, extra);
+      const std::string text = L->tmpl->render(chat::from_json(chat_messages(fields)), /*add_generation_prompt=*/true, extra);
       refuse_unfittable(*L, text);
       prompt = chat::tokenize_prompt(tok, text);
-      thinks = L->thinks && reasoning_split(body);
+      thinks = L->thinks && reasoning_split(fields);
       opened = thinks && chat::prompt_opens_thinking(text);
     } else if (route == Route::infill) {
       const InfillInput in = parse_infill(body);
@@ -433,6 +437,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   if (room < 1)
     return reply(res, 400, error_body(400, "the prompt has " + std::to_string(prompt.size()) + " tokens but the context holds " + std::to_string(n_ctx) +
                                                "; shorten it or start the server with a larger -c/--ctx-size"));
+  if (route == Route::count_tokens) return reply(res, 200, {{"input_tokens", prompt.size()}});
   const int64_t id = next_id++;
   const auto start = std::chrono::steady_clock::now();
   SeqRequest r{id, prompt, p.max_tokens > 0 ? std::min(p.max_tokens, room) : room, p.sampling, p.logprobs};
@@ -466,55 +471,91 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     const Outcome o = drive(*L->engine, tok, id, stream, p.stop, stopping, [](const std::string &, auto, size_t) { return true; }, calls);
     generated += o.tokens;
     if (!o.error.empty()) return reply(res, 500, error_body(500, o.error));
-    json choice = {{"index", 0}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}};
     if (!chat) {
-      choice["text"] = o.text;
-    } else {
-      const chat::ReasoningSplitter::Pieces parts = thinks ? chat::split_reasoning(o.text, opened) : chat::ReasoningSplitter::Pieces{"", o.text};
-      json message = {{"role", "assistant"}, {"content", parts.content}};
-      if (!parts.reasoning.empty()) message["reasoning_content"] = parts.reasoning;
-      if (const chat::ParsedReply r = chat::parse_tool_calls(calls, parts.content); !r.calls.empty()) {
-        message["content"] = r.content.empty() ? json(nullptr) : json(r.content);
-        message["tool_calls"] = tool_calls_json(r.calls, id, /*streaming=*/false);
-        choice["finish_reason"] = "tool_calls";
-      }
-      choice["message"] = std::move(message);
+      const json choice = {{"index", 0}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}, {"text", o.text}};
+      return reply(res, 200, {{"id", cid}, {"object", object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}, {"usage", usage(o)}});
     }
+    const chat::ReasoningSplitter::Pieces parts = thinks ? chat::split_reasoning(o.text, opened) : chat::ReasoningSplitter::Pieces{"", o.text};
+    chat::ParsedReply r = chat::parse_tool_calls(calls, parts.content);
+    if (r.calls.empty()) r.content = parts.content;  // no calls: the text as it came
+    if (route == Route::messages) {
+      const AnthropicReply ar{"msg_" + std::to_string(id), model_name, parts.reasoning, r.content, anthropic_stop_reason(o.finish, o.stop_word, !r.calls.empty()),
+                              o.stop_word, r.calls, id, n_prompt, o.tokens, o.cached};
+      return reply(res, 200, anthropic_message(ar));
+    }
+    json message = {{"role", "assistant"}, {"content", r.content}};
+    if (!parts.reasoning.empty()) message["reasoning_content"] = parts.reasoning;
+    json choice = {{"index", 0}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}};
+    if (!r.calls.empty()) {
+      message["content"] = r.content.empty() ? json(nullptr) : json(r.content);
+      message["tool_calls"] = tool_calls_json(r.calls, id, /*streaming=*/false);
+      choice["finish_reason"] = "tool_calls";
+    }
+    choice["message"] = std::move(message);
     return reply(res, 200, {{"id", cid}, {"object", object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}, {"usage", usage(o)}});
   }
 
-  // Server-sent events: one chunk per piece of text, the last with the finish reason, the
-  // usage when asked, then [DONE].
+  // Server-sent events. OpenAI: one chunk per piece of text, the last with the finish reason,
+  // the usage when asked, then [DONE]. Anthropic: its named events (anthropic.hpp).
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, usage, logprobs, calls, thinks, opened](size_t, httplib::DataSink &sink) {
+  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, route, usage, logprobs, calls, thinks, opened,
+                                                         n_prompt](size_t, httplib::DataSink &sink) {
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
-    const auto send = [&](const json &j) {
-      const std::string line = "data: " + dump(j) + "\n\n";
-      return sink.write(line.data(), line.size());
-    };
+    const auto write = [&](const std::string &text) { return text.empty() || sink.write(text.data(), text.size()); };
+    const auto send = [&](const json &j) { return write("data: " + dump(j) + "\n\n"); };
     const auto chunk = [&](const json &delta_or_text, const json &finish, const json &lp = nullptr) {
       json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", lp}};
       if (chat) choice["delta"] = delta_or_text;
       else choice["text"] = delta_or_text;
       return json{{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}};
     };
-    bool alive = !chat || send(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr));
-    // A thinking reply's text goes out as reasoning_content, then content; content_sent is what
-    // went out as content (where the calls are looked for at the end).
+    // What a chat stream says, in the words of the API asked (content also carries a
+    // completions piece; calls: the reply's tool calls, at the end; called: it made some).
+    struct Emit {
+      std::function<bool(const std::string &, const json &)> reasoning, content;
+      std::function<bool(const std::vector<chat::ToolCall> &)> calls;
+      std::function<void(const Outcome &, bool called)> end;
+      std::function<void(const std::string &)> error;
+    } em;
+    AnthropicStream as("msg_" + std::to_string(id), model_name, n_prompt, 0);
+    bool alive = true;
+    if (route == Route::messages) {
+      alive = write(as.start());
+      em.reasoning = [&](const std::string &x, const json &) { return write(as.thinking(x)); };
+      em.content = [&](const std::string &x, const json &) { return write(as.text(x)); };
+      em.calls = [&](const std::vector<chat::ToolCall> &c) { return write(as.tool_uses(c, id)); };
+      em.end = [&](const Outcome &o, bool called) { write(as.finish(anthropic_stop_reason(o.finish, o.stop_word, called), o.stop_word, o.tokens)); };
+      em.error = [&](const std::string &m) { write(as.error(m)); };
+    } else {
+      if (chat) alive = send(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr));
+      em.reasoning = [&](const std::string &x, const json &lp) { return send(chunk(json{{"reasoning_content", x}}, nullptr, lp)); };
+      em.content = [&](const std::string &x, const json &lp) { return send(chat ? chunk(json{{"content", x}}, nullptr, lp) : chunk(json(x), nullptr, lp)); };
+      em.calls = [&](const std::vector<chat::ToolCall> &c) { return send(chunk(json{{"tool_calls", tool_calls_json(c, id, /*streaming=*/true)}}, nullptr)); };
+      em.end = [&](const Outcome &o, bool called) {
+        send(chunk(chat ? json::object() : json(""), called ? "tool_calls" : o.finish));
+        if (p.include_usage) send({{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array()}, {"usage", usage(o)}});
+        write("data: [DONE]\n\n");
+      };
+      em.error = [&](const std::string &m) {
+        send(error_body(500, m));
+        write("data: [DONE]\n\n");
+      };
+    }
+    // A thinking reply's text goes out as reasoning, then content; content_sent is what went
+    // out as content (where the calls are looked for at the end).
     chat::ReasoningSplitter splitter(opened);
     std::string visible, content_sent;
     const auto send_parts = [&](const chat::ReasoningSplitter::Pieces &parts, const json &lp) {
-      if (!parts.reasoning.empty() && !send(chunk(json{{"reasoning_content", parts.reasoning}}, nullptr, parts.content.empty() ? lp : json(nullptr))))
-        return false;
+      if (!parts.reasoning.empty() && !em.reasoning(parts.reasoning, parts.content.empty() ? lp : json(nullptr))) return false;
       content_sent += parts.content;
       if (parts.content.empty() && (!parts.reasoning.empty() || lp.is_null())) return true;
-      return send(chunk(json{{"content", parts.content}}, nullptr, lp));
+      return em.content(parts.content, lp);
     };
     const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, stopping,
                             [&](const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t offset) {
                               if (!alive || !sink.is_writable()) return alive = false;
                               if (piece.empty() && lp.empty()) return true;
-                              if (!chat) return alive = send(chunk(json(piece), nullptr, logprobs(lp, offset)));
+                              if (!chat) return alive = em.content(piece, logprobs(lp, offset));
                               visible += piece;
                               return alive = send_parts(thinks ? splitter.advance(visible, false) : chat::ReasoningSplitter::Pieces{"", piece},
                                                         logprobs(lp, offset));
@@ -523,29 +564,24 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     generated += o.tokens;
     if (!alive || o.finish == "cancelled") return false;  // the connection is gone: nothing more to say
     if (!o.error.empty()) {
-      send(error_body(500, o.error));
+      em.error(o.error);
     } else {
       // What was held back (a tail that could still close the think block, text from where a
       // tool call may begin): the calls, or the rest of the text.
-      std::string finish = o.finish;
+      std::vector<chat::ToolCall> made;
       if (chat) {
         visible += o.text.substr(o.shown);
         chat::ReasoningSplitter::Pieces rest = thinks ? splitter.advance(visible, true) : chat::ReasoningSplitter::Pieces{"", o.text.substr(o.shown)};
-        json calls_json;
         if (!rest.content.empty())
-          if (const chat::ParsedReply r = chat::parse_tool_calls(calls, content_sent + rest.content); !r.calls.empty()) {
-            calls_json = tool_calls_json(r.calls, id, /*streaming=*/true);
+          if (chat::ParsedReply r = chat::parse_tool_calls(calls, content_sent + rest.content); !r.calls.empty()) {
+            made = std::move(r.calls);
             rest.content.clear();
-            finish = "tool_calls";
           }
         send_parts(rest, nullptr);
-        if (!calls_json.is_null()) send(chunk(json{{"tool_calls", calls_json}}, nullptr));
+        if (!made.empty()) em.calls(made);
       }
-      send(chunk(chat ? json::object() : json(""), finish));
-      if (p.include_usage) send({{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array()}, {"usage", usage(o)}});
+      em.end(o, !made.empty());
     }
-    const std::string done = "data: [DONE]\n\n";
-    sink.write(done.data(), done.size());
     sink.done();
     return true;
   });
@@ -556,8 +592,10 @@ void Server::Impl::routes() {
   http.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
     if (opts.api_key.empty() || req.path == "/health" || req.path == "/v1/models" || req.path == "/")
       return httplib::Server::HandlerResponse::Unhandled;
-    if (same_secret(req.get_header_value("Authorization"), "Bearer " + opts.api_key)) return httplib::Server::HandlerResponse::Unhandled;
-    reply(res, 401, error_body(401, "a valid API key is needed: send 'Authorization: Bearer KEY'"));
+    if (same_secret(req.get_header_value("Authorization"), "Bearer " + opts.api_key) || same_secret(req.get_header_value("x-api-key"), opts.api_key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    const std::string why = "a valid API key is needed: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY')";
+    reply(res, 401, req.path.starts_with("/v1/messages") ? anthropic_error(401, why) : error_body(401, why));
     return httplib::Server::HandlerResponse::Handled;
   });
   http.Get("/", [](const httplib::Request &, httplib::Response &res) { res.set_content(kChatPage, "text/html; charset=utf-8"); });
@@ -571,6 +609,21 @@ void Server::Impl::routes() {
   http.Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::chat); });
   http.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::completions); });
   http.Post("/completion", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::native); });
+  // Anthropic's clients read their own error shape.
+  const auto anthropic_errors = [](httplib::Response &res) {
+    if (res.status < 400) return;
+    const json e = json::parse(res.body, nullptr, false);
+    const std::string message = e.is_object() && e.contains("error") && e["error"].is_object() ? e["error"].value("message", res.body) : res.body;
+    reply(res, res.status, anthropic_error(res.status, message));
+  };
+  http.Post("/v1/messages", [this, anthropic_errors](const httplib::Request &req, httplib::Response &res) {
+    completion(req, res, Route::messages);
+    anthropic_errors(res);
+  });
+  http.Post("/v1/messages/count_tokens", [this, anthropic_errors](const httplib::Request &req, httplib::Response &res) {
+    completion(req, res, Route::count_tokens);
+    anthropic_errors(res);
+  });
   http.Post("/infill", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::infill); });
   http.Post("/tokenize", [this](const httplib::Request &req, httplib::Response &res) {
     const auto L = ready();
@@ -641,7 +694,7 @@ void Server::Impl::routes() {
   http.set_error_handler([](const httplib::Request &req, httplib::Response &res) {
     static const std::map<std::string, std::string> kMethods = {
         {"/", "GET"}, {"/health", "GET"}, {"/v1/models", "GET"}, {"/props", "GET"}, {"/metrics", "GET"}, {"/v1/chat/completions", "POST"},
-        {"/v1/completions", "POST"}, {"/completion", "POST"}, {"/infill", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
+        {"/v1/completions", "POST"}, {"/completion", "POST"}, {"/infill", "POST"}, {"/v1/messages", "POST"}, {"/v1/messages/count_tokens", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
     if (res.status == 404) {
       if (const auto it = kMethods.find(req.path); it != kMethods.end() && it->second != req.method) {
         res.set_header("Allow", it->second);
