@@ -29,7 +29,7 @@ build=${BUILD_DIR:-build}
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA="${MINFER_CUDA:-AUTO}"
 fi
-# The npm packages of tests/node (OpenAI's Node client, playwright-core) into the build
+# The npm packages of tests/node (OpenAI's and Anthropic's Node clients, playwright-core) into the build
 # directory, again only when the lock file changed. No network: the tests that need them skip.
 node_dir="$build/node-tests"
 if ! cmp -s tests/node/package-lock.json "$node_dir/package-lock.json" 2>/dev/null || [ ! -d "$node_dir/node_modules" ]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Clients no one here wrote, against a real minfer-server (stories260K, a real chat template,
 an API key): OpenAI's Node client chats, streams, completes, lists models and sees a 400 as its
-error; the chat page at "/" in headless Chromium (playwright-core) streams an answer equal to
+error; Anthropic's Node client sends a message, streams it, counts tokens, forces a tool call
+and sees a 400 as its error; the chat page at "/" in headless Chromium (playwright-core) streams an answer equal to
 the API's, shows its speed, and its Stop button ends a long answer and frees the slot.
     check_server_clients.py SERVER NODE_DIR SHOT_DIR [CONFIG]      (run from the repository root)
 Exit 77 (a skip) when NODE_DIR has no node_modules: scripts/setup.sh installs them there."""
@@ -24,7 +25,7 @@ for need, what in [(stories, "stories260K"), (template, "the Qwen2.5 chat templa
     if not os.path.exists(need):
         print(f"SKIP: {what} ({need}) not found")
         sys.exit(77)
-for pkg in ["openai", "playwright-core"]:
+for pkg in ["openai", "playwright-core", "@anthropic-ai/sdk"]:
     if not os.path.isdir(os.path.join(node_dir, "node_modules", pkg)):
         print(f"SKIP: {node_dir}/node_modules/{pkg} is missing: run scripts/setup.sh (it runs npm ci there)")
         sys.exit(77)
@@ -76,6 +77,19 @@ try:
         check(r["models"] == ["chatty"], "the client's model list")
         check(isinstance(r["error"], dict) and r["error"]["status"] == 400 and "messages" in r["error"]["message"],
               "the client sees a 400 naming the field")
+
+    a = node("anthropic_client.mjs", base, "sekret", "chatty")
+    print("anthropic client:", json.dumps(a)[:600])
+    if a:
+        check(a["message"]["type"] == "message" and a["message"]["role"] == "assistant" and a["message"]["content"] == [{"type": "text", "text": want_text}]
+              and a["message"]["usage"]["output_tokens"] == want["usage"]["completion_tokens"], "the Anthropic client's message is the chat's answer")
+        check(a["stream"]["text"] == want_text and a["stream"]["content"] == a["message"]["content"] and a["stream"]["stop_reason"] == a["message"]["stop_reason"]
+              and a["stream"]["output_tokens"] == want["usage"]["completion_tokens"], "the Anthropic client's stream assembles the same message")
+        check(a["count"] == want["usage"]["prompt_tokens"], f"the Anthropic client's token count: {a['count']}")
+        check(a["tool"]["stop_reason"] == "tool_use" and a["tool"]["last"]["type"] == "tool_use" and a["tool"]["last"]["name"] == "get_time"
+              and a["tool"]["last"]["input"] == {}, f"the Anthropic client's forced tool call: {a['tool']}")
+        check(isinstance(a["error"], dict) and a["error"]["status"] == 400 and a["error"]["type"] == "invalid_request_error",
+              f"the Anthropic client sees a 400: {a['error']}")
 
     shot = os.path.abspath(os.path.join(shot_dir, "chat-page.png"))
     page = node("chat_page.mjs", base, "sekret", shot)
