@@ -148,6 +148,25 @@ TEST(Tokenizer, UnknownPreTokenizerIsAnErrorNamingIt) {
   std::filesystem::remove(path);
 }
 
+// A copy of a vocabulary at `path` with some tokens renamed and some u32 keys added.
+static void rewrite_vocab(const minfer::gguf::File &f, const std::string &path, const std::vector<std::pair<int32_t, std::string>> &renamed,
+                          const std::vector<std::pair<std::string, uint32_t>> &keys) {
+  minfer::gguf::Writer w;
+  for (const auto &[k, v] : f.metadata()) {
+    if (k != "tokenizer.ggml.tokens") {
+      w.set(k, v);
+      continue;
+    }
+    std::vector<std::string> names;
+    for (const auto &x : v.arr().items()) names.push_back(std::get<std::string>(x.v));
+    for (const auto &[id, name] : renamed) names[size_t(id)] = name;
+    w.set(k, minfer::gguf::Value::strings(names));
+  }
+  for (const auto &[k, id] : keys) w.set(k, minfer::gguf::Value::u32(id));
+  w.begin(path);
+  w.finish();
+}
+
 // Generation ends at the turn and message ends llama.cpp knows by name, not only at EOS: a
 // Llama 3 vocabulary whose reserved control tokens 128008 and 128010 are renamed as in Llama
 // 3.1 (<|eom_id|>, after a built-in tool call) and Phi-3 (<|end|>).
@@ -158,20 +177,8 @@ TEST(Tokenizer, TurnEndsByNameEndGeneration) {
   const auto base = minfer::tokenizer::Tokenizer::from_gguf(*f);
   EXPECT_FALSE(base->is_end_of_generation(128008));
   EXPECT_TRUE(base->is_end_of_generation(base->find("<|eot_id|>")));
-  minfer::gguf::Writer w;
-  for (const auto &[k, v] : f->metadata()) {
-    if (k != "tokenizer.ggml.tokens") {
-      w.set(k, v);
-      continue;
-    }
-    std::vector<std::string> names;
-    for (const auto &x : v.arr().items()) names.push_back(std::get<std::string>(x.v));
-    names[128008] = "<|eom_id|>", names[128010] = "<|end|>";
-    w.set(k, minfer::gguf::Value::strings(names));
-  }
   const std::string path = (std::filesystem::temp_directory_path() / "minfer-eog-names.gguf").string();
-  w.begin(path);
-  w.finish();
+  rewrite_vocab(*f, path, {{128008, "<|eom_id|>"}, {128010, "<|end|>"}}, {});
   const auto g = minfer::gguf::File::open(path);
   const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*g);
   EXPECT_TRUE(tok->is_end_of_generation(128008)) << "<|eom_id|>";
@@ -193,25 +200,16 @@ TEST(Tokenizer, FillInTheMiddleTokens) {
   const auto f = minfer::gguf::File::open(td + "/vocab/ggml-vocab-llama-bpe.gguf");
   EXPECT_FALSE(minfer::tokenizer::Tokenizer::from_gguf(*f)->fim().usable()) << "Llama 3 has none";
   for (const bool by_key : {false, true}) {
-    minfer::gguf::Writer w;
-    for (const auto &[k, v] : f->metadata()) {
-      if (k != "tokenizer.ggml.tokens") {
-        w.set(k, v);
-        continue;
-      }
-      std::vector<std::string> names;
-      for (const auto &x : v.arr().items()) names.push_back(std::get<std::string>(x.v));
-      if (!by_key)
-        names[128002] = "<|fim_prefix|>", names[128003] = "<|fim_suffix|>", names[128004] = "<|fim_middle|>", names[128005] = "<|fim_pad|>",
-        names[128006] = "<|repo_name|>", names[128007] = "<|file_sep|>";
-      w.set(k, minfer::gguf::Value::strings(names));
-    }
-    if (by_key)
+    std::vector<std::pair<int32_t, std::string>> names;
+    std::vector<std::pair<std::string, uint32_t>> keys;
+    if (!by_key)
+      names = {{128002, "<|fim_prefix|>"}, {128003, "<|fim_suffix|>"}, {128004, "<|fim_middle|>"}, {128005, "<|fim_pad|>"}, {128006, "<|repo_name|>"},
+               {128007, "<|file_sep|>"}};
+    else
       for (const auto &[k, id] : std::vector<std::pair<std::string, uint32_t>>{{"pre", 128012}, {"suf", 128013}, {"mid", 128014}, {"sep", 128015}})
-        w.set("tokenizer.ggml.fim_" + k + "_token_id", minfer::gguf::Value::u32(id));
+        keys.emplace_back("tokenizer.ggml.fim_" + k + "_token_id", id);
     const std::string path = (std::filesystem::temp_directory_path() / "minfer-fim.gguf").string();
-    w.begin(path);
-    w.finish();
+    rewrite_vocab(*f, path, names, keys);
     const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*minfer::gguf::File::open(path));
     const minfer::tokenizer::FimTokens &fim = tok->fim();
     if (!by_key) {
