@@ -249,6 +249,8 @@ try:
     check(status == 400 and "'grammar'" in nb["error"]["message"], f"/completion with a grammar: {status} {nb}")
     status, nb = s.post("/infill", {"input_prefix": "def f():", "input_suffix": "\n"})
     check(status == 400 and "no fill-in-the-middle tokens" in nb["error"]["message"], f"/infill on a model without FIM tokens: {status} {nb}")
+    status, body = s.post("/v1/embeddings", {"input": "Once upon a time"})
+    check(status == 400 and "--embeddings" in body["error"]["message"], f"/v1/embeddings without --embeddings: {status} {body}")
     status, body = complete("x", n=1, logit_bias={"999999": 1})
     check(status == 400 and "past the vocabulary" in body["error"]["message"], f"logit_bias past the vocabulary: {status} {body}")
     status, body = s.get("/v1/nothing")
@@ -426,6 +428,48 @@ try:
         status, bad = d.post("/v1/chat/completions", dict(ask, reasoning_format="xml"))
         check(status == 400 and "reasoning_format" in bad["error"]["message"], f"a bad reasoning_format: {status} {bad}")
         check(d.stop() == 0, "the R1 server exits 0")
+    # /v1/embeddings (--embeddings): the last token's hidden state to unit length, the same alone
+    # or among others, for text or its token ids, as floats or base64, cut to `dimensions`; the
+    # server's text generation unchanged by the extra output.
+    e = Server(["-np", "4", "--embeddings"])
+    servers.append(e)
+    import base64
+    import math
+    import struct
+
+    def embed(inp, **kw):
+        st, b = e.post("/v1/embeddings", dict({"input": inp, "model": "x"}, **kw))
+        return st, b
+
+    status, one = embed("Once upon a time")
+    v = one["data"][0]["embedding"] if status == 200 else []
+    check(status == 200 and one["object"] == "list" and len(v) == 64 and abs(math.sqrt(sum(x * x for x in v)) - 1) < 1e-5 and
+          one["usage"]["prompt_tokens"] == len(e.post("/tokenize", {"content": "Once upon a time", "add_special": True})[1]["tokens"]),
+          f"/v1/embeddings: {status} {str(one)[:300]}")
+    texts = ["The cat sat.", "Once upon a time", "A dog ran far away"]
+    status, many = embed(texts)
+    vs = [d["embedding"] for d in many["data"]] if status == 200 else []
+    check(status == 200 and [d["index"] for d in many["data"]] == [0, 1, 2] and max(abs(a - b) for a, b in zip(vs[1], v)) < 1e-4,
+          f"an input among others is the same as alone: {status} {str(many)[:200]}")
+    cos = sum(a * b for a, b in zip(vs[0], vs[2]))
+    check(status == 200 and cos < 0.9999, f"different texts, different embeddings (cosine {cos})")
+    ids = e.post("/tokenize", {"content": "Once upon a time", "add_special": True})[1]["tokens"]
+    status, by_ids = embed(ids)
+    check(status == 200 and max(abs(a - b) for a, b in zip(by_ids["data"][0]["embedding"], v)) < 1e-5, f"token ids as the input: {status}")
+    status, b64 = embed("Once upon a time", encoding_format="base64")
+    raw = base64.b64decode(b64["data"][0]["embedding"]) if status == 200 else b""
+    check(status == 200 and len(raw) == 256 and max(abs(a - b) for a, b in zip(struct.unpack("<64f", raw), v)) < 1e-6, f"base64: {status} {str(b64)[:200]}")
+    status, cut = embed("Once upon a time", dimensions=16)
+    c = cut["data"][0]["embedding"] if status == 200 else []
+    norm16 = math.sqrt(sum(x * x for x in v[:16]))
+    check(status == 200 and len(c) == 16 and max(abs(a - b / norm16) for a, b in zip(c, v[:16])) < 1e-5, f"dimensions 16: {status} {str(cut)[:200]}")
+    for bad, what in (({"input": ""}, "empty"), ({"input": []}, "'input'"), ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
+                      ({"input": "x", "dimensions": 65}, "'dimensions'")):
+        status, body = e.post("/v1/embeddings", bad)
+        check(status == 400 and what in body["error"]["message"], f"/v1/embeddings {bad}: {status} {body}")
+    status, body = e.post("/v1/completions", {"prompt": refs[0]["prompt"], "max_tokens": 64, "temperature": 0})
+    check(status == 200 and body["choices"][0]["text"] == refs[0]["greedy_text"], f"greedy text on the embeddings server: {status} {str(body)[:200]}")
+    check(e.stop() == 0, "the embeddings server exits 0")
     # Fill-in-the-middle on a synthetic model with DeepSeek V3's vocabulary (its FIM tokens):
     # /infill (llama.vim's and llama.vscode's request) and /v1/completions' suffix build
     # <fim_pre> prefix <fim_suf> suffix <fim_mid>, counted here from /tokenize.

@@ -53,7 +53,7 @@ os.makedirs(shot_dir, exist_ok=True)
 cfg = os.path.join(shot_dir, "chat.yaml")
 with open(cfg, "w") as f:
     kept = [line for line in open(base_config).read().splitlines() if not line.startswith("chat:")]
-    f.write("\n".join(kept) + f"\nchat_template: {os.path.abspath(template)}\nserver: {{api_key: sekret, alias: chatty}}\n")
+    f.write("\n".join(kept) + f"\nchat_template: {os.path.abspath(template)}\nserver: {{api_key: sekret, alias: chatty, embeddings: true}}\n")
 s = None
 try:
     s = Server(server_bin, cfg, stories, ["-np", "2"])
@@ -75,6 +75,12 @@ try:
               "the client's stream adds up to the same answer, one id, the finish reason and the usage")
         check(r["completion"]["text"] == want_c["choices"][0]["text"], "the client's legacy completion")
         check(r["models"] == ["chatty"], "the client's model list")
+        status, want_e = s.request("POST", "/v1/embeddings", json.dumps({"input": ["Once upon", "a time"]}), headers=auth)
+        got_e = r.get("embeddings", {}).get("data", [])
+        check(status == 200 and len(got_e) == 2 and all(g["index"] == w["index"] and len(g["embedding"]) == len(w["embedding"]) and
+                                                       max(abs(a - b) for a, b in zip(g["embedding"], w["embedding"])) < 1e-6
+                                                       for g, w in zip(got_e, want_e["data"])),
+              "the client's embeddings (base64, decoded by it) are the API's floats")
         check(isinstance(r["error"], dict) and r["error"]["status"] == 400 and "messages" in r["error"]["message"],
               "the client sees a 400 naming the field")
 

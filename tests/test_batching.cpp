@@ -15,8 +15,10 @@
 #include <functional>
 #include <map>
 #include <ostream>
+#include <span>
 #include <nlohmann/json.hpp>
 
+#include "common/error.hpp"
 #include "config/run_config.hpp"
 #include "models/model.hpp"
 #include "runtime/batch_session.hpp"
@@ -100,6 +102,81 @@ TEST_P(StoriesBatch, FourPromptsTogetherGiveLlamaCppsGreedyTokens) {
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got.at(int64_t(i)), want[i]) << GetParam().label << ": prompt " << i;
   EXPECT_EQ(batch.stats().most_seqs, 4) << "the four ran in the same steps";
   EXPECT_EQ(batch.stats().greedy_steps, batch.stats().steps) << "greedy sequences take the backend's arg-max, not the logits";
+}
+
+// Embed requests (SeqRequest::embed): the prompt's last hidden state after the final norm, the
+// very vector the output matmul turns into that position's logits; the same batched or alone;
+// no token comes back.
+TEST_P(StoriesBatch, EmbeddingsAreTheHiddenStateTheLogitsComeFrom) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  const minfer::RunConfig cfg = minfer::parse_run_config(GetParam().yaml, "test.yaml");
+  std::string why;
+  if (!minfer::test::backends_usable(cfg, why)) GTEST_SKIP() << GetParam().label << ": " << why;
+  std::ifstream in(td + "/reference/stories260K.greedy.jsonl");
+  std::vector<std::vector<int32_t>> prompts;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) prompts.push_back(nlohmann::json::parse(line)["prompt_tokens"].get<std::vector<int32_t>>());
+  auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
+  minfer::models::BuildOptions bo;
+  bo.n_ctx = 256, bo.max_batch = 64, bo.max_seqs = 4, bo.embeddings = true;
+  const auto model = minfer::models::load_model(file, bo);
+  minfer::BackendSet backends = minfer::open_backends(cfg);
+  minfer::Session session(model->graph, cfg, backends);
+  minfer::BatchSession batch(*model, session, never_ends);
+  std::map<int64_t, std::vector<float>> logits, embedding;
+  batch.on_logits([&](int64_t id, std::span<const float> row) { logits[id].assign(row.begin(), row.end()); });
+  minfer::SeqRequest e0{0, prompts[0], 1, greedy()}, t0{1, prompts[0], 1, greedy()}, e1{2, prompts[1], 1, greedy()};
+  e0.embed = e1.embed = true;
+  std::map<int64_t, std::string> ended;
+  auto run = [&](std::vector<minfer::SeqRequest> reqs) {
+    for (const auto &r : reqs) batch.submit(r);
+    for (int step = 0; step < 100 && !batch.idle(); ++step) {
+      for (const minfer::SeqToken &t : batch.step()) {
+        if (!t.embedding.empty()) embedding[t.id] = t.embedding;
+        EXPECT_EQ(t.token < 0, !t.embedding.empty()) << "an embedding or a token";
+      }
+      for (const auto &f : batch.take_finished()) ended[f.id] = f.reason;
+    }
+  };
+  run({e0, t0, e1});
+  ASSERT_EQ(embedding.size(), 2u);
+  ASSERT_EQ(embedding[0].size(), 64u) << "n_embd values";
+  EXPECT_EQ(ended[0], "length");
+  EXPECT_EQ(ended[2], "length");
+  // logits[v] = sum_i output[v][i] * hidden[i], with the file's own output weights.
+  const minfer::gguf::TensorInfo *out = file->find_tensor("output.weight");
+  ASSERT_TRUE(out && out->dtype == MINFER_DTYPE_F32 && out->shape[0] == 64);
+  const float *w = reinterpret_cast<const float *>(out->data);
+  ASSERT_EQ(logits[1].size(), size_t(out->shape[1]));
+  double worst = 0;
+  for (int64_t v = 0; v < out->shape[1]; ++v) {
+    double dot = 0;
+    for (int64_t i = 0; i < 64; ++i) dot += double(w[v * 64 + i]) * embedding[0][size_t(i)];
+    worst = std::max(worst, std::abs(dot - logits[1][size_t(v)]) / (1 + std::abs(dot)));
+  }
+  EXPECT_LT(worst, 1e-3) << "the embedding times the output weights gives the same prompt's logits";
+  const std::vector<float> batched = embedding[0];
+  embedding.clear();
+  minfer::SeqRequest alone = e0;
+  alone.id = 3;
+  run({alone});
+  ASSERT_EQ(embedding[3].size(), 64u);
+  for (size_t i = 0; i < 64; ++i) EXPECT_NEAR(embedding[3][i], batched[i], 1e-4f) << "alone as batched, value " << i;
+  EXPECT_GT(std::abs(embedding[3][0] - 0.0f) + std::abs(embedding[3][1]), 0.0f);
+  EXPECT_EQ(batch.pool().stats().used, 0);
+
+  minfer::models::BuildOptions plain = bo;
+  plain.embeddings = false;
+  const auto without = minfer::models::load_model(file, plain);
+  minfer::Session s2(without->graph, cfg, backends);
+  minfer::BatchSession b2(*without, s2, never_ends);
+  try {
+    b2.submit(e0);
+    ADD_FAILURE() << "an embed request on a model built without its hidden states";
+  } catch (const minfer::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("--embeddings"), std::string::npos) << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoriesBatch,

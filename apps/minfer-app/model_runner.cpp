@@ -82,6 +82,7 @@ ModelRunner::ModelRunner(const RunConfig &cfg, int64_t max_seqs) : cfg_(cfg) {
   bo.page_size = int32_t(cfg.kv_page_size);
   bo.kv_pages = cfg.kv_pages;
   bo.tensor_parallel = cfg.tensor_ranks();
+  bo.embeddings = cfg.server.embeddings;
   backends_ = open_backends(cfg);
   model_ = models::load_model(file_, bo);
   if (max_seqs > 1 && cfg.kv_pages == 0) {  // sized by memory: the graph is built again with the pool's size

@@ -28,7 +28,9 @@ const char *kUsage =
     "  --api-key KEY        ask every request but /health for 'Authorization: Bearer KEY'\n"
     "                       (MINFER_API_KEY sets it too)\n"
     "  --timeout SECONDS    read/write timeout of a connection (default 600)\n"
-    "  --alias NAME         the model's name in the API (default: the file's name)\n";
+    "  --alias NAME         the model's name in the API (default: the file's name)\n"
+    "  --embeddings         serve /v1/embeddings too (the last token's hidden state after the final\n"
+    "                       norm; the model keeps that output, which costs a little decode speed)\n";
 
 }  // namespace
 
@@ -51,6 +53,7 @@ int main(int argc, char **argv) {
     // Flags first, then the run config's `server:` section under them, then the defaults.
     std::optional<std::string> host, api_key, alias;
     std::optional<int> port, timeout;
+    bool embeddings = false;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       const auto value = [&]() -> std::string {
@@ -66,6 +69,7 @@ int main(int argc, char **argv) {
       else if (a == "--api-key") api_key = value();
       else if (a == "--timeout") timeout = int(minfer::flag_int(a, value(), 1, 86400));
       else if (a == "--alias") alias = value();
+      else if (a == "--embeddings") embeddings = true;
       else if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); return 0; }
       else throw minfer::Error("unknown argument '" + a + "'\n" + kUsage);
     }
@@ -74,6 +78,7 @@ int main(int argc, char **argv) {
     if (!model.empty()) cfg.model = model;
     if (cfg.model.empty()) throw minfer::Error(config + ": no model to serve: give 'model:' or -m MODEL.gguf");
     if (ctx > 0) cfg.context = ctx;
+    if (embeddings) cfg.server.embeddings = true;
     minfer::server::ServerOptions o;
     const minfer::ServerConfig &sc = cfg.server;
     o.host = host.value_or(sc.host);

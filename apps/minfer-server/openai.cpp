@@ -277,6 +277,71 @@ PromptField completion_prompt(const json &body) {
   throw BadRequest("'prompt' must be a string or an array of token ids (one prompt per request)");
 }
 
+EmbeddingRequest parse_embeddings(const json &body) {
+  if (!body.is_object()) throw BadRequest("the request body must be a JSON object");
+  EmbeddingRequest r;
+  const auto in = body.find("input");
+  if (in == body.end() || in->is_null()) throw BadRequest("'input' is missing: give a string, an array of strings or token ids");
+  auto ids = [](const json &a) {
+    PromptField p;
+    p.is_ids = true;
+    for (const json &x : a) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX) throw BadRequest("'input' token id " + x.dump() + " is not a token");
+      p.ids.push_back(int32_t(x.get<int64_t>()));
+    }
+    return p;
+  };
+  if (in->is_string()) {
+    r.inputs.push_back({in->get<std::string>(), {}, false});
+  } else if (in->is_array() && !in->empty() && std::all_of(in->begin(), in->end(), [](const json &x) { return x.is_number_integer(); })) {
+    r.inputs.push_back(ids(*in));
+  } else if (in->is_array() && !in->empty()) {
+    for (const json &x : *in) {
+      if (x.is_string()) r.inputs.push_back({x.get<std::string>(), {}, false});
+      else if (x.is_array() && !x.empty()) r.inputs.push_back(ids(x));
+      else throw BadRequest("'input' must be a string, an array of strings, an array of token ids or an array of those");
+    }
+  } else {
+    throw BadRequest("'input' must be a string, an array of strings, an array of token ids or an array of those (none empty)");
+  }
+  if (r.inputs.size() > 2048) throw BadRequest("'input' has " + std::to_string(r.inputs.size()) + " items; at most 2048");
+  for (size_t i = 0; i < r.inputs.size(); ++i)
+    if (!r.inputs[i].is_ids && r.inputs[i].text.empty()) throw BadRequest("'input' item " + std::to_string(i) + " is empty");
+  const auto fmt = body.find("encoding_format");
+  const std::string f = fmt == body.end() || fmt->is_null() ? "float" : fmt->is_string() ? fmt->get<std::string>() : "";
+  if (f != "float" && f != "base64") throw BadRequest("'encoding_format' must be \"float\" or \"base64\"");
+  r.base64 = f == "base64";
+  r.dimensions = integer(body, "dimensions", 0, 1, INT32_MAX);
+  return r;
+}
+
+std::vector<float> unit_embedding(const std::vector<float> &v, int64_t dims) {
+  std::vector<float> out(v.begin(), v.begin() + (dims > 0 ? std::min<int64_t>(dims, int64_t(v.size())) : int64_t(v.size())));
+  double sum = 0;
+  for (const float x : out) sum += double(x) * x;
+  const double norm = std::sqrt(sum);
+  if (norm > 0)
+    for (float &x : out) x = float(x / norm);
+  return out;
+}
+
+json embedding_json(const std::vector<float> &v, bool base64) {
+  if (!base64) return json(v);
+  static const char *kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const auto *b = reinterpret_cast<const unsigned char *>(v.data());  // f32 little-endian: the host's order here
+  const size_t n = v.size() * 4;
+  std::string s;
+  s.reserve((n + 2) / 3 * 4);
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t w = uint32_t(b[i]) << 16 | (i + 1 < n ? uint32_t(b[i + 1]) << 8 : 0) | (i + 2 < n ? uint32_t(b[i + 2]) : 0);
+    s += kAlphabet[w >> 18 & 63];
+    s += kAlphabet[w >> 12 & 63];
+    s += i + 1 < n ? kAlphabet[w >> 6 & 63] : '=';
+    s += i + 2 < n ? kAlphabet[w & 63] : '=';
+  }
+  return s;
+}
+
 StopCheck check_stops(std::string &text, const std::vector<std::string> &stops) {
   size_t first = std::string::npos;
   std::string word;

@@ -91,6 +91,20 @@ struct PromptField {
 };
 PromptField completion_prompt(const json &body);
 
+// /v1/embeddings: `input` a string, an array of strings, an array of token ids or an array of
+// those (at most 2,048 inputs); `encoding_format` "float" or "base64" (little-endian f32, what
+// OpenAI's Python client asks for by default); `dimensions` (keep the first N values, then
+// normalise: Matryoshka models). Throws BadRequest.
+struct EmbeddingRequest {
+  std::vector<PromptField> inputs;
+  bool base64 = false;
+  int64_t dimensions = 0;  // 0: all
+};
+EmbeddingRequest parse_embeddings(const json &body);
+// The first `dims` values (0: all) scaled to unit length; as JSON numbers or base64 text.
+std::vector<float> unit_embedding(const std::vector<float> &v, int64_t dims);
+json embedding_json(const std::vector<float> &v, bool base64);
+
 // Stop strings over a growing text. After each piece: `stopped` when a stop string occurs (the
 // text is cut where the first one begins), and `safe` bytes of the text that can be shown
 // now: the rest might be the start of a stop string.

@@ -185,6 +185,7 @@ struct Server::Impl {
   // (anthropic.hpp), which goes the chat way; count_tokens: its prompt's size only.
   enum class Route { chat, completions, native, infill, messages, count_tokens };
   void completion(const httplib::Request &req, httplib::Response &res, Route route);
+  void embeddings(const httplib::Request &req, httplib::Response &res);
   void native_reply(httplib::Response &res, const std::shared_ptr<Loaded> &L, const std::shared_ptr<RequestStream> &stream, const GenerationParams &p,
                     int64_t id, bool prompt_only, int64_t n_prompt, std::chrono::steady_clock::time_point start);
 };
@@ -326,6 +327,87 @@ void Server::Impl::native_reply(httplib::Response &res, const std::shared_ptr<Lo
     sink.done();
     return true;
   });
+}
+
+// /v1/embeddings: every input runs as an embed request of the engine (batched with whatever
+// else runs), its last token's hidden state after the final norm, to unit length.
+void Server::Impl::embeddings(const httplib::Request &req, httplib::Response &res) {
+  const std::shared_ptr<Loaded> L = ready();
+  if (!L) return reply(res, 503, error_body(503, "the model is loading; retry when GET /health answers 200"));
+  if (draining) return reply(res, 503, error_body(503, "the server is shutting down"));
+  if (!L->runner->model().opts.embeddings)
+    return reply(res, 400, error_body(400, "this server computes no embeddings: start it with --embeddings (or 'server: {embeddings: true}' in the run config)"));
+  const tokenizer::Tokenizer &tok = L->runner->tokenizer();
+  EmbeddingRequest er;
+  std::vector<std::vector<int32_t>> prompts;
+  try {
+    er = parse_embeddings(json::parse(req.body));
+    for (size_t i = 0; i < er.inputs.size(); ++i) {
+      const PromptField &f = er.inputs[i];
+      if (!f.is_ids) refuse_unfittable(*L, f.text);
+      // The vocabulary's BOS and EOS as it asks (Qwen3-Embedding's ends with <|endoftext|>).
+      prompts.push_back(f.is_ids ? f.ids : tok.encode(f.text, /*add_special=*/true, /*parse_special=*/false));
+      for (const int32_t t : prompts.back())
+        if (t >= tok.n_vocab()) throw BadRequest("'input' token id " + std::to_string(t) + " is past the vocabulary");
+      if (int64_t(prompts.back().size()) >= L->runner->n_ctx())
+        throw BadRequest("'input' item " + std::to_string(i) + " has " + std::to_string(prompts.back().size()) + " tokens; the context holds " +
+                         std::to_string(L->runner->n_ctx()) + ": shorten it or start the server with a larger -c/--ctx-size");
+    }
+  } catch (const BadRequest &e) {
+    return reply(res, 400, error_body(400, e.what()));
+  } catch (const std::exception &e) {
+    return reply(res, 400, error_body(400, std::string("the body is not JSON: ") + e.what()));
+  }
+  if (er.dimensions > L->runner->model().hp.n_embd)
+    return reply(res, 400, error_body(400, "'dimensions' is " + std::to_string(er.dimensions) + "; this model's embeddings have " +
+                                               std::to_string(L->runner->model().hp.n_embd)));
+  std::vector<std::pair<int64_t, std::shared_ptr<RequestStream>>> running;
+  const auto cancel_all = [&] {
+    for (const auto &[rid, s] : running) L->engine->cancel(rid);
+  };
+  int64_t n_tokens = 0;
+  for (const std::vector<int32_t> &p : prompts) {
+    SeqRequest r{next_id++, p, 1, sampling::Config{}, -1};
+    r.embed = true;
+    if (const std::string why = L->engine->check(r); !why.empty()) {
+      cancel_all();
+      return reply(res, 400, error_body(400, why));
+    }
+    std::shared_ptr<RequestStream> s = L->engine->submit(r);
+    if (!s) {
+      cancel_all();
+      res.set_header("Retry-After", "1");
+      return reply(res, 503, error_body(503, "the server is busy (its queue is full); retry later"));
+    }
+    running.emplace_back(r.id, std::move(s));
+    n_tokens += int64_t(p.size());
+  }
+  ++requests;
+  prompt_tokens += n_tokens;
+  json data = json::array();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.timeout_s);
+  for (size_t i = 0; i < running.size(); ++i) {
+    std::vector<float> vec;
+    for (;;) {
+      if (stopping || std::chrono::steady_clock::now() > deadline) {
+        cancel_all();
+        return reply(res, 503, error_body(503, stopping ? "the server is stopping" : "the embeddings took longer than the timeout"));
+      }
+      const std::optional<EngineEvent> ev = running[i].second->next(200);
+      if (!ev) continue;
+      if (!ev->end) {
+        if (!ev->embedding.empty()) vec = ev->embedding;
+        continue;
+      }
+      if (ev->reason.rfind("error", 0) == 0 || vec.empty()) {
+        cancel_all();
+        return reply(res, 500, error_body(500, ev->reason.empty() || vec.empty() ? "no embedding came back (" + ev->reason + ")" : ev->reason));
+      }
+      break;
+    }
+    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", embedding_json(unit_embedding(vec, er.dimensions), er.base64)}});
+  }
+  reply(res, 200, {{"object", "list"}, {"data", std::move(data)}, {"model", model_name}, {"usage", {{"prompt_tokens", n_tokens}, {"total_tokens", n_tokens}}}});
 }
 
 Server::Server(RunConfig cfg, ServerOptions opts) : impl_(std::make_unique<Impl>()) {
@@ -609,6 +691,7 @@ void Server::Impl::routes() {
   http.Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::chat); });
   http.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::completions); });
   http.Post("/completion", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::native); });
+  http.Post("/v1/embeddings", [this](const httplib::Request &req, httplib::Response &res) { embeddings(req, res); });
   // Anthropic's clients read their own error shape.
   const auto anthropic_errors = [](httplib::Response &res) {
     if (res.status < 400) return;
@@ -652,7 +735,8 @@ void Server::Impl::routes() {
     const auto L = ready();
     if (!L) return reply(res, 503, error_body(503, "loading the model"));
     reply(res, 200, {{"model", model_name}, {"model_path", cfg.model}, {"n_ctx", L->runner->n_ctx()}, {"total_slots", opts.parallel},
-                     {"chat_template", L->tmpl ? L->tmpl->source() : ""}, {"kv", L->runner->kv_summary()}});
+                     {"chat_template", L->tmpl ? L->tmpl->source() : ""}, {"kv", L->runner->kv_summary()},
+                     {"embeddings", L->runner->model().opts.embeddings}});
   });
   http.Get("/metrics", [this](const httplib::Request &, httplib::Response &res) {
     const auto L = ready();
@@ -694,7 +778,7 @@ void Server::Impl::routes() {
   http.set_error_handler([](const httplib::Request &req, httplib::Response &res) {
     static const std::map<std::string, std::string> kMethods = {
         {"/", "GET"}, {"/health", "GET"}, {"/v1/models", "GET"}, {"/props", "GET"}, {"/metrics", "GET"}, {"/v1/chat/completions", "POST"},
-        {"/v1/completions", "POST"}, {"/completion", "POST"}, {"/infill", "POST"}, {"/v1/messages", "POST"}, {"/v1/messages/count_tokens", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
+        {"/v1/completions", "POST"}, {"/completion", "POST"}, {"/infill", "POST"}, {"/v1/embeddings", "POST"}, {"/v1/messages", "POST"}, {"/v1/messages/count_tokens", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
     if (res.status == 404) {
       if (const auto it = kMethods.find(req.path); it != kMethods.end() && it->second != req.method) {
         res.set_header("Allow", it->second);

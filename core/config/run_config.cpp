@@ -196,7 +196,7 @@ void read_generation(const Reader &r, const YAML::Node &n, GenerationConfig &g) 
 
 void read_server(const Reader &r, const YAML::Node &n, ServerConfig &s) {
   r.expect_map(n, "'server'");
-  r.only_keys(n, {"host", "port", "api_key", "timeout", "alias"}, "'server'");
+  r.only_keys(n, {"host", "port", "api_key", "timeout", "alias", "embeddings"}, "'server'");
   if (n["host"]) s.host = r.scalar(n["host"], "host");
   if (n["port"]) {
     s.port = r.as<int32_t>(n["port"], "port", "a port number");
@@ -208,6 +208,7 @@ void read_server(const Reader &r, const YAML::Node &n, ServerConfig &s) {
     if (s.timeout < 1) r.fail(n["timeout"], "'timeout' is " + std::to_string(s.timeout) + "; it must be at least 1 second");
   }
   if (n["alias"]) s.alias = r.scalar(n["alias"], "alias");
+  if (n["embeddings"]) s.embeddings = r.as<bool>(n["embeddings"], "embeddings", "true or false");
 }
 
 void read_synthesize(const Reader &r, const YAML::Node &n, SynthesizeConfig &s) {

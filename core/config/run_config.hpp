@@ -53,6 +53,7 @@ struct ServerConfig {
   std::string api_key;       // empty: none asked (MINFER_API_KEY also sets it)
   int32_t timeout = 600;     // seconds a connection may wait to read or write
   std::string alias;         // the model's name in the API; empty: the file's name
+  bool embeddings = false;   // /v1/embeddings: the model is built with its hidden states as an output
 };
 
 // A model minfer writes itself when `model` does not exist yet (see minfer-gguf synth).

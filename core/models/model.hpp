@@ -58,6 +58,10 @@ struct BuildOptions {
   int64_t max_batch = 512;  // most tokens one step takes (prefill runs in chunks of this)
   int32_t kv_type = MINFER_DTYPE_F16;
   bool all_logits = false;  // logits for every token of a step, not just the last
+  // The final norm's rows (kHidden) are an output too: a sequence's last hidden state, which
+  // embedding requests read (last-token pooling). Off by default: an output keeps the norm
+  // from fusing into the output matmul.
+  bool embeddings = false;
   // The paged KV cache (SERVING.md): max_seqs sequence slots, pages of page_size positions,
   // kv_pages pages per layer (0 = room for max_seqs full contexts).
   int64_t max_seqs = 1;
@@ -84,9 +88,10 @@ struct Model {
   // kSlots: each token's sequence slot; kPageTable: i32 [pages_per_seq, max_seqs]; kLogitRows:
   // the step's rows whose logits are wanted (absent with all_logits); kGreedy: each of those
   // rows' arg-max token, computed on the backend (a greedy step reads it, not the logits;
-  // models built for several sequences).
+  // models built for several sequences). kHidden: the final norm's rows, [outputs, n_embd]
+  // (BuildOptions::embeddings).
   static constexpr const char *kTokens = "tokens", *kPositions = "positions", *kSlots = "kv_slots", *kPageTable = "kv_page_table",
-                              *kLogitRows = "logit_rows", *kLogits = "logits", *kGreedy = "greedy_tokens";
+                              *kLogitRows = "logit_rows", *kLogits = "logits", *kGreedy = "greedy_tokens", *kHidden = "output_norm";
 };
 
 // Reads hyperparameters with the architecture's reader and builds the graph; errors name the

@@ -192,7 +192,8 @@ Graph build_transformer(const std::shared_ptr<gguf::File> &file, const Hparams &
     const TensorId rows = gb.output_rows_input(Model::kLogitRows, MINFER_DTYPE_I32, {o.max_outputs()});
     xo = gb.get_rows("last_hidden", xo, rows);
   }
-  xo = gb.rms_norm("output_norm", xo, w.weight("output_norm.weight", {d}, "final norm"), hp.rms_eps);
+  xo = gb.rms_norm(Model::kHidden, xo, w.weight("output_norm.weight", {d}, "final norm"), hp.rms_eps);
+  if (o.embeddings) gb.mark_output(xo);
   const TensorId out_w = f.find_tensor("output.weight") ? w.weight("output.weight", {d, hp.n_vocab}, "output projection") : tok_embd;
   const TensorId logits = hp.final_softcap > 0 ? gb.scale(Model::kLogits, gb.matmul("output", out_w, xo), 1.0f, hp.final_softcap)
                                                : gb.matmul(Model::kLogits, out_w, xo);

@@ -25,7 +25,11 @@ BatchSession::BatchSession(const models::Model &model, Session &session, std::fu
 
 void BatchSession::submit(SeqRequest r) {
   if (seqs_.count(r.id)) throw Error("request " + std::to_string(r.id) + " is queued or running already");
-  Seq s{sampling::Sampler(r.sampling), r.prompt, -1, r.logprobs};
+  if (r.embed && !session_.has_output(models::Model::kHidden))
+    throw Error("request " + std::to_string(r.id) + " asks for an embedding, but the model was built without its hidden states "
+                "(BuildOptions::embeddings; minfer-server --embeddings)");
+  if (r.embed) r.max_tokens = 1, r.sampling = sampling::Config{}, r.sampling.temperature = 0;  // the token is not kept
+  Seq s{sampling::Sampler(r.sampling), r.prompt, -1, r.logprobs, r.embed};
   sched_.submit({r.id, std::move(r.prompt), r.max_tokens});
   seqs_.emplace(r.id, std::move(s));
 }
@@ -95,6 +99,21 @@ std::vector<SeqToken> BatchSession::step() {
 
   std::vector<int32_t> sampled;
   std::vector<SeqToken> out;
+  // Embed requests: their rows of the final norm instead of a token (the token sampled for them
+  // below only ends them: max_tokens is 1).
+  bool embeds = false;
+  for (const sched::StepItem &item : plan.items) embeds = embeds || (item.wants_logits && seqs_.at(item.seq).embed);
+  if (embeds) {
+    hidden_.resize(session_.output_bytes(models::Model::kHidden) / 4);
+    session_.read_output(models::Model::kHidden, hidden_.data(), hidden_.size() * 4);
+    const int64_t width = int64_t(hidden_.size()) / outputs;
+    int64_t k = 0;
+    for (const sched::StepItem &item : plan.items) {
+      if (!item.wants_logits) continue;
+      const float *row = hidden_.data() + k++ * width;
+      if (seqs_.at(item.seq).embed) out.push_back({item.seq, -1, std::nullopt, std::vector<float>(row, row + width)});
+    }
+  }
   // Every sequence that samples this step is greedy (and no one watches the logits): the
   // backend's arg-max gives the tokens, a few bytes instead of the logits' rows.
   bool all_greedy = outputs > 0 && !on_logits_ && session_.has_output(models::Model::kGreedy);
@@ -110,7 +129,7 @@ std::vector<SeqToken> BatchSession::step() {
     for (const sched::StepItem &item : plan.items) {
       if (!item.wants_logits) continue;
       const int32_t t = sampled[k++];
-      if (is_end_ && is_end_(t)) continue;
+      if ((is_end_ && is_end_(t)) || seqs_.at(item.seq).embed) continue;
       seqs_.at(item.seq).history.push_back(t);
       out.push_back({item.seq, t});
     }
@@ -143,7 +162,7 @@ std::vector<SeqToken> BatchSession::step() {
     });
     for (size_t i = 0; i < rows.size(); ++i) {
       const int32_t t = sampled[i];
-      if (is_end_ && is_end_(t)) continue;
+      if ((is_end_ && is_end_(t)) || seq_of[i]->embed) continue;
       seq_of[i]->history.push_back(t);
       out.push_back({rows[i].first, t, std::move(logprobs[i])});
     }

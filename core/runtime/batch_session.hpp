@@ -30,6 +30,10 @@ struct SeqRequest {
   int64_t max_tokens = 0;  // tokens to generate at most
   sampling::Config sampling;  // its own parameters and seed: its output does not depend on the others
   int32_t logprobs = -1;  // -1: none; n >= 0: each token's log-probability and the n likeliest tokens'
+  // An embedding: the prompt's last hidden state (after the final norm) comes back in place
+  // of a token, and the request ends "length" (max_tokens 1). The model must be built with
+  // BuildOptions::embeddings.
+  bool embed = false;
 };
 
 // A token a step produced for a sequence (the end-of-generation token is not one).
@@ -37,6 +41,7 @@ struct SeqToken {
   int64_t id = 0;
   int32_t token = 0;
   std::optional<sampling::TokenLogprobs> logprobs;  // when its request asked for them
+  std::vector<float> embedding;  // an embed request's: n_embd values, and token is -1
 };
 
 struct BatchStats {
@@ -81,6 +86,7 @@ class BatchSession {
     std::vector<int32_t> history;  // prompt and generated tokens, for the repetition penalty
     int32_t slot = -1;             // while running
     int32_t logprobs = -1;         // SeqRequest::logprobs
+    bool embed = false;            // SeqRequest::embed
   };
   int32_t slot_for(int64_t id);
   void release_slot(int64_t id);
@@ -97,7 +103,7 @@ class BatchSession {
   BatchStats stats_;
   // The step's inputs, reused from step to step (no allocation once they reached their size).
   std::vector<int32_t> tokens_, positions_, slots_, rows_, table_;
-  std::vector<float> logits_;
+  std::vector<float> logits_, hidden_;
 };
 
 }  // namespace minfer

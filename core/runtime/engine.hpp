@@ -29,6 +29,7 @@ struct EngineEvent {
   std::string reason;   // when end: "length", "stop" (end of generation), "cancelled", or "error: ..."
   int64_t cached = 0;   // when end: prompt positions found in shared KV pages (prefix reuse)
   std::optional<sampling::TokenLogprobs> logprobs;  // with a token, when the request asked for them
+  std::vector<float> embedding;  // an embed request's (SeqRequest::embed), in place of a token (-1)
 };
 
 // One request's stream, written by the engine thread, read by its caller.

@@ -1,5 +1,5 @@
 // OpenAI's own Node client against a running minfer-server: a chat, the same chat streamed,
-// a legacy completion, the model list and an error, reported as one JSON line for
+// a legacy completion, embeddings, the model list and an error, reported as one JSON line for
 // tests/check_server_clients.py to judge.  node openai_client.mjs BASE_URL API_KEY MODEL
 import OpenAI from "openai";
 
@@ -29,6 +29,10 @@ out.stream = { ...s, ids: s.ids.size };
 
 const done = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 8, temperature: 0 });
 out.completion = { text: done.choices[0].text, usage: done.usage };
+
+// The client asks for base64 by default and decodes it to numbers.
+const emb = await client.embeddings.create({ model, input: ["Once upon", "a time"] });
+out.embeddings = { data: emb.data.map((d) => ({ index: d.index, embedding: Array.from(d.embedding) })), usage: emb.usage };
 
 const models = await client.models.list();
 out.models = models.data.map((m) => m.id);
