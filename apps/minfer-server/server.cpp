@@ -337,6 +337,16 @@ void Server::Impl::embeddings(const httplib::Request &req, httplib::Response &re
   if (draining) return reply(res, 503, error_body(503, "the server is shutting down"));
   if (!L->runner->model().opts.embeddings)
     return reply(res, 400, error_body(400, "this server computes no embeddings: start it with --embeddings (or 'server: {embeddings: true}' in the run config)"));
+  // The file's pooling (llama.cpp's <arch>.pooling_type: 0 none, 1 mean, 2 cls, 3 last, 4 rank):
+  // only the last token's state is given here; a model trained for another is refused.
+  const models::Model &m = L->runner->model();
+  if (const std::string key = m.hp.arch + ".pooling_type"; m.file->find(key)) {
+    const int64_t pooling = m.file->get_int(key);
+    if (pooling != 0 && pooling != 3)
+      return reply(res, 400, error_body(400, cfg.model + ": " + key + " is " + std::to_string(pooling) + " (" +
+                                                 (pooling == 1 ? "mean" : pooling == 2 ? "cls" : pooling == 4 ? "rank" : "unknown") +
+                                                 " pooling); minfer gives last-token embeddings only"));
+  }
   const tokenizer::Tokenizer &tok = L->runner->tokenizer();
   EmbeddingRequest er;
   std::vector<std::vector<int32_t>> prompts;
