@@ -362,6 +362,21 @@ try:
             if choice != "required":
                 ok = ok and calls and calls[0]["function"]["arguments"] == "{}"
             check(status == 200 and ok, f"tool_choice {choice}: {status} {str(rb)[:400]}")
+        # Nesting: parameters past the schema compiler's 64 levels (arrays of arrays) leave an auto call unguarded
+        # (200) and refuse a forced one (400 naming the depth); arguments text nested past 128
+        # levels in the history is refused.
+        nested = {"type": "integer"}
+        for _ in range(66):
+            nested = {"type": "array", "items": nested}
+        deep_tool = {"type": "function", "function": {"name": "deep", "parameters": {"type": "object", "properties": {"a": nested}}}}
+        status, rb = k.request("POST", "/v1/chat/completions", json.dumps(dict(msgs, tools=[deep_tool], max_tokens=4)), headers=auth)
+        check(status == 200, f"auto with 66-deep parameters: {status} {str(rb)[:200]}")
+        status, rb = k.request("POST", "/v1/chat/completions", json.dumps(dict(msgs, tools=[deep_tool], tool_choice="required", max_tokens=4)), headers=auth)
+        check(status == 400 and "deeper than 64" in rb["error"]["message"], f"required with 66-deep parameters: {status} {rb}")
+        deep_args = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                                                                           "function": {"name": "get_weather", "arguments": "[" * 5000 + "]" * 5000}}]}
+        status, rb = k.request("POST", "/v1/chat/completions", json.dumps(dict(with_tools, messages=msgs["messages"] + [deep_args])), headers=auth)
+        check(status == 400 and "deeper than 128" in rb["error"]["message"], f"history arguments nested 5000 deep: {status} {rb}")
         # Anthropic's Messages API over the same chat: the same greedy text as /v1/chat/completions,
         # its stream of named events adding up to it, count_tokens, a forced tool_use, x-api-key,
         # and its error shape.

@@ -43,7 +43,7 @@ def streamed_text(port, body, timeout=60):
         c.close()
 
 
-s = Server(server_bin, config, stories, ["-np", "4", "--timeout", "20"])
+s = Server(server_bin, config, stories, ["-np", "4", "--timeout", "20", "--embeddings"])
 try:
     good = {"prompt": "Once upon a time", "max_tokens": 300, "temperature": 0}
     want = streamed_text(s.port, good)

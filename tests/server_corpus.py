@@ -49,6 +49,41 @@ def cases():
             {"messages": [{"role": "user", "content": "y" * 6000000}]}, {"messages": [{"role": "user", "content": "x"}] * 20000}]
     for i, b in enumerate(msgs):
         c.append((f"wrong messages {i} ({json.dumps(b)[:40]})", _json(CHAT, b), {400}))
+    # Constrained decoding: schemas and patterns nested past any sane depth, a schema that
+    # admits nothing, tools whose parameters are nested as deep.
+    deep = '{"type": "object", "properties": {"a": ' * 60000 + "{}" + "}}" * 60000
+    c.append(("a schema nested 60000 deep", _req("POST", GEN, '{"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": '
+                                                 + deep + "}}}"), {400}))
+    c.append(("a pattern of 60000 groups", _json(GEN, {"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
+        "schema": {"type": "string", "pattern": "(" * 60000 + ")" * 60000}}}}), {400}))
+    for i, schema in enumerate([{"$ref": "#"}, {"anyOf": [{"$ref": "#"}]}, {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}, "required": ["a"]},
+                                {"type": "array", "items": {"$ref": "#"}, "minItems": 1}]):
+        c.append((f"a schema that admits no value {i}", _json(GEN, {"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}),
+                  {400}))
+    deep_params = '{"type": "object", "properties": {"a": ' * 60000 + "{}" + "}}" * 60000
+    c.append(("tools with parameters nested 60000 deep", _req("POST", CHAT, '{"messages": [{"role": "user", "content": "x"}], "tool_choice": "required", '
+                                                             '"tools": [{"type": "function", "function": {"name": "f", "parameters": ' + deep_params + "}}]}"),
+              {400}))
+    # The other APIs' endpoints: Anthropic's, llama-server's, embeddings.
+    for path in ("/v1/messages", "/completion", "/infill", "/v1/embeddings", "/v1/messages/count_tokens"):
+        for i, b in enumerate(["", "null", "[]", "{", '{"a":' * 50000 + "1" + "}" * 50000, "\x00"]):
+            c.append((f"bad json {path} {i}", _req("POST", path, b), {400}))
+    anthropic = [{"messages": "hi"}, {"messages": [{"role": "user", "content": [{"type": "image"}]}]}, {"messages": [{"role": "tool", "content": "x"}]},
+                 {"messages": [{"role": "user", "content": "x"}], "tools": [{"name": 5}]}, {"messages": [{"role": "user", "content": "x"}], "tool_choice": "any"},
+                 {"messages": [{"role": "user", "content": "x"}], "system": 5}, {"messages": [{"role": "user", "content": [{"type": "tool_result", "content": 5}]}]},
+                 {"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}, {"messages": [{"role": "user", "content": "x"}], "stop_sequences": "END"}]
+    for i, b in enumerate(anthropic):
+        c.append((f"wrong anthropic {i} ({json.dumps(b)[:40]})", _json("/v1/messages", b), {400}))
+    native = [{"prompt": "x", "n_predict": -7}, {"prompt": "x", "grammar": "root ::= x"}, {"prompt": "x", "logit_bias": [[1]]}, {"prompt": 5},
+              {"prompt": "x", "n_probs": 5}, {"prompt": "x", "json_schema": {"type": "nope"}}]
+    for i, b in enumerate(native):
+        c.append((f"wrong /completion {i} ({json.dumps(b)[:40]})", _json("/completion", b), {400}))
+    c.append(("/infill with a numeric prefix", _json("/infill", {"input_prefix": 5}), {400}))
+    c.append(("/infill with bad extra", _json("/infill", {"input_prefix": "x", "input_extra": [1]}), {400}))
+    embeds = [{"input": 5}, {"input": []}, {"input": [[]]}, {"input": ""}, {"input": ["x"] * 3000}, {"input": [2 ** 40]}, {"input": "x", "dimensions": 0},
+              {"input": "x", "encoding_format": "hex"}, {"input": [[1, "a"]]}, {"input": "x " * 200000}]
+    for i, b in enumerate(embeds):
+        c.append((f"wrong embeddings {i} ({json.dumps(b)[:40]})", _json("/v1/embeddings", b), {400}))
     c.append(("tokenize without content", _json("/tokenize", {"text": 1}), {400}))
     c.append(("detokenize huge id", _json("/detokenize", {"tokens": [2 ** 40]}), {400}))
     c.append(("detokenize not a list", _json("/detokenize", {"tokens": "abc"}), {400}))

@@ -256,6 +256,25 @@ TEST(JsonSchema, TheConstraintSteersTheSampler) {
   EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 3, 4, 5, 7})) << "{\"k\":1} then the end, which only a closed object allows";
 }
 
+// A schema that contradicts itself (a pattern of five a's in at most two characters) walks into
+// a dead end: the sampler ends the reply there instead of throwing (which would end every
+// sequence of the batch's step).
+TEST(JsonSchema, ADeadEndEndsTheReplyInsteadOfThrowing) {
+  std::vector<std::string> texts = {"\"", "a", "b", ""};  // 3: the end
+  minfer::sampling::Config c;
+  c.temperature = 0;
+  c.constraint = minfer::sampling::json_constraint(minfer::sampling::constraint_vocab(texts, {3}),
+                                                   schema(R"({"type": "string", "pattern": "^a{5}$", "maxLength": 2})"));
+  minfer::sampling::Sampler s(c);
+  std::vector<int32_t> out;
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<float> logits = {1, 2, 3, 0};
+    out.push_back(s.sample(logits.data(), 4, {}));
+    if (out.back() == 3) break;
+  }
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 1, 1, 3})) << "the quote, two a's, then nothing fits: the end";
+}
+
 // Random replies drawn through the constraint over a vocabulary of JSON pieces: every one that
 // ends parses, and meets the schema (checked here independently, on the parsed value).
 TEST(JsonSchema, RandomRepliesThatEndMeetTheSchema) {

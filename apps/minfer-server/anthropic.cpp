@@ -1,5 +1,7 @@
 #include "anthropic.hpp"
 
+#include "common/json.hpp"
+
 namespace minfer::server {
 namespace {
 
@@ -24,6 +26,7 @@ std::string text_of(const json &content, const std::string &where) {
 
 // The input of a tool_use block as the arguments text of a call.
 json tool_input(const std::string &arguments) {
+  if (minfer::json::nesting_depth(arguments) > minfer::json::kMaxNesting) return json::object();
   json v = json::parse(arguments, nullptr, false);
   return v.is_object() ? v : json::object();
 }

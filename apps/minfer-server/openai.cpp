@@ -1,5 +1,7 @@
 #include "openai.hpp"
 
+#include "common/json.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -64,6 +66,16 @@ std::shared_ptr<const sampling::Schema> response_schema(const json &rf) {
 }
 
 }  // namespace
+
+json parse_body(const std::string &text) {
+  if (minfer::json::nesting_depth(text) > minfer::json::kMaxNesting)
+    throw BadRequest("the body nests deeper than " + std::to_string(minfer::json::kMaxNesting) + " levels");
+  try {
+    return json::parse(text);
+  } catch (const std::exception &e) {
+    throw BadRequest(std::string("the body is not JSON: ") + e.what());
+  }
+}
 
 GenerationParams parse_generation(const json &body, const sampling::Config &defaults, uint64_t seed, Api api) {
   if (!body.is_object()) throw BadRequest("the request body must be a JSON object");
@@ -161,6 +173,8 @@ json chat_messages(const json &body) {
           throw BadRequest(cw + " must be {id, type: \"function\", function: {name, arguments}}");
         json &args = call["function"]["arguments"];
         if (args.is_string()) {
+          if (minfer::json::nesting_depth(args.get<std::string>()) > minfer::json::kMaxNesting)
+            throw BadRequest(cw + ".function.arguments nest deeper than " + std::to_string(minfer::json::kMaxNesting) + " levels");
           json parsed = json::parse(args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
           if (!parsed.is_object()) throw BadRequest(cw + ".function.arguments must be a JSON object (as text)");
           args = std::move(parsed);

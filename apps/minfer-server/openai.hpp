@@ -26,6 +26,11 @@ struct BadRequest : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A request body as JSON. Nesting past json::kMaxNesting (128) levels is refused before
+// parsing: copying or printing such a value recurses once per level, and 60,000 levels took a
+// connection thread's stack (and the server) with them. Throws BadRequest.
+json parse_body(const std::string &text);
+
 // What a completion or chat request asks for, apart from its prompt.
 struct GenerationParams {
   int64_t max_tokens = -1;  // -1: until the end of generation or the context

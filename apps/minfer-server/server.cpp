@@ -91,14 +91,16 @@ void refuse_unusable_tools(const Loaded &L) {
 }
 
 // A schema's "$ref"s into itself ("#/$defs/X"), for the schema placed at `at` in a larger one.
-void rebase_refs(json &schema, const std::string &at) {
+// (Past 64 levels it stops: the schema compiler refuses that depth anyway.)
+void rebase_refs(json &schema, const std::string &at, int depth = 0) {
+  if (depth > 64) return;
   if (schema.is_object())
     for (auto &[k, v] : schema.items()) {
       if (k == "$ref" && v.is_string() && v.get<std::string>().starts_with("#")) v = at + v.get<std::string>().substr(1);
-      else rebase_refs(v, at);
+      else rebase_refs(v, at, depth + 1);
     }
   else if (schema.is_array())
-    for (json &v : schema) rebase_refs(v, at);
+    for (json &v : schema) rebase_refs(v, at, depth + 1);
 }
 
 // One call as the template's syntax writes it: a JSON object whose name is one of `names` and
@@ -140,7 +142,12 @@ std::shared_ptr<const sampling::TokenConstraint> opened_calls(const Loaded &L, c
   if (L.tool_format != chat::ToolFormat::hermes) return nullptr;
   std::vector<std::string> names;
   for (const json &t : tools.tools) names.push_back(t["function"]["name"].get<std::string>());
-  const auto call = call_schema(L, tools, names);
+  std::shared_ptr<const sampling::Schema> call;
+  try {
+    call = call_schema(L, tools, names);
+  } catch (const BadRequest &) {
+    return nullptr;  // parameters past what the decoder takes (nested too deep): the calls go unguarded
+  }
   return sampling::lazy_constraint(L.vocab, "<tool_call>", {{ReplyPart::literal, "\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}});
 }
 
@@ -351,7 +358,7 @@ void Server::Impl::embeddings(const httplib::Request &req, httplib::Response &re
   EmbeddingRequest er;
   std::vector<std::vector<int32_t>> prompts;
   try {
-    er = parse_embeddings(json::parse(req.body));
+    er = parse_embeddings(parse_body(req.body));
     for (size_t i = 0; i < er.inputs.size(); ++i) {
       const PromptField &f = er.inputs[i];
       if (!f.is_ids) refuse_unfittable(*L, f.text);
@@ -454,9 +461,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   if (draining) return reply(res, 503, error_body(503, "the server is shutting down"));
   json body;
   try {
-    body = json::parse(req.body);
-  } catch (const std::exception &e) {
-    return reply(res, 400, error_body(400, std::string("the body is not JSON: ") + e.what()));
+    body = parse_body(req.body);
+  } catch (const BadRequest &e) {
+    return reply(res, 400, error_body(400, e.what()));
   }
   app::ModelRunner &runner = *L->runner;
   const tokenizer::Tokenizer &tok = runner.tokenizer();
@@ -721,7 +728,11 @@ void Server::Impl::routes() {
   http.Post("/tokenize", [this](const httplib::Request &req, httplib::Response &res) {
     const auto L = ready();
     if (!L) return reply(res, 503, error_body(503, "loading the model"));
-    json body = json::parse(req.body, nullptr, false);
+    json body;
+    try {
+      body = parse_body(req.body);
+    } catch (const BadRequest &) {
+    }
     if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
       return reply(res, 400, error_body(400, "give {\"content\": TEXT} (and \"add_special\": true for BOS)"));
     const bool add_special = body.value("add_special", false);
@@ -730,7 +741,11 @@ void Server::Impl::routes() {
   http.Post("/detokenize", [this](const httplib::Request &req, httplib::Response &res) {
     const auto L = ready();
     if (!L) return reply(res, 503, error_body(503, "loading the model"));
-    json body = json::parse(req.body, nullptr, false);
+    json body;
+    try {
+      body = parse_body(req.body);
+    } catch (const BadRequest &) {
+    }
     const tokenizer::Tokenizer &tok = L->runner->tokenizer();
     if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) return reply(res, 400, error_body(400, "give {\"tokens\": [ids]}"));
     std::string text;

@@ -91,6 +91,7 @@ class PatternConstraint final : public TokenConstraint {
     if (t >= 0 && size_t(t) < v_->texts.size()) state_.feed(v_->texts[size_t(t)]);
   }
   std::unique_ptr<TokenConstraint> fresh() const override { return std::make_unique<PatternConstraint>(v_, state_.parts()); }
+  int32_t dead_end_token() const override { return v_->eog.empty() ? -1 : v_->eog[0]; }
   bool feed(const std::string &text) { return state_.feed(text); }
   bool complete() const { return state_.complete(); }
 
@@ -138,6 +139,7 @@ class LazyConstraint final : public TokenConstraint {
     if (active_->complete()) active_.reset(), tail_.clear();
   }
   std::unique_ptr<TokenConstraint> fresh() const override { return std::make_unique<LazyConstraint>(v_, trigger_, parts_); }
+  int32_t dead_end_token() const override { return v_->eog.empty() ? -1 : v_->eog[0]; }
 
  private:
   std::shared_ptr<const ConstraintVocab> v_;

@@ -31,6 +31,9 @@ class TokenConstraint {
     for (int64_t t = 0; t < n; ++t) allowed[size_t(t)] = allows(int32_t(t));
   }
   virtual void accept(int32_t token) = 0;  // the token chosen (allowed)
+  // Where the constraint allows nothing (a schema that contradicts itself, say maxLength
+  // against a pattern): the token that ends the reply, or -1 for none.
+  virtual int32_t dead_end_token() const { return -1; }
   virtual std::unique_ptr<TokenConstraint> fresh() const = 0;
 };
 

@@ -22,6 +22,7 @@ constexpr size_t kMaxThreads = 1024;  // alternatives alive at once (more are dr
 constexpr size_t kMaxNodes = 20000;  // a schema's compiled size
 constexpr int kMaxDigits = 16;       // integer and fraction digits of a number, as llama.cpp
 constexpr int kMaxExpDigits = 3;
+constexpr int kMaxSchemaDepth = 64;  // schemas nested within one another (JSON text nests up to kMaxDepth)
 
 // The formats a string is held to (RFC 3339's date, time and date-time, RFC 4122's uuid), as
 // patterns; other formats are annotations (JSON Schema's default): any string.
@@ -52,8 +53,56 @@ class SchemaCompiler {
   std::shared_ptr<const Schema> run() {
     auto s = std::make_shared<Schema>();
     s->root_ = compile(doc_, "#");
+    prune(s->root_);
     s->nodes_ = std::move(nodes_);
     return s;
+  }
+
+  // Which nodes can be written out whole (a fixpoint: a $ref cycle with nothing between, an
+  // object that requires itself, or an array that needs an item it cannot have, never can).
+  // Alternatives, optional keys and items that cannot are dropped, so decoding never walks
+  // into a dead end; a schema whose root cannot is refused.
+  void prune(int32_t root) {
+    std::vector<uint8_t> ok(nodes_.size(), 0);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        if (ok[i]) continue;
+        const SchemaNode &n = nodes_[i];
+        bool v = false;
+        switch (n.kind) {
+          case SchemaNode::literal: v = !n.texts.empty(); break;
+          case SchemaNode::string:
+          case SchemaNode::number:
+          case SchemaNode::integer: v = true; break;
+          case SchemaNode::any_of: v = std::any_of(n.alts.begin(), n.alts.end(), [&](int32_t a) { return ok[size_t(a)] != 0; }); break;
+          case SchemaNode::object:
+            v = std::all_of(n.props.begin(), n.props.end(), [&](const SchemaNode::Property &p) { return !p.required || ok[size_t(p.node)]; });
+            break;
+          case SchemaNode::array:
+            v = true;
+            for (int64_t k = 0; k < n.min_n && v; ++k) {
+              const int32_t item = size_t(k) < n.prefix.size() ? n.prefix[size_t(k)] : n.items;
+              v = item >= 0 && ok[size_t(item)];
+            }
+            break;
+        }
+        if (v) ok[i] = 1, changed = true;
+      }
+    }
+    if (!ok[size_t(root)]) fail("#", "the schema admits no value (a reference to itself with nothing between, or a required part that cannot be written)");
+    for (SchemaNode &n : nodes_) {
+      std::erase_if(n.alts, [&](int32_t a) { return !ok[size_t(a)]; });
+      std::erase_if(n.props, [&](const SchemaNode::Property &p) { return !ok[size_t(p.node)]; });  // required ones are ok where n is
+      if (n.extra >= 0 && !ok[size_t(n.extra)]) n.extra = -1;
+      if (n.kind == SchemaNode::array) {
+        size_t good = 0;
+        while (good < n.prefix.size() && ok[size_t(n.prefix[good])]) ++good;
+        if (good < n.prefix.size()) n.prefix.resize(good), n.items = -1;
+        if (n.items >= 0 && !ok[size_t(n.items)]) n.items = -1;
+        if (n.items < 0 && (n.max_n < 0 || n.max_n > int64_t(n.prefix.size()))) n.max_n = int64_t(n.prefix.size());
+      }
+    }
   }
 
   // The node of any JSON value (built once; its object and array parts refer back to it).
@@ -120,6 +169,13 @@ class SchemaCompiler {
   }
 
   int32_t compile(const ojson &s, const std::string &path) {
+    // A request's schema nested thousands deep would take the stack with it.
+    struct Depth {
+      int &d;
+      explicit Depth(int &x) : d(++x) {}
+      ~Depth() { --d; }
+    } depth(depth_);
+    if (depth_ > kMaxSchemaDepth) fail(path, "the schema nests deeper than " + std::to_string(kMaxSchemaDepth) + " levels");
     if (s.is_boolean()) {
       if (s.get<bool>()) return any();
       fail(path, "the schema false admits no value");
@@ -299,6 +355,7 @@ class SchemaCompiler {
 
   const ojson &doc_;
   bool strict_;
+  int depth_ = 0;
   std::vector<SchemaNode> nodes_;
   std::map<std::string, int32_t> refs_;
   int32_t any_ = -1;

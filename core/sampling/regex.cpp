@@ -130,7 +130,8 @@ class Parser {
 
   P quantified() {
     P a = atom();
-    for (;;) {
+    for (int wraps = 0;; ++wraps) {
+      if (wraps > 8) fail("more than 8 quantifiers on one item");
       size_t n = 0;
       long m = 0;
       if (at('*')) ++i_, a = make(Node::star, {a});
@@ -238,6 +239,7 @@ class Parser {
     const uint32_t c = s_[i_++];
     switch (c) {
       case '(': {
+        if (++depth_ > 64) fail("groups nested deeper than 64");
         if (at('?')) {
           if (i_ + 1 < s_.size() && s_[i_ + 1] == ':') i_ += 2;
           else if (i_ + 2 < s_.size() && s_[i_ + 1] == '<' && s_[i_ + 2] != '=' && s_[i_ + 2] != '!') {
@@ -248,6 +250,7 @@ class Parser {
         P a = alternatives();
         if (!at(')')) fail("an unclosed '('");
         ++i_;
+        --depth_;
         return a;
       }
       case '[': return make(Node::atom, {}, bracket());
@@ -264,6 +267,7 @@ class Parser {
 
   std::vector<uint32_t> s_;
   size_t i_ = 0;
+  int depth_ = 0;  // groups open
   const std::string &src_;
 };
 

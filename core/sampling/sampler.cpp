@@ -98,8 +98,14 @@ int32_t Sampler::sample(const float *logits, int64_t n, const std::vector<int32_
     for (int64_t i = 0; i < n; ++i)
       if (!allowed_[size_t(i)]) work_[size_t(i)] = -INFINITY;
       else any = true;
-    if (!any) throw std::runtime_error("sampling: the constraint allows no token of the vocabulary (a response_format the model cannot write)");
-    t = choose(n);
+    // Nothing allowed (a schema that contradicts itself): the reply ends here, or, with no end
+    // token known, goes on unconstrained. Never a throw: it would end every sequence of the step.
+    if (!any) {
+      const int32_t end = constraint_->dead_end_token();
+      t = end >= 0 && end < n ? end : argmax(logits, n);
+    } else {
+      t = choose(n);
+    }
   }
   constraint_->accept(t);
   return t;
