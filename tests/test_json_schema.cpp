@@ -414,4 +414,15 @@ TEST(LazyConstraint, ACallOpenedInFreeTextIsWrittenWhole) {
   EXPECT_EQ(allowed(), (std::vector<int32_t>{4, 8})) << "the closing tag, or its first newline";
   c->accept(8);
   EXPECT_TRUE(c->allows(end) && c->allows(9) && c->allows(11)) << "free again: text, another call, the end";
+
+  // parallel_tool_calls false: after one call only the end.
+  auto once = minfer::sampling::lazy_constraint(minfer::sampling::constraint_vocab(texts, {end}), "<tool_call>",
+                                                {{ReplyPart::literal, "\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}},
+                                                /*once=*/true)
+                  ->fresh();
+  for (const int32_t t : {0, 2, 3, 4, 5, 6, 7, 8}) once->accept(t);  // text, then one whole call
+  std::vector<uint8_t> mask;
+  once->allowed_all(int64_t(texts.size()), mask);
+  EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1})) << "only the end";
+  EXPECT_FALSE(once->allows(11)) << "no second call";
 }

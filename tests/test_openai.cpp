@@ -173,6 +173,8 @@ TEST(OpenAI, ToolsAreOfferedOnlyWhenTheModelMayChoose) {
   EXPECT_FALSE(parse_tools(json::parse(std::string(R"({"tool_choice": "none", "tools": [)") + weather + "]}")).offered);
   EXPECT_FALSE(parse_tools(json::parse(R"({"tools": []})")).offered);
   EXPECT_FALSE(parse_tools(json::parse(R"({"messages": []})")).offered);
+  EXPECT_TRUE(r.parallel);
+  EXPECT_FALSE(parse_tools(json::parse(std::string(R"({"parallel_tool_calls": false, "tools": [)") + weather + "]}")).parallel);
 
   EXPECT_NE(bad_tools(R"({"tools": {}})").find("'tools' must be an array"), std::string::npos);
   EXPECT_NE(bad_tools(R"({"tools": [{"type": "code_interpreter"}]})").find("tools[0] must be"), std::string::npos);
@@ -384,6 +386,8 @@ TEST(Anthropic, RequestsBecomeChatRequests) {
   EXPECT_EQ(t.forced, std::vector<std::string>{"get_weather"});
   EXPECT_EQ(chat_messages(a)[2]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
   EXPECT_EQ(anthropic_to_openai(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "any"}})"))["tool_choice"], "required");
+  EXPECT_EQ(anthropic_to_openai(json::parse(R"({"messages": [{"role": "user", "content": "x"}],
+                                                "tool_choice": {"type": "auto", "disable_parallel_tool_use": true}})"))["parallel_tool_calls"], false);
   auto refused = [](const char *body) {
     try {
       anthropic_to_openai(json::parse(body));

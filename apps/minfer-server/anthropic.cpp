@@ -107,6 +107,7 @@ json anthropic_to_openai(const json &body) {
     else if (type == "none") out["tool_choice"] = "none";
     else if (type == "tool" && tc->contains("name")) out["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*tc)["name"]}}}};
     else throw BadRequest("'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": N}");
+    if (const auto d = tc->find("disable_parallel_tool_use"); d != tc->end() && *d == true) out["parallel_tool_calls"] = false;
   }
   if (const auto th = body.find("thinking"); th != body.end() && th->is_object()) {
     const std::string type = th->value("type", "");

@@ -213,7 +213,7 @@ ToolsRequest parse_tools(const json &body) {
     if (f.contains("parameters") && !f["parameters"].is_object()) throw BadRequest(where + ".function.parameters must be a JSON Schema object");
     if (f.contains("description") && !f["description"].is_string()) throw BadRequest(where + ".function.description must be a string");
   }
-  boolean(body, "parallel_tool_calls", true);  // checked for its type; every call the model makes is returned
+  r.parallel = boolean(body, "parallel_tool_calls", true);
   const auto c = body.find("tool_choice");
   const std::string choice = c == body.end() || c->is_null() ? "auto" : c->is_string() ? c->get<std::string>() : "";
   r.tools = *it;

@@ -68,6 +68,7 @@ struct ToolsRequest {
   json tools = json::array();
   bool offered = false;
   std::vector<std::string> forced;
+  bool parallel = true;  // parallel_tool_calls: false allows one call at most
 };
 ToolsRequest parse_tools(const json &body);
 

@@ -148,7 +148,8 @@ std::shared_ptr<const sampling::TokenConstraint> opened_calls(const Loaded &L, c
   } catch (const BadRequest &) {
     return nullptr;  // parameters past what the decoder takes (nested too deep): the calls go unguarded
   }
-  return sampling::lazy_constraint(L.vocab, "<tool_call>", {{ReplyPart::literal, "\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}});
+  return sampling::lazy_constraint(L.vocab, "<tool_call>", {{ReplyPart::literal, "\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}},
+                                   /*once=*/!tools.parallel);
 }
 
 void refuse_unfittable(const Loaded &L, const std::string &text) {
@@ -577,6 +578,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     const chat::ReasoningSplitter::Pieces parts = thinks ? chat::split_reasoning(o.text, opened) : chat::ReasoningSplitter::Pieces{"", o.text};
     chat::ParsedReply r = chat::parse_tool_calls(calls, parts.content);
     if (r.calls.empty()) r.content = parts.content;  // no calls: the text as it came
+    if (!tools.parallel && r.calls.size() > 1) r.calls.resize(1);  // parallel_tool_calls false: the first
     if (route == Route::messages) {
       const AnthropicReply ar{"msg_" + std::to_string(id), model_name, parts.reasoning, r.content, anthropic_stop_reason(o.finish, o.stop_word, !r.calls.empty()),
                               o.stop_word, r.calls, id, n_prompt, o.tokens, o.cached};
@@ -597,8 +599,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   // Server-sent events. OpenAI: one chunk per piece of text, the last with the finish reason,
   // the usage when asked, then [DONE]. Anthropic: its named events (anthropic.hpp).
   res.set_header("Cache-Control", "no-cache");
+  const bool parallel = tools.parallel;
   res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, route, usage, logprobs, calls, thinks, opened,
-                                                         n_prompt](size_t, httplib::DataSink &sink) {
+                                                         n_prompt, parallel](size_t, httplib::DataSink &sink) {
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     const auto write = [&](const std::string &text) { return text.empty() || sink.write(text.data(), text.size()); };
     const auto send = [&](const json &j) { return write("data: " + dump(j) + "\n\n"); };
@@ -674,6 +677,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
         if (!rest.content.empty())
           if (chat::ParsedReply r = chat::parse_tool_calls(calls, content_sent + rest.content); !r.calls.empty()) {
             made = std::move(r.calls);
+            if (!parallel && made.size() > 1) made.resize(1);
             rest.content.clear();
           }
         send_parts(rest, nullptr);

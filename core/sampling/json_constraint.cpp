@@ -104,10 +104,11 @@ class PatternConstraint final : public TokenConstraint {
 // (llama.cpp's lazy grammars: a model that opens a tool call must finish it as the schema says).
 class LazyConstraint final : public TokenConstraint {
  public:
-  LazyConstraint(std::shared_ptr<const ConstraintVocab> vocab, std::string trigger, std::shared_ptr<const std::vector<ReplyPart>> parts)
-      : v_(std::move(vocab)), trigger_(std::move(trigger)), parts_(std::move(parts)) {}
+  LazyConstraint(std::shared_ptr<const ConstraintVocab> vocab, std::string trigger, std::shared_ptr<const std::vector<ReplyPart>> parts, bool once)
+      : v_(std::move(vocab)), trigger_(std::move(trigger)), parts_(std::move(parts)), once_(once) {}
   bool allows(int32_t t) const override {
     if (active_) return active_->allows(t);
+    if (done_) return std::find(v_->eog.begin(), v_->eog.end(), t) != v_->eog.end();  // once: only the end after the parts
     if (t < 0 || size_t(t) >= v_->texts.size()) return false;
     const std::string &text = v_->texts[size_t(t)];
     if (text.empty()) return true;  // an end or a control token: free text takes them
@@ -119,6 +120,12 @@ class LazyConstraint final : public TokenConstraint {
   }
   void allowed_all(int64_t n, std::vector<uint8_t> &allowed) const override {
     if (active_) return active_->allowed_all(n, allowed);
+    if (done_) {
+      allowed.assign(size_t(n), 0);
+      for (const int32_t e : v_->eog)
+        if (e >= 0 && e < n) allowed[size_t(e)] = 1;
+      return;
+    }
     TokenConstraint::allowed_all(n, allowed);
   }
   void accept(int32_t t) override {
@@ -136,17 +143,19 @@ class LazyConstraint final : public TokenConstraint {
       active_ = std::make_unique<PatternConstraint>(v_, parts_);
       active_->feed(s.substr(k + trigger_.size()));
     }
-    if (active_->complete()) active_.reset(), tail_.clear();
+    if (active_->complete()) active_.reset(), tail_.clear(), done_ = once_;
   }
-  std::unique_ptr<TokenConstraint> fresh() const override { return std::make_unique<LazyConstraint>(v_, trigger_, parts_); }
+  std::unique_ptr<TokenConstraint> fresh() const override { return std::make_unique<LazyConstraint>(v_, trigger_, parts_, once_); }
   int32_t dead_end_token() const override { return v_->eog.empty() ? -1 : v_->eog[0]; }
 
  private:
   std::shared_ptr<const ConstraintVocab> v_;
   std::string trigger_;
   std::shared_ptr<const std::vector<ReplyPart>> parts_;
+  bool once_;                                  // after the parts once, only the end
   std::unique_ptr<PatternConstraint> active_;  // between the trigger and the parts' end
   std::string tail_;                           // the last bytes of free text, for a split trigger
+  bool done_ = false;                          // once, and the parts were written
 };
 
 }  // namespace
@@ -173,8 +182,9 @@ std::shared_ptr<const TokenConstraint> json_constraint(std::shared_ptr<const Con
   return pattern_constraint(std::move(vocab), {{ReplyPart::json, {}, std::move(schema)}});
 }
 
-std::shared_ptr<const TokenConstraint> lazy_constraint(std::shared_ptr<const ConstraintVocab> vocab, std::string trigger, std::vector<ReplyPart> parts) {
-  return std::make_shared<LazyConstraint>(std::move(vocab), std::move(trigger), std::make_shared<const std::vector<ReplyPart>>(std::move(parts)));
+std::shared_ptr<const TokenConstraint> lazy_constraint(std::shared_ptr<const ConstraintVocab> vocab, std::string trigger, std::vector<ReplyPart> parts,
+                                                       bool once) {
+  return std::make_shared<LazyConstraint>(std::move(vocab), std::move(trigger), std::make_shared<const std::vector<ReplyPart>>(std::move(parts)), once);
 }
 
 }  // namespace minfer::sampling
