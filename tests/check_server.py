@@ -416,6 +416,30 @@ try:
                                headers=auth)
         check(status == 400 and "not one of" in rb["error"]["message"], f"tool_choice naming no tool: {status} {rb}")
         check(k.stop() == 0, "the chat server exits 0")
+    # Llama 3.1's template: its calls are a reply that opens with '{'. With a +100 bias on '{',
+    # this story model opens its reply so, and the constraint of tool_choice auto writes the
+    # rest as a call of one of the tools: it comes back as tool_calls. Without tools the same
+    # bias gives plain text.
+    l31 = f"{testdata}/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"
+    if os.path.exists(l31):
+        l31_cfg = "/tmp/minfer-server-llama31.yaml"
+        with open(l31_cfg, "w") as f:
+            f.write("\n".join(line for line in open(config).read().splitlines() if not line.startswith("chat:")) + f"\nchat_template: {os.path.abspath(l31)}\n")
+        config_saved, config = config, l31_cfg
+        ll = Server(["-np", "2"])
+        servers.append(ll)
+        config = config_saved
+        brace = ll.post("/tokenize", {"content": "{"})[1]["tokens"]
+        clock = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+        ask = {"messages": [{"role": "user", "content": "What time is it?"}], "max_tokens": 60, "temperature": 0, "logit_bias": {str(brace[-1]): 100}}
+        status, lb = ll.post("/v1/chat/completions", dict(ask, tools=[clock]))
+        msg = lb["choices"][0]["message"] if status == 200 else {}
+        check(status == 200 and lb["choices"][0]["finish_reason"] == "tool_calls" and msg.get("tool_calls") and
+              msg["tool_calls"][0]["function"]["name"] == "get_time" and json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {},
+              f"Llama 3.1: a reply that opens with '{{' is written as a call: {status} {str(lb)[:400]}")
+        status, plain = ll.post("/v1/chat/completions", ask)
+        check(status == 200 and "tool_calls" not in plain["choices"][0]["message"], f"the same bias without tools: {status} {str(plain)[:200]}")
+        check(ll.stop() == 0, "the Llama 3.1 server exits 0")
     # A thinking template that opens the think block in the prompt (DeepSeek R1's, with
     # enable_thinking): the reply is reasoning until </think>, which this model never writes.
     r1 = f"{testdata}/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"

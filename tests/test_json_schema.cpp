@@ -418,11 +418,40 @@ TEST(LazyConstraint, ACallOpenedInFreeTextIsWrittenWhole) {
   // parallel_tool_calls false: after one call only the end.
   auto once = minfer::sampling::lazy_constraint(minfer::sampling::constraint_vocab(texts, {end}), "<tool_call>",
                                                 {{ReplyPart::literal, "\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}},
-                                                /*once=*/true)
+                                                {.once = true})
                   ->fresh();
   for (const int32_t t : {0, 2, 3, 4, 5, 6, 7, 8}) once->accept(t);  // text, then one whole call
   std::vector<uint8_t> mask;
   once->allowed_all(int64_t(texts.size()), mask);
   EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1})) << "only the end";
   EXPECT_FALSE(once->allows(11)) << "no second call";
+}
+
+// Llama 3's calls: a reply that opens with '{' (after blanks) is the call's JSON object, held to
+// its schema; a reply that opens with anything else is free text for good.
+TEST(LazyConstraint, AReplyThatOpensWithABraceIsTheCall) {
+  using minfer::sampling::ReplyPart;
+  const auto call = schema(R"({"type": "object", "properties": {"name": {"const": "get"}, "parameters": {"type": "object"}},
+      "required": ["name", "parameters"]})");
+  std::vector<std::string> texts = {" ", "{", "\"name\": \"get\", \"parameters\": {}}", "Sure", "{x", "\"name\": \"put\"", ""};
+  const int32_t end = 6;
+  const auto make = [&] {
+    return minfer::sampling::lazy_constraint(minfer::sampling::constraint_vocab(texts, {end}), "{", {{ReplyPart::json, {}, call}},
+                                             {.at_start = true, .keep_trigger = true})
+        ->fresh();
+  };
+  auto c = make();
+  EXPECT_TRUE(c->allows(3) && c->allows(1) && c->allows(end)) << "free before anything";
+  EXPECT_FALSE(c->allows(4)) << "'{x' opens no call";
+  c->accept(0);  // a blank: still at the start
+  EXPECT_FALSE(c->allows(4));
+  c->accept(1);
+  EXPECT_FALSE(c->allows(5)) << "a call of no tool";
+  EXPECT_FALSE(c->allows(end)) << "no end inside the call";
+  EXPECT_TRUE(c->allows(2));
+  c->accept(2);
+  EXPECT_TRUE(c->allows(end)) << "the call is whole";
+  auto text = make();
+  text->accept(3);  // "Sure": the reply is text
+  EXPECT_TRUE(text->allows(4) && text->allows(1)) << "free for good after text";
 }

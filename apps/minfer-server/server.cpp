@@ -135,11 +135,12 @@ std::shared_ptr<const sampling::TokenConstraint> forced_call(const Loaded &L, co
   return sampling::pattern_constraint(L.vocab, {{ReplyPart::literal, "<tool_call>\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}});
 }
 
-// tool_choice "auto" with <tool_call> templates: text is free, but a call the reply opens is
-// written whole, its name one of the tools and its arguments as that tool's parameters say.
+// tool_choice "auto": text is free, but a call the reply opens is written whole, its name one
+// of the tools and its arguments as that tool's parameters say: from a <tool_call> (Qwen,
+// Hermes), or a reply that opens with '{' (Llama 3's JSON call: one a turn, then the end).
 std::shared_ptr<const sampling::TokenConstraint> opened_calls(const Loaded &L, const ToolsRequest &tools) {
   using sampling::ReplyPart;
-  if (L.tool_format != chat::ToolFormat::hermes) return nullptr;
+  if (L.tool_format != chat::ToolFormat::hermes && L.tool_format != chat::ToolFormat::llama3) return nullptr;
   std::vector<std::string> names;
   for (const json &t : tools.tools) names.push_back(t["function"]["name"].get<std::string>());
   std::shared_ptr<const sampling::Schema> call;
@@ -148,8 +149,10 @@ std::shared_ptr<const sampling::TokenConstraint> opened_calls(const Loaded &L, c
   } catch (const BadRequest &) {
     return nullptr;  // parameters past what the decoder takes (nested too deep): the calls go unguarded
   }
+  if (L.tool_format == chat::ToolFormat::llama3)
+    return sampling::lazy_constraint(L.vocab, "{", {{ReplyPart::json, {}, call}}, {.once = true, .at_start = true, .keep_trigger = true});  // one call a turn
   return sampling::lazy_constraint(L.vocab, "<tool_call>", {{ReplyPart::literal, "\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}},
-                                   /*once=*/!tools.parallel);
+                                   {.once = !tools.parallel});
 }
 
 void refuse_unfittable(const Loaded &L, const std::string &text) {

@@ -102,21 +102,23 @@ class PatternConstraint final : public TokenConstraint {
 
 // Free text until the reply writes the trigger; then the parts, to their end; then free again
 // (llama.cpp's lazy grammars: a model that opens a tool call must finish it as the schema says).
+// at_start: only a trigger that opens the reply (after blanks) counts; keep_trigger: the
+// trigger's text is the parts' own start (Llama 3's call is the reply's JSON object).
 class LazyConstraint final : public TokenConstraint {
  public:
-  LazyConstraint(std::shared_ptr<const ConstraintVocab> vocab, std::string trigger, std::shared_ptr<const std::vector<ReplyPart>> parts, bool once)
-      : v_(std::move(vocab)), trigger_(std::move(trigger)), parts_(std::move(parts)), once_(once) {}
+  LazyConstraint(std::shared_ptr<const ConstraintVocab> vocab, std::string trigger, std::shared_ptr<const std::vector<ReplyPart>> parts, LazyOptions o)
+      : v_(std::move(vocab)), trigger_(std::move(trigger)), parts_(std::move(parts)), o_(o) {}
   bool allows(int32_t t) const override {
     if (active_) return active_->allows(t);
     if (done_) return std::find(v_->eog.begin(), v_->eog.end(), t) != v_->eog.end();  // once: only the end after the parts
     if (t < 0 || size_t(t) >= v_->texts.size()) return false;
     const std::string &text = v_->texts[size_t(t)];
-    if (text.empty()) return true;  // an end or a control token: free text takes them
+    if (text.empty() || off_) return true;  // an end or a control token, or free for good: anything
     const std::string s = tail_ + text;
-    const size_t k = s.find(trigger_);
+    const size_t k = locate(s);
     if (k == std::string::npos) return true;
     PatternState p(parts_);  // the rest of the token must begin the parts
-    return p.feed(s.substr(k + trigger_.size()));
+    return p.feed(s.substr(o_.keep_trigger ? k : k + trigger_.size()));
   }
   void allowed_all(int64_t n, std::vector<uint8_t> &allowed) const override {
     if (active_) return active_->allowed_all(n, allowed);
@@ -134,28 +136,43 @@ class LazyConstraint final : public TokenConstraint {
     if (active_) {
       active_->accept(t);
     } else {
+      if (off_ || done_) return;
       const std::string s = tail_ + text;
-      const size_t k = s.find(trigger_);
+      const size_t k = locate(s);
       if (k == std::string::npos) {
-        tail_ = s.substr(s.size() - std::min(s.size(), trigger_.size() - 1));  // a trigger split across tokens
+        if (!o_.at_start) tail_ = s.substr(s.size() - std::min(s.size(), trigger_.size() - 1));  // a trigger split across tokens
+        else if (may_still_open(s)) tail_ = s.substr(std::min(s.size(), s.find_first_not_of(" \t\r\n")));
+        else off_ = true;  // the reply opened with something else
         return;
       }
       active_ = std::make_unique<PatternConstraint>(v_, parts_);
-      active_->feed(s.substr(k + trigger_.size()));
+      active_->feed(s.substr(o_.keep_trigger ? k : k + trigger_.size()));
     }
-    if (active_->complete()) active_.reset(), tail_.clear(), done_ = once_;
+    if (active_->complete()) active_.reset(), tail_.clear(), done_ = o_.once, off_ = o_.at_start;
   }
-  std::unique_ptr<TokenConstraint> fresh() const override { return std::make_unique<LazyConstraint>(v_, trigger_, parts_, once_); }
+  std::unique_ptr<TokenConstraint> fresh() const override { return std::make_unique<LazyConstraint>(v_, trigger_, parts_, o_); }
   int32_t dead_end_token() const override { return v_->eog.empty() ? -1 : v_->eog[0]; }
 
  private:
+  // Where the trigger begins in s (free text so far and a token's), npos when not there.
+  size_t locate(const std::string &s) const {
+    if (!o_.at_start) return s.find(trigger_);
+    const size_t k = s.find_first_not_of(" \t\r\n");
+    return k != std::string::npos && s.compare(k, trigger_.size(), trigger_) == 0 ? k : std::string::npos;
+  }
+  // at_start: the reply so far is blanks and perhaps the trigger's beginning.
+  bool may_still_open(const std::string &s) const {
+    const size_t k = s.find_first_not_of(" \t\r\n");
+    return k == std::string::npos || trigger_.compare(0, s.size() - k, s, k) == 0;
+  }
   std::shared_ptr<const ConstraintVocab> v_;
   std::string trigger_;
   std::shared_ptr<const std::vector<ReplyPart>> parts_;
-  bool once_;                                  // after the parts once, only the end
+  LazyOptions o_;
   std::unique_ptr<PatternConstraint> active_;  // between the trigger and the parts' end
-  std::string tail_;                           // the last bytes of free text, for a split trigger
-  bool done_ = false;                          // once, and the parts were written
+  std::string tail_;                           // free text kept to find a trigger split across tokens
+  bool done_ = false;                          // once, and the parts were written: only the end
+  bool off_ = false;                           // at_start, and the reply did not open with the trigger: free for good
 };
 
 }  // namespace
@@ -183,8 +200,8 @@ std::shared_ptr<const TokenConstraint> json_constraint(std::shared_ptr<const Con
 }
 
 std::shared_ptr<const TokenConstraint> lazy_constraint(std::shared_ptr<const ConstraintVocab> vocab, std::string trigger, std::vector<ReplyPart> parts,
-                                                       bool once) {
-  return std::make_shared<LazyConstraint>(std::move(vocab), std::move(trigger), std::make_shared<const std::vector<ReplyPart>>(std::move(parts)), once);
+                                                       LazyOptions o) {
+  return std::make_shared<LazyConstraint>(std::move(vocab), std::move(trigger), std::make_shared<const std::vector<ReplyPart>>(std::move(parts)), o);
 }
 
 }  // namespace minfer::sampling

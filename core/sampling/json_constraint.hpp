@@ -81,9 +81,13 @@ std::shared_ptr<const ConstraintVocab> constraint_vocab(std::vector<std::string>
 std::shared_ptr<const TokenConstraint> pattern_constraint(std::shared_ptr<const ConstraintVocab> vocab, std::vector<ReplyPart> parts);
 std::shared_ptr<const TokenConstraint> json_constraint(std::shared_ptr<const ConstraintVocab> vocab, std::shared_ptr<const Schema> schema);
 // Free text until the reply writes `trigger`; from there the parts, to their end; then free
-// again, or with `once` only the end (a tool call the model opens is written whole and as its
-// schema says; parallel_tool_calls false: one call at most).
+// again (a tool call the model opens is written whole and as its schema says).
+struct LazyOptions {
+  bool once = false;          // after the parts, only the end (parallel_tool_calls false)
+  bool at_start = false;      // only a trigger that opens the reply (after blanks) counts
+  bool keep_trigger = false;  // the trigger's text is the parts' own beginning
+};
 std::shared_ptr<const TokenConstraint> lazy_constraint(std::shared_ptr<const ConstraintVocab> vocab, std::string trigger, std::vector<ReplyPart> parts,
-                                                       bool once = false);
+                                                       LazyOptions o = {});
 
 }  // namespace minfer::sampling
