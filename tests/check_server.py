@@ -362,6 +362,17 @@ try:
             if choice != "required":
                 ok = ok and calls and calls[0]["function"]["arguments"] == "{}"
             check(status == 200 and ok, f"tool_choice {choice}: {status} {str(rb)[:400]}")
+            # Streamed, the call goes out as it is written: its name first, then its arguments'
+            # text in pieces that add up to the same arguments.
+            status, _, events = k.stream("/v1/chat/completions", dict(with_tools, tools=[weather, clock], tool_choice=choice, max_tokens=80), headers=auth)
+            deltas = [c["choices"][0]["delta"]["tool_calls"] for c in events if isinstance(c, dict) and c.get("choices") and "tool_calls" in c["choices"][0]["delta"]]
+            reasons = [c["choices"][0]["finish_reason"] for c in events if isinstance(c, dict) and c.get("choices") and c["choices"][0]["finish_reason"]]
+            if calls:
+                streamed_args = "".join(d[0]["function"].get("arguments", "") for d in deltas)
+                check(status == 200 and len(deltas) >= 2 and deltas[0][0]["function"]["name"] == calls[0]["function"]["name"] and
+                      deltas[0][0]["id"].startswith("call_") and all(d[0]["index"] == 0 for d in deltas) and
+                      json.loads(streamed_args) == json.loads(calls[0]["function"]["arguments"]) and reasons == ["tool_calls"],
+                      f"tool_choice {choice} streamed: {deltas} {reasons}")
         # Nesting: parameters past the schema compiler's 64 levels (arrays of arrays) leave an auto call unguarded
         # (200) and refuse a forced one (400 naming the depth); arguments text nested past 128
         # levels in the history is refused.
@@ -395,6 +406,13 @@ try:
         check(status == 200 and len(named) == len(blocks) and kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"] and
               all(d["type"] == n for n, d in named) and streamed == am["content"][0]["text"] and named[-2][1]["delta"]["stop_reason"] == am["stop_reason"],
               f"/v1/messages stream: {kinds} {streamed!r}")
+        status, _, _ = k.stream("/v1/messages", dict(amsgs, max_tokens=60, tools=[{"name": "get_time", "input_schema": {"type": "object", "properties": {}}}],
+                                                  tool_choice={"type": "tool", "name": "get_time"}), headers=akey)
+        named = [(b.split("\n")[0][len("event: "):], json.loads(b.split("\n")[1][len("data: "):])) for b in k.last_stream.split("\n\n") if b.startswith("event: ")]
+        starts = [d["content_block"] for n, d in named if n == "content_block_start" and d["content_block"]["type"] == "tool_use"]
+        partial = "".join(d["delta"]["partial_json"] for n, d in named if n == "content_block_delta" and d["delta"]["type"] == "input_json_delta")
+        check(status == 200 and len(starts) == 1 and starts[0]["name"] == "get_time" and json.loads(partial) == {} and
+              named[-2][1]["delta"]["stop_reason"] == "tool_use", f"/v1/messages forced tool_use streamed: {[n for n, _ in named]} {partial!r}")
         status, ct = k.request("POST", "/v1/messages/count_tokens", json.dumps(amsgs), headers=akey)
         check(status == 200 and ct == {"input_tokens": body["usage"]["prompt_tokens"]}, f"count_tokens: {status} {ct}")
         atools = [{"name": "get_time", "description": "The time", "input_schema": {"type": "object", "properties": {}}},

@@ -94,6 +94,8 @@ try:
         check(a["count"] == want["usage"]["prompt_tokens"], f"the Anthropic client's token count: {a['count']}")
         check(a["tool"]["stop_reason"] == "tool_use" and a["tool"]["last"]["type"] == "tool_use" and a["tool"]["last"]["name"] == "get_time"
               and a["tool"]["last"]["input"] == {}, f"the Anthropic client's forced tool call: {a['tool']}")
+        check(a["tool_stream"]["stop_reason"] == "tool_use" and a["tool_stream"]["last"]["type"] == "tool_use" and a["tool_stream"]["last"]["name"] == "get_time"
+              and a["tool_stream"]["last"]["input"] == {}, f"the Anthropic client assembles the streamed tool call: {a['tool_stream']}")
         check(isinstance(a["error"], dict) and a["error"]["status"] == 400 and a["error"]["type"] == "invalid_request_error",
               f"the Anthropic client sees a 400: {a['error']}")
 

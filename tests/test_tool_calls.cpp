@@ -178,3 +178,39 @@ TEST(Reasoning, StreamedInAnyPiecesItSplitsTheSame) {
 }
 
 }  // namespace
+
+// Streaming <tool_call>s while they are written: each call's name once whole, then its
+// arguments' text, the same whatever pieces the reply comes in; a call written in another
+// order stops the streaming (it comes whole at the end).
+TEST(ToolCalls, HermesCallsStreamAsTheyAreWritten) {
+  using minfer::chat::ToolCallStream;
+  const std::string reply = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris {x}\", \"days\": [1, 2]}}\n</tool_call>\n"
+                            "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+  const size_t held = reply.find("<tool_call>");
+  for (const size_t piece : {size_t(1), size_t(2), size_t(3), size_t(7), reply.size()}) {
+    ToolCallStream s;
+    std::vector<std::string> names, args;
+    for (size_t n = std::min(piece, reply.size());; n = std::min(n + piece, reply.size())) {
+      for (const ToolCallStream::Event &e : s.advance(reply.substr(0, n), held)) {
+        if (e.start) {
+          EXPECT_EQ(e.index, names.size());
+          names.push_back(e.text), args.emplace_back();
+        } else {
+          ASSERT_LT(e.index, args.size());
+          args[e.index] += e.text;
+        }
+      }
+      if (n == reply.size()) break;
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"get_weather", "get_time"})) << "pieces of " << piece;
+    EXPECT_EQ(args, (std::vector<std::string>{"{\"city\": \"Paris {x}\", \"days\": [1, 2]}", "{}"})) << "pieces of " << piece;
+    EXPECT_EQ(s.streamed(), 2u);
+  }
+  ToolCallStream other;
+  const std::string swapped = "<tool_call>\n{\"arguments\": {}, \"name\": \"f\"}\n</tool_call>";
+  EXPECT_TRUE(other.advance(swapped, 0).empty());
+  EXPECT_EQ(other.streamed(), 0u) << "arguments before the name: nothing streams, the call comes at the end";
+  ToolCallStream partial;
+  const auto ev = partial.advance("<tool_call>\n{\"name\": \"get_wea", 0);
+  EXPECT_TRUE(ev.empty()) << "the name is not whole yet";
+}

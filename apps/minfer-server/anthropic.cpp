@@ -25,7 +25,7 @@ std::string text_of(const json &content, const std::string &where) {
 }
 
 // The input of a tool_use block as the arguments text of a call.
-json tool_input(const std::string &arguments) {
+json input_object(const std::string &arguments) {
   if (minfer::json::nesting_depth(arguments) > minfer::json::kMaxNesting) return json::object();
   json v = json::parse(arguments, nullptr, false);
   return v.is_object() ? v : json::object();
@@ -129,7 +129,7 @@ json anthropic_message(const AnthropicReply &r) {
   if (!r.content.empty()) content.push_back({{"type", "text"}, {"text", r.content}});
   for (size_t i = 0; i < r.calls.size(); ++i)
     content.push_back({{"type", "tool_use"}, {"id", "toolu_" + std::to_string(r.request_id) + "_" + std::to_string(i)}, {"name", r.calls[i].name},
-                       {"input", tool_input(r.calls[i].arguments)}});
+                       {"input", input_object(r.calls[i].arguments)}});
   return {{"id", r.id}, {"type", "message"}, {"role", "assistant"}, {"model", r.model}, {"content", std::move(content)},
           {"stop_reason", r.stop_reason}, {"stop_sequence", r.stop_word.empty() ? json(nullptr) : json(r.stop_word)},
           {"usage", {{"input_tokens", r.input_tokens - r.cached_tokens}, {"output_tokens", r.output_tokens},
@@ -181,16 +181,25 @@ std::string AnthropicStream::text(const std::string &piece) {
   return out;
 }
 
-std::string AnthropicStream::tool_uses(const std::vector<chat::ToolCall> &calls, int64_t request_id) {
+std::string AnthropicStream::tool_uses(const std::vector<chat::ToolCall> &calls, int64_t request_id, size_t first) {
   std::string out;
   for (size_t i = 0; i < calls.size(); ++i) {
-    out += close();
-    out += block("tool_use", {{"type", "tool_use"}, {"id", "toolu_" + std::to_string(request_id) + "_" + std::to_string(i)}, {"name", calls[i].name},
-                              {"input", json::object()}});
-    out += event("content_block_delta", {{"type", "content_block_delta"}, {"index", index_},
-                                         {"delta", {{"type", "input_json_delta"}, {"partial_json", dump(tool_input(calls[i].arguments))}}}});
+    out += tool_use_begin(request_id, first + i, calls[i].name);
+    out += tool_input(dump(input_object(calls[i].arguments)));
   }
   return out;
+}
+
+std::string AnthropicStream::tool_use_begin(int64_t request_id, size_t n, const std::string &name) {
+  std::string out = close();
+  out += block("tool_use", {{"type", "tool_use"}, {"id", "toolu_" + std::to_string(request_id) + "_" + std::to_string(n)}, {"name", name},
+                            {"input", json::object()}});
+  return out;
+}
+
+std::string AnthropicStream::tool_input(const std::string &piece) {
+  if (piece.empty() || open_ != "tool_use") return "";
+  return event("content_block_delta", {{"type", "content_block_delta"}, {"index", index_}, {"delta", {{"type", "input_json_delta"}, {"partial_json", piece}}}});
 }
 
 std::string AnthropicStream::finish(const std::string &stop_reason, const std::string &stop_word, int64_t output_tokens) {

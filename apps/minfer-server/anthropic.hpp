@@ -46,7 +46,9 @@ class AnthropicStream {
   std::string start();
   std::string thinking(const std::string &piece);
   std::string text(const std::string &piece);
-  std::string tool_uses(const std::vector<chat::ToolCall> &calls, int64_t request_id);
+  std::string tool_uses(const std::vector<chat::ToolCall> &calls, int64_t request_id, size_t first = 0);  // whole calls
+  std::string tool_use_begin(int64_t request_id, size_t n, const std::string &name);  // a call streamed as it is written:
+  std::string tool_input(const std::string &piece);                                   // its input's text, piece by piece
   std::string finish(const std::string &stop_reason, const std::string &stop_word, int64_t output_tokens);
   std::string error(const std::string &message);
 

@@ -253,12 +253,14 @@ bool reasoning_split(const json &body) {
   throw BadRequest("'reasoning_format' must be \"auto\", \"deepseek\" or \"none\", not " + it->dump());
 }
 
-json tool_calls_json(const std::vector<chat::ToolCall> &calls, int64_t request_id, bool streaming) {
+std::string tool_call_id(int64_t request_id, size_t n) { return "call_" + std::to_string(request_id) + "_" + std::to_string(n); }
+
+json tool_calls_json(const std::vector<chat::ToolCall> &calls, int64_t request_id, bool streaming, size_t first) {
   json out = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
     json c;
-    if (streaming) c["index"] = i;
-    c["id"] = "call_" + std::to_string(request_id) + "_" + std::to_string(i);
+    if (streaming) c["index"] = first + i;
+    c["id"] = tool_call_id(request_id, first + i);
     c["type"] = "function";
     c["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
     out.push_back(std::move(c));

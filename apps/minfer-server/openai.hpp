@@ -85,8 +85,9 @@ json template_kwargs(const json &body);
 bool reasoning_split(const json &body);
 
 // A reply's calls as OpenAI's message.tool_calls (streaming: with their "index"); ids
-// `call_<request id>_<n>`.
-json tool_calls_json(const std::vector<chat::ToolCall> &calls, int64_t request_id, bool streaming);
+// `call_<request id>_<n>`, n counted from `first` (calls streamed before these).
+json tool_calls_json(const std::vector<chat::ToolCall> &calls, int64_t request_id, bool streaming, size_t first = 0);
+std::string tool_call_id(int64_t request_id, size_t n);
 
 // /v1/completions' prompt: a string (text to tokenize) or an array of token ids (returned in
 // ids, text left empty). Throws BadRequest.

@@ -217,12 +217,15 @@ struct Outcome {
 // A piece of text to show, the log-probabilities of the tokens it completes (when asked), and
 // the byte offset of the piece in the completion. Returns false when the client went away.
 using OnDelta = std::function<bool(const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t offset)>;
+// After each token of a reply that may hold tool calls: the text so far and where what is held
+// back begins (calls streamed as they are written). Returns false when the client went away.
+using OnHeld = std::function<bool(const std::string &text, size_t held_from)>;
 
 // calls: the format of the tool calls the reply may hold (none: no tools offered); text from
 // where a call may begin is held back, and control tokens are shown so its markers are seen.
 Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const std::shared_ptr<RequestStream> &stream,
               const std::vector<std::string> &stops, const std::atomic<bool> &stopping, const OnDelta &on_delta,
-              chat::ToolFormat calls = chat::ToolFormat::none) {
+              chat::ToolFormat calls = chat::ToolFormat::none, const OnHeld &on_held = {}) {
   Outcome o;
   tokenizer::StreamDecoder dec(tok, /*at_sequence_start=*/false, /*show_special=*/calls != chat::ToolFormat::none);
   const auto plain = [&] { return chat::plain_text_before_calls(calls, o.text); };
@@ -278,7 +281,7 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
         }
       return o;
     }
-    if (!hand_on(std::min(sc.safe, plain()))) {
+    if (!hand_on(std::min(sc.safe, plain())) || (on_held && !on_held(o.text, o.shown))) {
       engine.cancel(id);
       o.finish = "cancelled";
       return o;
@@ -618,7 +621,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     // completions piece; calls: the reply's tool calls, at the end; called: it made some).
     struct Emit {
       std::function<bool(const std::string &, const json &)> reasoning, content;
-      std::function<bool(const std::vector<chat::ToolCall> &)> calls;
+      std::function<bool(const std::vector<chat::ToolCall> &, size_t first)> calls;   // whole, numbered from first
+      std::function<bool(size_t n, const std::string &name)> call_begin;            // streamed: a call's name,
+      std::function<bool(size_t n, const std::string &piece)> call_arguments;       // then its arguments' text
       std::function<void(const Outcome &, bool called)> end;
       std::function<void(const std::string &)> error;
     } em;
@@ -628,14 +633,25 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       alive = write(as.start());
       em.reasoning = [&](const std::string &x, const json &) { return write(as.thinking(x)); };
       em.content = [&](const std::string &x, const json &) { return write(as.text(x)); };
-      em.calls = [&](const std::vector<chat::ToolCall> &c) { return write(as.tool_uses(c, id)); };
+      em.calls = [&](const std::vector<chat::ToolCall> &c, size_t first) { return write(as.tool_uses(c, id, first)); };
+      em.call_begin = [&](size_t n, const std::string &name) { return write(as.tool_use_begin(id, n, name)); };
+      em.call_arguments = [&](size_t, const std::string &piece) { return write(as.tool_input(piece)); };
       em.end = [&](const Outcome &o, bool called) { write(as.finish(anthropic_stop_reason(o.finish, o.stop_word, called), o.stop_word, o.tokens)); };
       em.error = [&](const std::string &m) { write(as.error(m)); };
     } else {
       if (chat) alive = send(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr));
       em.reasoning = [&](const std::string &x, const json &lp) { return send(chunk(json{{"reasoning_content", x}}, nullptr, lp)); };
       em.content = [&](const std::string &x, const json &lp) { return send(chat ? chunk(json{{"content", x}}, nullptr, lp) : chunk(json(x), nullptr, lp)); };
-      em.calls = [&](const std::vector<chat::ToolCall> &c) { return send(chunk(json{{"tool_calls", tool_calls_json(c, id, /*streaming=*/true)}}, nullptr)); };
+      em.calls = [&](const std::vector<chat::ToolCall> &c, size_t first) {
+        return send(chunk(json{{"tool_calls", tool_calls_json(c, id, /*streaming=*/true, first)}}, nullptr));
+      };
+      em.call_begin = [&](size_t n, const std::string &name) {
+        return send(chunk(json{{"tool_calls", json::array({{{"index", n}, {"id", tool_call_id(id, n)}, {"type", "function"},
+                                                             {"function", {{"name", name}, {"arguments", ""}}}}})}}, nullptr));
+      };
+      em.call_arguments = [&](size_t n, const std::string &piece) {
+        return send(chunk(json{{"tool_calls", json::array({{{"index", n}, {"function", {{"arguments", piece}}}}})}}, nullptr));
+      };
       em.end = [&](const Outcome &o, bool called) {
         send(chunk(chat ? json::object() : json(""), called ? "tool_calls" : o.finish));
         if (p.include_usage) send({{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array()}, {"usage", usage(o)}});
@@ -650,6 +666,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     // out as content (where the calls are looked for at the end).
     chat::ReasoningSplitter splitter(opened);
     std::string visible, content_sent;
+    chat::ToolCallStream call_stream;  // <tool_call>s streamed as they are written
     const auto send_parts = [&](const chat::ReasoningSplitter::Pieces &parts, const json &lp) {
       if (!parts.reasoning.empty() && !em.reasoning(parts.reasoning, parts.content.empty() ? lp : json(nullptr))) return false;
       content_sent += parts.content;
@@ -665,7 +682,12 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
                               return alive = send_parts(thinks ? splitter.advance(visible, false) : chat::ReasoningSplitter::Pieces{"", piece},
                                                         logprobs(lp, offset));
                             },
-                            calls);
+                            calls, [&](const std::string &text, size_t held_from) {
+                              if (calls != chat::ToolFormat::hermes || !alive) return alive;
+                              for (const chat::ToolCallStream::Event &e : call_stream.advance(text, held_from))
+                                if (!(alive = e.start ? em.call_begin(e.index, e.text) : em.call_arguments(e.index, e.text))) break;
+                              return alive;
+                            });
     generated += o.tokens;
     if (!alive || o.finish == "cancelled") return false;  // the connection is gone: nothing more to say
     if (!o.error.empty()) {
@@ -673,7 +695,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     } else {
       // What was held back (a tail that could still close the think block, text from where a
       // tool call may begin): the calls, or the rest of the text.
+      // Calls streamed while they were written are not sent again: the rest follow whole.
       std::vector<chat::ToolCall> made;
+      const size_t streamed = call_stream.streamed();
       if (chat) {
         visible += o.text.substr(o.shown);
         chat::ReasoningSplitter::Pieces rest = thinks ? splitter.advance(visible, true) : chat::ReasoningSplitter::Pieces{"", o.text.substr(o.shown)};
@@ -683,8 +707,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
             if (!parallel && made.size() > 1) made.resize(1);
             rest.content.clear();
           }
+        if (streamed > 0) rest.content.clear();  // the held text went out as calls (a call cut off ends "length")
         send_parts(rest, nullptr);
-        if (!made.empty()) em.calls(made);
+        if (made.size() > streamed) em.calls(std::vector<chat::ToolCall>(made.begin() + std::ptrdiff_t(streamed), made.end()), streamed);
       }
       em.end(o, !made.empty());
     }

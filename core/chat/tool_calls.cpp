@@ -216,6 +216,75 @@ ParsedReply parse_tool_calls(ToolFormat f, const std::string &text) {
   return r;
 }
 
+std::vector<ToolCallStream::Event> ToolCallStream::advance(const std::string &reply, size_t held_from) {
+  std::vector<Event> out;
+  if (pos_ == std::string::npos) pos_ = held_from;
+  for (bool progress = true; progress && at_ != At::stopped;) {
+    progress = false;
+    if (at_ == At::marker) {
+      const size_t m = reply.find(kHermes, pos_);
+      if (m == std::string::npos) break;
+      pos_ = m + std::strlen(kHermes);
+      at_ = At::head, progress = true;
+    } else if (at_ == At::head) {
+      // {"name": "N", "arguments":  — whole, or wait for more; anything else stops streaming.
+      size_t k = skip_space(reply, pos_);
+      auto take = [&](const char *lit) {
+        const size_t n = std::strlen(lit), have = std::min(n, reply.size() - k);
+        if (reply.compare(k, have, lit, have) != 0) return -1;  // not this
+        if (have < n) return 0;                                 // not yet
+        k = skip_space(reply, k + n);
+        return 1;
+      };
+      int r = 1;
+      for (const char *lit : {"{", "\"name\"", ":", "\""})
+        if (r == 1) r = take(lit);
+      size_t name_end = std::string::npos;
+      if (r == 1) {
+        name_end = reply.find('"', k);
+        if (name_end == std::string::npos) r = 0;
+      }
+      std::string name;
+      if (r == 1) {
+        name = reply.substr(k, name_end - k);
+        if (name.find('\\') != std::string::npos) r = -1;
+        k = skip_space(reply, name_end + 1);
+        for (const char *lit : {",", "\"arguments\"", ":"})
+          if (r == 1) r = take(lit);
+        if (r == 1 && (k >= reply.size())) r = 0;
+        if (r == 1 && reply[k] != '{') r = -1;
+      }
+      if (r < 0) at_ = At::stopped;
+      if (r != 1) break;
+      out.push_back({started_++, true, name});
+      pos_ = k, depth_ = 0, in_string_ = escaped_ = false;
+      at_ = At::args, progress = true;
+    } else if (at_ == At::args) {
+      // The arguments object's text as far as it is written; it ends where its braces close.
+      size_t k = pos_;
+      bool closed = false;
+      for (; k < reply.size() && !closed; ++k) {
+        const char c = reply[k];
+        if (in_string_) {
+          if (escaped_) escaped_ = false;
+          else if (c == '\\') escaped_ = true;
+          else if (c == '"') in_string_ = false;
+        } else if (c == '"') {
+          in_string_ = true;
+        } else if (c == '{' || c == '[') {
+          ++depth_;
+        } else if ((c == '}' || c == ']') && --depth_ == 0) {
+          closed = true;
+        }
+      }
+      if (k > pos_) out.push_back({started_ - 1, false, reply.substr(pos_, k - pos_)});
+      pos_ = k;
+      if (closed) at_ = At::marker, progress = true;
+    }
+  }
+  return out;
+}
+
 size_t plain_text_before_calls(ToolFormat f, const std::string &text) {
   switch (f) {
     case ToolFormat::hermes: return before_marker(text, kHermes);

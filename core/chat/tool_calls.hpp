@@ -45,4 +45,29 @@ ParsedReply parse_tool_calls(ToolFormat f, const std::string &text);
 // call's marker, or before a tail that could still become one). The rest waits for the end.
 size_t plain_text_before_calls(ToolFormat f, const std::string &text);
 
+// Streaming <tool_call>s (hermes) while they are written, as OpenAI streams tool calls: a
+// call's name once it is whole, then its arguments' text as it grows. advance() is given the
+// whole reply so far and where the held-back text begins; it reads calls written as
+// {"name": N, "arguments": {...}} (the order tool_choice's constraint keeps). A call written
+// otherwise stops the streaming: it and those after it come whole at the end, from
+// parse_tool_calls (`streamed` says how many went out before).
+class ToolCallStream {
+ public:
+  struct Event {
+    size_t index = 0;
+    bool start = false;  // the call begins: `text` is its name; else `text` extends its arguments
+    std::string text;
+  };
+  std::vector<Event> advance(const std::string &reply, size_t held_from);
+  size_t streamed() const { return started_; }  // calls begun
+
+ private:
+  enum class At { marker, head, args, stopped };
+  At at_ = At::marker;
+  size_t pos_ = std::string::npos;  // where reading stands in the reply
+  size_t started_ = 0;
+  int depth_ = 0;
+  bool in_string_ = false, escaped_ = false;
+};
+
 }  // namespace minfer::chat

@@ -24,6 +24,10 @@ out.count = count.input_tokens;
 const tools = [{ name: "get_time", description: "The time now", input_schema: { type: "object", properties: {} } }];
 const call = await client.messages.create({ model, messages, max_tokens: 150, temperature: 0, tools, tool_choice: { type: "tool", name: "get_time" } });
 out.tool = { stop_reason: call.stop_reason, last: call.content[call.content.length - 1] };
+// The same call streamed: the SDK assembles the input_json_delta pieces into the input.
+const callStream = client.messages.stream({ model, messages, max_tokens: 150, temperature: 0, tools, tool_choice: { type: "tool", name: "get_time" } });
+const streamed = await callStream.finalMessage();
+out.tool_stream = { stop_reason: streamed.stop_reason, last: streamed.content[streamed.content.length - 1] };
 
 try {
   await client.messages.create({ model, messages: [], max_tokens: 4 });
