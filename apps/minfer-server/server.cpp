@@ -22,6 +22,7 @@
 #include "anthropic.hpp"
 #include "native.hpp"
 #include "openai.hpp"
+#include "tool_constraints.hpp"
 #include "runtime/engine.hpp"
 #include "sampling/json_constraint.hpp"
 
@@ -88,71 +89,6 @@ void refuse_unusable_tools(const Loaded &L) {
     throw BadRequest("'tools': this model's chat template (" + L.tmpl->origin() +
                      ") writes tool calls in a syntax minfer does not read yet (it reads <tool_call> as Qwen and Hermes, "
                      "Llama 3's JSON replies, Mistral's [TOOL_CALLS] and Granite's <|tool_call|>)");
-}
-
-// A schema's "$ref"s into itself ("#/$defs/X"), for the schema placed at `at` in a larger one.
-// (Past 64 levels it stops: the schema compiler refuses that depth anyway.)
-void rebase_refs(json &schema, const std::string &at, int depth = 0) {
-  if (depth > 64) return;
-  if (schema.is_object())
-    for (auto &[k, v] : schema.items()) {
-      if (k == "$ref" && v.is_string() && v.get<std::string>().starts_with("#")) v = at + v.get<std::string>().substr(1);
-      else rebase_refs(v, at, depth + 1);
-    }
-  else if (schema.is_array())
-    for (json &v : schema) rebase_refs(v, at, depth + 1);
-}
-
-// One call as the template's syntax writes it: a JSON object whose name is one of `names` and
-// whose arguments follow that tool's parameters (keywords the decoder cannot enforce, such as
-// 'uniqueItems', are left to the model).
-std::shared_ptr<const sampling::Schema> call_schema(const Loaded &L, const ToolsRequest &tools, const std::vector<std::string> &names) {
-  const char *args = L.tool_format == chat::ToolFormat::llama3 ? "parameters" : "arguments";
-  json calls = json::array();
-  for (const json &t : tools.tools) {
-    const json &f = t["function"];
-    const std::string name = f["name"].get<std::string>();
-    if (std::find(names.begin(), names.end(), name) == names.end()) continue;
-    json params = f.contains("parameters") ? f["parameters"] : json{{"type", "object"}};
-    rebase_refs(params, "#/anyOf/" + std::to_string(calls.size()) + "/properties/" + args);
-    calls.push_back({{"type", "object"}, {"properties", {{"name", {{"const", name}}}, {args, std::move(params)}}}, {"required", {"name", args}}});
-  }
-  try {
-    return sampling::Schema::compile(json{{"anyOf", std::move(calls)}}, /*strict=*/false);
-  } catch (const std::exception &e) {
-    throw BadRequest(std::string("'tools': a tool's parameters: ") + e.what());
-  }
-}
-
-// A reply that must be a call of one of tools.forced (tool_choice "required" or a named function).
-std::shared_ptr<const sampling::TokenConstraint> forced_call(const Loaded &L, const ToolsRequest &tools) {
-  using sampling::ReplyPart;
-  if (L.tool_format != chat::ToolFormat::hermes && L.tool_format != chat::ToolFormat::llama3)
-    throw BadRequest(std::string("'tool_choice' that forces a call is supported for <tool_call> (Qwen, Hermes) and Llama 3 templates; this one writes ") +
-                     chat::tool_format_name(L.tool_format) + ": give \"auto\"");
-  const auto call = call_schema(L, tools, tools.forced);
-  if (L.tool_format == chat::ToolFormat::llama3) return sampling::pattern_constraint(L.vocab, {{ReplyPart::json, {}, call}});
-  return sampling::pattern_constraint(L.vocab, {{ReplyPart::literal, "<tool_call>\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}});
-}
-
-// tool_choice "auto": text is free, but a call the reply opens is written whole, its name one
-// of the tools and its arguments as that tool's parameters say: from a <tool_call> (Qwen,
-// Hermes), or a reply that opens with '{' (Llama 3's JSON call: one a turn, then the end).
-std::shared_ptr<const sampling::TokenConstraint> opened_calls(const Loaded &L, const ToolsRequest &tools) {
-  using sampling::ReplyPart;
-  if (L.tool_format != chat::ToolFormat::hermes && L.tool_format != chat::ToolFormat::llama3) return nullptr;
-  std::vector<std::string> names;
-  for (const json &t : tools.tools) names.push_back(t["function"]["name"].get<std::string>());
-  std::shared_ptr<const sampling::Schema> call;
-  try {
-    call = call_schema(L, tools, names);
-  } catch (const BadRequest &) {
-    return nullptr;  // parameters past what the decoder takes (nested too deep): the calls go unguarded
-  }
-  if (L.tool_format == chat::ToolFormat::llama3)
-    return sampling::lazy_constraint(L.vocab, "{", {{ReplyPart::json, {}, call}}, {.once = true, .at_start = true, .keep_trigger = true});  // one call a turn
-  return sampling::lazy_constraint(L.vocab, "<tool_call>", {{ReplyPart::literal, "\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}},
-                                   {.once = !tools.parallel});
 }
 
 void refuse_unfittable(const Loaded &L, const std::string &text) {
@@ -503,9 +439,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       }
       if (!tools.forced.empty()) {
         if (p.response_schema) throw BadRequest("'tool_choice' forces a tool call, which 'response_format' contradicts; give one of them");
-        p.sampling.constraint = forced_call(*L, tools);
+        p.sampling.constraint = forced_call(L->tool_format, L->vocab, tools);
       } else if (tools.offered && !p.response_schema) {
-        p.sampling.constraint = opened_calls(*L, tools);
+        p.sampling.constraint = opened_calls(L->tool_format, L->vocab, tools);
       }
       const std::string text = L->tmpl->render(chat::from_json(chat_messages(fields)), /*add_generation_prompt=*/true, extra);
       refuse_unfittable(*L, text);
