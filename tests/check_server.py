@@ -37,6 +37,15 @@ def Server(args, env=None):
     return HarnessServer(server_bin, config, stories, args, env)
 
 
+def template_server(template_path, name, args):
+    """A stories260K server whose chat goes through another template (the run config's others kept)."""
+    cfg = f"/tmp/minfer-server-{name}.yaml"
+    with open(cfg, "w") as f:
+        f.write("\n".join(line for line in open(config).read().splitlines() if not line.startswith("chat:")) +
+                f"\nchat_template: {os.path.abspath(template_path)}\n")
+    return HarnessServer(server_bin, cfg, stories, args)
+
+
 servers = []
 try:
     s = Server(["-np", "4", "--alias", "stories"])
@@ -440,13 +449,8 @@ try:
     # bias gives plain text.
     l31 = f"{testdata}/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"
     if os.path.exists(l31):
-        l31_cfg = "/tmp/minfer-server-llama31.yaml"
-        with open(l31_cfg, "w") as f:
-            f.write("\n".join(line for line in open(config).read().splitlines() if not line.startswith("chat:")) + f"\nchat_template: {os.path.abspath(l31)}\n")
-        config_saved, config = config, l31_cfg
-        ll = Server(["-np", "2"])
+        ll = template_server(l31, "llama31", ["-np", "2"])
         servers.append(ll)
-        config = config_saved
         brace = ll.post("/tokenize", {"content": "{"})[1]["tokens"]
         clock = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
         ask = {"messages": [{"role": "user", "content": "What time is it?"}], "max_tokens": 60, "temperature": 0, "logit_bias": {str(brace[-1]): 100}}
@@ -462,13 +466,8 @@ try:
     # enable_thinking): the reply is reasoning until </think>, which this model never writes.
     r1 = f"{testdata}/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
     if os.path.exists(r1):
-        r1_cfg = "/tmp/minfer-server-r1.yaml"
-        with open(r1_cfg, "w") as f:
-            f.write("\n".join(line for line in open(config).read().splitlines() if not line.startswith("chat:")) + f"\nchat_template: {os.path.abspath(r1)}\n")
-        config_saved, config = config, r1_cfg
-        d = Server(["-np", "2"])
+        d = template_server(r1, "r1", ["-np", "2"])
         servers.append(d)
-        config = config_saved
         ask = {"messages": [{"role": "user", "content": "Once upon"}], "max_tokens": 12, "temperature": 0, "chat_template_kwargs": {"enable_thinking": True}}
         status, plain = d.post("/v1/chat/completions", dict(ask, reasoning_format="none"))
         text = plain["choices"][0]["message"]["content"] if status == 200 else None

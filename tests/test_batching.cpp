@@ -73,20 +73,31 @@ struct Backends {
   const char *yaml, *label;
 };
 void PrintTo(const Backends &b, std::ostream *os) { *os << b.label; }
-class StoriesBatch : public ::testing::TestWithParam<Backends> {};
+class StoriesBatch : public ::testing::TestWithParam<Backends> {
+ protected:
+  void SetUp() override {
+    td = minfer::test::testdata_dir();
+    if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+    cfg = minfer::parse_run_config(GetParam().yaml, "test.yaml");
+    std::string why;
+    if (!minfer::test::backends_usable(cfg, why)) GTEST_SKIP() << GetParam().label << ": " << why;
+  }
+  // The four reference prompts with llama.cpp's greedy tokens (stories260K.greedy.jsonl).
+  std::vector<nlohmann::json> references() const {
+    std::ifstream in(td + "/reference/stories260K.greedy.jsonl");
+    std::vector<nlohmann::json> refs;
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) refs.push_back(nlohmann::json::parse(line));
+    return refs;
+  }
+  std::string td;
+  minfer::RunConfig cfg;
+};
 
 TEST_P(StoriesBatch, FourPromptsTogetherGiveLlamaCppsGreedyTokens) {
-  const std::string td = minfer::test::testdata_dir();
-  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
-  const minfer::RunConfig cfg = minfer::parse_run_config(GetParam().yaml, "test.yaml");
-  std::string why;
-  if (!minfer::test::backends_usable(cfg, why)) GTEST_SKIP() << GetParam().label << ": " << why;
-  std::ifstream in(td + "/reference/stories260K.greedy.jsonl");
   std::vector<minfer::SeqRequest> reqs;
   std::vector<std::vector<int32_t>> want;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    const auto j = nlohmann::json::parse(line);
+  for (const nlohmann::json &j : references()) {
     want.push_back(j["greedy_tokens"].get<std::vector<int32_t>>());
     reqs.push_back({int64_t(reqs.size()), j["prompt_tokens"].get<std::vector<int32_t>>(), int64_t(want.back().size()), greedy()});
   }
@@ -108,15 +119,8 @@ TEST_P(StoriesBatch, FourPromptsTogetherGiveLlamaCppsGreedyTokens) {
 // very vector the output matmul turns into that position's logits; the same batched or alone;
 // no token comes back.
 TEST_P(StoriesBatch, EmbeddingsAreTheHiddenStateTheLogitsComeFrom) {
-  const std::string td = minfer::test::testdata_dir();
-  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
-  const minfer::RunConfig cfg = minfer::parse_run_config(GetParam().yaml, "test.yaml");
-  std::string why;
-  if (!minfer::test::backends_usable(cfg, why)) GTEST_SKIP() << GetParam().label << ": " << why;
-  std::ifstream in(td + "/reference/stories260K.greedy.jsonl");
   std::vector<std::vector<int32_t>> prompts;
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) prompts.push_back(nlohmann::json::parse(line)["prompt_tokens"].get<std::vector<int32_t>>());
+  for (const nlohmann::json &j : references()) prompts.push_back(j["prompt_tokens"].get<std::vector<int32_t>>());
   auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
   minfer::models::BuildOptions bo;
   bo.n_ctx = 256, bo.max_batch = 64, bo.max_seqs = 4, bo.embeddings = true;

@@ -33,21 +33,9 @@ std::string trim(const std::string &s) {
 // npos when it does not close: brackets counted outside strings.
 size_t json_end(const std::string &s, size_t at) {
   if (at >= s.size() || (s[at] != '{' && s[at] != '[')) return std::string::npos;
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = at; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if ((c == '}' || c == ']') && --depth == 0) {
-      return i + 1;
-    }
-  }
+  minfer::json::NestingScan scan;
+  for (size_t i = at; i < s.size(); ++i)
+    if (scan.feed(s[i])) return i + 1;
   return std::string::npos;
 }
 
@@ -257,26 +245,13 @@ std::vector<ToolCallStream::Event> ToolCallStream::advance(const std::string &re
       if (r < 0) at_ = At::stopped;
       if (r != 1) break;
       out.push_back({started_++, true, name});
-      pos_ = k, depth_ = 0, in_string_ = escaped_ = false;
+      pos_ = k, scan_ = {};
       at_ = At::args, progress = true;
     } else if (at_ == At::args) {
       // The arguments object's text as far as it is written; it ends where its braces close.
       size_t k = pos_;
       bool closed = false;
-      for (; k < reply.size() && !closed; ++k) {
-        const char c = reply[k];
-        if (in_string_) {
-          if (escaped_) escaped_ = false;
-          else if (c == '\\') escaped_ = true;
-          else if (c == '"') in_string_ = false;
-        } else if (c == '"') {
-          in_string_ = true;
-        } else if (c == '{' || c == '[') {
-          ++depth_;
-        } else if ((c == '}' || c == ']') && --depth_ == 0) {
-          closed = true;
-        }
-      }
+      for (; k < reply.size() && !closed; ++k) closed = scan_.feed(reply[k]);
       if (k > pos_) out.push_back({started_ - 1, false, reply.substr(pos_, k - pos_)});
       pos_ = k;
       if (closed) at_ = At::marker, progress = true;

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "common/json.hpp"
+
 namespace minfer::chat {
 
 enum class ToolFormat { none, hermes, llama3, mistral, granite, unsupported };
@@ -66,8 +68,7 @@ class ToolCallStream {
   At at_ = At::marker;
   size_t pos_ = std::string::npos;  // where reading stands in the reply
   size_t started_ = 0;
-  int depth_ = 0;
-  bool in_string_ = false, escaped_ = false;
+  json::NestingScan scan_;  // the arguments object being written
 };
 
 }  // namespace minfer::chat

@@ -20,21 +20,31 @@ inline std::string dump(const Json &j, int indent = -1) { return j.dump(indent, 
 // counted), without parsing it. Text from outside (requests, a model's output) is checked
 // before it is parsed: copying or printing a value recurses once per level, and tens of
 // thousands of levels overflow a thread's stack.
-inline int nesting_depth(std::string_view text) {
-  int depth = 0, deepest = 0;
+// A JSON text's nesting read one character at a time (brackets inside strings not counted).
+struct NestingScan {
+  int depth = 0;
   bool in_string = false, escaped = false;
-  for (const char c : text) {
+  // Reads c; true when c closed the outermost open object or array.
+  bool feed(char c) {
     if (in_string) {
       if (escaped) escaped = false;
       else if (c == '\\') escaped = true;
       else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
+      return false;
     }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') ++depth;
+    else if ((c == '}' || c == ']') && --depth == 0) return true;
+    return false;
+  }
+};
+
+inline int nesting_depth(std::string_view text) {
+  NestingScan scan;
+  int deepest = 0;
+  for (const char c : text) {
+    scan.feed(c);
+    deepest = std::max(deepest, scan.depth);
   }
   return deepest;
 }
