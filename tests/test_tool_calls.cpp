@@ -214,3 +214,14 @@ TEST(ToolCalls, HermesCallsStreamAsTheyAreWritten) {
   const auto ev = partial.advance("<tool_call>\n{\"name\": \"get_wea", 0);
   EXPECT_TRUE(ev.empty()) << "the name is not whole yet";
 }
+
+// Where a tool call may stream from: the answer, not a think block.
+TEST(Reasoning, WhatLiesInTheAnswer) {
+  const std::string thinking = "<think>\nI could <tool_call> here\n</think>\n\n<tool_call>";
+  EXPECT_FALSE(minfer::chat::in_answer(thinking, thinking.find("<tool_call>"), false)) << "inside the block";
+  EXPECT_TRUE(minfer::chat::in_answer(thinking, thinking.rfind("<tool_call>"), false)) << "after it closed";
+  EXPECT_TRUE(minfer::chat::in_answer("<tool_call>", 0, false)) << "no block at all";
+  EXPECT_TRUE(minfer::chat::in_answer("Sure. <tool_call>", 6, false));
+  EXPECT_FALSE(minfer::chat::in_answer("Hmm <tool_call>", 4, true)) << "the prompt opened the block";
+  EXPECT_TRUE(minfer::chat::in_answer("Hmm</think><tool_call>", 11, true));
+}

@@ -619,7 +619,8 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
                                                         logprobs(lp, offset));
                             },
                             calls, [&](const std::string &text, size_t held_from) {
-                              if (calls != chat::ToolFormat::hermes || !alive) return alive;
+                              // Calls stream from the answer only (one written while thinking is no call).
+                              if (calls != chat::ToolFormat::hermes || !alive || (thinks && !chat::in_answer(text, held_from, opened))) return alive;
                               for (const chat::ToolCallStream::Event &e : call_stream.advance(text, held_from))
                                 if (!(alive = e.start ? em.call_begin(e.index, e.text) : em.call_arguments(e.index, e.text))) break;
                               return alive;

@@ -22,6 +22,15 @@ size_t partial_tail(const std::string &text, size_t from, const char *tag) {
 
 bool template_thinks(const std::string &src) { return src.find(kOpen) != std::string::npos; }
 
+bool in_answer(const std::string &reply, size_t at, bool opened_in_prompt) {
+  const std::string before = reply.substr(0, std::min(at, reply.size()));
+  if (before.find(kClose) != std::string::npos) return true;  // the block closed before it
+  if (opened_in_prompt) return false;
+  size_t k = 0;
+  while (k < before.size() && is_space(before[k])) ++k;
+  return before.compare(k, std::strlen(kOpen), kOpen) != 0;  // no block opened
+}
+
 bool prompt_opens_thinking(const std::string &prompt) {
   size_t end = prompt.size();
   while (end > 0 && is_space(prompt[end - 1])) --end;

@@ -36,6 +36,10 @@ class ReasoningSplitter {
   size_t pos_ = 0;  // bytes of text handed out (or skipped)
 };
 
+// Whether position `at` of a reply lies in its answer, not in a think block (a tool call
+// written while thinking is no call).
+bool in_answer(const std::string &reply, size_t at, bool opened_in_prompt);
+
 // A whole reply: {reasoning trimmed of surrounding whitespace, content}.
 ReasoningSplitter::Pieces split_reasoning(const std::string &text, bool opened_in_prompt);
 
