@@ -181,7 +181,7 @@ try:
     check(status == 200 and body["total_slots"] == 4 and body["n_ctx"] > 0, f"/props: {status} {body}")
 
     # Errors: 400s that name the field, 404 for an unknown path.
-    for bad, word in [("{not json", "JSON"), ({"prompt": "x", "n": 2}, "'n'"), ({"prompt": "x", "temperature": -1}, "temperature"),
+    for bad, word in [("{not json", "JSON"), ({"prompt": "x", "n": 2, "stream": True}, "'n'"), ({"prompt": "x", "n": 17}, "'n'"), ({"prompt": "x", "temperature": -1}, "temperature"),
                       ({"prompt": "x", "response_format": {"type": "json_schema"}}, "response_format"), ({"prompt": []}, "empty"),
                       ({"prompt": [999999]}, "vocabulary"), ({"max_tokens": 4}, "prompt"), ({"prompt": "x", "stop": 3}, "stop"),
                       ({"prompt": "x " * 3000}, "context")]:
@@ -236,6 +236,16 @@ try:
         print(f"json_schema (seed {seed}): {reason} {text!r}")
     status, body = complete("x", n=4, response_format={"type": "json_schema", "json_schema": {"name": "z", "schema": {"type": "array", "uniqueItems": True}}})
     check(status == 400 and "'uniqueItems' is not supported" in body["error"]["message"], f"json_schema with uniqueItems: {status} {body}")
+    # n choices: each its own sequence and seed (three different texts at temperature 1, the
+    # same twice at 0), the usage counting the prompt once and every choice's tokens.
+    status, nb = s.post("/v1/completions", {"prompt": refs[0]["prompt"], "max_tokens": 16, "temperature": 1.0, "seed": 7, "n": 3})
+    texts = [c["text"] for c in nb["choices"]] if status == 200 else []
+    check(status == 200 and [c["index"] for c in nb["choices"]] == [0, 1, 2] and len(set(texts)) >= 2 and
+          nb["usage"]["completion_tokens"] == 48 and nb["usage"]["prompt_tokens"] == len(refs[0]["prompt_tokens"]), f"n=3: {status} {str(nb)[:400]}")
+    status, again = s.post("/v1/completions", {"prompt": refs[0]["prompt"], "max_tokens": 16, "temperature": 1.0, "seed": 7, "n": 3})
+    check(status == 200 and [c["text"] for c in again["choices"]] == texts, "n=3 with a seed repeats itself")
+    status, nb = s.post("/v1/completions", {"prompt": refs[0]["prompt"], "max_tokens": 64, "temperature": 0, "n": 2})
+    check(status == 200 and all(c["text"] == refs[0]["greedy_text"] for c in nb["choices"]), f"n=2 greedy: {status} {str(nb)[:300]}")
     # llama-server's own /completion: the same greedy text, its fields, its stream (pieces, then
     # the result with stop: true, no [DONE]), a stop word, and n_predict 0 (the prompt only).
     status, nb = s.post("/completion", {"prompt": refs[0]["prompt"], "n_predict": 64, "temperature": 0, "cache_prompt": True})

@@ -71,7 +71,7 @@ def cases():
     anthropic = [{"messages": "hi"}, {"messages": [{"role": "user", "content": [{"type": "image"}]}]}, {"messages": [{"role": "tool", "content": "x"}]},
                  {"messages": [{"role": "user", "content": "x"}], "tools": [{"name": 5}]}, {"messages": [{"role": "user", "content": "x"}], "tool_choice": "any"},
                  {"messages": [{"role": "user", "content": "x"}], "system": 5}, {"messages": [{"role": "user", "content": [{"type": "tool_result", "content": 5}]}]},
-                 {"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}, {"messages": [{"role": "user", "content": "x"}], "stop_sequences": "END"}]
+                 {"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}, {"messages": [{"role": "user", "content": "x"}], "stop_sequences": [1]}]
     for i, b in enumerate(anthropic):
         c.append((f"wrong anthropic {i} ({json.dumps(b)[:40]})", _json("/v1/messages", b), {400}))
     native = [{"prompt": "x", "n_predict": -7}, {"prompt": "x", "grammar": "root ::= x"}, {"prompt": "x", "logit_bias": [[1]]}, {"prompt": 5},

@@ -103,7 +103,7 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
   p.sampling.frequency_penalty = float(number(body, "frequency_penalty", defaults.frequency_penalty, -2.0, 2.0));
   if (const auto it = body.find("repeat_last_n"); it != body.end())
     p.sampling.repeat_last_n = int32_t(integer(body, "repeat_last_n", defaults.repeat_last_n, -1, INT32_MAX));
-  if (integer(body, "n", 1, 1, INT64_MAX) != 1) throw BadRequest("'n' must be 1: one choice per request");
+  p.n = integer(body, "n", 1, 1, 16);
   if (const auto lb = body.find("logit_bias"); lb != body.end() && !lb->is_null()) {
     if (!lb->is_object()) throw BadRequest("'logit_bias' must be an object of {\"TOKEN_ID\": bias from -100 to 100}");
     for (const auto &[key, bias] : lb->items()) {
@@ -133,6 +133,7 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
     std::erase_if(p.stop, [](const std::string &x) { return x.empty(); });
   }
   p.stream = boolean(body, "stream", false);
+  if (p.stream && p.n > 1) throw BadRequest("'n' above 1 is not streamed: ask without 'stream', or open one stream per choice");
   if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
     if (!so->is_object()) throw BadRequest("'stream_options' must be an object");
     p.include_usage = boolean(*so, "include_usage", false);

@@ -34,6 +34,7 @@ json parse_body(const std::string &text);
 // What a completion or chat request asks for, apart from its prompt.
 struct GenerationParams {
   int64_t max_tokens = -1;  // -1: until the end of generation or the context
+  int64_t n = 1;            // choices: n sequences of the same prompt, seeds seed, seed + 1, ...
   sampling::Config sampling;
   std::vector<std::string> stop;  // not included in the output
   bool stream = false, include_usage = false;

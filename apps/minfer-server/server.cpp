@@ -489,6 +489,21 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     res.set_header("Retry-After", "1");
     return reply(res, 503, error_body(503, "the server is busy (its queue is full); retry later"));
   }
+  // n > 1: the other choices run beside the first, each its own sequence and seed.
+  std::vector<std::pair<int64_t, std::shared_ptr<RequestStream>>> more;
+  for (int64_t i = 1; i < p.n; ++i) {
+    SeqRequest ri = r;
+    ri.id = next_id++;
+    ri.sampling.seed = p.sampling.seed + uint64_t(i);
+    std::shared_ptr<RequestStream> s = L->engine->submit(ri);
+    if (!s) {
+      L->engine->cancel(id);
+      for (const auto &[rid, _] : more) L->engine->cancel(rid);
+      res.set_header("Retry-After", "1");
+      return reply(res, 503, error_body(503, "the server is busy (its queue is full); retry later"));
+    }
+    more.emplace_back(ri.id, std::move(s));
+  }
   ++requests;
   prompt_tokens += int64_t(prompt.size());
   if (native) return native_reply(res, L, stream, p, id, prompt_only, int64_t(prompt.size()), start);
@@ -510,32 +525,47 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   };
 
   if (!p.stream) {
-    const Outcome o = drive(*L->engine, tok, id, stream, p.stop, stopping, [](const std::string &, auto, size_t) { return true; }, calls);
-    generated += o.tokens;
-    if (!o.error.empty()) return reply(res, 500, error_body(500, o.error));
-    if (!chat) {
-      const json choice = {{"index", 0}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}, {"text", o.text}};
-      return reply(res, 200, {{"id", cid}, {"object", object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}, {"usage", usage(o)}});
+    // Each choice: its sequence's text, as completions text or a chat message (reasoning and
+    // tool calls split off); the usage counts the prompt once and every choice's tokens.
+    std::vector<std::pair<int64_t, std::shared_ptr<RequestStream>>> all = {{id, stream}};
+    all.insert(all.end(), more.begin(), more.end());
+    json choices = json::array();
+    Outcome total;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const auto [rid, s] = all[i];
+      const Outcome o = drive(*L->engine, tok, rid, s, p.stop, stopping, [](const std::string &, auto, size_t) { return true; }, calls);
+      generated += o.tokens;
+      if (!o.error.empty()) {
+        for (size_t j = i + 1; j < all.size(); ++j) L->engine->cancel(all[j].first);
+        return reply(res, 500, error_body(500, o.error));
+      }
+      total.tokens += o.tokens;
+      if (i == 0) total.cached = o.cached;
+      if (!chat) {
+        choices.push_back({{"index", i}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}, {"text", o.text}});
+        continue;
+      }
+      const chat::ReasoningSplitter::Pieces parts = thinks ? chat::split_reasoning(o.text, opened) : chat::ReasoningSplitter::Pieces{"", o.text};
+      chat::ParsedReply r = chat::parse_tool_calls(calls, parts.content);
+      if (r.calls.empty()) r.content = parts.content;  // no calls: the text as it came
+      if (!tools.parallel && r.calls.size() > 1) r.calls.resize(1);  // parallel_tool_calls false: the first
+      if (route == Route::messages) {
+        const AnthropicReply ar{"msg_" + std::to_string(id), model_name, parts.reasoning, r.content, anthropic_stop_reason(o.finish, o.stop_word, !r.calls.empty()),
+                                o.stop_word, r.calls, id, n_prompt, o.tokens, o.cached};
+        return reply(res, 200, anthropic_message(ar));
+      }
+      json message = {{"role", "assistant"}, {"content", r.content}};
+      if (!parts.reasoning.empty()) message["reasoning_content"] = parts.reasoning;
+      json choice = {{"index", i}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}};
+      if (!r.calls.empty()) {
+        message["content"] = r.content.empty() ? json(nullptr) : json(r.content);
+        message["tool_calls"] = tool_calls_json(r.calls, rid, /*streaming=*/false);
+        choice["finish_reason"] = "tool_calls";
+      }
+      choice["message"] = std::move(message);
+      choices.push_back(std::move(choice));
     }
-    const chat::ReasoningSplitter::Pieces parts = thinks ? chat::split_reasoning(o.text, opened) : chat::ReasoningSplitter::Pieces{"", o.text};
-    chat::ParsedReply r = chat::parse_tool_calls(calls, parts.content);
-    if (r.calls.empty()) r.content = parts.content;  // no calls: the text as it came
-    if (!tools.parallel && r.calls.size() > 1) r.calls.resize(1);  // parallel_tool_calls false: the first
-    if (route == Route::messages) {
-      const AnthropicReply ar{"msg_" + std::to_string(id), model_name, parts.reasoning, r.content, anthropic_stop_reason(o.finish, o.stop_word, !r.calls.empty()),
-                              o.stop_word, r.calls, id, n_prompt, o.tokens, o.cached};
-      return reply(res, 200, anthropic_message(ar));
-    }
-    json message = {{"role", "assistant"}, {"content", r.content}};
-    if (!parts.reasoning.empty()) message["reasoning_content"] = parts.reasoning;
-    json choice = {{"index", 0}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}};
-    if (!r.calls.empty()) {
-      message["content"] = r.content.empty() ? json(nullptr) : json(r.content);
-      message["tool_calls"] = tool_calls_json(r.calls, id, /*streaming=*/false);
-      choice["finish_reason"] = "tool_calls";
-    }
-    choice["message"] = std::move(message);
-    return reply(res, 200, {{"id", cid}, {"object", object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}, {"usage", usage(o)}});
+    return reply(res, 200, {{"id", cid}, {"object", object}, {"created", created}, {"model", model_name}, {"choices", std::move(choices)}, {"usage", usage(total)}});
   }
 
   // Server-sent events. OpenAI: one chunk per piece of text, the last with the finish reason,
