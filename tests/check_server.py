@@ -234,6 +234,21 @@ try:
             ok = False
         check(status == 200 and ok, f"json_schema (seed {seed}): {status} finish {reason} {text!r}")
         print(f"json_schema (seed {seed}): {reason} {text!r}")
+    # Greedy under a schema: where the arg-max is allowed, the backend's arg-max is the token and
+    # no logits are read; only refused positions read their row (the metrics count both).
+    before = (metric(s, "argmax_rows_total"), metric(s, "logit_rows_total"))
+    status, body = complete("Once upon a time", n=160, temperature=0,
+                            response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": person, "strict": True}})
+    after = (metric(s, "argmax_rows_total"), metric(s, "logit_rows_total"))
+    try:
+        v = json.loads(body["choices"][0]["text"]) if status == 200 else None
+    except ValueError:
+        v = None
+    used = body["usage"]["completion_tokens"] if status == 200 else 0
+    check(isinstance(v, dict) and re.fullmatch(r"[A-Z]{2}-[0-9]{3}", v.get("code", "")), f"greedy json_schema: {status} {str(body)[:300]}")
+    # (The rows include the end token's, which the usage does not count.)
+    check(after[0] - before[0] > 0 and 0 < after[1] - before[1] < used and after[0] - before[0] + after[1] - before[1] == used + 1,
+          f"greedy json_schema: {after[0] - before[0]} arg-max rows, {after[1] - before[1]} logit rows for {used} tokens")
     status, body = complete("x", n=4, response_format={"type": "json_schema", "json_schema": {"name": "z", "schema": {"type": "array", "uniqueItems": True}}})
     check(status == 400 and "'uniqueItems' is not supported" in body["error"]["message"], f"json_schema with uniqueItems: {status} {body}")
     # n choices: each its own sequence and seed (three different texts at temperature 1, the

@@ -26,6 +26,7 @@
 #include "runtime/placement.hpp"
 #include "runtime/plugin.hpp"
 #include "runtime/session.hpp"
+#include "sampling/json_constraint.hpp"
 #include "sampling/sampler.hpp"
 #include "synth/synth.hpp"
 #include "test_util.hpp"
@@ -113,6 +114,54 @@ TEST_P(StoriesBatch, FourPromptsTogetherGiveLlamaCppsGreedyTokens) {
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got.at(int64_t(i)), want[i]) << GetParam().label << ": prompt " << i;
   EXPECT_EQ(batch.stats().most_seqs, 4) << "the four ran in the same steps";
   EXPECT_EQ(batch.stats().greedy_steps, batch.stats().steps) << "greedy sequences take the backend's arg-max, not the logits";
+}
+
+// A constraint allowing even token ids only: the arg-max is refused about half the time.
+class EvenTokens : public minfer::sampling::TokenConstraint {
+ public:
+  bool allows(int32_t t) const override { return t % 2 == 0; }
+  void accept(int32_t t) override { EXPECT_EQ(t % 2, 0) << "an odd token was taken"; }
+  std::unique_ptr<TokenConstraint> fresh() const override { return std::make_unique<EvenTokens>(); }
+};
+
+// A step reads the logits of the rows that need them only: a greedy row takes the backend's
+// arg-max, so does a greedy row under a constraint that allows it; a sampled row, one asking
+// for logprobs and a refused constrained row read their own row. The tokens are those of the
+// same batch with every row's logits read.
+TEST_P(StoriesBatch, OnlyTheRowsThatNeedTheirLogitsReadThem) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const nlohmann::json &j : references()) prompts.push_back(j["prompt_tokens"].get<std::vector<int32_t>>());
+  ASSERT_EQ(prompts.size(), 4u);
+  auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
+  minfer::models::BuildOptions bo;
+  bo.n_ctx = 256, bo.max_batch = 64, bo.max_seqs = 4;
+  const auto model = minfer::models::load_model(file, bo);
+  minfer::BackendSet backends = minfer::open_backends(cfg);
+  minfer::Session session(model->graph, cfg, backends);
+  minfer::sampling::Config even = greedy(), warm;
+  even.constraint = std::make_shared<EvenTokens>();
+  warm.temperature = 0.8f, warm.seed = 7;
+  const int64_t n = 24;
+  std::vector<minfer::SeqRequest> reqs{{0, prompts[0], n, greedy()}, {1, prompts[1], n, even}, {2, prompts[2], n, warm},
+                                       {3, prompts[3], n, greedy(), 2}};
+  const auto run = [&](bool read_all, minfer::BatchStats &stats) {
+    minfer::BatchSession batch(*model, session, never_ends);
+    if (read_all) batch.on_logits([](int64_t, std::span<const float>) {});  // every row's logits, as before
+    const auto got = run_all(batch, reqs, {0, 0, 0, 0});
+    stats = batch.stats();
+    return got;
+  };
+  minfer::BatchStats all{}, some{};
+  const auto want = run(true, all), got = run(false, some);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(got.at(i), want.at(i)) << GetParam().label << ": request " << i;
+  for (int32_t t : got.at(1)) EXPECT_EQ(t % 2, 0) << "the constraint holds";
+  EXPECT_EQ(all.argmax_rows, 0);
+  EXPECT_EQ(all.logit_rows, 4 * n);
+  EXPECT_EQ(some.argmax_rows + some.logit_rows, 4 * n);
+  // Requests 2 (sampled) and 3 (logprobs) read every row; request 0 none; request 1 those
+  // whose arg-max was odd: some, not all.
+  EXPECT_GT(some.logit_rows, 2 * n) << "a refused arg-max reads its row";
+  EXPECT_LT(some.logit_rows, 3 * n) << "an allowed arg-max reads nothing";
 }
 
 // Embed requests (SeqRequest::embed): the prompt's last hidden state after the final norm, the

@@ -780,6 +780,9 @@ void Server::Impl::routes() {
     metric("kv_pages_used", "gauge", "KV cache pages held by sequences.", double(s.pool.used));
     metric("kv_pages_free", "gauge", "KV cache pages ready to give out.", double(s.pool.free));
     metric("steps_total", "counter", "Batched steps run.", double(s.steps));
+    metric("argmax_rows_total", "counter", "Tokens taken from the backend's arg-max (greedy rows: no logits read).", double(s.argmax_rows));
+    metric("logit_rows_total", "counter", "Tokens sampled from logits read back (sampled, logprobs, and refused constrained rows).",
+           double(s.logit_rows));
     metric("preemptions_total", "counter", "Sequences preempted under page pressure.", double(s.preemptions));
     metric("prefill_tokens_total", "counter", "Prompt positions run through the model (recomputed ones included).", double(s.prefill_tokens));
     metric("decode_tokens_total", "counter", "Decode tokens run through the model.", double(s.decode_tokens));

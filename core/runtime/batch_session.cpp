@@ -114,59 +114,74 @@ std::vector<SeqToken> BatchSession::step() {
       if (seqs_.at(item.seq).embed) out.push_back({item.seq, -1, std::nullopt, std::vector<float>(row, row + width)});
     }
   }
-  // Every sequence that samples this step is greedy (and no one watches the logits): the
-  // backend's arg-max gives the tokens, a few bytes instead of the logits' rows.
-  bool all_greedy = outputs > 0 && !on_logits_ && session_.has_output(models::Model::kGreedy);
+  // The sampled rows, in plan order. A row whose chain is the plain arg-max (greedy, also under
+  // a constraint, which may refuse it) takes the backend's arg-max, a few bytes; only the
+  // others, and those a constraint refused, read their logits rows (a row is the vocabulary:
+  // 600 KB for 152k tokens, so one constrained or sampled request costs the step one row, not
+  // every row).
+  std::vector<Seq *> seq_of;
+  std::vector<int64_t> id_of;
   for (const sched::StepItem &item : plan.items)
-    if (item.wants_logits) all_greedy = all_greedy && seqs_.at(item.seq).sampler.greedy() && seqs_.at(item.seq).logprobs < 0;
-  if (all_greedy) {
-    ++stats_.greedy_steps;
-    t0 = Clock::now();
-    sampled.resize(size_t(outputs));
-    session_.read_output(models::Model::kGreedy, sampled.data(), sampled.size() * 4);
-    stats_.logits_s += seconds_since(t0);
-    size_t k = 0;
-    for (const sched::StepItem &item : plan.items) {
-      if (!item.wants_logits) continue;
-      const int32_t t = sampled[k++];
-      if ((is_end_ && is_end_(t)) || seqs_.at(item.seq).embed) continue;
-      seqs_.at(item.seq).history.push_back(t);
-      out.push_back({item.seq, t});
+    if (item.wants_logits) seq_of.push_back(&seqs_.at(item.seq)), id_of.push_back(item.seq);
+  sampled.assign(seq_of.size(), -1);
+  std::vector<size_t> need;  // rows whose logits are read
+  if (outputs > 0 && !on_logits_ && session_.has_output(models::Model::kGreedy)) {
+    bool any = false;
+    for (Seq *q : seq_of) any = any || (q->sampler.argmax_chain() && q->logprobs < 0);
+    if (any) {
+      t0 = Clock::now();
+      argmax_.resize(seq_of.size());
+      session_.read_output(models::Model::kGreedy, argmax_.data(), argmax_.size() * 4);
+      stats_.logits_s += seconds_since(t0);
+    }
+    for (size_t i = 0; i < seq_of.size(); ++i) {
+      Seq &q = *seq_of[i];
+      if (any && q.logprobs < 0 && q.sampler.take_argmax(argmax_[i])) sampled[i] = argmax_[i];
+      else need.push_back(i);
     }
   } else if (outputs > 0) {
+    for (size_t i = 0; i < seq_of.size(); ++i) need.push_back(i);
+  }
+  stats_.argmax_rows += int64_t(seq_of.size() - need.size());
+  stats_.logit_rows += int64_t(need.size());
+  if (outputs > 0 && need.empty()) ++stats_.greedy_steps;
+  std::vector<std::optional<sampling::TokenLogprobs>> logprobs(seq_of.size());
+  if (!need.empty()) {
     t0 = Clock::now();
-    const uint64_t bytes = session_.output_bytes(models::Model::kLogits);
-    logits_.resize(bytes / 4);
-    session_.read_output(models::Model::kLogits, logits_.data(), bytes);
+    const int64_t vocab = int64_t(session_.output_bytes(models::Model::kLogits) / 4) / outputs;
+    logits_.resize(size_t(int64_t(need.size()) * vocab));
+    if (int64_t(need.size()) == outputs) {
+      session_.read_output(models::Model::kLogits, logits_.data(), logits_.size() * 4);
+    } else {
+      for (size_t j = 0; j < need.size();) {  // runs of consecutive rows, one read each
+        size_t e = j + 1;
+        while (e < need.size() && need[e] == need[e - 1] + 1) ++e;
+        session_.read_output_rows(models::Model::kLogits, int64_t(need[j]), int64_t(e - j), logits_.data() + int64_t(j) * vocab);
+        j = e;
+      }
+    }
     stats_.logits_s += seconds_since(t0);
     t0 = Clock::now();
-    const int64_t vocab = int64_t(logits_.size()) / outputs;
+    if (on_logits_)
+      for (size_t j = 0; j < need.size(); ++j) on_logits_(id_of[need[j]], {logits_.data() + int64_t(j) * vocab, size_t(vocab)});
     // Each sequence samples its own row; many rows are sampled on several threads (a sampler
     // and its history belong to one sequence, so the rows are independent).
-    std::vector<std::pair<int64_t, const float *>> rows;
-    for (const sched::StepItem &item : plan.items)
-      if (item.wants_logits) rows.emplace_back(item.seq, logits_.data() + int64_t(rows.size()) * vocab);
-    if (on_logits_)
-      for (const auto &[id, row] : rows) on_logits_(id, {row, size_t(vocab)});
-    sampled.resize(rows.size());
-    std::vector<Seq *> seq_of(rows.size());
-    std::vector<std::optional<sampling::TokenLogprobs>> logprobs(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) seq_of[i] = &seqs_.at(rows[i].first);
-    parallel_ranges(int64_t(rows.size()), rows.size() >= 8 ? std::min(8, resolve_threads(0)) : 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        Seq &q = *seq_of[size_t(i)];
-        const float *row = rows[size_t(i)].second;
-        sampled[size_t(i)] = q.sampler.sample(row, vocab, q.history);
-        if (q.logprobs >= 0) logprobs[size_t(i)] = sampling::log_probs(row, vocab, sampled[size_t(i)], q.logprobs);
+    parallel_ranges(int64_t(need.size()), need.size() >= 8 ? std::min(8, resolve_threads(0)) : 1, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) {
+        const size_t i = need[size_t(j)];
+        Seq &q = *seq_of[i];
+        const float *row = logits_.data() + j * vocab;
+        sampled[i] = q.sampler.sample(row, vocab, q.history);
+        if (q.logprobs >= 0) logprobs[i] = sampling::log_probs(row, vocab, sampled[i], q.logprobs);
       }
     });
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const int32_t t = sampled[i];
-      if ((is_end_ && is_end_(t)) || seq_of[i]->embed) continue;
-      seq_of[i]->history.push_back(t);
-      out.push_back({rows[i].first, t, std::move(logprobs[i])});
-    }
     stats_.sample_s += seconds_since(t0);
+  }
+  for (size_t i = 0; i < seq_of.size(); ++i) {
+    const int32_t t = sampled[i];
+    if ((is_end_ && is_end_(t)) || seq_of[i]->embed) continue;
+    seq_of[i]->history.push_back(t);
+    out.push_back({id_of[i], t, std::move(logprobs[i])});
   }
   sched_.complete(plan, sampled, is_end_);
   for (sched::Finished &f : sched_.take_finished()) {

@@ -48,6 +48,9 @@ struct BatchStats {
   int64_t steps = 0, prefill_tokens = 0, decode_tokens = 0;  // tokens run (prefill: prompt and recomputed ones)
   int64_t most_seqs = 0;  // the most sequences one step carried
   int64_t greedy_steps = 0;  // steps whose tokens came from the backend's arg-max (no logits read)
+  // Sampled rows: those whose token was the backend's arg-max (greedy, and greedy under a
+  // constraint that allowed it), and those whose logits were read.
+  int64_t argmax_rows = 0, logit_rows = 0;
   double run_s = 0, logits_s = 0, sample_s = 0;  // seconds in the session's steps, reading logits, sampling
   // Seconds of the steps that carried prefill (decode) tokens: a mixed step counts in both,
   // so tokens / seconds is the rate each kind of work saw while it ran.
@@ -104,6 +107,7 @@ class BatchSession {
   // The step's inputs, reused from step to step (no allocation once they reached their size).
   std::vector<int32_t> tokens_, positions_, slots_, rows_, table_;
   std::vector<float> logits_, hidden_;
+  std::vector<int32_t> argmax_;  // the backend's arg-max of each output row
 };
 
 }  // namespace minfer

@@ -125,6 +125,7 @@ void Engine::loop() {
       stats_.steps = b.steps;
       stats_.prefill_tokens = b.prefill_tokens, stats_.decode_tokens = b.decode_tokens;
       stats_.prefill_step_s = b.prefill_step_s, stats_.decode_step_s = b.decode_step_s;
+      stats_.argmax_rows = b.argmax_rows, stats_.logit_rows = b.logit_rows;
       stats_.generated += std::count_if(tokens.begin(), tokens.end(), [](const SeqToken &t) { return t.token >= 0; });  // not embeddings
       stats_.preemptions = batch_.scheduler().preemptions();
       stats_.reused_positions = batch_.scheduler().reused_positions();

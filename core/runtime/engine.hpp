@@ -72,6 +72,7 @@ class Engine {
     int64_t waiting = 0, running = 0, steps = 0, generated = 0, preemptions = 0, reused_positions = 0;
     int64_t prefill_tokens = 0, decode_tokens = 0;  // run through the model (prefill: prompts and recomputed positions)
     double prefill_step_s = 0, decode_step_s = 0;   // BatchStats' seconds of the steps that carried them
+    int64_t argmax_rows = 0, logit_rows = 0;        // BatchStats': sampled rows from the arg-max, from read logits
     kv::PoolStats pool;
   };
   Stats stats() const;  // any thread; as of the last step

@@ -367,6 +367,21 @@ void Session::read_output(const std::string &name, void *dst, uint64_t bytes) co
   l.buffer->read(l.offset, dst, bytes);
 }
 
+void Session::read_output_rows(const std::string &name, int64_t first, int64_t count, void *dst) const {
+  const TensorId id = output_id(name);
+  const Tensor &t = graph_.tensor(id);
+  bool outermost = t.token_dim >= 0;
+  for (size_t d = size_t(t.token_dim) + 1; outermost && d < t.shape.size(); ++d) outermost = t.shape[d] == 1;
+  if (!outermost)
+    throw Error("read_output_rows: '" + name + "' has no outermost token dim to read rows of");
+  const uint64_t row = t.n_bytes() / uint64_t(t.shape[size_t(t.token_dim)]), rows = bytes_for(t, last_) / row;
+  if (first < 0 || count < 0 || uint64_t(first + count) > rows)
+    throw Error("read_output_rows: rows " + std::to_string(first) + ".." + std::to_string(first + count) + " of '" + name + "', which holds " +
+                std::to_string(rows) + " after the last step");
+  const Location &l = at(id, placement_.home[size_t(id)]);
+  l.buffer->read(l.offset + uint64_t(first) * row, dst, uint64_t(count) * row);
+}
+
 std::vector<uint8_t> Session::output(const std::string &name) const {
   std::vector<uint8_t> bytes(output_bytes(name));
   read_output(name, bytes.data(), bytes.size());

@@ -40,6 +40,9 @@ class Session {
   uint64_t output_bytes(const std::string &name) const;
   bool has_output(const std::string &name) const;
   void read_output(const std::string &name, void *dst, uint64_t bytes) const;
+  // Rows [first, first + count) of a token-dim output after the last run (a few sequences'
+  // logits of a step whose other rows need only their arg-max), into dst.
+  void read_output_rows(const std::string &name, int64_t first, int64_t count, void *dst) const;
   int64_t max_tokens() const { return max_tokens_; }  // the largest n_tokens a run accepts
   int64_t max_outputs() const { return max_outputs_; }  // the largest n_outputs (0: no output rows)
 

@@ -111,6 +111,14 @@ int32_t Sampler::sample(const float *logits, int64_t n, const std::vector<int32_
   return t;
 }
 
+bool Sampler::take_argmax(int32_t t) {
+  if (!argmax_chain()) return false;
+  if (!constraint_) return true;
+  if (!constraint_->allows(t)) return false;
+  constraint_->accept(t);
+  return true;
+}
+
 int32_t Sampler::choose(int64_t n) {
   if (cfg_.temperature <= 0.0f) return argmax(work_.data(), n);
 

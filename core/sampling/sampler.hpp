@@ -52,11 +52,18 @@ class Sampler {
   // history: the tokens so far (prompt and generated), for the repetition penalty.
   int32_t sample(const float *logits, int64_t n_vocab, const std::vector<int32_t> &history);
   const Config &config() const { return cfg_; }
-  // The arg-max of the logits, whatever the history: temperature 0, no bias, no repetition penalty.
-  bool greedy() const {
-    return cfg_.temperature <= 0.0f && cfg_.logit_bias.empty() && !constraint_ &&
+  // The chain is the arg-max of the raw logits, whatever the history (temperature 0, no bias,
+  // no penalty), though a constraint may refuse that token.
+  bool argmax_chain() const {
+    return cfg_.temperature <= 0.0f && cfg_.logit_bias.empty() &&
            ((cfg_.repeat_penalty == 1.0f && cfg_.presence_penalty == 0.0f && cfg_.frequency_penalty == 0.0f) || cfg_.repeat_last_n == 0);
   }
+  // The arg-max of the logits, always: an argmax_chain with no constraint.
+  bool greedy() const { return argmax_chain() && !constraint_; }
+  // With argmax_chain(): t, the raw logits' arg-max (the backend's), is what sample() would
+  // choose when no constraint refuses it; then it is taken (the constraint accepts it) and
+  // true comes back. False: the logits are needed, sample() them.
+  bool take_argmax(int32_t t);
 
  private:
   int32_t choose(int64_t n);  // from work_: the chain after the penalties
