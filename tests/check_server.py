@@ -484,6 +484,14 @@ try:
         check(status == 200 and lb["choices"][0]["finish_reason"] == "tool_calls" and msg.get("tool_calls") and
               msg["tool_calls"][0]["function"]["name"] == "get_time" and json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {},
               f"Llama 3.1: a reply that opens with '{{' is written as a call: {status} {str(lb)[:400]}")
+        # Streamed, the call goes out as it is written: its name, then its arguments in pieces.
+        status, _, events = ll.stream("/v1/chat/completions", dict(ask, tools=[clock]))
+        deltas = [c["choices"][0]["delta"]["tool_calls"] for c in events if isinstance(c, dict) and c.get("choices") and "tool_calls" in c["choices"][0]["delta"]]
+        reasons = [c["choices"][0]["finish_reason"] for c in events if isinstance(c, dict) and c.get("choices") and c["choices"][0]["finish_reason"]]
+        streamed_args = "".join(d[0]["function"].get("arguments", "") for d in deltas)
+        check(status == 200 and len(deltas) >= 2 and deltas[0][0]["function"]["name"] == "get_time" and deltas[0][0]["function"]["arguments"] == "" and
+              all(d[0]["index"] == 0 for d in deltas) and json.loads(streamed_args or "null") == {} and reasons == ["tool_calls"],
+              f"Llama 3.1: the call streamed as it is written: {deltas} {reasons}")
         status, plain = ll.post("/v1/chat/completions", ask)
         check(status == 200 and "tool_calls" not in plain["choices"][0]["message"], f"the same bias without tools: {status} {str(plain)[:200]}")
         check(ll.stop() == 0, "the Llama 3.1 server exits 0")

@@ -215,6 +215,58 @@ TEST(ToolCalls, HermesCallsStreamAsTheyAreWritten) {
   EXPECT_TRUE(ev.empty()) << "the name is not whole yet";
 }
 
+// Every format's calls stream as they are written, in pieces of any size, and what streams is
+// what parse_tool_calls reads from the whole reply (names, and arguments as the same JSON).
+TEST(ToolCalls, EveryFormatsCallsStreamAsTheyAreWritten) {
+  using minfer::chat::ToolCallStream;
+  using minfer::chat::ToolFormat;
+  struct Case {
+    ToolFormat format;
+    std::string reply;
+    size_t calls;
+  };
+  const std::vector<Case> cases = {
+      {ToolFormat::llama3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": [1, {\"d\": 2}]}}", 1},
+      {ToolFormat::llama3, "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"x\": \"}\"}}; {\"name\": \"b\", \"arguments\": {}}", 2},
+      {ToolFormat::mistral, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]", 2},
+      {ToolFormat::mistral, "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}", 2},
+      {ToolFormat::granite, "<|tool_call|>[{\"name\": \"a\", \"arguments\": {\"x\": [1, {\"y\": 2}]}}, {\"name\": \"c\", \"arguments\": {\"q\": \"]\"}}]", 2},
+  };
+  for (const Case &c : cases) {
+    const minfer::chat::ParsedReply parsed = minfer::chat::parse_tool_calls(c.format, c.reply);
+    ASSERT_EQ(parsed.calls.size(), c.calls) << c.reply;
+    const size_t held = minfer::chat::plain_text_before_calls(c.format, c.reply);
+    for (const size_t piece : {size_t(1), size_t(2), size_t(5), c.reply.size()}) {
+      ToolCallStream s(c.format);
+      std::vector<std::string> names, args;
+      for (size_t n = std::min(piece, c.reply.size());; n = std::min(n + piece, c.reply.size())) {
+        const std::string part = c.reply.substr(0, n);
+        for (const ToolCallStream::Event &e : s.advance(part, std::min(held, minfer::chat::plain_text_before_calls(c.format, part)))) {
+          if (e.start) {
+            EXPECT_EQ(e.index, names.size());
+            names.push_back(e.text), args.emplace_back();
+          } else {
+            ASSERT_LT(e.index, args.size());
+            args[e.index] += e.text;
+          }
+        }
+        if (n == c.reply.size()) break;
+      }
+      ASSERT_EQ(names.size(), c.calls) << c.reply << " in pieces of " << piece;
+      for (size_t i = 0; i < c.calls; ++i) {
+        EXPECT_EQ(names[i], parsed.calls[i].name) << c.reply;
+        EXPECT_EQ(nlohmann::json::parse(args[i]), nlohmann::json::parse(parsed.calls[i].arguments)) << c.reply << " in pieces of " << piece;
+      }
+    }
+  }
+  // Not calls, or not in the streamable order: nothing streams (the end reads them whole).
+  ToolCallStream text(ToolFormat::llama3);
+  EXPECT_TRUE(text.advance("Hello {\"name\": \"a\", \"parameters\": {}}", 0).empty());
+  ToolCallStream swapped(ToolFormat::mistral);
+  EXPECT_TRUE(swapped.advance("[TOOL_CALLS][{\"arguments\": {}, \"name\": \"f\"}]", 0).empty());
+  EXPECT_EQ(swapped.streamed(), 0u);
+}
+
 // Where a tool call may stream from: the answer, not a think block.
 TEST(Reasoning, WhatLiesInTheAnswer) {
   const std::string thinking = "<think>\nI could <tool_call> here\n</think>\n\n<tool_call>";

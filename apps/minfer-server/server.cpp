@@ -632,7 +632,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     // out as content (where the calls are looked for at the end).
     chat::ReasoningSplitter splitter(opened);
     std::string visible, content_sent;
-    chat::ToolCallStream call_stream;  // <tool_call>s streamed as they are written
+    chat::ToolCallStream call_stream(calls);  // calls streamed as they are written
     const auto send_parts = [&](const chat::ReasoningSplitter::Pieces &parts, const json &lp) {
       if (!parts.reasoning.empty() && !em.reasoning(parts.reasoning, parts.content.empty() ? lp : json(nullptr))) return false;
       content_sent += parts.content;
@@ -650,7 +650,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
                             },
                             calls, [&](const std::string &text, size_t held_from) {
                               // Calls stream from the answer only (one written while thinking is no call).
-                              if (calls != chat::ToolFormat::hermes || !alive || (thinks && !chat::in_answer(text, held_from, opened))) return alive;
+                              if (calls == chat::ToolFormat::none || calls == chat::ToolFormat::unsupported || !alive || (thinks && !chat::in_answer(text, held_from, opened))) return alive;
                               for (const chat::ToolCallStream::Event &e : call_stream.advance(text, held_from))
                                 if (!(alive = e.start ? em.call_begin(e.index, e.text) : em.call_arguments(e.index, e.text))) break;
                               return alive;

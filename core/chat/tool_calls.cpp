@@ -207,26 +207,77 @@ ParsedReply parse_tool_calls(ToolFormat f, const std::string &text) {
 std::vector<ToolCallStream::Event> ToolCallStream::advance(const std::string &reply, size_t held_from) {
   std::vector<Event> out;
   if (pos_ == std::string::npos) pos_ = held_from;
+  // Whether `lit` stands at k (after blanks): 1 yes (k moves past it and the blanks after), 0
+  // not yet (the reply ends inside it), -1 no.
+  const auto take = [&](size_t &k, const char *lit) {
+    k = skip_space(reply, k);
+    const size_t n = std::strlen(lit), have = std::min(n, reply.size() - k);
+    if (reply.compare(k, have, lit, have) != 0) return -1;
+    if (have < n) return 0;
+    k = skip_space(reply, k + n);
+    return 1;
+  };
+  const auto begin_args = [&](size_t k, std::string name) {
+    out.push_back({started_++, true, std::move(name)});
+    pos_ = k, scan_ = {};
+    at_ = At::args;
+  };
   for (bool progress = true; progress && at_ != At::stopped;) {
     progress = false;
     if (at_ == At::marker) {
-      const size_t m = reply.find(kHermes, pos_);
-      if (m == std::string::npos) break;
-      pos_ = m + std::strlen(kHermes);
-      at_ = At::head, progress = true;
+      size_t k = pos_;
+      int r = -1;
+      if (format_ == ToolFormat::llama3) {  // the reply itself, <|python_tag|> optional
+        if (started_ > 0) {
+          at_ = At::stopped;
+          break;
+        }
+        r = take(k, kPythonTag);
+        if (r == 0) break;
+        r = 1;
+      } else {
+        const char *marker = format_ == ToolFormat::hermes ? kHermes : format_ == ToolFormat::mistral ? kMistral : kGranite;
+        const size_t m = reply.find(marker, pos_);
+        if (m == std::string::npos) break;
+        k = skip_space(reply, m + std::strlen(marker));
+        if (k >= reply.size()) break;
+        in_list_ = format_ == ToolFormat::granite || (format_ == ToolFormat::mistral && reply[k] == '[');
+        if (in_list_ && reply[k] != '[') {
+          at_ = At::stopped;
+          break;
+        }
+        if (in_list_) ++k;
+        if (format_ == ToolFormat::mistral && !in_list_) {  // name[ARGS]{...}
+          const size_t args = reply.find(kMistralArgs, k);
+          std::string name = trim(reply.substr(k, args == std::string::npos ? std::string::npos : args - k));
+          if (const size_t b = name.find('['); args == std::string::npos && b != std::string::npos) {  // [ARGS] on its way?
+            const size_t n = std::min(name.size() - b, std::strlen(kMistralArgs));
+            if (name.compare(b, n, kMistralArgs, n) != 0) at_ = At::stopped;
+            name.resize(b);
+          }
+          if (name.find_first_of(" \n\t\"{[") != std::string::npos || name.size() > 256) at_ = At::stopped;
+          if (args == std::string::npos || at_ == At::stopped) break;
+          k = skip_space(reply, args + std::strlen(kMistralArgs));
+          if (k >= reply.size()) break;
+          if (reply[k] != '{') {
+            at_ = At::stopped;
+            break;
+          }
+          name_args_ = true;
+          begin_args(k, name);
+          progress = true;
+          continue;
+        }
+        r = 1;
+      }
+      pos_ = k, name_args_ = false;
+      at_ = At::head, progress = r == 1;
     } else if (at_ == At::head) {
       // {"name": "N", "arguments":  — whole, or wait for more; anything else stops streaming.
-      size_t k = skip_space(reply, pos_);
-      auto take = [&](const char *lit) {
-        const size_t n = std::strlen(lit), have = std::min(n, reply.size() - k);
-        if (reply.compare(k, have, lit, have) != 0) return -1;  // not this
-        if (have < n) return 0;                                 // not yet
-        k = skip_space(reply, k + n);
-        return 1;
-      };
+      size_t k = pos_;
       int r = 1;
       for (const char *lit : {"{", "\"name\"", ":", "\""})
-        if (r == 1) r = take(lit);
+        if (r == 1) r = take(k, lit);
       size_t name_end = std::string::npos;
       if (r == 1) {
         name_end = reply.find('"', k);
@@ -236,17 +287,21 @@ std::vector<ToolCallStream::Event> ToolCallStream::advance(const std::string &re
       if (r == 1) {
         name = reply.substr(k, name_end - k);
         if (name.find('\\') != std::string::npos) r = -1;
-        k = skip_space(reply, name_end + 1);
-        for (const char *lit : {",", "\"arguments\"", ":"})
-          if (r == 1) r = take(lit);
-        if (r == 1 && (k >= reply.size())) r = 0;
+        k = name_end + 1;
+        r = take(k, ",");
+        if (r == 1) {
+          const size_t at = k;
+          r = take(k, "\"arguments\"");
+          if (r == -1 && format_ == ToolFormat::llama3) r = take(k = at, "\"parameters\"");
+        }
+        if (r == 1) r = take(k, ":");
+        if (r == 1 && k >= reply.size()) r = 0;
         if (r == 1 && reply[k] != '{') r = -1;
       }
       if (r < 0) at_ = At::stopped;
       if (r != 1) break;
-      out.push_back({started_++, true, name});
-      pos_ = k, scan_ = {};
-      at_ = At::args, progress = true;
+      begin_args(k, name);
+      progress = true;
     } else if (at_ == At::args) {
       // The arguments object's text as far as it is written; it ends where its braces close.
       size_t k = pos_;
@@ -254,7 +309,24 @@ std::vector<ToolCallStream::Event> ToolCallStream::advance(const std::string &re
       for (; k < reply.size() && !closed; ++k) closed = scan_.feed(reply[k]);
       if (k > pos_) out.push_back({started_ - 1, false, reply.substr(pos_, k - pos_)});
       pos_ = k;
-      if (closed) at_ = At::marker, progress = true;
+      if (closed) at_ = format_ == ToolFormat::hermes || name_args_ ? At::marker : At::after, progress = true;
+    } else if (at_ == At::after) {
+      size_t k = pos_;
+      const int r = take(k, "}");  // the call object closes
+      if (r != 1) {
+        if (r < 0) at_ = At::stopped;
+        break;
+      }
+      if (k >= reply.size()) break;
+      if (format_ == ToolFormat::llama3) {  // another call after ';', or the reply's end
+        if (reply[k] == ';') ++k;
+        pos_ = k, at_ = At::head, progress = true;
+        continue;
+      }
+      if (reply[k] == ',') pos_ = k + 1, at_ = At::head;
+      else if (reply[k] == ']') pos_ = k + 1, at_ = format_ == ToolFormat::mistral ? At::marker : At::stopped;
+      else at_ = At::stopped;
+      progress = at_ != At::stopped;
     }
   }
   return out;

@@ -47,14 +47,17 @@ ParsedReply parse_tool_calls(ToolFormat f, const std::string &text);
 // call's marker, or before a tail that could still become one). The rest waits for the end.
 size_t plain_text_before_calls(ToolFormat f, const std::string &text);
 
-// Streaming <tool_call>s (hermes) while they are written, as OpenAI streams tool calls: a
-// call's name once it is whole, then its arguments' text as it grows. advance() is given the
-// whole reply so far and where the held-back text begins; it reads calls written as
-// {"name": N, "arguments": {...}} (the order tool_choice's constraint keeps). A call written
-// otherwise stops the streaming: it and those after it come whole at the end, from
-// parse_tool_calls (`streamed` says how many went out before).
+// Streaming tool calls while they are written, as OpenAI streams them: a call's name once it
+// is whole, then its arguments' text as it grows. advance() is given the whole reply so far and
+// where the held-back text begins. Every format above streams: hermes' <tool_call>s, Llama 3's
+// JSON reply (";"-separated calls), Mistral's [TOOL_CALLS] list or name[ARGS]{...}, Granite's
+// <|tool_call|> list; a call object must read {"name": N, "arguments" (Llama 3: "parameters"):
+// {...}} (the order tool_choice's constraint keeps). A call written otherwise stops the
+// streaming: it and those after it come whole at the end, from parse_tool_calls (`streamed`
+// says how many went out before).
 class ToolCallStream {
  public:
+  explicit ToolCallStream(ToolFormat f = ToolFormat::hermes) : format_(f) {}
   struct Event {
     size_t index = 0;
     bool start = false;  // the call begins: `text` is its name; else `text` extends its arguments
@@ -64,10 +67,16 @@ class ToolCallStream {
   size_t streamed() const { return started_; }  // calls begun
 
  private:
-  enum class At { marker, head, args, stopped };
+  // marker: looking for the format's opening; head: a call object's name and arguments key;
+  // args: its arguments object; after: what follows a call (the object's '}', then a list's
+  // ',' or ']', or Llama 3's ';').
+  enum class At { marker, head, args, after, stopped };
+  ToolFormat format_;
   At at_ = At::marker;
   size_t pos_ = std::string::npos;  // where reading stands in the reply
   size_t started_ = 0;
+  bool in_list_ = false;  // the calls are a JSON list (Mistral's, Granite's)
+  bool name_args_ = false;  // the call just read was Mistral's name[ARGS]{...}
   json::NestingScan scan_;  // the arguments object being written
 };
 
