@@ -495,6 +495,31 @@ try:
         status, plain = ll.post("/v1/chat/completions", ask)
         check(status == 200 and "tool_calls" not in plain["choices"][0]["message"], f"the same bias without tools: {status} {str(plain)[:200]}")
         check(ll.stop() == 0, "the Llama 3.1 server exits 0")
+    # Mistral Nemo's and Granite's templates write calls as a JSON list after a marker. A forced
+    # call is that list, one call of the named tool (get_time takes no parameters, so this story
+    # model writes it whole); streamed, it goes out as name then arguments.
+    for tmpl_name, marker in (("mistralai-Mistral-Nemo-Instruct-2407", "[TOOL_CALLS]"), ("ibm-granite-granite-3.3-2B-Instruct", "<|tool_call|>")):
+        path = f"{testdata}/templates/{tmpl_name}.jinja"
+        if not os.path.exists(path):
+            continue
+        ls = template_server(path, tmpl_name.split("-")[0], ["-np", "2"])
+        servers.append(ls)
+        clock = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+        ask = {"messages": [{"role": "user", "content": "What time is it?"}], "max_tokens": 60, "temperature": 0, "tools": [clock],
+               "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
+        status, lb = ls.post("/v1/chat/completions", ask)
+        msg = lb["choices"][0]["message"] if status == 200 else {}
+        check(status == 200 and lb["choices"][0]["finish_reason"] == "tool_calls" and len(msg.get("tool_calls") or []) == 1 and
+              msg["tool_calls"][0]["function"]["name"] == "get_time" and json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {},
+              f"{tmpl_name}: a forced call is the {marker} list: {status} {str(lb)[:400]}")
+        status, _, events = ls.stream("/v1/chat/completions", ask)
+        deltas = [c["choices"][0]["delta"]["tool_calls"] for c in events if isinstance(c, dict) and c.get("choices") and "tool_calls" in c["choices"][0]["delta"]]
+        streamed_args = "".join(d[0]["function"].get("arguments", "") for d in deltas)
+        check(status == 200 and len(deltas) >= 2 and deltas[0][0]["function"]["name"] == "get_time" and json.loads(streamed_args or "null") == {},
+              f"{tmpl_name}: the forced call streamed: {deltas}")
+        status, rb = ls.post("/v1/chat/completions", dict(ask, tool_choice="auto", max_tokens=8))
+        check(status == 200, f"{tmpl_name}: tool_choice auto: {status} {str(rb)[:200]}")
+        check(ls.stop() == 0, f"the {tmpl_name} server exits 0")
     # A thinking template that opens the think block in the prompt (DeepSeek R1's, with
     # enable_thinking): the reply is reasoning until </think>, which this model never writes.
     r1 = f"{testdata}/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"

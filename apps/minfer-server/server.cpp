@@ -63,8 +63,10 @@ struct Loaded {
   std::unique_ptr<chat::ChatTemplate> tmpl;
   std::string tmpl_error;  // why chat is refused
   chat::ToolFormat tool_format = chat::ToolFormat::none;  // how the template writes tool calls
+  ToolSyntax tool_syntax;  // the same, with Mistral's variant, for the call constraints
   bool thinks = false;                                     // its replies may open with <think>
   std::shared_ptr<const sampling::ConstraintVocab> vocab;  // the tokens' texts and ends, for constraints
+  std::shared_ptr<const sampling::ConstraintVocab> call_vocab;  // the same with the tool-call markers that are control tokens
   std::unique_ptr<Engine> engine;
   size_t max_prompt_bytes = 0;  // a text longer than this cannot fit the context, whatever it says
 };
@@ -439,9 +441,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       }
       if (!tools.forced.empty()) {
         if (p.response_schema) throw BadRequest("'tool_choice' forces a tool call, which 'response_format' contradicts; give one of them");
-        p.sampling.constraint = forced_call(L->tool_format, L->vocab, tools);
+        p.sampling.constraint = forced_call(L->tool_syntax, L->call_vocab, tools);
       } else if (tools.offered && !p.response_schema) {
-        p.sampling.constraint = opened_calls(L->tool_format, L->vocab, tools);
+        p.sampling.constraint = opened_calls(L->tool_syntax, L->call_vocab, tools);
       }
       const std::string text = L->tmpl->render(chat::from_json(chat_messages(fields)), /*add_generation_prompt=*/true, extra);
       refuse_unfittable(*L, text);
@@ -852,6 +854,7 @@ int Server::run() {
       try {
         L->tmpl = std::make_unique<chat::ChatTemplate>(chat::ChatTemplate::for_model(L->runner->file(), tok, I.cfg.chat_template));
         L->tool_format = chat::tool_format_of(L->tmpl->source());
+        L->tool_syntax = {L->tool_format, chat::mistral_name_args(L->tmpl->source())};
         L->thinks = chat::template_thinks(L->tmpl->source());
       } catch (const std::exception &e) {
         L->tmpl_error = e.what();
@@ -865,7 +868,19 @@ int Server::run() {
           texts.push_back(tok.token_bytes(t));
           if (tok.is_end_of_generation(t)) eog.push_back(t);
         }
+        // The tool-call constraints also see the call markers that are control tokens
+        // ([TOOL_CALLS], <|tool_call|>): a call that opens with one is guarded, and a forced one
+        // may write it. Only there: a JSON string of response_format may not hold them.
+        std::vector<std::string> call_texts;
+        for (const std::string &m : chat::tool_call_markers(L->tool_format))
+          for (int32_t t = 0; t < tok.n_vocab(); ++t)
+            if (texts[size_t(t)].empty() && tok.token_bytes(t, /*show_special=*/true) == m) {
+              if (call_texts.empty()) call_texts = texts;
+              call_texts[size_t(t)] = m;
+            }
+        if (!call_texts.empty()) L->call_vocab = sampling::constraint_vocab(std::move(call_texts), eog);
         L->vocab = sampling::constraint_vocab(std::move(texts), std::move(eog));
+        if (!L->call_vocab) L->call_vocab = L->vocab;
       }
       L->engine = std::make_unique<Engine>(L->runner->model(), L->runner->session(), [&tok](int32_t t) { return tok.is_end_of_generation(t); });
       {

@@ -18,10 +18,11 @@ void rebase_refs(json &schema, const std::string &at, int depth = 0) {
     for (json &v : schema) rebase_refs(v, at, depth + 1);
 }
 
-// One call as the template's syntax writes it: a JSON object whose name is one of `names` and
+// The calls as the template's syntax writes one: JSON objects whose name is one of `names` and
 // whose arguments follow that tool's parameters (keywords the decoder cannot enforce, such as
-// 'uniqueItems', are left to the model).
-std::shared_ptr<const sampling::Schema> call_schema(chat::ToolFormat format, const ToolsRequest &tools, const std::vector<std::string> &names) {
+// 'uniqueItems', are left to the model), as {"anyOf": [...]}; `at` is where that object sits
+// in the schema that holds it (its "$ref"s are rebased there).
+json call_alternatives(chat::ToolFormat format, const ToolsRequest &tools, const std::vector<std::string> &names, const std::string &at) {
   const char *args = format == chat::ToolFormat::llama3 ? "parameters" : "arguments";
   json calls = json::array();
   for (const json &t : tools.tools) {
@@ -29,25 +30,55 @@ std::shared_ptr<const sampling::Schema> call_schema(chat::ToolFormat format, con
     const std::string name = f["name"].get<std::string>();
     if (std::find(names.begin(), names.end(), name) == names.end()) continue;
     json params = f.contains("parameters") ? f["parameters"] : json{{"type", "object"}};
-    rebase_refs(params, "#/anyOf/" + std::to_string(calls.size()) + "/properties/" + args);
+    rebase_refs(params, at + "/anyOf/" + std::to_string(calls.size()) + "/properties/" + args);
     calls.push_back({{"type", "object"}, {"properties", {{"name", {{"const", name}}}, {args, std::move(params)}}}, {"required", {"name", args}}});
   }
+  return json{{"anyOf", std::move(calls)}};
+}
+
+std::shared_ptr<const sampling::Schema> compile(const json &schema) {
   try {
-    return sampling::Schema::compile(json{{"anyOf", std::move(calls)}}, /*strict=*/false);
+    return sampling::Schema::compile(schema, /*strict=*/false);
   } catch (const std::exception &e) {
     throw BadRequest(std::string("'tools': a tool's parameters: ") + e.what());
   }
 }
 
+// One call (Hermes, Llama 3).
+std::shared_ptr<const sampling::Schema> call_schema(chat::ToolFormat format, const ToolsRequest &tools, const std::vector<std::string> &names) {
+  return compile(call_alternatives(format, tools, names, "#"));
+}
+
+// A JSON list of calls (Mistral's after [TOOL_CALLS], Granite's after <|tool_call|>): one call
+// only where `one` (a forced call, as for the other syntaxes, or parallel calls off).
+std::shared_ptr<const sampling::Schema> call_list_schema(chat::ToolFormat format, const ToolsRequest &tools, const std::vector<std::string> &names,
+                                                         bool one) {
+  json list{{"type", "array"}, {"items", call_alternatives(format, tools, names, "#/items")}, {"minItems", 1}};
+  if (one) list["maxItems"] = 1;
+  return compile(list);
+}
+
+// The marker a list of calls follows, or null where the syntax writes none (Mistral's
+// name[ARGS]{...} calls are not a list).
+const char *list_marker(const ToolSyntax &syntax) {
+  if (syntax.format == chat::ToolFormat::granite) return "<|tool_call|>";
+  if (syntax.format == chat::ToolFormat::mistral && !syntax.name_args) return "[TOOL_CALLS]";
+  return nullptr;
+}
+
 }  // namespace
 
 // A reply that must be a call of one of tools.forced (tool_choice "required" or a named function).
-std::shared_ptr<const sampling::TokenConstraint> forced_call(chat::ToolFormat format, const std::shared_ptr<const sampling::ConstraintVocab> &vocab,
+std::shared_ptr<const sampling::TokenConstraint> forced_call(const ToolSyntax &syntax, const std::shared_ptr<const sampling::ConstraintVocab> &vocab,
                                                           const ToolsRequest &tools) {
   using sampling::ReplyPart;
+  const chat::ToolFormat format = syntax.format;
+  if (const char *marker = list_marker(syntax))
+    return sampling::pattern_constraint(vocab, {{ReplyPart::literal, marker}, {ReplyPart::json, {}, call_list_schema(format, tools, tools.forced, true)}});
   if (format != chat::ToolFormat::hermes && format != chat::ToolFormat::llama3)
-    throw BadRequest(std::string("'tool_choice' that forces a call is supported for <tool_call> (Qwen, Hermes) and Llama 3 templates; this one writes ") +
-                     chat::tool_format_name(format) + ": give \"auto\"");
+    throw BadRequest(std::string("'tool_choice' that forces a call is supported for <tool_call> (Qwen, Hermes), Llama 3, Mistral's [TOOL_CALLS] "
+                                 "list and Granite templates; this one writes ") +
+                     chat::tool_format_name(format) + (syntax.name_args ? " as name[ARGS]{...}" : "") + ": give \"auto\"");
   const auto call = call_schema(format, tools, tools.forced);
   if (format == chat::ToolFormat::llama3) return sampling::pattern_constraint(vocab, {{ReplyPart::json, {}, call}});
   return sampling::pattern_constraint(vocab, {{ReplyPart::literal, "<tool_call>\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}});
@@ -55,23 +86,26 @@ std::shared_ptr<const sampling::TokenConstraint> forced_call(chat::ToolFormat fo
 
 // tool_choice "auto": text is free, but a call the reply opens is written whole, its name one
 // of the tools and its arguments as that tool's parameters say: from a <tool_call> (Qwen,
-// Hermes), or a reply that opens with '{' (Llama 3's JSON call: one a turn, then the end).
-std::shared_ptr<const sampling::TokenConstraint> opened_calls(chat::ToolFormat format, const std::shared_ptr<const sampling::ConstraintVocab> &vocab,
+// Hermes), a reply that opens with '{' (Llama 3's JSON call: one a turn, then the end), or a
+// list's marker (Mistral, Granite: one list a turn, then the end).
+std::shared_ptr<const sampling::TokenConstraint> opened_calls(const ToolSyntax &syntax, const std::shared_ptr<const sampling::ConstraintVocab> &vocab,
                                                            const ToolsRequest &tools) {
   using sampling::ReplyPart;
-  if (format != chat::ToolFormat::hermes && format != chat::ToolFormat::llama3) return nullptr;
+  const chat::ToolFormat format = syntax.format;
+  const char *marker = list_marker(syntax);
+  if (format != chat::ToolFormat::hermes && format != chat::ToolFormat::llama3 && !marker) return nullptr;
   std::vector<std::string> names;
   for (const json &t : tools.tools) names.push_back(t["function"]["name"].get<std::string>());
-  std::shared_ptr<const sampling::Schema> call;
   try {
-    call = call_schema(format, tools, names);
+    if (marker) return sampling::lazy_constraint(vocab, marker, {{ReplyPart::json, {}, call_list_schema(format, tools, names, !tools.parallel)}}, {.once = true});
+    const std::shared_ptr<const sampling::Schema> call = call_schema(format, tools, names);
+    if (format == chat::ToolFormat::llama3)
+      return sampling::lazy_constraint(vocab, "{", {{ReplyPart::json, {}, call}}, {.once = true, .at_start = true, .keep_trigger = true});  // one call a turn
+    return sampling::lazy_constraint(vocab, "<tool_call>", {{ReplyPart::literal, "\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}},
+                                     {.once = !tools.parallel});
   } catch (const BadRequest &) {
     return nullptr;  // parameters past what the decoder takes (nested too deep): the calls go unguarded
   }
-  if (format == chat::ToolFormat::llama3)
-    return sampling::lazy_constraint(vocab, "{", {{ReplyPart::json, {}, call}}, {.once = true, .at_start = true, .keep_trigger = true});  // one call a turn
-  return sampling::lazy_constraint(vocab, "<tool_call>", {{ReplyPart::literal, "\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}},
-                                   {.once = !tools.parallel});
 }
 
 }  // namespace minfer::server

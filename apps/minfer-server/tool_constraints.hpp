@@ -12,14 +12,23 @@
 
 namespace minfer::server {
 
-// tools.forced: the reply is one call of them. Hermes and Llama 3 syntaxes; others throw
-// BadRequest, as do parameters the schema compiler refuses.
-std::shared_ptr<const sampling::TokenConstraint> forced_call(chat::ToolFormat format, const std::shared_ptr<const sampling::ConstraintVocab> &vocab,
+// How the loaded template writes calls: its family, and for Mistral whether as
+// name[ARGS]{...} (Small 3.2 and later) rather than a JSON list (chat::mistral_name_args).
+struct ToolSyntax {
+  chat::ToolFormat format = chat::ToolFormat::none;
+  bool name_args = false;
+};
+
+// tools.forced: the reply is one call of them (a list of them for Mistral and Granite). Hermes,
+// Llama 3, Mistral's list and Granite syntaxes; others throw BadRequest, as do parameters the
+// schema compiler refuses. vocab: tool_call_vocab's, where the markers are control tokens.
+std::shared_ptr<const sampling::TokenConstraint> forced_call(const ToolSyntax &syntax, const std::shared_ptr<const sampling::ConstraintVocab> &vocab,
                                                           const ToolsRequest &tools);
 // tool_choice auto: free text, but a call the reply opens is written whole (Hermes from
-// <tool_call>, Llama 3 a reply that opens with '{'); null for other syntaxes or parameters the
-// compiler refuses (the calls then go unguarded).
-std::shared_ptr<const sampling::TokenConstraint> opened_calls(chat::ToolFormat format, const std::shared_ptr<const sampling::ConstraintVocab> &vocab,
+// <tool_call>, Llama 3 a reply that opens with '{', Mistral and Granite from their list's
+// marker); null for other syntaxes or parameters the compiler refuses (the calls then go
+// unguarded).
+std::shared_ptr<const sampling::TokenConstraint> opened_calls(const ToolSyntax &syntax, const std::shared_ptr<const sampling::ConstraintVocab> &vocab,
                                                            const ToolsRequest &tools);
 
 }  // namespace minfer::server

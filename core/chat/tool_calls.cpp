@@ -178,6 +178,18 @@ ToolFormat tool_format_of(const std::string &src) {
   return ToolFormat::unsupported;
 }
 
+bool mistral_name_args(const std::string &src) { return contains(src, kMistralArgs); }
+
+std::vector<std::string> tool_call_markers(ToolFormat f) {
+  switch (f) {
+    case ToolFormat::hermes: return {kHermes, kHermesEnd};
+    case ToolFormat::llama3: return {kPythonTag};
+    case ToolFormat::mistral: return {kMistral, kMistralArgs};
+    case ToolFormat::granite: return {kGranite};
+    default: return {};
+  }
+}
+
 const char *tool_format_name(ToolFormat f) {
   switch (f) {
     case ToolFormat::none: return "none";

@@ -29,6 +29,11 @@ enum class ToolFormat { none, hermes, llama3, mistral, granite, unsupported };
 // none: the template never reads `tools`.
 ToolFormat tool_format_of(const std::string &template_source);
 const char *tool_format_name(ToolFormat f);
+// Mistral templates that write a call as name[ARGS]{...} (Small 3.2 and later), not a JSON list.
+bool mistral_name_args(const std::string &template_source);
+// The markers of a format's calls, which vocabularies often hold as control tokens
+// ([TOOL_CALLS], [ARGS], <|tool_call|>, <|python_tag|>, <tool_call>).
+std::vector<std::string> tool_call_markers(ToolFormat f);
 
 struct ToolCall {
   std::string name;
