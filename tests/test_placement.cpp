@@ -289,6 +289,16 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   EXPECT_NE(kernel_lines(m, "blk.0.attn_q_rope").find("64: rope_f32_kernel (the pair in one launch, each head RMS-normalized first)"),
             std::string::npos) << m;
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_gate_exps").find("1: mmvq_id_decode_kernel"), std::string::npos) << m;
+  // Its router: for a decode token the FFN's RMS norm, the f32 router matmul, the top-k and the
+  // expert weights in one launch; a prompt runs them in turn (the top-k with its weights).
+  EXPECT_NE(kernel_lines(m, "blk.0.ffn_norm").find("1: moe_router_decode_kernel: the RMS norm, the router blk.0.ffn_moe_logits"),
+            std::string::npos) << m;
+  for (const char *node : {"blk.0.ffn_moe_logits", "blk.0.ffn_moe_topk", "blk.0.ffn_moe_weights"})
+    EXPECT_NE(kernel_lines(m, node).find("1: inside the kernel of blk.0.ffn_norm\n"), std::string::npos) << node << "\n" << m;
+  EXPECT_NE(kernel_lines(m, "blk.0.ffn_moe_logits").find("64: plain_matmul_kernel"), std::string::npos) << m;
+  EXPECT_NE(kernel_lines(m, "blk.0.ffn_moe_topk").find("64: top_k_rank_kernel (a thread an expert), the expert weights in the same launch"),
+            std::string::npos) << m;
+  EXPECT_NE(kernel_lines(m, "blk.0.ffn_moe_weights").find("64: inside the kernel of blk.0.ffn_moe_topk"), std::string::npos) << m;
   // Batched decode steps up to 64 tokens: the few-token tensor-core matmul, gate and up in one launch.
   const std::string b = explain_tiny("backends: {cuda: {}}\n");
   const auto line64 = [&](const std::string &name) { const std::string l = kernel_lines(b, name); return l.substr(std::min(l.find("64: "), l.size())); };

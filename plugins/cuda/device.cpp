@@ -41,6 +41,8 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   node_names_.push_back("");  // tag 0 means "no error"
   attention_max_positions_ = minfer_cuda_attention_max_positions(device_);
   check_cuda(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "reading the device's SM count");
+  router_counter_ = static_cast<unsigned *>(alloc(sizeof(unsigned)));
+  check_cuda(cudaMemset(router_counter_, 0, sizeof(unsigned)), "clearing the router counter");
   const size_t counter_bytes = size_t(minfer_cuda_flash_attention_counters()) * sizeof(int);
   attention_counters_ = static_cast<int *>(alloc(counter_bytes));
   check_cuda(cudaMemset(attention_counters_, 0, counter_bytes), "clearing the attention counters");
@@ -54,6 +56,7 @@ CudaDevice::~CudaDevice() {
   for (void *p : scratch_)
     if (p) cudaFree(p);
   if (attention_counters_) cudaFree(attention_counters_);
+  if (router_counter_) cudaFree(router_counter_);
   if (copy_event_) cudaEventDestroy(copy_event_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -456,6 +459,16 @@ const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t toke
 
 void CudaDevice::top_k_f32(const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows, float *weights, bool normalize, float scale) {
   check_launch(minfer_cuda_top_k_f32(&cfg_, x, out, n, k, rows, weights, normalize ? 1 : 0, scale));
+}
+
+bool CudaDevice::moe_router_decode(minfer_cuda_moe_router r) {
+  const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!minfer_cuda_moe_router_decode_supported(r.w_dtype, r.k, r.n_expert, r.k_used) || !aligned(r.x) || !aligned(r.norm_w) ||
+      !aligned(r.h) || !aligned(r.w))
+    return false;
+  r.counter = router_counter_;
+  check_launch(minfer_cuda_moe_router_decode(&cfg_, &r));
+  return true;
 }
 
 void CudaDevice::moe_weights_f32(const float *logits, const int32_t *ids, float *out, int64_t n_expert, int64_t k, int64_t rows,

@@ -153,6 +153,9 @@ class CudaDevice {
                  float scale = 1);
   void moe_weights_f32(const float *logits, const int32_t *ids, float *out, int64_t n_expert, int64_t k, int64_t rows, bool normalize,
                        float scale);
+  // A decode token's RMS norm, router matmul and top-k with weights in one launch, where
+  // minfer_cuda_moe_router_decode_supported and the addresses allow; false: run them one by one.
+  bool moe_router_decode(minfer_cuda_moe_router r);
   void moe_sum_f32(const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows, const float *add = nullptr);
   // The expert matmul: y [m, choices, rows] with pair p = row * choices + j from expert ids[p]
   // of W [k, m, n_expert], x a row's (x [k, rows]) or the pair's own (x_per_pair). up: gated,
@@ -222,6 +225,7 @@ class CudaDevice {
   void *scratch_[8] = {};
   size_t scratch_bytes_[8] = {};
   int32_t sm_count_ = 0;
+  unsigned *router_counter_ = nullptr;  // the fused router's blocks done (moe.cu)
   int *attention_counters_ = nullptr;  // per (token, KV head): blocks of a split decode step done (flash_attention.cu)
   std::vector<std::pair<const void *, void *>> w16_cache_;  // weight -> its f16 copy (rows padded to 128)
   std::vector<WeightRef> pending_weights_;                  // counted, not cached yet

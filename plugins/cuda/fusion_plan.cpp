@@ -66,6 +66,7 @@ class Planner {
     p_.fuse_top_k_weights.assign(nodes_.size(), false);
     p_.fuse_rope_norms.assign(nodes_.size(), false);
     p_.fuse_sum_add.assign(nodes_.size(), false);
+    p_.fuse_router.assign(nodes_.size(), false);
     p_.fused_up_to.assign(nodes_.size(), INT64_MAX);
     p_.owner.resize(nodes_.size());
     for (size_t i = 0; i < nodes_.size(); ++i) p_.owner[i] = i;
@@ -144,6 +145,29 @@ class Planner {
       p_.fuse_top_k_weights[i] = true;
       p_.fused_away[i + 1] = true, p_.owner[i + 1] = i;
       ++i;
+    }
+    // An RMS_NORM of whole rows, the router MATMUL of its output by plain weights, and that
+    // router's fused TOP_K/MOE_WEIGHTS: one launch for a decode token (moe.cu). Its blocks read
+    // x, the norm and router weights while others write the norm's output, the logits, the
+    // ids and the weights, so those four must overlap none of the three nor each other.
+    for (size_t i = 0; i + 3 < nodes_.size(); ++i) {
+      const minfer_node &norm = nodes_[i].node(), &mm = nodes_[i + 1].node(), &tk = nodes_[i + 2].node(), &mw = nodes_[i + 3].node();
+      if (norm.op != MINFER_OP_RMS_NORM || mm.op != MINFER_OP_MATMUL || !p_.fuse_top_k_weights[i + 2] || p_.fused_away[i]) continue;
+      if (sdk::rms_norm_group(norm) != norm.inputs[0]->shape[0] || !same(*mm.inputs[1], *norm.output) || !same(*tk.inputs[0], *mm.output))
+        continue;
+      const minfer_tensor &w = *mm.inputs[0];
+      if (!minfer_cuda_moe_router_decode_supported(w.dtype, w.shape[0], w.shape[1], tk.output->shape[0])) continue;
+      const minfer_tensor *outs[] = {norm.output, mm.output, tk.output, mw.output};
+      const minfer_tensor *ins[] = {norm.inputs[0], norm.inputs[1], &w};
+      bool clear = true;
+      for (size_t a = 0; a < 4; ++a) {
+        for (const minfer_tensor *in : ins) clear = clear && !overlap(*outs[a], *in);
+        for (size_t b = a + 1; b < 4; ++b) clear = clear && !overlap(*outs[a], *outs[b]);
+      }
+      if (!clear) continue;
+      p_.fuse_router[i] = true;
+      for (size_t j = i + 1; j <= i + 3; ++j) p_.fused_away[j] = true, p_.owner[j] = i;
+      i += 3;
     }
     // The experts' weighted sum and the residual ADD of it (as for a matmul's add: the sum's
     // output read by nothing else, and the add's output not over the sum's inputs, which other
@@ -321,7 +345,8 @@ std::string FusionPlan::summary() const {
          " matmuls with their bias/residual add, " + std::to_string(count(fuse_glu)) + " gate/up/glu triples, " +
          std::to_string(count(fuse_rope)) + " rope pairs (" + std::to_string(count(fuse_rope_attention)) + " with their attention, " +
          std::to_string(count(fuse_rope_norms)) + " with their per-head norms), " +
-         std::to_string(count(fuse_top_k_weights)) + " top-k/expert-weight pairs, " + std::to_string(count(fuse_sum_add)) +
+         std::to_string(count(fuse_top_k_weights)) + " top-k/expert-weight pairs (" + std::to_string(count(fuse_router)) +
+         " with their RMS norm and router), " + std::to_string(count(fuse_sum_add)) +
          " expert sums with their residual add fused; " +
          std::to_string(groups) + " groups of matmuls sharing their input, " + std::to_string(norms) +
          " matmul steps with the RMS norm they read folded in";

@@ -18,8 +18,11 @@ struct FusionPlan {
   // attention); or a step before it already ran it (fused_away).
   // fuse_top_k_weights: a TOP_K and the MOE_WEIGHTS after it in one launch; fuse_sum_add: a
   // MOE_SUM and the residual ADD of its output; fuse_rope_norms: a rope pair whose inputs are
-  // the two per-head RMS_NORMs right before it, run inside its launch.
-  std::vector<bool> fuse_add, fuse_glu, fuse_rope, fuse_rope_attention, fuse_rope_norms, fuse_top_k_weights, fuse_sum_add, fused_away;
+  // the two per-head RMS_NORMs right before it, run inside its launch; fuse_router (at an
+  // RMS_NORM): the MoE router after it — its MATMUL, and TOP_K fused with MOE_WEIGHTS — in one
+  // launch for a decode token, the norm's output still written for the experts.
+  std::vector<bool> fuse_add, fuse_glu, fuse_rope, fuse_rope_attention, fuse_rope_norms, fuse_top_k_weights, fuse_sum_add, fuse_router,
+      fused_away;
   // Per step's first node: the most rows (tokens) a step may have for it to run fused; larger
   // steps run its nodes one by one (their tensors would overlap at that size).
   std::vector<int64_t> fused_up_to;

@@ -69,11 +69,14 @@ class CudaSegment : public sdk::Segment {
   std::string explain(size_t i, int64_t tokens) const override {
     if (i >= nodes_.size()) throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "explain: no node " + std::to_string(i) + " in this segment");
     const minfer_node &n = nodes_[i].node();
-    const size_t o = plan_.owner[i];
+    size_t o = plan_.owner[i];
+    // A prompt runs a fused router's nodes one by one (the top-k still with its weights).
+    if (o != i && plan_.fuse_router[o] && tokens != 1) o = n.op == MINFER_OP_MOE_WEIGHTS ? i - 1 : i;
     if (n.op == MINFER_OP_ATTENTION)
       return explain_attention(n, tokens, o != i && dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(n), n.inputs[3]->dtype),
                                o != i && plan_.fuse_rope_norms[o]);
     if (o != i) {  // run by the step of node o: inside its kernel, or as a kernel of that step
+      if (plan_.fuse_router[o]) return "inside the kernel of " + nodes_[o].name();
       const minfer_node &head = nodes_[o].node();
       // A rope pair fused with its attention, in the attention's kernel at this step size.
       if (head.op == MINFER_OP_ROPE && plan_.fuse_rope_attention[o] &&
@@ -94,6 +97,10 @@ class CudaSegment : public sdk::Segment {
       }
       return std::string(inside ? "inside the kernel of " : "a kernel of the step at ") + nodes_[o].name();
     }
+    if (n.op == MINFER_OP_RMS_NORM && plan_.fuse_router[i])
+      return tokens == 1 ? "moe_router_decode_kernel: the RMS norm, the router " + nodes_[i + 1].name() + " (f32 math on " +
+                               minfer_dtype_name(nodes_[i + 1].node().inputs[0]->dtype) + "), its top-k and the expert weights in one launch"
+                         : "rms_norm_f32_kernel (the router's matmul and top-k follow, each its own kernel)";
     if (n.op == MINFER_OP_MATMUL) return explain_matmul(i, tokens);
     if (n.op == MINFER_OP_MATMUL_ID) {
       const bool int8 = CudaDevice::int8_experts({n.inputs[0]->dtype, nullptr, nullptr, 0, n.inputs[0]->shape[0], 0, 0, 0, 0, false});
@@ -166,7 +173,8 @@ class CudaSegment : public sdk::Segment {
       if (plan_.fused_away[i]) continue;  // its matmul wrote its output
       try {
         const StepNorm norm{plan_.norm_of[i], &norm_ran_};
-        if (!plan_.group[i].empty()) run_matmul_group(dev_, plan_.group[i], args, norm);
+        if (plan_.fuse_router[i]) run_router(i, args);
+        else if (!plan_.group[i].empty()) run_matmul_group(dev_, plan_.group[i], args, norm);
         else if (plan_.fuse_glu[i] && nodes_[i].node().op == MINFER_OP_MATMUL_ID)
           run_matmul_id_glu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args, tags_[i]);
         else if (plan_.fuse_glu[i]) run_matmul_glu(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), args, norm);
@@ -192,6 +200,15 @@ class CudaSegment : public sdk::Segment {
       }
     }
     if (timed_) check_cuda(cudaEventRecord(events_.back(), dev_.stream()), "recording a timing event");
+  }
+
+  // fuse_router[i]: the norm, router matmul and top-k/weights in one launch for a decode token,
+  // else the norm's, the matmul's and the top-k's kernels in turn.
+  void run_router(size_t i, const minfer_step_args &args) {
+    if (run_moe_router(dev_, nodes_[i].node(), nodes_[i + 1].node(), nodes_[i + 2].node(), nodes_[i + 3].node(), args)) return;
+    run_[i](dev_, nodes_[i].node(), args, tags_[i]);
+    run_[i + 1](dev_, nodes_[i + 1].node(), args, tags_[i + 1]);
+    run_top_k_weights(dev_, nodes_[i + 2].node(), nodes_[i + 3].node(), args);
   }
 
   std::string explain_matmul(size_t i, int64_t tokens) const {

@@ -95,6 +95,26 @@ cudaError_t minfer_cuda_moe_weights_f32(minfer_cuda_launch_cfg *cfg, const float
 cudaError_t minfer_cuda_moe_sum_f32(minfer_cuda_launch_cfg *cfg, const float *y, const float *w, const float *add, float *out, int64_t d,
                                     int64_t k, int64_t rows);
 
+/* A decode token's router in one launch: RMS_NORM (h = x / rms(x) * norm_w, written for the
+ * experts), the router MATMUL (logits = W h, W plain f32/f16/bf16 [k, n_expert]), TOP_K with
+ * MOE_WEIGHTS (ids, weights of k_used). counter: a device unsigned, 0 before the launch and 0
+ * after it. Supported: k % 4 == 0, k <= 7168, n_expert <= 256; x, norm_w, h and W 16-byte aligned. */
+typedef struct {
+  const float *x, *norm_w;
+  float eps;
+  float *h;
+  int32_t w_dtype;
+  const void *w;
+  int64_t k, n_expert, k_used;
+  float *logits, *weights;
+  int32_t *ids;
+  int32_t normalize;
+  float scale;
+  unsigned *counter;
+} minfer_cuda_moe_router;
+int32_t minfer_cuda_moe_router_decode_supported(int32_t w_dtype, int64_t k, int64_t n_expert, int64_t k_used);
+cudaError_t minfer_cuda_moe_router_decode(minfer_cuda_launch_cfg *cfg, const minfer_cuda_moe_router *router);
+
 /* A step's routing for MATMUL_ID, in device memory (minfer_cuda_moe_route_bytes): the (row,
  * choice) pairs p = row * k + j grouped by expert, and the list of experts with any pair.
  * Built on the device from the ids (no host sync; CUDA-graph safe). A pair whose id is outside

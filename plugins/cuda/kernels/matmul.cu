@@ -9,6 +9,7 @@
 
 #include "grid.cuh"
 #include "moe_route.cuh"
+#include "plain4.cuh"
 #include "minfer/decode.hpp"
 #include "reduce.cuh"
 
@@ -55,19 +56,6 @@ __global__ void matmul_kernel(const Block *w, const float *x, float *y, int64_t 
 // in flight) and kTokens tokens ride along each pass, so the small matrices this path gets
 // (an MoE router: 2048 x 128 f32) fill the GPU instead of 16 blocks of one-warp rows.
 constexpr int kSplit = 4, kPlainRows = 2, kUnroll = 4, kTokens = 4;
-
-__device__ __forceinline__ float4 load4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
-__device__ __forceinline__ float4 load4(const __half *p) {
-  const uint2 u = *reinterpret_cast<const uint2 *>(p);
-  const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&u.x)), b = __half22float2(*reinterpret_cast<const __half2 *>(&u.y));
-  return {a.x, a.y, b.x, b.y};
-}
-__device__ __forceinline__ float4 load4(const __nv_bfloat16 *p) {
-  const uint2 u = *reinterpret_cast<const uint2 *>(p);
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
-  return {a.x, a.y, b.x, b.y};
-}
 
 template <class T>
 __global__ void __launch_bounds__(kSplit * kPlainRows * 32) plain_matmul_kernel(const T *w, const float *x, float *y, int64_t k, int64_t m,

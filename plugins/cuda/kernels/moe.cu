@@ -9,12 +9,15 @@
 // decode token thus reads only its k experts' rows; a prompt reads each chosen expert once per
 // kT of its tokens.
 #include <algorithm>
+#include <type_traits>
 
 #include "glu.cuh"
 #include "grid.cuh"
 #include "int8_dot.cuh"
 #include "moe_route.cuh"
+#include "plain4.cuh"
 #include "reduce.cuh"
+#include "rms_row.cuh"
 
 namespace minfer::cuda {
 namespace {
@@ -71,40 +74,100 @@ __device__ __forceinline__ uint64_t rank_key(float v, int i) {
   return uint64_t(u) << 32 | (0xffffffffu - uint32_t(i));
 }
 
-// Router rows of at most kRankMax experts, a block per row and a thread per expert: each
-// thread counts the keys above its own, and that rank, when below k, is its place in the
+// One router row ranked by a block, a thread per expert (t < n hold v, the others nothing):
+// each thread counts the keys above its own, and that rank, when below k, is its place in the
 // output (no k rounds of reductions one after another). With weights: MOE_WEIGHTS of the same
-// logits and ids in the same launch (a router's two small launches become one).
+// logits and ids too. Every thread of the block calls it.
+template <bool kWeights>
+__device__ __forceinline__ void rank_row(float v, int64_t n, int64_t k, int32_t *out, float *weights, int normalize, float scale,
+                                         uint64_t *keys /* n */, float *red /* 32 */) {
+  const int t = threadIdx.x;
+  const bool real = t < n;
+  const uint64_t mine = rank_key(v, t);
+  __syncthreads();  // a previous row is done with keys
+  if (real) keys[t] = mine;
+  __syncthreads();
+  int ranks[4] = {};
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) ranks[u] += keys[j + u] > mine;
+  for (; j < n; ++j) ranks[0] += keys[j] > mine;
+  const int rank = ranks[0] + ranks[1] + ranks[2] + ranks[3];
+  const bool chosen = real && rank < k;
+  if (chosen) out[rank] = t;
+  if (!kWeights) return;
+  const float mx = block_max(real ? v : -INFINITY, red);
+  const float all = block_sum(real ? expf(v - mx) : 0.0f, red);
+  const float e = chosen ? expf(v - mx) : 0.0f;
+  const float sum = block_sum(e, red);
+  if (chosen) weights[rank] = e / (normalize ? sum : all) * scale;
+}
+
+// Router rows of at most kRankMax experts, a block per row (rank_row). With weights: a
+// router's two small launches become one.
 template <bool kWeights>
 __global__ void top_k_rank_kernel(const float *x, int32_t *out, float *weights, int64_t n, int64_t k, int64_t rows, int normalize,
                                   float scale) {
   wait_for_inputs();
   __shared__ uint64_t keys[kRankMax];
   __shared__ float red[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
+    rank_row<kWeights>(threadIdx.x < n ? x[r * n + threadIdx.x] : 0.0f, n, k, out + r * k, kWeights ? weights + r * k : nullptr, normalize,
+                       scale, keys, red);
+}
+
+// A decode token's router in one launch: its RMS norm, the router matmul (plain weights T, a
+// block a row) and the top-k with the chosen experts' weights. Each block normalizes x itself
+// (rms_row.cuh: the norm kernel's bits) and block 0 writes it for the experts; a block's
+// first router row loads before the wait (weights: no kernel writes them); the last block to
+// finish ranks the logits (counter: 0 before, reset to 0 by that block).
+constexpr int kRouterThreads = 256;
+template <class T>
+__global__ void __launch_bounds__(kRouterThreads) moe_router_decode_kernel(const float *x, const float *norm_w, float eps, float *h, const T *w,
+                                                                            int64_t k, int64_t n, float *logits, int32_t *ids, float *weights,
+                                                                            int64_t kk, int normalize, float scale, unsigned *counter) {
+  __shared__ uint64_t keys[kRouterThreads];
+  __shared__ float red[32];
+  __shared__ bool last;
   const int t = threadIdx.x;
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const bool real = t < n;
-    const float v = real ? x[r * n + t] : 0.0f;
-    const uint64_t mine = rank_key(v, t);
-    __syncthreads();  // the previous row is done with keys
-    if (real) keys[t] = mine;
-    __syncthreads();
-    int ranks[4] = {};
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4)
+  float4 wv[kRmsCached];
+  const auto load_row = [&](int64_t o) {
 #pragma unroll
-      for (int u = 0; u < 4; ++u) ranks[u] += keys[j + u] > mine;
-    for (; j < n; ++j) ranks[0] += keys[j] > mine;
-    const int rank = ranks[0] + ranks[1] + ranks[2] + ranks[3];
-    const bool chosen = real && rank < k;
-    if (chosen) out[r * k + rank] = t;
-    if (!kWeights) continue;
-    const float mx = block_max(real ? v : -INFINITY, red);
-    const float all = block_sum(real ? expf(v - mx) : 0.0f, red);
-    const float e = chosen ? expf(v - mx) : 0.0f;
-    const float sum = block_sum(e, red);
-    if (chosen) weights[r * k + rank] = e / (normalize ? sum : all) * scale;
+    for (int u = 0; u < kRmsCached; ++u) {
+      const int64_t i = t + int64_t(u) * kRouterThreads;
+      if (i < k / 4) wv[u] = load4(w + o * k + 4 * i);
+    }
+  };
+  if (blockIdx.x < n) load_row(blockIdx.x);
+  wait_for_inputs();
+  RmsRow row;
+  rms_row_load(x, norm_w, k, eps, row, red);
+  if (blockIdx.x == 0)
+#pragma unroll
+    for (int u = 0; u < kRmsCached; ++u) {
+      const int64_t i = t + int64_t(u) * kRouterThreads;
+      if (i < k / 4) reinterpret_cast<float4 *>(h)[i] = rms_row_value(row, u);
+    }
+  for (int64_t o = blockIdx.x; o < n; o += gridDim.x) {
+    if (o != blockIdx.x) load_row(o);
+    float acc = 0;
+#pragma unroll
+    for (int u = 0; u < kRmsCached; ++u) {
+      if (t + int64_t(u) * kRouterThreads >= k / 4) break;
+      const float4 hv = rms_row_value(row, u);
+      acc += hv.x * wv[u].x + hv.y * wv[u].y + hv.z * wv[u].z + hv.w * wv[u].w;
+    }
+    acc = block_sum(acc, red);
+    if (t == 0) logits[o] = acc;
   }
+  __threadfence();  // this block's logits are visible before it counts itself done
+  __syncthreads();
+  if (t == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  if (t == 0) *counter = 0;
+  rank_row<true>(t < n ? __ldcg(logits + t) : 0.0f, n, kk, ids, weights, normalize, scale, keys, red);
 }
 
 // A warp per row: the softmax's maximum and sum over the experts, then each choice's weight.
@@ -319,6 +382,28 @@ extern "C" cudaError_t minfer_cuda_top_k_f32(minfer_cuda_launch_cfg *cfg, const 
   if (weights) return cudaErrorNotSupported;
   launch_kernel(cfg, top_k_kernel, grid_for(cfg, rows * 32), kBlock, 0, x, out, n, k, rows);
   return launched(cfg, "top_k_kernel");
+}
+
+extern "C" int32_t minfer_cuda_moe_router_decode_supported(int32_t w_dtype, int64_t k, int64_t n_expert, int64_t k_used) {
+  const bool plain = w_dtype == MINFER_DTYPE_F32 || w_dtype == MINFER_DTYPE_F16 || w_dtype == MINFER_DTYPE_BF16;
+  return plain && k % 4 == 0 && k / 4 <= int64_t(kRmsCached) * kRouterThreads && n_expert <= kRouterThreads && k_used >= 1 &&
+         k_used <= n_expert;
+}
+
+extern "C" cudaError_t minfer_cuda_moe_router_decode(minfer_cuda_launch_cfg *cfg, const minfer_cuda_moe_router *r) {
+  if (!minfer_cuda_moe_router_decode_supported(r->w_dtype, r->k, r->n_expert, r->k_used) ||
+      !rms_row_fits(r->k, kRouterThreads, r->x, r->norm_w, r->h) || reinterpret_cast<uintptr_t>(r->w) % 16 != 0 || !r->counter)
+    return cudaErrorInvalidValue;
+  const unsigned grid = unsigned(std::min<int64_t>(r->n_expert, cfg->max_blocks));
+  const auto run = [&](auto *w) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(w)>>;
+    launch_kernel(cfg, moe_router_decode_kernel<T>, grid, kRouterThreads, 0, r->x, r->norm_w, r->eps, r->h, w, r->k, r->n_expert, r->logits,
+                  r->ids, r->weights, r->k_used, r->normalize, r->scale, r->counter);
+  };
+  if (r->w_dtype == MINFER_DTYPE_F32) run(static_cast<const float *>(r->w));
+  else if (r->w_dtype == MINFER_DTYPE_F16) run(static_cast<const __half *>(r->w));
+  else run(static_cast<const __nv_bfloat16 *>(r->w));
+  return launched(cfg, "moe_router_decode_kernel (RMS norm, router, top-k and weights)", r->w_dtype);
 }
 
 extern "C" cudaError_t minfer_cuda_moe_weights_f32(minfer_cuda_launch_cfg *cfg, const float *logits, const int32_t *ids, float *out,

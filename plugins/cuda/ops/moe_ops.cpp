@@ -76,6 +76,21 @@ void run_top_k_weights(CudaDevice &dev, const minfer_node &top_k, const minfer_n
                 sdk::run_rows(*top_k.inputs[0], args), dptr<float>(*weights.output), p.normalize != 0, p.scale);
 }
 
+bool run_moe_router(CudaDevice &dev, const minfer_node &norm, const minfer_node &router, const minfer_node &top_k, const minfer_node &weights,
+                    const minfer_step_args &args) {
+  if (sdk::run_rows(*norm.output, args) != 1) return false;
+  const auto &p = sdk::params_of<minfer_moe_weights_params>(weights);
+  const minfer_tensor &w = *router.inputs[0];
+  minfer_cuda_moe_router r{};
+  r.x = dptr<float>(*norm.inputs[0]), r.norm_w = dptr<float>(*norm.inputs[1]);
+  r.eps = sdk::params_of<minfer_rms_norm_params>(norm).eps;
+  r.h = dptr<float>(*norm.output);
+  r.w_dtype = w.dtype, r.w = dptr(w), r.k = w.shape[0], r.n_expert = w.shape[1], r.k_used = top_k.output->shape[0];
+  r.logits = dptr<float>(*router.output), r.ids = dptr<int32_t>(*top_k.output), r.weights = dptr<float>(*weights.output);
+  r.normalize = p.normalize != 0, r.scale = p.scale;
+  return dev.moe_router_decode(r);
+}
+
 std::span<const CudaOp> moe_ops() { return kOps; }
 
 }  // namespace minfer::cuda

@@ -56,6 +56,11 @@ void run_matmul_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node 
 void run_moe_sum_add(CudaDevice &dev, const minfer_node &sum, const minfer_node &add, const minfer_step_args &args);
 // TOP_K and the MOE_WEIGHTS of its logits and ids: one launch (FusionPlan::fuse_top_k_weights).
 void run_top_k_weights(CudaDevice &dev, const minfer_node &top_k, const minfer_node &weights, const minfer_step_args &args);
+// RMS_NORM, the router MATMUL of its output and the router's fused TOP_K/MOE_WEIGHTS in one
+// launch (FusionPlan::fuse_router) for a decode token; false (nothing run): a prompt, or
+// addresses the kernel does not take.
+bool run_moe_router(CudaDevice &dev, const minfer_node &norm, const minfer_node &router, const minfer_node &top_k, const minfer_node &weights,
+                    const minfer_step_args &args);
 // The experts' gate and up MATMUL_IDs (same x, ids, weight dtype and shape) and the SWIGLU
 // or GEGLU of their outputs as one step (one launch on the int8 path).
 void run_matmul_id_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &glu, const minfer_step_args &args,
