@@ -3,6 +3,8 @@
 // it), dp4a dot products (int8_dot.cuh). One launch can take up to three weights sharing x
 // (a layer's Q, K, V with their biases), or a gate and up weight with their activation (SwiGLU, GeGLU), and an
 // RMS norm of x folded in.
+#include <type_traits>
+
 #include "glu.cuh"
 #include "grid.cuh"
 #include "int8_dot.cuh"
@@ -274,8 +276,14 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
 // up[r].x, the FFN's two products and its activation in one launch. A warp's first row starts
 // loading before x is quantized, so the weights' memory latency overlaps the quantizing (the
 // gate's part only when gated: both would not fit in registers).
+// Blocks an SM: three for Q4_0 (its short unpacking fits 80 registers: H200, two alternating
+// rounds against two, tg128 0.5B 1,079 vs 1,029 t/s, 7B 370 vs 367), two for the others (the
+// K-quants' unpacking spills at three: 7B Q4_K_M tg128 267 vs 318, the 30B-A3B 354 vs 367).
+template <class Block>
+constexpr int kGemvBlocksPerSm = std::is_same_v<Block, minfer_block_q4_0> ? 3 : 2;
+
 template <class Block, bool kGated>
-__global__ void __launch_bounds__(kWarps * 32, 2) gemv_quantizing_kernel(const __grid_constant__ GemvParts parts, const Block *up, const float *x,
+__global__ void __launch_bounds__(kWarps * 32, kGemvBlocksPerSm<Block>) gemv_quantizing_kernel(const __grid_constant__ GemvParts parts, const Block *up, const float *x,
                                                                                                          int64_t k) {
   // Each path waits for the previous kernel after its first weight loads are in flight
   // (grid.cuh, wait_for_inputs): only x, the adds and the outputs are the inputs.
@@ -341,10 +349,10 @@ GemvParts gemv_parts(const minfer_cuda_gemv_part *parts, int32_t n_parts, const 
   return gp;
 }
 
-// One wave of two blocks per SM (measured against eight, and against no early first-row loads
-// at 71 registers: tg128 0.5B Q4_0 757 vs 732 vs 699 t/s, 7B 237 vs 219 vs 212).
-int64_t gemv_blocks(minfer_cuda_launch_cfg *cfg, int64_t m, int64_t rows_per_warp, int32_t sm_count) {
-  const int64_t want = (m + kWarps * rows_per_warp - 1) / (kWarps * rows_per_warp), most = int64_t(sm_count > 0 ? sm_count : 132) * 2;
+// One wave of the kernel's resident blocks (measured against eight an SM, and against no early
+// first-row loads at 71 registers: tg128 0.5B Q4_0 757 vs 732 vs 699 t/s, 7B 237 vs 219 vs 212).
+int64_t gemv_blocks(minfer_cuda_launch_cfg *cfg, int64_t m, int64_t rows_per_warp, int32_t sm_count, int per_sm = 2) {
+  const int64_t want = (m + kWarps * rows_per_warp - 1) / (kWarps * rows_per_warp), most = int64_t(sm_count > 0 ? sm_count : 132) * per_sm;
   const int64_t blocks = want < most ? want : most;
   return blocks < cfg->max_blocks ? blocks : cfg->max_blocks;
 }
@@ -367,10 +375,10 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
   GemvParts gp = gemv_parts(parts, n_parts, norm_w, eps, m);
   gp.act = act;
   const int64_t per_warp = k / 32 <= 32 ? (up ? kShortRows / 2 : kShortRows) : 1;  // rows a warp takes at once
-  const int64_t blocks = gemv_blocks(cfg, m, per_warp, sm_count);
   size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
   const bool known = visit_int8_block(dtype, [&](auto tag) {
     using Block = decltype(tag);
+    const int64_t blocks = gemv_blocks(cfg, m, per_warp, sm_count, kGemvBlocksPerSm<Block>);
     // Staged rows need every row 16-byte aligned, and their buffers must fit beside x.
     const size_t staged_smem = staged_buffers_offset(k / 32) + size_t(kWarps) * kChunkBytes;
     bool aligned = k / 32 > 32 && (k / (32 * QBlock<Block>::kSubs) * sizeof(Block)) % 16 == 0 && staged_smem <= 48 * 1024 &&
