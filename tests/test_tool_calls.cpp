@@ -4,6 +4,8 @@
 // block split off as reasoning, whole or streamed in any pieces.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -182,6 +184,30 @@ TEST(Reasoning, StreamedInAnyPiecesItSplitsTheSame) {
 // Streaming <tool_call>s while they are written: each call's name once whole, then its
 // arguments' text, the same whatever pieces the reply comes in; a call written in another
 // order stops the streaming (it comes whole at the end).
+// The names and argument texts a ToolCallStream gives for `reply` fed in pieces of `piece`
+// bytes, each prefix's held text beginning where held_from(prefix) says.
+struct Streamed {
+  std::vector<std::string> names, args;
+};
+static Streamed stream_in_pieces(minfer::chat::ToolCallStream &s, const std::string &reply, size_t piece,
+                          const std::function<size_t(const std::string &)> &held_from) {
+  Streamed out;
+  for (size_t n = std::min(piece, reply.size());; n = std::min(n + piece, reply.size())) {
+    const std::string part = reply.substr(0, n);
+    for (const minfer::chat::ToolCallStream::Event &e : s.advance(part, held_from(part))) {
+      if (e.start) {
+        EXPECT_EQ(e.index, out.names.size());
+        out.names.push_back(e.text), out.args.emplace_back();
+      } else if (e.index < out.args.size()) {
+        out.args[e.index] += e.text;
+      } else {
+        ADD_FAILURE() << "arguments of call " << e.index << " before its start";
+      }
+    }
+    if (n == reply.size()) return out;
+  }
+}
+
 TEST(ToolCalls, HermesCallsStreamAsTheyAreWritten) {
   using minfer::chat::ToolCallStream;
   const std::string reply = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris {x}\", \"days\": [1, 2]}}\n</tool_call>\n"
@@ -189,19 +215,7 @@ TEST(ToolCalls, HermesCallsStreamAsTheyAreWritten) {
   const size_t held = reply.find("<tool_call>");
   for (const size_t piece : {size_t(1), size_t(2), size_t(3), size_t(7), reply.size()}) {
     ToolCallStream s;
-    std::vector<std::string> names, args;
-    for (size_t n = std::min(piece, reply.size());; n = std::min(n + piece, reply.size())) {
-      for (const ToolCallStream::Event &e : s.advance(reply.substr(0, n), held)) {
-        if (e.start) {
-          EXPECT_EQ(e.index, names.size());
-          names.push_back(e.text), args.emplace_back();
-        } else {
-          ASSERT_LT(e.index, args.size());
-          args[e.index] += e.text;
-        }
-      }
-      if (n == reply.size()) break;
-    }
+    const auto [names, args] = stream_in_pieces(s, reply, piece, [&](const std::string &) { return held; });
     EXPECT_EQ(names, (std::vector<std::string>{"get_weather", "get_time"})) << "pieces of " << piece;
     EXPECT_EQ(args, (std::vector<std::string>{"{\"city\": \"Paris {x}\", \"days\": [1, 2]}", "{}"})) << "pieces of " << piece;
     EXPECT_EQ(s.streamed(), 2u);
@@ -238,20 +252,8 @@ TEST(ToolCalls, EveryFormatsCallsStreamAsTheyAreWritten) {
     const size_t held = minfer::chat::plain_text_before_calls(c.format, c.reply);
     for (const size_t piece : {size_t(1), size_t(2), size_t(5), c.reply.size()}) {
       ToolCallStream s(c.format);
-      std::vector<std::string> names, args;
-      for (size_t n = std::min(piece, c.reply.size());; n = std::min(n + piece, c.reply.size())) {
-        const std::string part = c.reply.substr(0, n);
-        for (const ToolCallStream::Event &e : s.advance(part, std::min(held, minfer::chat::plain_text_before_calls(c.format, part)))) {
-          if (e.start) {
-            EXPECT_EQ(e.index, names.size());
-            names.push_back(e.text), args.emplace_back();
-          } else {
-            ASSERT_LT(e.index, args.size());
-            args[e.index] += e.text;
-          }
-        }
-        if (n == c.reply.size()) break;
-      }
+      const auto [names, args] = stream_in_pieces(
+          s, c.reply, piece, [&](const std::string &part) { return std::min(held, minfer::chat::plain_text_before_calls(c.format, part)); });
       ASSERT_EQ(names.size(), c.calls) << c.reply << " in pieces of " << piece;
       for (size_t i = 0; i < c.calls; ++i) {
         EXPECT_EQ(names[i], parsed.calls[i].name) << c.reply;
