@@ -91,8 +91,22 @@ class StoriesBatch : public ::testing::TestWithParam<Backends> {
       if (!line.empty()) refs.push_back(nlohmann::json::parse(line));
     return refs;
   }
+  // stories260K built for four sequences (embeddings: with its hidden states as an output) and
+  // a session over it on the parameter's backends.
+  void load(bool embeddings = false) {
+    file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
+    bo.n_ctx = 256, bo.max_batch = 64, bo.max_seqs = 4, bo.embeddings = embeddings;
+    model = minfer::models::load_model(file, bo);
+    backends = minfer::open_backends(cfg);
+    session = std::make_unique<minfer::Session>(model->graph, cfg, backends);
+  }
   std::string td;
   minfer::RunConfig cfg;
+  std::shared_ptr<minfer::gguf::File> file;
+  minfer::models::BuildOptions bo;
+  std::unique_ptr<minfer::models::Model> model;
+  minfer::BackendSet backends;
+  std::unique_ptr<minfer::Session> session;  // last: it goes first
 };
 
 TEST_P(StoriesBatch, FourPromptsTogetherGiveLlamaCppsGreedyTokens) {
@@ -103,13 +117,8 @@ TEST_P(StoriesBatch, FourPromptsTogetherGiveLlamaCppsGreedyTokens) {
     reqs.push_back({int64_t(reqs.size()), j["prompt_tokens"].get<std::vector<int32_t>>(), int64_t(want.back().size()), greedy()});
   }
   ASSERT_EQ(reqs.size(), 4u);
-  auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
-  minfer::models::BuildOptions bo;
-  bo.n_ctx = 256, bo.max_batch = 64, bo.max_seqs = 4;
-  const auto model = minfer::models::load_model(file, bo);
-  minfer::BackendSet backends = minfer::open_backends(cfg);
-  minfer::Session session(model->graph, cfg, backends);
-  minfer::BatchSession batch(*model, session, never_ends);
+  load();
+  minfer::BatchSession batch(*model, *session, never_ends);
   const auto got = run_all(batch, reqs, {0, 0, 0, 0});
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got.at(int64_t(i)), want[i]) << GetParam().label << ": prompt " << i;
   EXPECT_EQ(batch.stats().most_seqs, 4) << "the four ran in the same steps";
@@ -132,12 +141,7 @@ TEST_P(StoriesBatch, OnlyTheRowsThatNeedTheirLogitsReadThem) {
   std::vector<std::vector<int32_t>> prompts;
   for (const nlohmann::json &j : references()) prompts.push_back(j["prompt_tokens"].get<std::vector<int32_t>>());
   ASSERT_EQ(prompts.size(), 4u);
-  auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
-  minfer::models::BuildOptions bo;
-  bo.n_ctx = 256, bo.max_batch = 64, bo.max_seqs = 4;
-  const auto model = minfer::models::load_model(file, bo);
-  minfer::BackendSet backends = minfer::open_backends(cfg);
-  minfer::Session session(model->graph, cfg, backends);
+  load();
   minfer::sampling::Config even = greedy(), warm;
   even.constraint = std::make_shared<EvenTokens>();
   warm.temperature = 0.8f, warm.seed = 7;
@@ -145,7 +149,7 @@ TEST_P(StoriesBatch, OnlyTheRowsThatNeedTheirLogitsReadThem) {
   std::vector<minfer::SeqRequest> reqs{{0, prompts[0], n, greedy()}, {1, prompts[1], n, even}, {2, prompts[2], n, warm},
                                        {3, prompts[3], n, greedy(), 2}};
   const auto run = [&](bool read_all, minfer::BatchStats &stats) {
-    minfer::BatchSession batch(*model, session, never_ends);
+    minfer::BatchSession batch(*model, *session, never_ends);
     if (read_all) batch.on_logits([](int64_t, std::span<const float>) {});  // every row's logits, as before
     const auto got = run_all(batch, reqs, {0, 0, 0, 0});
     stats = batch.stats();
@@ -170,13 +174,8 @@ TEST_P(StoriesBatch, OnlyTheRowsThatNeedTheirLogitsReadThem) {
 TEST_P(StoriesBatch, EmbeddingsAreTheHiddenStateTheLogitsComeFrom) {
   std::vector<std::vector<int32_t>> prompts;
   for (const nlohmann::json &j : references()) prompts.push_back(j["prompt_tokens"].get<std::vector<int32_t>>());
-  auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
-  minfer::models::BuildOptions bo;
-  bo.n_ctx = 256, bo.max_batch = 64, bo.max_seqs = 4, bo.embeddings = true;
-  const auto model = minfer::models::load_model(file, bo);
-  minfer::BackendSet backends = minfer::open_backends(cfg);
-  minfer::Session session(model->graph, cfg, backends);
-  minfer::BatchSession batch(*model, session, never_ends);
+  load(/*embeddings=*/true);
+  minfer::BatchSession batch(*model, *session, never_ends);
   std::map<int64_t, std::vector<float>> logits, embedding;
   batch.on_logits([&](int64_t id, std::span<const float> row) { logits[id].assign(row.begin(), row.end()); });
   minfer::SeqRequest e0{0, prompts[0], 1, greedy()}, t0{1, prompts[0], 1, greedy()}, e1{2, prompts[1], 1, greedy()};
