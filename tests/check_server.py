@@ -495,10 +495,12 @@ try:
         status, plain = ll.post("/v1/chat/completions", ask)
         check(status == 200 and "tool_calls" not in plain["choices"][0]["message"], f"the same bias without tools: {status} {str(plain)[:200]}")
         check(ll.stop() == 0, "the Llama 3.1 server exits 0")
-    # Mistral Nemo's and Granite's templates write calls as a JSON list after a marker. A forced
-    # call is that list, one call of the named tool (get_time takes no parameters, so this story
-    # model writes it whole); streamed, it goes out as name then arguments.
-    for tmpl_name, marker in (("mistralai-Mistral-Nemo-Instruct-2407", "[TOOL_CALLS]"), ("ibm-granite-granite-3.3-2B-Instruct", "<|tool_call|>")):
+    # Mistral Nemo's and Granite's templates write calls as a JSON list after a marker, Mistral
+    # Small 3.2's as [TOOL_CALLS]name[ARGS]{...}. A forced call is that list, one call of the
+    # named tool, or that one name[ARGS] call (get_time takes no parameters, so this story model
+    # writes it whole); streamed, it goes out as name then arguments.
+    for tmpl_name, marker in (("mistralai-Mistral-Nemo-Instruct-2407", "[TOOL_CALLS]"), ("ibm-granite-granite-3.3-2B-Instruct", "<|tool_call|>"),
+                              ("Mistral-Small-3.2-24B-Instruct-2506", "[TOOL_CALLS]")):
         path = f"{testdata}/templates/{tmpl_name}.jinja"
         if not os.path.exists(path):
             continue
@@ -511,7 +513,7 @@ try:
         msg = lb["choices"][0]["message"] if status == 200 else {}
         check(status == 200 and lb["choices"][0]["finish_reason"] == "tool_calls" and len(msg.get("tool_calls") or []) == 1 and
               msg["tool_calls"][0]["function"]["name"] == "get_time" and json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {},
-              f"{tmpl_name}: a forced call is the {marker} list: {status} {str(lb)[:400]}")
+              f"{tmpl_name}: a forced call after {marker}: {status} {str(lb)[:400]}")
         status, _, events = ls.stream("/v1/chat/completions", ask)
         deltas = [c["choices"][0]["delta"]["tool_calls"] for c in events if isinstance(c, dict) and c.get("choices") and "tool_calls" in c["choices"][0]["delta"]]
         streamed_args = "".join(d[0]["function"].get("arguments", "") for d in deltas)

@@ -455,3 +455,40 @@ TEST(LazyConstraint, AReplyThatOpensWithABraceIsTheCall) {
   text->accept(3);  // "Sure": the reply is text
   EXPECT_TRUE(text->allows(4) && text->allows(1)) << "free for good after text";
 }
+
+// Mistral's name[ARGS]{...} calls (Small 3.2 and later): after [TOOL_CALLS], one of the tools'
+// names and [ARGS] — a choice of texts, whichever the reply spells — then that tool's own
+// arguments; in free text each [TOOL_CALLS] opens one such call.
+TEST(LazyConstraint, MistralNameArgsCallsTakeTheNamedToolsArguments) {
+  using minfer::sampling::ReplyPart;
+  const auto clock = schema(R"({"type": "object", "properties": {}, "additionalProperties": false})");
+  const auto weather = schema(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})");
+  ReplyPart call{ReplyPart::choice};
+  call.choices = {{"get_time[ARGS]", clock}, {"get_weather[ARGS]", weather}};
+  std::vector<std::string> texts = {"Sure", "[TOOL_CALLS]", "get_", "time", "weather", "[ARGS]", "{}", "{\"city\": \"Oslo\"}", "put", "{\"city\"", ""};
+  const int32_t end = 10;
+  auto c = minfer::sampling::lazy_constraint(minfer::sampling::constraint_vocab(texts, {end}), "[TOOL_CALLS]", {call})->fresh();
+  EXPECT_TRUE(c->allows(0) && c->allows(8) && c->allows(end)) << "free text before a call";
+  c->accept(1);
+  EXPECT_FALSE(c->allows(8)) << "no tool's name begins 'put'";
+  EXPECT_FALSE(c->allows(end)) << "no end inside a call";
+  c->accept(2);
+  EXPECT_TRUE(c->allows(3) && c->allows(4)) << "either name goes on from 'get_'";
+  c->accept(4);
+  EXPECT_TRUE(c->allows(5));
+  EXPECT_FALSE(c->allows(6)) << "[ARGS] comes before the arguments";
+  c->accept(5);
+  EXPECT_FALSE(c->allows(6)) << "get_weather's arguments need a city";
+  EXPECT_TRUE(c->allows(7) && c->allows(9));
+  c->accept(7);
+  EXPECT_TRUE(c->allows(end) && c->allows(0) && c->allows(1)) << "free again: the end, text or another call";
+  // A forced call: the reply is [TOOL_CALLS] and one call, get_time's arguments those of its schema.
+  auto forced = minfer::sampling::pattern_constraint(minfer::sampling::constraint_vocab(texts, {end}), {{ReplyPart::literal, "[TOOL_CALLS]"}, call});
+  auto f = forced->fresh();
+  EXPECT_FALSE(f->allows(0)) << "no text before the call";
+  for (const int32_t t : {1, 2, 3, 5}) f->accept(t);
+  EXPECT_FALSE(f->allows(7)) << "get_time takes no city";
+  EXPECT_TRUE(f->allows(6));
+  f->accept(6);
+  EXPECT_TRUE(f->allows(end));
+}

@@ -58,6 +58,19 @@ std::shared_ptr<const sampling::Schema> call_list_schema(chat::ToolFormat format
   return compile(list);
 }
 
+// Mistral's name[ARGS]{...} call (Small 3.2 and later): after [TOOL_CALLS], one of `names`
+// and [ARGS], then that tool's arguments as its parameters say.
+sampling::ReplyPart name_args_call(const ToolsRequest &tools, const std::vector<std::string> &names) {
+  sampling::ReplyPart part{sampling::ReplyPart::choice};
+  for (const json &t : tools.tools) {
+    const json &f = t["function"];
+    const std::string name = f["name"].get<std::string>();
+    if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+    part.choices.push_back({name + "[ARGS]", compile(f.contains("parameters") ? f["parameters"] : json{{"type", "object"}})});
+  }
+  return part;
+}
+
 // The marker a list of calls follows, or null where the syntax writes none (Mistral's
 // name[ARGS]{...} calls are not a list).
 const char *list_marker(const ToolSyntax &syntax) {
@@ -75,10 +88,11 @@ std::shared_ptr<const sampling::TokenConstraint> forced_call(const ToolSyntax &s
   const chat::ToolFormat format = syntax.format;
   if (const char *marker = list_marker(syntax))
     return sampling::pattern_constraint(vocab, {{ReplyPart::literal, marker}, {ReplyPart::json, {}, call_list_schema(format, tools, tools.forced, true)}});
+  if (format == chat::ToolFormat::mistral) return sampling::pattern_constraint(vocab, {{ReplyPart::literal, "[TOOL_CALLS]"}, name_args_call(tools, tools.forced)});
   if (format != chat::ToolFormat::hermes && format != chat::ToolFormat::llama3)
-    throw BadRequest(std::string("'tool_choice' that forces a call is supported for <tool_call> (Qwen, Hermes), Llama 3, Mistral's [TOOL_CALLS] "
-                                 "list and Granite templates; this one writes ") +
-                     chat::tool_format_name(format) + (syntax.name_args ? " as name[ARGS]{...}" : "") + ": give \"auto\"");
+    throw BadRequest(std::string("'tool_choice' that forces a call is supported for <tool_call> (Qwen, Hermes), Llama 3, Mistral and Granite "
+                                 "templates; this one writes ") +
+                     chat::tool_format_name(format) + ": give \"auto\"");
   const auto call = call_schema(format, tools, tools.forced);
   if (format == chat::ToolFormat::llama3) return sampling::pattern_constraint(vocab, {{ReplyPart::json, {}, call}});
   return sampling::pattern_constraint(vocab, {{ReplyPart::literal, "<tool_call>\n"}, {ReplyPart::json, {}, call}, {ReplyPart::literal, "\n</tool_call>"}});
@@ -87,16 +101,20 @@ std::shared_ptr<const sampling::TokenConstraint> forced_call(const ToolSyntax &s
 // tool_choice "auto": text is free, but a call the reply opens is written whole, its name one
 // of the tools and its arguments as that tool's parameters say: from a <tool_call> (Qwen,
 // Hermes), a reply that opens with '{' (Llama 3's JSON call: one a turn, then the end), or a
-// list's marker (Mistral, Granite: one list a turn, then the end).
+// list's marker (Mistral, Granite: one list a turn, then the end), or Mistral's [TOOL_CALLS]
+// before each name[ARGS]{...} call.
 std::shared_ptr<const sampling::TokenConstraint> opened_calls(const ToolSyntax &syntax, const std::shared_ptr<const sampling::ConstraintVocab> &vocab,
                                                            const ToolsRequest &tools) {
   using sampling::ReplyPart;
   const chat::ToolFormat format = syntax.format;
   const char *marker = list_marker(syntax);
-  if (format != chat::ToolFormat::hermes && format != chat::ToolFormat::llama3 && !marker) return nullptr;
+  const bool name_args = format == chat::ToolFormat::mistral && syntax.name_args;
+  if (format != chat::ToolFormat::hermes && format != chat::ToolFormat::llama3 && !marker && !name_args) return nullptr;
   std::vector<std::string> names;
   for (const json &t : tools.tools) names.push_back(t["function"]["name"].get<std::string>());
   try {
+    if (name_args)  // each [TOOL_CALLS] opens one call; parallel calls are several of them
+      return sampling::lazy_constraint(vocab, "[TOOL_CALLS]", {name_args_call(tools, names)}, {.once = !tools.parallel});
     if (marker) return sampling::lazy_constraint(vocab, marker, {{ReplyPart::json, {}, call_list_schema(format, tools, names, !tools.parallel)}}, {.once = true});
     const std::shared_ptr<const sampling::Schema> call = call_schema(format, tools, names);
     if (format == chat::ToolFormat::llama3)

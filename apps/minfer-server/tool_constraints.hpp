@@ -19,14 +19,14 @@ struct ToolSyntax {
   bool name_args = false;
 };
 
-// tools.forced: the reply is one call of them (a list of them for Mistral and Granite). Hermes,
-// Llama 3, Mistral's list and Granite syntaxes; others throw BadRequest, as do parameters the
-// schema compiler refuses. vocab: tool_call_vocab's, where the markers are control tokens.
+// tools.forced: the reply is one call of them (a list of them for Mistral's list form and
+// Granite). Hermes, Llama 3, Mistral (list or name[ARGS]) and Granite syntaxes; others throw
+// BadRequest, as do parameters the schema compiler refuses. vocab: tool_call_vocab's, where the markers are control tokens.
 std::shared_ptr<const sampling::TokenConstraint> forced_call(const ToolSyntax &syntax, const std::shared_ptr<const sampling::ConstraintVocab> &vocab,
                                                           const ToolsRequest &tools);
 // tool_choice auto: free text, but a call the reply opens is written whole (Hermes from
 // <tool_call>, Llama 3 a reply that opens with '{', Mistral and Granite from their list's
-// marker); null for other syntaxes or parameters the compiler refuses (the calls then go
+// marker, Mistral's name[ARGS] calls from each [TOOL_CALLS]); null for other syntaxes or parameters the compiler refuses (the calls then go
 // unguarded).
 std::shared_ptr<const sampling::TokenConstraint> opened_calls(const ToolSyntax &syntax, const std::shared_ptr<const sampling::ConstraintVocab> &vocab,
                                                            const ToolsRequest &tools);

@@ -11,6 +11,14 @@ bool PatternState::feed(char c) {
     if (++at_ == p.text.size()) next();
     return true;
   }
+  if (p.kind == ReplyPart::choice && !json_) {  // still in the texts: keep those c continues
+    std::erase_if(live_, [&](uint32_t i) { return p.choices[i].text[at_] != c; });
+    if (live_.empty()) return false;
+    ++at_;
+    for (const uint32_t i : live_)
+      if (p.choices[i].text.size() == at_) json_.emplace(p.choices[i].schema);  // a whole text: its JSON value follows
+    return true;
+  }
   if (json_->feed(c)) {
     if (json_->settled()) next();  // closed: the next part begins with the next character
     return true;
@@ -33,7 +41,11 @@ void PatternState::next() {
 void PatternState::begin_part() {
   at_ = 0;
   json_.reset();
+  live_.clear();
   if (part_ < parts_->size() && (*parts_)[part_].kind == ReplyPart::json) json_.emplace((*parts_)[part_].schema);
+  if (part_ < parts_->size() && (*parts_)[part_].kind == ReplyPart::choice)
+    for (uint32_t i = 0; i < (*parts_)[part_].choices.size(); ++i)
+      if (!(*parts_)[part_].choices[i].text.empty()) live_.push_back(i);
   if (part_ < parts_->size() && (*parts_)[part_].kind == ReplyPart::literal && (*parts_)[part_].text.empty()) next();
 }
 

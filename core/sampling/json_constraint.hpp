@@ -37,13 +37,20 @@ class TokenConstraint {
   virtual std::unique_ptr<TokenConstraint> fresh() const = 0;
 };
 
-// A reply written to a pattern, part after part: a literal text, or a JSON value of a schema;
-// then only the end of generation. A forced tool call is <tool_call>\n, one JSON object (the
-// call: a name one of the tools', arguments that tool's parameters), \n</tool_call>.
+// A reply written to a pattern, part after part: a literal text, a JSON value of a schema, or
+// a choice of literal texts each followed by a JSON value of its own schema; then only the end
+// of generation. A forced tool call is <tool_call>\n, one JSON object (the call: a name one of
+// the tools', arguments that tool's parameters), \n</tool_call>; Mistral's name[ARGS]{...}
+// call is a choice (the text a tool's name and [ARGS], the schema its parameters).
+struct ReplyChoice {
+  std::string text;
+  std::shared_ptr<const Schema> schema;
+};
 struct ReplyPart {
-  enum Kind { literal, json } kind;
+  enum Kind { literal, json, choice } kind;
   std::string text;                            // literal
   std::shared_ptr<const Schema> schema = {};   // json
+  std::vector<ReplyChoice> choices = {};       // choice (texts none of which begins another)
 };
 
 class PatternState {
@@ -63,8 +70,9 @@ class PatternState {
   void next();        // on to the next part
   void begin_part();  // the part's starting state
   std::shared_ptr<const std::vector<ReplyPart>> parts_;
-  size_t part_ = 0, at_ = 0;         // the part, and the characters of a literal written
-  std::optional<SchemaState> json_;  // a json part's state
+  size_t part_ = 0, at_ = 0;         // the part, and the characters of a literal (or a choice's texts) written
+  std::optional<SchemaState> json_;  // a json part's state, or a choice's once its text is whole
+  std::vector<uint32_t> live_;       // a choice's texts still matching what is written
 };
 
 // A vocabulary as constraints read it, made once per model: texts[t] is token t's text
