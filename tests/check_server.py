@@ -279,6 +279,21 @@ try:
     status, nb = s.post("/completion", {"prompt": refs[1]["prompt"], "n_predict": 0})
     check(status == 200 and nb["content"] == "" and nb["tokens_predicted"] == 0 and nb["tokens_evaluated"] == len(refs[1]["prompt_tokens"]),
           f"/completion n_predict 0: {status} {str(nb)[:300]}")
+    # n_probs: llama-server's completion_probabilities, the same log-probabilities /v1/completions
+    # gives, each token with its n likeliest; streamed, each piece carries its tokens'.
+    status, nb = s.post("/completion", {"prompt": refs[0]["prompt"], "n_predict": 8, "temperature": 0, "n_probs": 3})
+    _, lp = complete(refs[0]["prompt"], n=8, logprobs=3)
+    probs = nb.get("completion_probabilities", []) if status == 200 else []
+    want = lp["choices"][0]["logprobs"] if "choices" in lp else {}
+    check(status == 200 and len(probs) == 8 and [p["token"] for p in probs] == want.get("tokens") and
+          all(abs(p["logprob"] - w) < 1e-4 for p, w in zip(probs, want.get("token_logprobs", []))) and
+          all(len(p["top_logprobs"]) == 3 and p["top_logprobs"][0]["logprob"] >= p["top_logprobs"][-1]["logprob"] and
+              bytes(p["bytes"]).decode("utf-8", "replace") == p["token"] and isinstance(p["id"], int) for p in probs),
+          f"/completion n_probs: {status} {str(nb)[:400]} against {str(want)[:300]}")
+    status, _, events = s.stream("/completion", {"prompt": refs[0]["prompt"], "n_predict": 8, "temperature": 0, "n_probs": 2, "stream": True})
+    streamed = [p for e in events if isinstance(e, dict) and not e.get("stop") for p in e.get("completion_probabilities", [])]
+    check(status == 200 and [p["token"] for p in streamed] == [p["token"] for p in probs] and all(len(p["top_logprobs"]) == 2 for p in streamed),
+          f"/completion n_probs streamed: {status} {str(events[:3])[:400]}")
     status, nb = s.post("/completion", {"prompt": "x", "grammar": "root ::= \"a\""})
     check(status == 400 and "'grammar'" in nb["error"]["message"], f"/completion with a grammar: {status} {nb}")
     status, nb = s.post("/infill", {"input_prefix": "def f():", "input_suffix": "\n"})

@@ -75,7 +75,8 @@ def cases():
     for i, b in enumerate(anthropic):
         c.append((f"wrong anthropic {i} ({json.dumps(b)[:40]})", _json("/v1/messages", b), {400}))
     native = [{"prompt": "x", "n_predict": -7}, {"prompt": "x", "grammar": "root ::= x"}, {"prompt": "x", "logit_bias": [[1]]}, {"prompt": 5},
-              {"prompt": "x", "n_probs": 5}, {"prompt": "x", "json_schema": {"type": "nope"}}]
+              {"prompt": "x", "n_probs": 50}, {"prompt": "x", "n_probs": "5"}, {"prompt": "x", "post_sampling_probs": True, "n_probs": 2},
+              {"prompt": "x", "json_schema": {"type": "nope"}}]
     for i, b in enumerate(native):
         c.append((f"wrong /completion {i} ({json.dumps(b)[:40]})", _json("/completion", b), {400}))
     c.append(("/infill with a numeric prefix", _json("/infill", {"input_prefix": 5}), {400}))

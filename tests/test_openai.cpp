@@ -306,7 +306,10 @@ TEST(Native, FieldsMapOntoTheOpenAIOnes) {
   EXPECT_EQ(refused(R"({"prompt": "x", "grammar": ""})"), "");
   EXPECT_NE(refused(R"({"prompt": "x", "mirostat": 2})").find("'mirostat'"), std::string::npos);
   EXPECT_EQ(refused(R"({"prompt": "x", "mirostat": 0, "typical_p": 1})"), "");
-  EXPECT_NE(refused(R"({"prompt": "x", "n_probs": 3})").find("'n_probs'"), std::string::npos);
+  EXPECT_EQ(native_to_openai(json::parse(R"({"prompt": "x", "n_probs": 3})")).openai["logprobs"], 3) << "n_probs: the likeliest 3 a token";
+  EXPECT_FALSE(native_to_openai(json::parse(R"({"prompt": "x", "n_probs": 0})")).openai.contains("logprobs"));
+  EXPECT_NE(refused(R"({"prompt": "x", "n_probs": 21})").find("'n_probs'"), std::string::npos);
+  EXPECT_NE(refused(R"({"prompt": "x", "n_probs": 2, "post_sampling_probs": true})").find("'post_sampling_probs'"), std::string::npos);
   EXPECT_NE(refused(R"({"prompt": "x", "n_predict": -2})").find("'n_predict'"), std::string::npos);
   EXPECT_NE(refused(R"({"prompt": "x", "logit_bias": [[1]]})").find("'logit_bias'"), std::string::npos);
   EXPECT_EQ(stop_type("stop", true), "word");

@@ -38,8 +38,12 @@ NativeRequest native_to_openai(const json &body) {
   }
   if (const auto g = body.find("grammar"); g != body.end() && !(g->is_null() || (g->is_string() && g->get<std::string>().empty())))
     throw BadRequest("'grammar' (GBNF) is not supported: give 'json_schema' for constrained output");
-  if (const auto np = body.find("n_probs"); np != body.end() && !(np->is_number_integer() && np->get<int64_t>() == 0))
-    throw BadRequest("'n_probs' is not supported on this endpoint: /v1/completions gives 'logprobs'");
+  if (const auto np = body.find("n_probs"); np != body.end() && !np->is_null()) {
+    if (!np->is_number_integer() || np->get<int64_t>() < 0 || np->get<int64_t>() > 20) throw BadRequest("'n_probs' must be a count from 0 to 20");
+    if (np->get<int64_t>() > 0) r.openai["logprobs"] = *np;
+  }
+  if (const auto ps = body.find("post_sampling_probs"); ps != body.end() && *ps == true)
+    throw BadRequest("'post_sampling_probs' is not supported: 'n_probs' gives the model's log-probabilities before sampling");
   // Samplers this engine does not have, when turned on.
   const std::pair<const char *, double> off[] = {{"mirostat", 0}, {"typical_p", 1}, {"tfs_z", 1}, {"dynatemp_range", 0}, {"xtc_probability", 0},
                                                  {"dry_multiplier", 0}, {"top_n_sigma", -1}};
@@ -116,6 +120,23 @@ std::vector<int32_t> infill_prompt(const tokenizer::Tokenizer &tok, const Infill
   out.push_back(fim.suf);
   out.insert(out.end(), suffix.begin(), suffix.begin() + suffix_take);
   out.push_back(fim.mid);
+  return out;
+}
+
+json completion_probabilities(std::span<const sampling::TokenLogprobs> lp, const TokenBytes &bytes) {
+  const auto entry = [&](int32_t id, float logprob) {
+    const std::string b = bytes(id);
+    json list = json::array();
+    for (const unsigned char c : b) list.push_back(int(c));
+    return json{{"id", id}, {"token", b}, {"bytes", std::move(list)}, {"logprob", logprob}};
+  };
+  json out = json::array();
+  for (const sampling::TokenLogprobs &t : lp) {
+    json e = entry(t.token, t.logprob), top = json::array();
+    for (const auto &[id, l] : t.top) top.push_back(entry(id, l));
+    e["top_logprobs"] = std::move(top);
+    out.push_back(std::move(e));
+  }
   return out;
 }
 

@@ -5,6 +5,7 @@
 // `stop_type`, `tokens_predicted`, `timings`, ...).
 #pragma once
 
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,7 +20,8 @@ namespace minfer::server {
 // json_schema -> response_format, logit_bias's [[id, bias | false], ...] form -> an object.
 // Fields of llama-server that change nothing here (cache_prompt: prompts are always reused;
 // id_slot, samplers, n_keep, t_max_prompt_ms, t_max_predict_ms, n_indent) are dropped; ones
-// this server cannot honour (grammar, n_probs, mirostat, ...) are refused, naming them.
+// this server cannot honour (grammar, post_sampling_probs, mirostat, ...) are refused, naming
+// them. n_probs N > 0 -> logprobs N (the reply then gives completion_probabilities).
 struct NativeRequest {
   json openai;
   bool prompt_only = false;
@@ -43,6 +45,11 @@ InfillInput parse_infill(const json &body);  // throws BadRequest
 // start kept), the extra files' ends fill what is left. Throws BadRequest naming the missing
 // tokens when the model has no FIM tokens.
 std::vector<int32_t> infill_prompt(const tokenizer::Tokenizer &tok, const InfillInput &in, int64_t n_ctx, int64_t reserve);
+
+// llama-server's completion_probabilities for generated tokens: [{id, token, bytes, logprob,
+// top_logprobs: [{id, token, bytes, logprob}]}], the model's log-probabilities (before
+// sampling), the n_probs likeliest as alternatives.
+json completion_probabilities(std::span<const sampling::TokenLogprobs> lp, const TokenBytes &bytes);
 
 // llama-server's stop_type: "eos" (the model ended), "word" (a stop string), "limit"
 // (n_predict or the context), "none" (cancelled).

@@ -230,7 +230,7 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
 // llama-server's answer to /completion and /infill (a stream's last event): the text, why it
 // ended, the counts, and the prompt and generation timings.
 json native_result(const Outcome &o, bool prompt_only, int64_t n_prompt, const std::string &model, std::chrono::steady_clock::time_point start,
-                   bool streamed) {
+                   bool streamed, const TokenBytes *probs) {
   const auto end = std::chrono::steady_clock::now();
   const auto first = o.tokens > 0 ? o.first_token : end;
   const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
@@ -242,40 +242,47 @@ json native_result(const Outcome &o, bool prompt_only, int64_t n_prompt, const s
                         {"prompt_per_second", rate(prompt_ms, evaluated)}, {"predicted_n", predicted}, {"predicted_ms", predicted_ms},
                         {"predicted_per_token_ms", per(predicted_ms, predicted)}, {"predicted_per_second", rate(predicted_ms, predicted)}};
   const std::string content = prompt_only || streamed ? "" : o.text;
-  return {{"index", 0}, {"content", content}, {"tokens", json::array()}, {"id_slot", 0}, {"stop", true}, {"model", model},
-          {"tokens_predicted", predicted}, {"tokens_evaluated", n_prompt}, {"has_new_line", !prompt_only && o.text.find('\n') != std::string::npos},
-          {"truncated", false}, {"stop_type", prompt_only ? "limit" : stop_type(o.finish, !o.stop_word.empty())}, {"stopping_word", o.stop_word},
-          {"tokens_cached", o.cached}, {"timings", timings}};
+  json r = {{"index", 0}, {"content", content}, {"tokens", json::array()}, {"id_slot", 0}, {"stop", true}, {"model", model},
+            {"tokens_predicted", predicted}, {"tokens_evaluated", n_prompt}, {"has_new_line", !prompt_only && o.text.find('\n') != std::string::npos},
+            {"truncated", false}, {"stop_type", prompt_only ? "limit" : stop_type(o.finish, !o.stop_word.empty())}, {"stopping_word", o.stop_word},
+            {"tokens_cached", o.cached}, {"timings", timings}};
+  if (probs && !streamed && !prompt_only) r["completion_probabilities"] = completion_probabilities(o.logprobs, *probs);  // a stream sent them with the pieces
+  return r;
 }
 
 }  // namespace
 
 void Server::Impl::native_reply(httplib::Response &res, const std::shared_ptr<Loaded> &L, const std::shared_ptr<RequestStream> &stream,
                                 const GenerationParams &p, int64_t id, bool prompt_only, int64_t n_prompt, std::chrono::steady_clock::time_point start) {
+  // n_probs: each token's log-probabilities (p.logprobs alternatives) as llama-server's completion_probabilities.
+  const TokenBytes bytes = [L](int32_t t) { return L->runner->tokenizer().token_bytes(t); };
+  const TokenBytes *probs = p.logprobs > 0 ? &bytes : nullptr;
   if (!p.stream) {
     const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, stopping, [](const std::string &, auto, size_t) { return true; });
     generated += o.tokens;
     if (!o.error.empty()) return reply(res, 500, error_body(500, o.error));
-    return reply(res, 200, native_result(o, prompt_only, n_prompt, model_name, start, false));
+    return reply(res, 200, native_result(o, prompt_only, n_prompt, model_name, start, false, probs));
   }
   // Server-sent events as llama-server sends them: {content, stop: false} per piece, then the
   // whole result with stop: true (no [DONE]).
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, prompt_only, n_prompt, start](size_t, httplib::DataSink &sink) {
+  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, prompt_only, n_prompt, start, bytes](size_t, httplib::DataSink &sink) {
     const auto send = [&](const json &j) {
       const std::string line = "data: " + dump(j) + "\n\n";
       return sink.write(line.data(), line.size());
     };
     bool alive = true;
     const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, stopping,
-                            [&](const std::string &piece, std::span<const sampling::TokenLogprobs>, size_t) {
+                            [&](const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t) {
                               if (!alive || !sink.is_writable()) return alive = false;
                               if (piece.empty() || prompt_only) return true;
-                              return alive = send({{"index", 0}, {"content", piece}, {"tokens", json::array()}, {"stop", false}, {"id_slot", 0}});
+                              json chunk = {{"index", 0}, {"content", piece}, {"tokens", json::array()}, {"stop", false}, {"id_slot", 0}};
+                              if (p.logprobs > 0) chunk["completion_probabilities"] = completion_probabilities(lp, bytes);
+                              return alive = send(chunk);
                             });
     generated += o.tokens;
     if (!alive || o.finish == "cancelled") return false;
-    send(o.error.empty() ? native_result(o, prompt_only, n_prompt, model_name, start, true) : error_body(500, o.error));
+    send(o.error.empty() ? native_result(o, prompt_only, n_prompt, model_name, start, true, nullptr) : error_body(500, o.error));
     sink.done();
     return true;
   });
