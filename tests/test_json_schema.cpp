@@ -187,6 +187,35 @@ TEST(JsonSchema, PatternsHoldStringsCodePointByCodePoint) {
   EXPECT_NE(compile_error(R"({"type": "string", "pattern": "^([0-9]{20}[a-z]{20}){4}$"})").find("more than 128 character positions"), std::string::npos);
 }
 
+// minProperties / maxProperties: the keys an object has, listed or not; a key that would leave
+// too few listed ones for the minimum, or no room for the required ones, is refused early, so
+// no reply walks into an object it cannot finish.
+TEST(JsonSchema, ObjectsCountTheirKeys) {
+  const auto free = schema(R"({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1, "maxProperties": 2})");
+  EXPECT_TRUE(refused(free, "{}"));
+  EXPECT_TRUE(whole(free, R"({"a": 1})"));
+  EXPECT_TRUE(whole(free, R"({"a": 1, "b": 2})"));
+  EXPECT_TRUE(refused(free, R"({"a": 1, "b": 2,)"));
+  const auto listed = schema(R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+      "minProperties": 2})");
+  EXPECT_TRUE(refused(listed, "{}"));
+  EXPECT_TRUE(refused(listed, R"({"a": 1})")) << "one key, two wanted";
+  EXPECT_TRUE(prefix_only(listed, R"({"a": 1)"));
+  EXPECT_TRUE(whole(listed, R"({"a": 1, "c": 3})"));
+  EXPECT_TRUE(refused(listed, R"({"c)")) << "after c no listed key is left for the second";
+  EXPECT_TRUE(prefix_only(listed, R"({"b)"));
+  const auto room = schema(R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+      "required": ["c"], "maxProperties": 2})");
+  EXPECT_TRUE(whole(room, R"({"a": 1, "c": 3})"));
+  EXPECT_TRUE(refused(room, R"({"a": 1, "b)")) << "b would leave no room for the required c";
+  EXPECT_TRUE(whole(room, R"({"c": 3})"));
+  EXPECT_NE(compile_error(R"({"type": "object", "minProperties": 3, "maxProperties": 2})").find("'maxProperties'"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {}}, "additionalProperties": false, "minProperties": 2})").find("'minProperties'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a", "b"], "maxProperties": 1})").find("required"),
+            std::string::npos);
+}
+
 TEST(JsonSchema, ArraysCountTheirItems) {
   const auto s = schema(R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3})");
   EXPECT_TRUE(whole(s, "[1]"));

@@ -104,10 +104,31 @@ int32_t window_end(const SchemaNode &n, int32_t next) {
     if (n.props[size_t(k)].required) return k + 1;
   return int32_t(n.props.size());
 }
-bool closable(const SchemaNode &n, int32_t next) {
-  for (size_t k = size_t(next); k < n.props.size(); ++k)
+// Whether a key that is not required may come next in an object frame: maxProperties still
+// leaves room for it and every required key after it.
+bool optional_key_fits(const SchemaNode &n, const Frame &f) {
+  if (n.max_n < 0) return true;
+  int64_t required = 0;
+  for (size_t k = size_t(f.next); k < n.props.size(); ++k) required += n.props[k].required;
+  return f.len + 1 + required <= n.max_n;
+}
+// The listed keys eligible next, [key_window_begin, key_window_end): window_end's, from the
+// first required one alone where no optional key fits, and less those that would skip so many
+// listed keys that minProperties could no longer be met (where no other keys are taken).
+int32_t key_window_begin(const SchemaNode &n, const Frame &f) {
+  if (optional_key_fits(n, f)) return f.next;
+  const int32_t end = window_end(n, f.next);
+  return end > f.next && n.props[size_t(end - 1)].required ? end - 1 : end;
+}
+int32_t key_window_end(const SchemaNode &n, const Frame &f) {
+  const int32_t end = window_end(n, f.next);
+  if (n.extra >= 0 || n.min_n == 0) return end;
+  return int32_t(std::min<int64_t>(end, int64_t(n.props.size()) + f.len - n.min_n + 1));
+}
+bool closable(const SchemaNode &n, const Frame &f) {
+  for (size_t k = size_t(f.next); k < n.props.size(); ++k)
     if (n.props[k].required) return false;
-  return true;
+  return f.len >= n.min_n;
 }
 
 int32_t item_node(const SchemaNode &n, int32_t i) { return size_t(i) < n.prefix.size() ? n.prefix[size_t(i)] : n.items; }
@@ -307,27 +328,27 @@ Step feed_object(const SchemaNode &n, Thread &t, Frame &f, char c) {
     case o_first:
     case o_key:
       if (blank(c)) return blank_ok(t, c) ? Step::ok : Step::fail;
-      if (c == '}' && f.phase == o_first) return closable(n, f.next) ? Step::done : Step::fail;
+      if (c == '}' && f.phase == o_first) return closable(n, f) ? Step::done : Step::fail;
       if (c != '"') return Step::fail;
-      f.lo = f.next < window_end(n, f.next) ? f.next : -1;
+      f.lo = key_window_begin(n, f) < key_window_end(n, f) ? key_window_begin(n, f) : -1;
       f.lo_all = n.props.empty() ? -1 : 0;
       f.at = 1;  // every key text opens with its quote
       f.esc = 0;
-      f.free_key = n.extra >= 0;
+      f.free_key = n.extra >= 0 && optional_key_fits(n, f);
       if (f.lo < 0 && !f.free_key) return Step::fail;
       return f.phase = o_in_key, Step::ok;
     case o_in_key: {
       const auto key = [&n](int32_t k) -> const std::string & { return n.props[size_t(k)].key; };
-      const int32_t lo = advance(key, f.next, window_end(n, f.next), f.lo, f.at, c);
+      const int32_t lo = advance(key, key_window_begin(n, f), key_window_end(n, f), f.lo, f.at, c);
       const int32_t all = advance(key, 0, int32_t(n.props.size()), f.lo_all, f.at, c);
       if (lo >= 0 && key(lo).size() == size_t(f.at) + 1) {  // a listed key, whole
         f.child = n.props[size_t(lo)].node;
-        f.next = lo + 1;
+        f.next = lo + 1, ++f.len;
         return f.phase = o_colon, Step::ok;
       }
       if (f.free_key && f.esc == 0 && c == '"') {  // a key not listed ends: it must differ from every listed one
         if (all >= 0 && key(all).size() == size_t(f.at) + 1) return Step::fail;
-        f.child = n.extra;
+        f.child = n.extra, ++f.len;
         return f.phase = o_colon, Step::ok;
       }
       const bool free_ok = f.free_key && string_char(f.esc, c);
@@ -341,8 +362,8 @@ Step feed_object(const SchemaNode &n, Thread &t, Frame &f, char c) {
       return f.phase = o_value, Step::push;
     case o_after:
       if (blank(c)) return blank_ok(t, c) ? Step::ok : Step::fail;
-      if (c == '}') return closable(n, f.next) ? Step::done : Step::fail;
-      if (c != ',' || (f.next >= int32_t(n.props.size()) && n.extra < 0)) return Step::fail;
+      if (c == '}') return closable(n, f) ? Step::done : Step::fail;
+      if (c != ',' || (f.next >= int32_t(n.props.size()) && n.extra < 0) || (n.max_n >= 0 && f.len >= n.max_n)) return Step::fail;
       return f.phase = o_key, Step::ok;
   }
   return Step::fail;

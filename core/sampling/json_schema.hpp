@@ -4,7 +4,8 @@
 // A schema compiles to a graph of nodes (objects, arrays, strings, numbers, literal values,
 // alternatives); a SchemaState walks it character by character. The subset is what structured-
 // output clients send (OpenAI's strict mode, Pydantic, Zod): type (one or several), properties,
-// required, additionalProperties, items, prefixItems, minItems/maxItems, enum, const, anyOf/
+// required, additionalProperties, minProperties/maxProperties, items, prefixItems,
+// minItems/maxItems, enum, const, anyOf/
 // oneOf, allOf of objects, $ref into the same document (recursion included), minLength/
 // maxLength, pattern (regex.hpp), the formats date, time, date-time and uuid, minimum/maximum
 // and their exclusive forms. As llama.cpp's schema converter does: object keys come in the schema's order, a
@@ -40,7 +41,7 @@ struct SchemaNode {
   int32_t extra = -1;               // object: the node of keys not listed (-1: none taken)
   std::vector<int32_t> prefix;      // array: the first items' nodes
   int32_t items = -1;               // array: the node of the items after them (-1: none)
-  int64_t min_n = 0, max_n = -1;    // array: items; string: characters (max -1: no limit)
+  int64_t min_n = 0, max_n = -1;    // array: items; string: characters; object: keys (max -1: no limit)
   std::vector<std::string> texts;   // literal: the values as compact JSON
   std::shared_ptr<const Regex> pattern;  // string: its pattern, or its format's
   bool has_lo = false, has_hi = false, lo_excl = false, hi_excl = false;  // number, integer
@@ -97,7 +98,7 @@ class SchemaState {
     int32_t lo = -1;        // a candidate text matching so far (object: an eligible key; literal: a value)
     int32_t lo_all = -1;    // object: a listed key matching so far, eligible or not
     int32_t at = 0;         // characters matched (keys, literals, formats); number: exponent digits
-    int64_t len = 0;        // string: characters written; number: the integer part
+    int64_t len = 0;        // string: characters written; number: the integer part; object: keys written
     int64_t frac = 0;       // number: the fraction digits as an integer
     uint32_t cp = 0;        // string with a pattern: the code point being read (UTF-8 or \\u)
     uint8_t pending = 0;    // ... its UTF-8 continuation bytes still to come

@@ -31,7 +31,7 @@ const char *format_pattern(const std::string &format) {
 // Keywords that restrict values in ways this automaton does not follow.
 constexpr const char *kUnsupported[] = {"patternProperties", "not", "if", "then", "else", "dependentSchemas",
                                         "dependentRequired", "uniqueItems", "contains", "minContains", "maxContains",
-                                        "multipleOf", "propertyNames", "minProperties", "maxProperties",
+                                        "multipleOf", "propertyNames",
                                         "unevaluatedProperties", "unevaluatedItems"};
 
 }  // namespace
@@ -67,7 +67,9 @@ class SchemaCompiler {
           case SchemaNode::integer: v = true; break;
           case SchemaNode::any_of: v = std::any_of(n.alts.begin(), n.alts.end(), [&](int32_t a) { return ok[size_t(a)] != 0; }); break;
           case SchemaNode::object:
-            v = std::all_of(n.props.begin(), n.props.end(), [&](const SchemaNode::Property &p) { return !p.required || ok[size_t(p.node)]; });
+            v = std::all_of(n.props.begin(), n.props.end(), [&](const SchemaNode::Property &p) { return !p.required || ok[size_t(p.node)]; }) &&
+                (n.min_n == 0 || (n.extra >= 0 && ok[size_t(n.extra)]) ||
+                 std::count_if(n.props.begin(), n.props.end(), [&](const SchemaNode::Property &p) { return ok[size_t(p.node)] != 0; }) >= n.min_n);
             break;
           case SchemaNode::array:
             v = true;
@@ -337,6 +339,12 @@ class SchemaCompiler {
       if (ap == s.end()) n.extra = s.contains("properties") ? -1 : any();  // llama.cpp's default: listed keys only
       else if (ap->is_boolean()) n.extra = ap->get<bool>() ? any() : -1;
       else n.extra = compile(*ap, path + "/additionalProperties");
+      n.min_n = std::max<int64_t>(0, count(s, "minProperties", path));
+      n.max_n = count(s, "maxProperties", path);
+      const int64_t n_required = std::count_if(n.props.begin(), n.props.end(), [](const SchemaNode::Property &p) { return p.required; });
+      if (n.max_n >= 0 && (n.max_n < n.min_n || n.max_n < n_required))
+        fail(path, "no object fits: 'maxProperties' is below 'minProperties' or the required keys");
+      if (n.extra < 0 && int64_t(n.props.size()) < n.min_n) fail(path, "no object fits: 'minProperties' is above the keys it may have");
       nodes_[size_t(slot)] = std::move(n);
       return slot;
     }
