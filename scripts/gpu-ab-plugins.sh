@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# CUDA plugins side by side on one GPU machine, alternating per round (the machine drifts by
+# several percent within a session), from a bundle made by scripts/gpu-pack-plugins.sh:
+#   export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64
+#   SIDES="main new" MODELS="7b:q4_k_m moe12:q4_k_m" bash scripts/gpu-ab-plugins.sh OUT [ROUNDS]
+# SIDES: "new" is the bundle's own plugin, any other name .gpu/alt/plugin-NAME.so. MODELS:
+# qwen2 preset:type pairs, moe12 / moe48 for the Qwen3-30B-A3B preset's 12-layer slice or
+# whole file; each synthesized once. P and N: minfer-bench's -p and -n (512, 128).
+set -uo pipefail
+out=${1:-/tmp/minfer-ab}; rounds=${2:-2}
+mkdir -p "$out" /tmp/minfer-models
+[ -f .gpu/build/bin/libminfer_backend_cuda.so ] || bash .gpu/unpack.sh
+bin=$PWD/.gpu/build/bin; vocab=.gpu/testdata/vocab/ggml-vocab-qwen2.gguf
+for side in ${SIDES:-main new}; do
+  p=$bin/libminfer_backend_cuda.so; [ "$side" != new ] && p=$PWD/.gpu/alt/plugin-$side.so
+  [ -f "$p" ] || { echo "no plugin for side $side: $p" >&2; exit 2; }
+  printf 'backends: {cuda: {plugin: %s}}\n' "$p" > "$out/$side.yaml"
+done
+for spec in ${MODELS:-7b:q4_k_m}; do
+  preset=${spec%%:*}; type=${spec##*:}; f=/tmp/minfer-models/$preset-$type.gguf
+  case $preset in
+    moe12) args=(--arch qwen3moe --preset 30b-a3b --layers 12) ;;
+    moe48) args=(--arch qwen3moe --preset 30b-a3b) ;;
+    *) args=(--arch qwen2 --preset "$preset") ;;
+  esac
+  [ -f "$f" ] || "$bin/minfer-gguf" synth "${args[@]}" --type "$type" --seed 1 --vocab "$vocab" -o "$f" > /dev/null 2>&1
+  "$bin/minfer-bench" -m "$f" --config "$out/new.yaml" -p 64 -n 16 -r 1 > /dev/null 2>&1  # warm-up, not recorded
+  for r in $(seq "$rounds"); do
+    for side in ${SIDES:-main new}; do
+      "$bin/minfer-bench" -m "$f" --config "$out/$side.yaml" -p "${P:-512}" -n "${N:-128}" -r 3 2>&1 | grep -E '\| *(pp|tg)[0-9]' |
+        awk -v s="$side" -v m="$spec" -F'|' '{gsub(/ /, "", $7); split($8, v, "±"); printf "%s %s %s %s\n", m, $7, s, v[1]}' | tee -a "$out/ab.txt"
+    done
+  done
+done
+awk '{k = $1 " " $2 " " $3; sum[k] += $4; n[k]++} END {for (k in sum) printf "%-22s %10.1f t/s (%d runs)\n", k, sum[k] / n[k], n[k]}' "$out/ab.txt" | sort
