@@ -20,7 +20,7 @@ void rebase_refs(json &schema, const std::string &at, int depth = 0) {
 
 // The calls as the template's syntax writes one: JSON objects whose name is one of `names` and
 // whose arguments follow that tool's parameters (keywords the decoder cannot enforce, such as
-// 'uniqueItems', are left to the model), as {"anyOf": [...]}; `at` is where that object sits
+// 'multipleOf', are left to the model), as {"anyOf": [...]}; `at` is where that object sits
 // in the schema that holds it (its "$ref"s are rebased there).
 json call_alternatives(chat::ToolFormat format, const ToolsRequest &tools, const std::vector<std::string> &names, const std::string &at) {
   const char *args = format == chat::ToolFormat::llama3 ? "parameters" : "arguments";

@@ -435,12 +435,31 @@ Frame value_frame(int32_t node, bool blanks_first) {
   return f;
 }
 
-// The value on top of the stack is whole: its container goes on.
-void child_done(Thread &t) {
-  if (t.stack.empty()) return;
+// The array below the top frame, when it keeps its items unique (they are scalars, so the
+// item is the top frame itself); null otherwise.
+Frame *unique_parent(const Schema &s, Thread &t) {
+  if (t.stack.size() < 2) return nullptr;
+  Frame &p = t.stack[t.stack.size() - 2];
+  return p.kind == Frame::array && s.node(p.node).unique ? &p : nullptr;
+}
+
+// The value on top of the stack is whole: its container goes on. False: it repeats an item of
+// an array with uniqueItems.
+bool child_done(const Schema &s, Thread &t) {
+  if (t.stack.empty()) return true;
   Frame &p = t.stack.back();
   if (p.kind == Frame::object) p.phase = o_after;
-  if (p.kind == Frame::array) ++p.next, p.phase = a_after;
+  if (p.kind == Frame::array) {
+    if (s.node(p.node).unique) {
+      if (p.seen && std::find(p.seen->begin(), p.seen->end(), p.item) != p.seen->end()) return false;
+      auto seen = p.seen ? std::make_shared<std::vector<std::string>>(*p.seen) : std::make_shared<std::vector<std::string>>();
+      seen->push_back(std::move(p.item));
+      p.seen = std::move(seen);
+      p.item.clear();
+    }
+    ++p.next, p.phase = a_after;
+  }
+  return true;
 }
 
 bool frame_can_end(const Schema &s, const Frame &f) {
@@ -486,6 +505,9 @@ void SchemaState::step(Thread t, char c, std::vector<Thread> &out) const {
       case Frame::number: r = feed_number(s.node(f.node), f, c); break;
       case Frame::literal: r = feed_literal(s.node(f.node), f, c); break;
     }
+    // A scalar item of a uniqueItems array: its characters are kept to compare once it is whole.
+    if ((r == Step::ok || r == Step::done) && (f.kind == Frame::string || f.kind == Frame::number || f.kind == Frame::literal))
+      if (Frame *p = unique_parent(s, t)) p->item.push_back(c);
     switch (r) {
       case Step::fail: return;
       case Step::ok: out.push_back(std::move(t)); return;
@@ -499,12 +521,11 @@ void SchemaState::step(Thread t, char c, std::vector<Thread> &out) const {
       }
       case Step::done:
         t.stack.pop_back();
-        child_done(t);
-        out.push_back(std::move(t));
+        if (child_done(s, t)) out.push_back(std::move(t));
         return;
       case Step::pass:
         t.stack.pop_back();
-        child_done(t);
+        if (!child_done(s, t)) return;
         continue;
     }
   }

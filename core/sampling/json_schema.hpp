@@ -41,6 +41,7 @@ struct SchemaNode {
   int32_t extra = -1;               // object: the node of keys not listed (-1: none taken)
   std::vector<int32_t> prefix;      // array: the first items' nodes
   int32_t items = -1;               // array: the node of the items after them (-1: none)
+  bool unique = false;              // array: uniqueItems (its items scalars: compared as written)
   int64_t min_n = 0, max_n = -1;    // array: items; string: characters; object: keys (max -1: no limit)
   std::vector<std::string> texts;   // literal: the values as compact JSON
   std::shared_ptr<const Regex> pattern;  // string: its pattern, or its format's
@@ -103,6 +104,9 @@ class SchemaState {
     uint32_t cp = 0;        // string with a pattern: the code point being read (UTF-8 or \\u)
     uint8_t pending = 0;    // ... its UTF-8 continuation bytes still to come
     Regex::State re;        // ... the pattern's state
+    // array with uniqueItems: the items written so far, and the text of the one being written
+    std::shared_ptr<const std::vector<std::string>> seen;
+    std::string item;
     bool operator==(const Frame &) const = default;
   };
   struct Thread {

@@ -30,7 +30,7 @@ const char *format_pattern(const std::string &format) {
 
 // Keywords that restrict values in ways this automaton does not follow.
 constexpr const char *kUnsupported[] = {"patternProperties", "not", "if", "then", "else", "dependentSchemas",
-                                        "dependentRequired", "uniqueItems", "contains", "minContains", "maxContains",
+                                        "dependentRequired", "contains", "minContains", "maxContains",
                                         "multipleOf", "propertyNames",
                                         "unevaluatedProperties", "unevaluatedItems"};
 
@@ -46,6 +46,23 @@ class SchemaCompiler {
     prune(s->root_);
     s->nodes_ = std::move(nodes_);
     return s;
+  }
+
+  // Whether every value of node i is a string, number, boolean or null (following alternatives
+  // and references; a node being built counts as no scalar).
+  bool scalar(int32_t i, int depth = 0) const {
+    if (depth > 32 || i < 0 || size_t(i) >= nodes_.size()) return false;
+    const SchemaNode &n = nodes_[size_t(i)];
+    switch (n.kind) {
+      case SchemaNode::string:
+      case SchemaNode::number:
+      case SchemaNode::integer: return true;
+      case SchemaNode::literal:
+        return std::all_of(n.texts.begin(), n.texts.end(), [](const std::string &t) { return !t.empty() && t[0] != '{' && t[0] != '['; });
+      case SchemaNode::any_of:
+        return !n.alts.empty() && std::all_of(n.alts.begin(), n.alts.end(), [&](int32_t a) { return scalar(a, depth + 1); });
+      default: return false;
+    }
   }
 
   // Which nodes can be written out whole (a fixpoint: a $ref cycle with nothing between, an
@@ -312,6 +329,15 @@ class SchemaCompiler {
       n.max_n = count(s, "maxItems", path);
       if (n.items < 0 && (n.max_n < 0 || n.max_n > int64_t(n.prefix.size()))) n.max_n = int64_t(n.prefix.size());
       if (n.max_n >= 0 && n.max_n < n.min_n) fail(path, "no array fits: 'maxItems' (or the items allowed) is below 'minItems'");
+      if (const auto u = s.find("uniqueItems"); u != s.end() && *u == true) {
+        // Items compared as written, so only scalars (strings, numbers, enum values): objects
+        // and arrays could be equal with their keys or blanks written otherwise.
+        bool scalars = true;
+        for (const int32_t i : n.prefix) scalars = scalars && scalar(i);
+        if (n.items >= 0) scalars = scalars && scalar(n.items);
+        if (scalars) n.unique = true;
+        else if (strict_) fail(path, "'uniqueItems' is supported for items that are strings, numbers, booleans or enum values; leave it out");
+      }
       nodes_[size_t(slot)] = std::move(n);
       return slot;
     }
