@@ -126,9 +126,7 @@ std::vector<int32_t> infill_prompt(const tokenizer::Tokenizer &tok, const Infill
 json completion_probabilities(std::span<const sampling::TokenLogprobs> lp, const TokenBytes &bytes) {
   const auto entry = [&](int32_t id, float logprob) {
     const std::string b = bytes(id);
-    json list = json::array();
-    for (const unsigned char c : b) list.push_back(int(c));
-    return json{{"id", id}, {"token", b}, {"bytes", std::move(list)}, {"logprob", logprob}};
+    return json{{"id", id}, {"token", b}, {"bytes", byte_list(b)}, {"logprob", logprob}};
   };
   json out = json::array();
   for (const sampling::TokenLogprobs &t : lp) {

@@ -379,13 +379,11 @@ StopCheck check_stops(std::string &text, const std::vector<std::string> &stops) 
   return {text.size() - hold, false};
 }
 
-namespace {
 json byte_list(const std::string &b) {
   json a = json::array();
   for (const unsigned char c : b) a.push_back(int(c));
   return a;
 }
-}  // namespace
 
 json chat_logprobs(const std::vector<sampling::TokenLogprobs> &lp, const TokenBytes &bytes) {
   json content = json::array();

@@ -129,6 +129,7 @@ StopCheck check_stops(std::string &text, const std::vector<std::string> &stops);
 // completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}
 // (text_offset counted from `offset` bytes into the completion).
 using TokenBytes = std::function<std::string(int32_t)>;
+json byte_list(const std::string &bytes);  // a token's bytes as the APIs' "bytes": [int, ...]
 json chat_logprobs(const std::vector<sampling::TokenLogprobs> &lp, const TokenBytes &bytes);
 json completion_logprobs(const std::vector<sampling::TokenLogprobs> &lp, const TokenBytes &bytes, size_t offset = 0);
 
