@@ -289,6 +289,10 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   EXPECT_NE(kernel_lines(m, "blk.0.attn_q_rope").find("64: rope_f32_kernel (the pair in one launch, each head RMS-normalized first)"),
             std::string::npos) << m;
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_gate_exps").find("1: mmvq_id_decode_kernel"), std::string::npos) << m;
+  // The down experts, their weighted sum and its residual add: one launch for a decode token.
+  EXPECT_NE(kernel_lines(m, "blk.0.ffn_down_exps").find("1: mmvq_id_sum_decode_kernel"), std::string::npos) << m;
+  EXPECT_NE(kernel_lines(m, "blk.0.ffn_down_exps").find("64: mmvq_id_kernel"), std::string::npos) << m;
+  EXPECT_NE(kernel_lines(m, "blk.0.ffn_sum_exps").find("1: inside the kernel of blk.0.ffn_down_exps\n"), std::string::npos) << m;
   // Its router: for a decode token the FFN's RMS norm, the f32 router matmul, the top-k and the
   // expert weights in one launch; a prompt runs them in turn (the top-k with its weights).
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_norm").find("1: moe_router_decode_kernel: the RMS norm, the router blk.0.ffn_moe_logits"),

@@ -508,6 +508,18 @@ void CudaDevice::matmul_id(const ExpertMatmul &e, const float *x, const int32_t 
 
 bool CudaDevice::int8_experts(const ExpertMatmul &e) { return minfer_cuda_mmvq_supported(e.dtype) && e.k % 32 == 0; }
 
+bool CudaDevice::expert_sum_fusable(int32_t dtype, int64_t k, int64_t choices, int64_t rows) {
+  return rows == 1 && minfer_cuda_mmvq_id_sum_decode_supported(dtype, choices, k);
+}
+
+bool CudaDevice::matmul_id_sum(const ExpertMatmul &e, const float *x, const int32_t *ids, const float *wts, const float *add, float *out,
+                               int32_t node_tag) {
+  if (e.up || !e.x_per_pair || !expert_sum_fusable(e.dtype, e.k, e.choices, e.rows)) return false;
+  check_launch(minfer_cuda_mmvq_id_sum_decode(&cfg_, e.dtype, e.w, x, ids, wts, add, out, e.k, e.m, e.n_expert, e.choices, error_flag_, node_tag,
+                                              sm_count_));
+  return true;
+}
+
 void CudaDevice::matmul_glu(int32_t act, int32_t w_dtype, const void *gate, const void *up, const float *x, float *y, int64_t k, int64_t m,
                             int64_t tokens, float *gate_out, float *up_out, const RmsNormIn *norm) {
   if (norm && !folds_norm({&w_dtype, 1}, k, tokens, norm->w))

@@ -171,6 +171,11 @@ class CudaDevice {
   void matmul_id(const ExpertMatmul &e, const float *x, const int32_t *ids, float *y, int32_t node_tag, float *gate_out = nullptr,
                  float *up_out = nullptr);
   static bool int8_experts(const ExpertMatmul &e);  // the experts take moe.cu's dp4a kernel (dtype and k decide)
+  // A decode token's expert matmul (ungated, one row of choices) and the weighted sum of its
+  // choices, out = add + sum_p wts[p] y[p], in one launch; false (nothing run) where
+  // expert_sum_fusable says no.
+  static bool expert_sum_fusable(int32_t dtype, int64_t k, int64_t choices, int64_t rows);
+  bool matmul_id_sum(const ExpertMatmul &e, const float *x, const int32_t *ids, const float *wts, const float *add, float *out, int32_t node_tag);
   // A block-type matmul weight in device memory: `rows` rows of `cols` values.
   struct WeightRef {
     int32_t dtype;

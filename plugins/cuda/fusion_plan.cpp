@@ -67,6 +67,7 @@ class Planner {
     p_.fuse_rope_norms.assign(nodes_.size(), false);
     p_.fuse_sum_add.assign(nodes_.size(), false);
     p_.fuse_router.assign(nodes_.size(), false);
+    p_.fuse_expert_sum.assign(nodes_.size(), false);
     p_.fused_up_to.assign(nodes_.size(), INT64_MAX);
     p_.owner.resize(nodes_.size());
     for (size_t i = 0; i < nodes_.size(); ++i) p_.owner[i] = i;
@@ -185,6 +186,7 @@ class Planner {
       p_.fused_away[i + 1] = true, p_.owner[i + 1] = i;
       ++i;
     }
+    plan_expert_sums();
     for (size_t i = 0; i + 2 < nodes_.size(); ++i) {
       const minfer_node &g = nodes_[i].node(), &u = nodes_[i + 1].node(), &sw = nodes_[i + 2].node();
       // Dense (MATMUL) or experts (MATMUL_ID of the same ids).
@@ -218,6 +220,32 @@ class Planner {
   }
 
   MatmulStep step_at(size_t i) const { return p_.step_at(nodes_, i); }
+
+  // An expert MATMUL_ID (the down projection: not a gate or up) whose output only the MOE_SUM
+  // right after it reads, with that sum's residual ADD where fuse_sum_add took it: one launch
+  // for a decode token. Its blocks read the matmul's x, ids and weights, the sum's expert
+  // weights and the add's other input while others write the final output, so at one row the
+  // output lies apart from the first four and over the add's input only exactly (a row is read
+  // and then written by the same lane).
+  void plan_expert_sums() {
+    for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
+      const minfer_node &mm = nodes_[i].node(), &sum = nodes_[i + 1].node();
+      if (mm.op != MINFER_OP_MATMUL_ID || sum.op != MINFER_OP_MOE_SUM || p_.fused_away[i] || !same(*sum.inputs[0], *mm.output)) continue;
+      if (mm.inputs[1]->rank != 3 || !(mm.output->flags & MINFER_TENSOR_SEGMENT_LOCAL) || read_after(i + 1, *mm.output)) continue;
+      const minfer_node *add = p_.fuse_sum_add[i + 1] ? &nodes_[i + 2].node() : nullptr;
+      const minfer_tensor &out = add ? *add->output : *sum.output;
+      bool clear = true;
+      for (const minfer_tensor *in : {mm.inputs[0], mm.inputs[1], mm.inputs[2], sum.inputs[1]}) clear = clear && apart_up_to(out, *in) >= 1;
+      if (add) {
+        const minfer_tensor &residual = same(*add->inputs[0], *sum.output) ? *add->inputs[1] : *add->inputs[0];
+        clear = clear && (aliased(out, residual) || apart_up_to(out, residual) >= 1);
+      }
+      if (!clear) continue;
+      p_.fuse_expert_sum[i] = true;
+      p_.fused_away[i + 1] = true, p_.owner[i + 1] = i;
+      if (add) p_.owner[i + 2] = i;
+    }
+  }
 
   // An RMS_NORM whose output only the steps right after it read — a group, a gate/up/SwiGLU,
   // or one matmul with or without its add; several when a layer's V has another weight type
@@ -347,7 +375,7 @@ std::string FusionPlan::summary() const {
          std::to_string(count(fuse_rope_norms)) + " with their per-head norms), " +
          std::to_string(count(fuse_top_k_weights)) + " top-k/expert-weight pairs (" + std::to_string(count(fuse_router)) +
          " with their RMS norm and router), " + std::to_string(count(fuse_sum_add)) +
-         " expert sums with their residual add fused; " +
+         " expert sums with their residual add fused (" + std::to_string(count(fuse_expert_sum)) + " expert matmuls with their sum); " +
          std::to_string(groups) + " groups of matmuls sharing their input, " + std::to_string(norms) +
          " matmul steps with the RMS norm they read folded in";
 }

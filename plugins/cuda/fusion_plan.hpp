@@ -20,9 +20,12 @@ struct FusionPlan {
   // MOE_SUM and the residual ADD of its output; fuse_rope_norms: a rope pair whose inputs are
   // the two per-head RMS_NORMs right before it, run inside its launch; fuse_router (at an
   // RMS_NORM): the MoE router after it — its MATMUL, and TOP_K fused with MOE_WEIGHTS — in one
-  // launch for a decode token, the norm's output still written for the experts.
+  // launch for a decode token, the norm's output still written for the experts;
+  // fuse_expert_sum (at a MATMUL_ID): the MOE_SUM of its output after it, and that sum's
+  // residual ADD where fuse_sum_add, in one launch for a decode token (larger steps run the
+  // matmul, then the sum's step as planned without it).
   std::vector<bool> fuse_add, fuse_glu, fuse_rope, fuse_rope_attention, fuse_rope_norms, fuse_top_k_weights, fuse_sum_add, fuse_router,
-      fused_away;
+      fuse_expert_sum, fused_away;
   // Per step's first node: the most rows (tokens) a step may have for it to run fused; larger
   // steps run its nodes one by one (their tensors would overlap at that size).
   std::vector<int64_t> fused_up_to;

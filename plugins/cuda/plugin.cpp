@@ -72,6 +72,9 @@ class CudaSegment : public sdk::Segment {
     size_t o = plan_.owner[i];
     // A prompt runs a fused router's nodes one by one (the top-k still with its weights).
     if (o != i && plan_.fuse_router[o] && tokens != 1) o = n.op == MINFER_OP_MOE_WEIGHTS ? i - 1 : i;
+    // So does a step where an expert matmul and its sum do not run as one (the sum with its add still).
+    if (o != i && plan_.fuse_expert_sum[o] && !expert_sum_fused(o, tokens)) o = n.op == MINFER_OP_MOE_SUM ? i : i - 1;
+    if (o != i && plan_.fuse_expert_sum[o]) return "inside the kernel of " + nodes_[o].name();
     if (n.op == MINFER_OP_ATTENTION)
       return explain_attention(n, tokens, o != i && dev_.attention_rotates(tokens, tokens == 1, sdk::params_of<minfer_attention_params>(n), n.inputs[3]->dtype),
                                o != i && plan_.fuse_rope_norms[o]);
@@ -106,6 +109,9 @@ class CudaSegment : public sdk::Segment {
       const bool int8 = CudaDevice::int8_experts({n.inputs[0]->dtype, nullptr, nullptr, 0, n.inputs[0]->shape[0], 0, 0, 0, 0, false});
       const int64_t choices = n.inputs[2]->shape[0];
       const bool decode = int8 && minfer_cuda_mmvq_id_decode_supported(choices * tokens, choices, n.inputs[0]->shape[0]);
+      if (expert_sum_fused(i, tokens))
+        return std::string("mmvq_id_sum_decode_kernel (dp4a; reads the ids, quantizes its activations itself, and sums the ") +
+               std::to_string(choices) + " experts' rows by their weights" + (plan_.fuse_sum_add[i + 1] ? ", the residual add too)" : ")");
       return std::string(decode ? "mmvq_id_decode_kernel (dp4a; reads the ids and quantizes its activations itself)"
                          : int8 ? "mmvq_id_kernel (dp4a on 8-bit activations; each chosen expert's rows read once for its tokens)"
                                 : "matmul_id_kernel (f32 math, rows decoded per token)") +
@@ -187,12 +193,8 @@ class CudaSegment : public sdk::Segment {
           run_rope_pair(dev_, nodes_[i].node(), nodes_[i + 1].node(), args, &nodes_[i - 2].node(), &nodes_[i - 1].node());
         else if (plan_.fuse_rope[i]) run_rope_pair(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
         else if (plan_.fuse_top_k_weights[i]) run_top_k_weights(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
-        else if (plan_.fuse_sum_add[i] && sdk::run_rows(*nodes_[i].node().output, args) <= plan_.fused_up_to[i])
-          run_moe_sum_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
-        else if (plan_.fuse_sum_add[i]) {  // too many rows to fuse: its two nodes in turn
-          run_[i](dev_, nodes_[i].node(), args, tags_[i]);
-          run_[i + 1](dev_, nodes_[i + 1].node(), args, tags_[i + 1]);
-        }
+        else if (plan_.fuse_expert_sum[i]) run_expert_sum(i, args);
+        else if (plan_.fuse_sum_add[i]) run_sum_add(i, args);
         else run_[i](dev_, nodes_[i].node(), args, tags_[i]);
       } catch (const sdk::Error &e) {
         throw sdk::Error(e.code(), "node '" + nodes_[i].name() + "' (" +
@@ -202,6 +204,31 @@ class CudaSegment : public sdk::Segment {
     if (timed_) check_cuda(cudaEventRecord(events_.back(), dev_.stream()), "recording a timing event");
   }
 
+  // fuse_sum_add[i]: the expert sum and its residual add in one launch, unless the step has
+  // too many rows for that: then its two nodes in turn.
+  void run_sum_add(size_t i, const minfer_step_args &args) {
+    if (sdk::run_rows(*nodes_[i].node().output, args) <= plan_.fused_up_to[i]) return run_moe_sum_add(dev_, nodes_[i].node(), nodes_[i + 1].node(), args);
+    run_[i](dev_, nodes_[i].node(), args, tags_[i]);
+    run_[i + 1](dev_, nodes_[i + 1].node(), args, tags_[i + 1]);
+  }
+
+  // fuse_expert_sum[i]: the expert matmul, its sum (and the sum's add) in one launch for a
+  // decode token, else the matmul and then the sum's step.
+  void run_expert_sum(size_t i, const minfer_step_args &args) {
+    const bool with_add = plan_.fuse_sum_add[i + 1];
+    if (run_matmul_id_sum(dev_, nodes_[i].node(), nodes_[i + 1].node(), with_add ? &nodes_[i + 2].node() : nullptr, args, tags_[i])) return;
+    run_[i](dev_, nodes_[i].node(), args, tags_[i]);
+    if (with_add) return run_sum_add(i + 1, args);
+    run_[i + 1](dev_, nodes_[i + 1].node(), args, tags_[i + 1]);
+  }
+
+  // Whether the expert matmul i runs with its sum at this step size (fuse_expert_sum).
+  bool expert_sum_fused(size_t i, int64_t tokens) const {
+    if (!plan_.fuse_expert_sum[i]) return false;
+    const minfer_node &n = nodes_[i].node();
+    return CudaDevice::expert_sum_fusable(n.inputs[0]->dtype, n.inputs[0]->shape[0], n.inputs[2]->shape[0], tokens);
+  }
+
   // fuse_router[i]: the norm, router matmul and top-k/weights in one launch for a decode token,
   // else the norm's, the matmul's and the top-k's kernels in turn.
   void run_router(size_t i, const minfer_step_args &args) {
@@ -209,6 +236,11 @@ class CudaSegment : public sdk::Segment {
     run_[i](dev_, nodes_[i].node(), args, tags_[i]);
     run_[i + 1](dev_, nodes_[i + 1].node(), args, tags_[i + 1]);
     run_top_k_weights(dev_, nodes_[i + 2].node(), nodes_[i + 3].node(), args);
+  }
+
+  // The one-token GEMV's kernel for weight w (gemv.cu).
+  static std::string gemv_kernel(const minfer_tensor &w) {
+    return minfer_cuda_gemv_staged(w.shape[0]) ? "gemv_staged_kernel" : "gemv_quantizing_kernel";
   }
 
   std::string explain_matmul(size_t i, int64_t tokens) const {
@@ -228,7 +260,7 @@ class CudaSegment : public sdk::Segment {
         if (&nodes_[j].node() == plan_.norm_of[i]) norm = ", the RMS norm " + nodes_[j].name() + " folded in";
     const std::string act = plan_.fuse_glu[i] && nodes_[i + 2].node().op == MINFER_OP_GEGLU ? "GeGLU" : "SwiGLU";
     if (plan_.fuse_glu[i] && path == P::Gemv)
-      return "gemv_quantizing_kernel: gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)" + norm;
+      return gemv_kernel(w) + ": gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)" + norm;
     if (plan_.fuse_glu[i] && path == P::Mmq && minfer_cuda_mmq_glu_supported(w.dtype))
       return "mmq_kernel: gate, up and " + act + " in one launch (int8 tensor cores on the " + type + " blocks)";
     if (plan_.fuse_glu[i] && path == P::Mmvq) return "quantize_q8_act_kernel + mmvq_kernel: gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)";
@@ -244,9 +276,9 @@ class CudaSegment : public sdk::Segment {
     switch (path) {
       case P::Mmq: t = "mmq_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " blocks"; break;
       case P::Gemv:
-        t = mixed ? "gemv_mixed_kernel: dp4a on the " + type + " and " + minfer_dtype_name(plan_.group[i].back().matmul->inputs[0]->dtype) +
-                        " blocks, x quantized in the kernel"
-                  : "gemv_quantizing_kernel: dp4a on the " + type + " blocks, x quantized in the kernel";
+        t = mixed ? (w.shape[0] / 32 <= 32 ? "gemv_mixed_kernel" : gemv_kernel(w)) + ": dp4a on the " + type + " and " +
+                        minfer_dtype_name(plan_.group[i].back().matmul->inputs[0]->dtype) + " blocks, x quantized in the kernel"
+                  : gemv_kernel(w) + ": dp4a on the " + type + " blocks, x quantized in the kernel";
         break;
       case P::F16Gemm:
         t = std::string(dev_.f16_copy(dptr(w)) ? "its cached f16 copy" : "dequantized to f16 per call") + " + f16 tensor-core GEMM";

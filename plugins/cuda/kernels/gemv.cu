@@ -3,8 +3,10 @@
 // it), dp4a dot products (int8_dot.cuh). One launch can take up to three weights sharing x
 // (a layer's Q, K, V with their biases), or a gate and up weight with their activation (SwiGLU, GeGLU), and an
 // RMS norm of x folded in.
+#include <algorithm>
 #include <type_traits>
 
+#include "async_copy.cuh"
 #include "glu.cuh"
 #include "grid.cuh"
 #include "int8_dot.cuh"
@@ -80,7 +82,6 @@ struct GemvParts {
   const float *norm_w;  // RMS norm of x first (its weights), or NULL
   float eps;
   int first_b;  // parts from this one on are of the second block type (gemv_mixed_kernel), else n
-  bool staged;  // rows read in 16-byte pieces through shared memory (gemv_staged_rows)
   int act;      // with an up weight: the gate's activation (MINFER_CUDA_GLU_*)
 };
 
@@ -163,117 +164,137 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
   }
 }
 
-// Rows whose bytes are whole 16-byte pieces (every row 16-byte aligned): a warp reads a row in
-// chunks of up to 2 KiB, each lane four 16-byte pieces of it, so every load instruction reads
-// 512 contiguous bytes (a lane reading its own 18-byte block in 2-byte pieces left most of
-// each sector it fetched unused: 7B gate/up at 1.6 TB/s). The chunk goes through the warp's
-// shared memory to the lanes that own its sub-blocks. Chunks are whole groups of blocks, so
-// none straddles two; the next chunk (across row ends, and from the gate's row to the up row)
-// is loaded before this one is multiplied.
-constexpr int kChunkBytes = 2048;  // a warp's shared buffer
+// Rows of more than 1024 values: a warp reads a row in chunks of up to 2 KiB, each lane up to
+// five 16-byte pieces of it, so every load instruction reads 512 contiguous bytes (a lane
+// reading its own 18-byte block in 2-byte pieces left most of each sector it fetched unused:
+// 7B gate/up at 1.6 TB/s). The chunks go global -> shared by cp.async into a ring of kStages
+// buffers per warp, kStages - 1 of them in flight while the warp multiplies the oldest: the
+// bytes in flight cost no registers (two chunks held in registers kept ~32 KiB an SM in flight
+// and the K-quants at two blocks an SM). A chunk is whole blocks; where it does not start on
+// 16 bytes (Q6_K's 210-byte blocks, Q4_0's 18) its pieces start at the 16-byte boundary below
+// it, and its blocks lie in the buffer at the same offset from 16 bytes as in memory; its last
+// piece reads nothing past the chunk (zero-filled). The next chunk may be across a row end, or
+// from the gate's row to the up row. BlockB: the block type of parts first_b.. (a layer's V
+// stored in another type than its Q and K, as the _M mixes do), BlockA's otherwise; each
+// part's rows are whole blocks of its type, so a chunk is of one type.
+constexpr int kChunkBytes = 2048;               // the most bytes of blocks in a chunk
+constexpr int kSlotBytes = kChunkBytes + 16;    // one buffer of a warp's ring: a chunk and its lead
+constexpr int kStages = 4;                      // buffers in a warp's ring
 
 template <class Block>
 struct ChunkShape {
-  static constexpr int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
-  static constexpr int kGroupBlocks = 16 / gcd(int(sizeof(Block)), 16);  // blocks per 16-byte-aligned group
-  static constexpr int kBlocks = kChunkBytes / (kGroupBlocks * int(sizeof(Block))) * kGroupBlocks;
+  static constexpr int kBlocks = kChunkBytes / int(sizeof(Block));
   static constexpr int kBytes = kBlocks * int(sizeof(Block));
-  static constexpr int kPieces = (kBytes / 16 + 31) / 32;  // 16-byte loads per lane
+  static constexpr int kPieces = (kBytes / 16 + 1 + 31) / 32;  // 16-byte loads per lane (a misaligned chunk takes one more)
 };
 
-// The warps' chunk buffers follow x's blocks in the dynamic shared memory.
+// The warps' rings follow x's blocks in the dynamic shared memory.
 __host__ __device__ constexpr size_t staged_buffers_offset(int64_t ns) { return (size_t(ns) * sizeof(minfer_cuda_q8_act) + 15) / 16 * 16; }
+__host__ __device__ constexpr size_t staged_smem_bytes(int64_t ns) { return staged_buffers_offset(ns) + size_t(kWarps) * kStages * kSlotBytes; }
 
-template <class Block, bool kGated>
-__device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const Block *up, const float *x, int64_t ns, int64_t nb,
-                                                 minfer_cuda_q8_act *xs, uint8_t *wbuf) {
-  using C = ChunkShape<Block>;
+// The chunk's blocks times x: this lane's share added to acc (subs sub-blocks, x's from xc).
+template <class Block>
+__device__ __forceinline__ void chunk_dot(const Block *blocks, int subs, const minfer_cuda_q8_act *xc, int lane, float &acc) {
   constexpr int kSubs = QBlock<Block>::kSubs;
+#pragma unroll
+  for (int u = 0; u < (ChunkShape<Block>::kBlocks * kSubs + 31) / 32; ++u) {
+    const int j = lane + 32 * u;
+    if (j < subs) {
+      SubBlock sb;
+      QBlock<Block>::unpack(blocks[j / kSubs], j % kSubs, sb);
+      acc += sub_dot<Block>(sb, xc[j]);
+    }
+  }
+}
+
+template <class Block, bool kGated, class BlockB = Block>
+__device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const Block *up, const float *x, int64_t ns, minfer_cuda_q8_act *xs,
+                                                 uint8_t *ring) {
+  constexpr bool kMixed = !std::is_same_v<Block, BlockB>;
   const int lane = threadIdx.x & 31;
-  const int64_t rows = parts.end[parts.n - 1], stride = int64_t(gridDim.x) * kWarps, row_bytes = nb * int64_t(sizeof(Block));
+  const int64_t nb = ns / QBlock<Block>::kSubs, nb_b = ns / QBlock<BlockB>::kSubs;
+  const int64_t rows = parts.end[parts.n - 1], stride = int64_t(gridDim.x) * kWarps;
   struct Cursor {
     int64_t o, r, off;  // row of the launch, its part's row, the chunk's byte offset in it
     int p;
     bool second;  // the up weight's row (gated)
+    bool b;       // a row of BlockB
     const uint8_t *row;
   };
+  const auto row_bytes = [&](const Cursor &c) { return kMixed && c.b ? nb_b * int64_t(sizeof(BlockB)) : nb * int64_t(sizeof(Block)); };
+  const auto full_chunk = [&](const Cursor &c) { return kMixed && c.b ? ChunkShape<BlockB>::kBytes : ChunkShape<Block>::kBytes; };
   const auto start_row = [&](Cursor &c, int64_t o) {
-    c.o = o, c.off = 0, c.second = false;
-    if (o < rows) c.row = reinterpret_cast<const uint8_t *>(part_row<Block>(parts, o, nb, c.p, c.r));
+    c.o = o, c.off = 0, c.second = false, c.b = false;
+    if (o >= rows) return;
+    c.row = reinterpret_cast<const uint8_t *>(part_row<Block>(parts, o, nb, c.p, c.r));
+    if (kMixed && c.p >= parts.first_b) c.b = true, c.row = reinterpret_cast<const uint8_t *>(part_row_as<BlockB>(parts, c.p, c.r, nb_b));
   };
   const auto advance = [&](Cursor &c) {
-    c.off += C::kBytes;
-    if (c.off < row_bytes) return;
+    c.off += full_chunk(c);
+    if (c.off < row_bytes(c)) return;
     if (kGated && !c.second) {
       c.off = 0, c.second = true, c.row = reinterpret_cast<const uint8_t *>(up + c.r * nb);
       return;
     }
     start_row(c, c.o + stride);
   };
-  const auto pieces = [&](const Cursor &c) { return int((row_bytes - c.off < C::kBytes ? row_bytes - c.off : C::kBytes) / 16); };
-  const auto load = [&](const Cursor &c, uint4 (&v)[C::kPieces]) {
-    const uint4 *src = reinterpret_cast<const uint4 *>(c.row + c.off);
-    const int n = pieces(c);
-#pragma unroll
-    for (int u = 0; u < C::kPieces; ++u)
-      if (lane + 32 * u < n) v[u] = src[lane + 32 * u];
-  };
-  Cursor load_at, use_at;
-  start_row(load_at, int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5));
-  use_at = load_at;
-  uint4 va[C::kPieces], vb[C::kPieces];
-  if (load_at.o < rows) {
-    load(load_at, va);
-    advance(load_at);
-  }
-  wait_for_inputs();  // the first chunk (weights: no kernel writes them) loads during the previous kernel's tail
-  const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
-  float acc = 0, gate = 0;
-  const Block *blocks = reinterpret_cast<const Block *>(wbuf);
-  // Multiply the chunk in `cur` while the next one loads into `nxt`; finish a row at its end.
-  const auto step = [&](uint4(&cur)[C::kPieces], uint4(&nxt)[C::kPieces]) {
+  const auto chunk_bytes = [&](const Cursor &c) { return int(row_bytes(c) - c.off < full_chunk(c) ? row_bytes(c) - c.off : full_chunk(c)); };
+  const auto lead = [](const Cursor &c) { return int(reinterpret_cast<uintptr_t>(c.row + c.off) & 15); };  // bytes above the 16-byte boundary
+  // The chunk at load_at into ring buffer `slot` (nothing past the last row), as one copy group:
+  // every lane commits a group per chunk, empty or not, so the groups count chunks alike.
+  Cursor load_at{}, use_at{};
+  const auto issue = [&](int slot) {
     if (load_at.o < rows) {
-      load(load_at, nxt);
+      const int from = lead(load_at), end = from + chunk_bytes(load_at), n = (end + 15) / 16;
+      const uint4 *src = reinterpret_cast<const uint4 *>(load_at.row + load_at.off - from);
+      uint4 *dst = reinterpret_cast<uint4 *>(ring + slot * kSlotBytes);
+      constexpr int kPieces = ChunkShape<Block>::kPieces > ChunkShape<BlockB>::kPieces ? ChunkShape<Block>::kPieces : ChunkShape<BlockB>::kPieces;
+#pragma unroll
+      for (int u = 0; u < kPieces; ++u) {
+        const int i = lane + 32 * u;
+        if (i < n) cp_async16_zfill(dst + i, src + i, end - 16 * i < 16 ? end - 16 * i : 16);
+      }
       advance(load_at);
     }
-    const int n = pieces(use_at);
-    __syncwarp();  // the previous chunk is read
+    cp_async_commit();
+  };
+  start_row(load_at, int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5));
+  use_at = load_at;
 #pragma unroll
-    for (int u = 0; u < C::kPieces; ++u)
-      if (lane + 32 * u < n) reinterpret_cast<uint4 *>(wbuf)[lane + 32 * u] = cur[u];
-    __syncwarp();
-    const int subs = n * 16 / int(sizeof(Block)) * kSubs;
-    const minfer_cuda_q8_act *xc = xs + use_at.off / int64_t(sizeof(Block)) * kSubs;  // x of the chunk's first sub-block
-#pragma unroll
-    for (int u = 0; u < (C::kBlocks * kSubs + 31) / 32; ++u) {
-      const int j = lane + 32 * u;
-      if (j < subs) {
-        SubBlock sb;
-        QBlock<Block>::unpack(blocks[j / kSubs], j % kSubs, sb);
-        acc += sub_dot<Block>(sb, xc[j]);
-      }
-    }
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
+  wait_for_inputs();  // the first chunks (weights: no kernel writes them) load during the previous kernel's tail
+  const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
+  float acc = 0, gate = 0;
+  for (int slot = 0; use_at.o < rows; slot = slot == kStages - 1 ? 0 : slot + 1) {
+    cp_async_wait<kStages - 2>();  // this lane's pieces of the chunk at use_at have landed
+    __syncwarp();                  // ... and every lane's; the buffer used last round is free
+    issue(slot == 0 ? kStages - 1 : slot - 1);
+    const uint8_t *chunk = ring + slot * kSlotBytes + lead(use_at);
+    const auto dot = [&](auto tag) {  // x from the chunk's first sub-block on
+      using T = decltype(tag);
+      constexpr int kSubs = QBlock<T>::kSubs;
+      chunk_dot(reinterpret_cast<const T *>(chunk), chunk_bytes(use_at) / int(sizeof(T)) * kSubs, xs + use_at.off / int64_t(sizeof(T)) * kSubs, lane, acc);
+    };
+    if (kMixed && use_at.b) dot(BlockB{});
+    else dot(Block{});
     const Cursor done = use_at;
     advance(use_at);
-    if (use_at.o == done.o && use_at.second == done.second) return;  // the row goes on
+    if (use_at.o == done.o && use_at.second == done.second) continue;  // the row goes on
     const float v = scale * warp_sum(acc);
     acc = 0;
     if (kGated && !done.second) {
       gate = v;
-      return;
+      continue;
     }
     if (lane == 0) store_row(parts, done.p, done.r, kGated ? glu(parts.act, gate, v) : v);
-  };
-  while (use_at.o < rows) {
-    step(va, vb);
-    if (use_at.o >= rows) break;
-    step(vb, va);
   }
 }
 
 // kGated false: y_i[r] = W_i[r].x (+ add_i[r]) for every part i (a layer's Q, K and V in one
 // launch). kGated (one part): W is the gate and `up` a second weight: y[r] = act(W[r].x) *
-// up[r].x, the FFN's two products and its activation in one launch. A warp's first row starts
+// up[r].x, the FFN's two products and its activation in one launch. This kernel takes rows of
+// at most 1024 values (gemv_short_rows), and longer ones a warp a row where the staged
+// kernel's rings do not fit beside x (GPUs with 99 KiB a block); a warp's first row starts
 // loading before x is quantized, so the weights' memory latency overlaps the quantizing (the
 // gate's part only when gated: both would not fit in registers).
 // Blocks an SM: three for Q4_0 (its short unpacking fits 80 registers: H200, two alternating
@@ -294,9 +315,6 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvBlocksPerSm<Block>) gemv_qua
     wait_for_inputs();
     return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
   }
-  if (parts.staged)
-    return gemv_staged_rows<Block, kGated>(parts, up, x, ns, nb, xs,
-                                           reinterpret_cast<uint8_t *>(xs) + staged_buffers_offset(ns) + warp * kChunkBytes);
   const auto row_of = [&](int64_t o, int &p, int64_t &r) { return part_row<Block>(parts, o, nb, p, r); };
   const int64_t o0 = int64_t(blockIdx.x) * kWarps + warp;
   int p;
@@ -315,6 +333,20 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvBlocksPerSm<Block>) gemv_qua
     }
     if (lane == 0) store_row(parts, p, r, v);
   }
+}
+
+// Staged rows (gemv_staged_rows) in a kernel of their own: without the other paths' unpacked
+// sub-blocks it needs few enough registers for kStagedBlocksPerSm blocks an SM, as many as
+// the rings of a 3584-value row fit in shared memory.
+constexpr int kStagedBlocksPerSm = 3;
+
+template <class Block, bool kGated, class BlockB = Block>
+__global__ void __launch_bounds__(kWarps * 32, kStagedBlocksPerSm) gemv_staged_kernel(const __grid_constant__ GemvParts parts, const Block *up,
+                                                                                     const float *x, int64_t k) {
+  extern __shared__ minfer_cuda_q8_act xs[];
+  const int64_t ns = k / 32;
+  gemv_staged_rows<Block, kGated, BlockB>(parts, up, x, ns, xs,
+                                          reinterpret_cast<uint8_t *>(xs) + staged_buffers_offset(ns) + (threadIdx.x >> 5) * kStages * kSlotBytes);
 }
 
 // Parts of two block types in one launch (gemv_short_rows with BlockB); short rows only.
@@ -367,6 +399,12 @@ extern "C" int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k) {
          size_t(k / 32) * sizeof(minfer_cuda_q8_act) <= 48 * 1024;
 }
 
+extern "C" int minfer_cuda_gemv_staged(int64_t k) {
+  int device = 0, optin = 48 * 1024;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  return k / 32 > 32 && staged_smem_bytes(k / 32) <= size_t(optin);
+}
+
 extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
                                                    const void *up, int32_t act, const float *x, int64_t k, const float *norm_w,
                                                    float eps, int32_t sm_count) {
@@ -375,30 +413,43 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
   GemvParts gp = gemv_parts(parts, n_parts, norm_w, eps, m);
   gp.act = act;
   const int64_t per_warp = k / 32 <= 32 ? (up ? kShortRows / 2 : kShortRows) : 1;  // rows a warp takes at once
-  size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
+  int device = 0, per_sm_smem = 228 * 1024;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  cudaError_t e = cudaSuccess;
+  bool staged = false;
   const bool known = visit_int8_block(dtype, [&](auto tag) {
     using Block = decltype(tag);
-    const int64_t blocks = gemv_blocks(cfg, m, per_warp, sm_count, kGemvBlocksPerSm<Block>);
-    // Staged rows need every row 16-byte aligned, and their buffers must fit beside x.
-    const size_t staged_smem = staged_buffers_offset(k / 32) + size_t(kWarps) * kChunkBytes;
-    bool aligned = k / 32 > 32 && (k / (32 * QBlock<Block>::kSubs) * sizeof(Block)) % 16 == 0 && staged_smem <= 48 * 1024 &&
-                   reinterpret_cast<uintptr_t>(up) % 16 == 0;
-    for (int i = 0; i < n_parts; ++i) aligned = aligned && reinterpret_cast<uintptr_t>(parts[i].w) % 16 == 0;
-    gp.staged = aligned;
-    if (aligned) smem = staged_smem;
-    if (up)
-      launch_kernel(cfg, gemv_quantizing_kernel<Block, true>, unsigned(blocks), kWarps * 32, smem, gp, static_cast<const Block *>(up), x, k);
-    else
-      launch_kernel(cfg, gemv_quantizing_kernel<Block, false>, unsigned(blocks), kWarps * 32, smem, gp, nullptr, x, k);
+    // Long rows stream through the warps' rings where those fit beside x (gemv_staged_rows: a
+    // chunk's first piece may start up to 15 bytes before it, still inside the weights'
+    // allocation, whose start the driver aligns far more).
+    staged = minfer_cuda_gemv_staged(k);
+    const size_t smem = staged ? staged_smem_bytes(k / 32) : size_t(k / 32) * sizeof(minfer_cuda_q8_act);
+    // As many blocks an SM as the registers allow and the shared memory holds (the runtime keeps 1 KiB a block).
+    const int per_sm = int(std::max<size_t>(1, std::min<size_t>(staged ? kStagedBlocksPerSm : kGemvBlocksPerSm<Block>, size_t(per_sm_smem) / (smem + 1024))));
+    const int64_t blocks = gemv_blocks(cfg, m, per_warp, sm_count, per_sm);
+    const auto run = [&](auto kernel, const Block *up_w) {
+      if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      if (e == cudaSuccess) launch_kernel(cfg, kernel, unsigned(blocks), kWarps * 32, smem, gp, up_w, x, k);
+    };
+    if (staged) up ? run(gemv_staged_kernel<Block, true>, static_cast<const Block *>(up)) : run(gemv_staged_kernel<Block, false>, nullptr);
+    else up ? run(gemv_quantizing_kernel<Block, true>, static_cast<const Block *>(up)) : run(gemv_quantizing_kernel<Block, false>, nullptr);
   });
+  if (e != cudaSuccess) return e;
   if (!known) return cudaErrorNotSupported;
-  return launched(cfg, up ? (act == MINFER_CUDA_GLU_GELU ? "gemv_quantizing_kernel (gate, up, gelu)" : "gemv_quantizing_kernel (gate, up, silu)") : n_parts > 1 ? "gemv_quantizing_kernel (grouped)" : "gemv_quantizing_kernel",
-                  dtype);
+  static const char *const names[2][4] = {
+      {"gemv_quantizing_kernel", "gemv_quantizing_kernel (grouped)", "gemv_quantizing_kernel (gate, up, silu)", "gemv_quantizing_kernel (gate, up, gelu)"},
+      {"gemv_staged_kernel", "gemv_staged_kernel (grouped)", "gemv_staged_kernel (gate, up, silu)", "gemv_staged_kernel (gate, up, gelu)"}};
+  return launched(cfg, names[staged][up ? (act == MINFER_CUDA_GLU_GELU ? 3 : 2) : n_parts > 1 ? 1 : 0], dtype);
 }
 
 
+// Long rows of two types take the staged kernel, whose rings must fit the shared memory every
+// GPU since Ampere lets a block have (99 KiB on sm_86): k up to ~19,000.
+constexpr size_t kMixedStagedSmem = 99 * 1024;
+
 extern "C" int minfer_cuda_gemv_mixable(int32_t dtype_a, int32_t dtype_b, int64_t k) {
-  return visit_mixed_pair(dtype_a, dtype_b, [](auto, auto) {}) && k % minfer_dtype_info(dtype_a).block_values == 0 && k / 32 <= 32;
+  return visit_mixed_pair(dtype_a, dtype_b, [](auto, auto) {}) && k % minfer_dtype_info(dtype_a).block_values == 0 &&
+         (k / 32 <= 32 || staged_smem_bytes(k / 32) <= kMixedStagedSmem);
 }
 
 extern "C" cudaError_t minfer_cuda_gemv_quantizing_mixed(minfer_cuda_launch_cfg *cfg, int32_t dtype_a, int32_t dtype_b,
@@ -409,10 +460,26 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing_mixed(minfer_cuda_launch_cfg 
   int64_t m;
   GemvParts gp = gemv_parts(parts, n_parts, norm_w, eps, m);
   gp.first_b = first_b;
-  const int64_t blocks = gemv_blocks(cfg, m, kShortRows, sm_count);
-  const size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
+  if (k / 32 <= 32) {
+    const int64_t blocks = gemv_blocks(cfg, m, kShortRows, sm_count);
+    const size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
+    visit_mixed_pair(dtype_a, dtype_b, [&](auto a, auto b) {
+      launch_kernel(cfg, gemv_mixed_kernel<decltype(a), decltype(b)>, unsigned(blocks), kWarps * 32, smem, gp, x, k);
+    });
+    return launched(cfg, "gemv_mixed_kernel (grouped, two block types)", dtype_a);
+  }
+  // Staged rows (gemv_staged_rows with the second type).
+  int device = 0, per_sm_smem = 228 * 1024;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  const size_t smem = staged_smem_bytes(k / 32);
+  const int per_sm = int(std::max<size_t>(1, std::min<size_t>(kStagedBlocksPerSm, size_t(per_sm_smem) / (smem + 1024))));
+  const int64_t blocks = gemv_blocks(cfg, m, 1, sm_count, per_sm);
+  cudaError_t e = cudaSuccess;
   visit_mixed_pair(dtype_a, dtype_b, [&](auto a, auto b) {
-    launch_kernel(cfg, gemv_mixed_kernel<decltype(a), decltype(b)>, unsigned(blocks), kWarps * 32, smem, gp, x, k);
+    const auto kernel = gemv_staged_kernel<decltype(a), false, decltype(b)>;
+    if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e == cudaSuccess) launch_kernel(cfg, kernel, unsigned(blocks), kWarps * 32, smem, gp, nullptr, x, k);
   });
-  return launched(cfg, "gemv_mixed_kernel (grouped, two block types)", dtype_a);
+  if (e != cudaSuccess) return e;
+  return launched(cfg, "gemv_staged_kernel (grouped, two block types)", dtype_a);
 }

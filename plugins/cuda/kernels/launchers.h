@@ -142,6 +142,15 @@ cudaError_t minfer_cuda_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, int32_t w_dt
                                        const float *x, float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices,
                                        int32_t x_per_pair, const int32_t *ids, int32_t *error_flag, int32_t error_tag, int32_t sm_count);
 
+/* A decode token's expert down matmul and the weighted sum of its choices in one launch:
+ * out[o] = add[o] (when add is non-NULL) + sum_p wts[p] * (W_ids[p] x_p)[o], x the choices' rows
+ * of k values one after another (f32, quantized by the kernel). A bad id: NaN rows and
+ * error_flag, as minfer_cuda_mmvq_id_decode. */
+int32_t minfer_cuda_mmvq_id_sum_decode_supported(int32_t w_dtype, int64_t choices, int64_t k);
+cudaError_t minfer_cuda_mmvq_id_sum_decode(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x, const int32_t *ids,
+                                           const float *wts, const float *add, float *out, int64_t k, int64_t m, int64_t n_expert,
+                                           int64_t choices, int32_t *error_flag, int32_t error_tag, int32_t sm_count);
+
 /* A gated FFN's activation of the gate (glu.cuh): SwiGLU's silu, GeGLU's GELU (tanh form). */
 enum { MINFER_CUDA_GLU_SILU = 0, MINFER_CUDA_GLU_GELU = 1 };
 
@@ -227,14 +236,17 @@ typedef struct {
   int64_t m;
 } minfer_cuda_gemv_part;
 /* One token over parts of two block types (a layer's Q and K in one, its V in another, as the
- * _M mixes store them): parts [0, first_b) of dtype_a, the rest of dtype_b; k <= 1024 and the
- * pairs minfer_cuda_gemv_mixable names (Q4_K/Q5_K + Q6_K, Q5_0/Q5_1 + Q8_0). Otherwise as
+ * _M mixes store them): parts [0, first_b) of dtype_a, the rest of dtype_b; the pairs and k
+ * minfer_cuda_gemv_mixable names (Q4_K/Q5_K + Q6_K, Q5_0/Q5_1 + Q8_0). Otherwise as
  * minfer_cuda_gemv_quantizing without `up`. */
 int minfer_cuda_gemv_mixable(int32_t dtype_a, int32_t dtype_b, int64_t k);
 cudaError_t minfer_cuda_gemv_quantizing_mixed(minfer_cuda_launch_cfg *cfg, int32_t dtype_a, int32_t dtype_b,
                                               const minfer_cuda_gemv_part *parts, int32_t n_parts, int32_t first_b, const float *x, int64_t k,
                                               const float *norm_w, float eps, int32_t sm_count);
 int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k);
+/* Whether rows of k values stream through shared memory on the current device
+ * (gemv_staged_kernel: past 1024 values, where the warps' buffers fit), else one row a warp. */
+int minfer_cuda_gemv_staged(int64_t k);
 cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
                                         const void *up, int32_t act, const float *x, int64_t k, const float *norm_w, float eps,
                                         int32_t sm_count);

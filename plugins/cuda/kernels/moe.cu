@@ -363,6 +363,62 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
 }
 
+// A decode token's expert down matmul and the weighted sum of its choices (MOE_SUM), with the
+// residual add where the plan fuses it: out[o] = add[o] + sum_p wts[p] * (W_ids[p][o] . x_p).
+// A warp takes output row o whole — the rows o of all the chosen experts, each lane whole
+// sub-blocks of them (choices * ns), each product scaled by its pair's weight before it joins
+// the lane's one sum (a fixed order) — so the sum's launch and the choices x m expert outputs
+// between the two are gone. The block first quantizes every pair's activations into shared
+// memory as one row (pair p's x follows pair p-1's; a sub-block never straddles two). A bad id
+// makes every output row NaN and is recorded as the route kernel records it.
+constexpr int kSumMaxChoices = 32;
+constexpr int kSumUnroll = 4;  // sub-blocks a lane has in flight
+
+template <class Block>
+__global__ void __launch_bounds__(kWarps * 32, 3)
+    mmvq_id_sum_decode_kernel(const Block *w, const float *x, const int32_t *ids, const float *wts, const float *add, float *out, int64_t k,
+                              int64_t m, int32_t choices, int32_t n_expert, int32_t *error_flag, int32_t error_tag) {
+  extern __shared__ minfer_cuda_q8_act xs[];
+  __shared__ const Block *expert[kSumMaxChoices];
+  __shared__ float weight[kSumMaxChoices];
+  __shared__ int bad;
+  wait_for_inputs();
+  const int lane = threadIdx.x & 31;
+  const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs), total = int64_t(choices) * ns;
+  if (threadIdx.x == 0) bad = 0;
+  __syncthreads();
+  if (threadIdx.x < choices) {
+    const int32_t e = ids[threadIdx.x];
+    const bool ok = e >= 0 && e < n_expert;
+    if (!ok) {
+      bad = 1;
+      if (blockIdx.x == 0 && atomicCAS(error_flag, 0, error_tag) == 0) error_flag[1] = e;
+    }
+    expert[threadIdx.x] = w + (ok ? int64_t(e) : 0) * m * nb;
+    weight[threadIdx.x] = wts[threadIdx.x];
+  }
+  quantize_to_shared(x, nullptr, total, xs);
+  __syncthreads();
+  for (int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); o < m; o += int64_t(gridDim.x) * kWarps) {
+    float acc = 0;
+    for (int64_t j0 = lane; j0 < total && !bad; j0 += 32 * kSumUnroll) {
+      SubBlock sb[kSumUnroll];
+      int pair[kSumUnroll];
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) {
+        const int64_t j = j0 + 32 * u;
+        pair[u] = int(j / ns);
+        if (j < total) unpack_sub(expert[pair[u]] + o * nb, j - pair[u] * ns, sb[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u)
+        if (j0 + 32 * u < total) acc += weight[pair[u]] * sub_dot<Block>(sb[u], xs[j0 + 32 * u]);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) out[o] = bad ? NAN : add ? add[o] + acc : acc;
+  }
+}
+
 }  // namespace
 }  // namespace minfer::cuda
 
@@ -514,4 +570,24 @@ extern "C" cudaError_t minfer_cuda_mmvq_id(minfer_cuda_launch_cfg *cfg, int32_t 
   if (!known) return cudaErrorNotSupported;
   if (e != cudaSuccess) return e;
   return launched(cfg, up ? "mmvq_id_kernel (gate, up, glu)" : "mmvq_id_kernel", dtype);
+}
+
+extern "C" int32_t minfer_cuda_mmvq_id_sum_decode_supported(int32_t dtype, int64_t choices, int64_t k) {
+  return minfer_cuda_mmvq_supported(dtype) && choices >= 1 && choices <= kSumMaxChoices && k % 32 == 0 &&
+         size_t(choices * (k / 32)) * sizeof(minfer_cuda_q8_act) <= 48 * 1024;
+}
+
+extern "C" cudaError_t minfer_cuda_mmvq_id_sum_decode(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const float *x, const int32_t *ids,
+                                                      const float *wts, const float *add, float *out, int64_t k, int64_t m, int64_t n_expert,
+                                                      int64_t choices, int32_t *error_flag, int32_t error_tag, int32_t sm_count) {
+  if (!minfer_cuda_mmvq_id_sum_decode_supported(dtype, choices, k) || !ids || !wts) return cudaErrorInvalidValue;
+  const size_t smem = size_t(choices * (k / 32)) * sizeof(minfer_cuda_q8_act);
+  // A row a warp: m / 8 blocks (2048 rows: 256, one wave at three an SM), capped at one wave.
+  const int64_t blocks = std::min<int64_t>({(m + kWarps - 1) / kWarps, int64_t(sm_count > 0 ? sm_count : 132) * 3, cfg->max_blocks});
+  visit_int8_block(dtype, [&](auto tag) {
+    using Block = decltype(tag);
+    launch_kernel(cfg, mmvq_id_sum_decode_kernel<Block>, unsigned(blocks), kWarps * 32, smem, static_cast<const Block *>(w), x, ids, wts, add,
+                  out, k, m, int32_t(choices), int32_t(n_expert), error_flag, error_tag);
+  });
+  return launched(cfg, add ? "mmvq_id_sum_decode_kernel (with the residual add)" : "mmvq_id_sum_decode_kernel", dtype);
 }

@@ -70,6 +70,14 @@ void run_moe_sum_add(CudaDevice &dev, const minfer_node &sum, const minfer_node 
                   sum.inputs[0]->shape[1], sdk::run_rows(*sum.output, args), dptr<float>(other));
 }
 
+bool run_matmul_id_sum(CudaDevice &dev, const minfer_node &mm, const minfer_node &sum, const minfer_node *add, const minfer_step_args &args,
+                       int32_t tag) {
+  const minfer_tensor *residual = nullptr;
+  if (add) residual = add->inputs[0]->buffer == sum.output->buffer && add->inputs[0]->offset == sum.output->offset ? add->inputs[1] : add->inputs[0];
+  return dev.matmul_id_sum(expert_matmul(mm, args), dptr<float>(*mm.inputs[1]), dptr<int32_t>(*mm.inputs[2]), dptr<float>(*sum.inputs[1]),
+                           residual ? dptr<float>(*residual) : nullptr, dptr<float>(add ? *add->output : *sum.output), tag);
+}
+
 void run_top_k_weights(CudaDevice &dev, const minfer_node &top_k, const minfer_node &weights, const minfer_step_args &args) {
   const auto &p = sdk::params_of<minfer_moe_weights_params>(weights);
   dev.top_k_f32(dptr<float>(*top_k.inputs[0]), dptr<int32_t>(*top_k.output), top_k.inputs[0]->shape[0], top_k.output->shape[0],

@@ -54,6 +54,10 @@ void run_matmul_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node 
 
 // MOE_SUM and the residual ADD of its output: one launch (FusionPlan::fuse_sum_add).
 void run_moe_sum_add(CudaDevice &dev, const minfer_node &sum, const minfer_node &add, const minfer_step_args &args);
+// A decode token's expert down MATMUL_ID, the MOE_SUM of its output and (add non-null) the
+// sum's residual ADD in one launch; false (nothing run) where the kernel does not apply.
+bool run_matmul_id_sum(CudaDevice &dev, const minfer_node &mm, const minfer_node &sum, const minfer_node *add, const minfer_step_args &args,
+                       int32_t tag);
 // TOP_K and the MOE_WEIGHTS of its logits and ids: one launch (FusionPlan::fuse_top_k_weights).
 void run_top_k_weights(CudaDevice &dev, const minfer_node &top_k, const minfer_node &weights, const minfer_step_args &args);
 // RMS_NORM, the router MATMUL of its output and the router's fused TOP_K/MOE_WEIGHTS in one
