@@ -263,6 +263,15 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and SwiGLU in one launch"), std::string::npos)
       << e;
   EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("128: mmq_kernel: gate, up and SwiGLU in one launch"), std::string::npos) << e;
+  // Q2_K and Q3_K decode on the dp4a GEMV too (a matmul_kernel at ~80 GB/s before); Q3_K
+  // prompts take MMQ, Q2_K's (minima per 16 values) the f16 GEMM.
+  for (const char *type : {"q2_k", "q3_k"}) {
+    const std::string lo = explain_tiny("backends: {cuda: {}}\n", "qwen2", type, 128);
+    const std::string down = kernel_lines(lo, "blk.0.ffn_down");
+    EXPECT_NE(down.find(std::string("1: gemv_quantizing_kernel: dp4a on the ") + type + " blocks"), std::string::npos) << lo;
+    EXPECT_NE(down.find(std::string("128: ") + (type == std::string("q3_k") ? "mmq_kernel" : "dequantized to f16 per call + f16 tensor-core GEMM")),
+              std::string::npos) << lo;
+  }
   // Gemma's GELU-gated FFN fuses the same way.
   const std::string g = explain_tiny("backends: {cuda: {}}\n", "gemma2", "q4_0", 128);
   EXPECT_NE(kernel_lines(g, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and GeGLU in one launch"), std::string::npos) << g;

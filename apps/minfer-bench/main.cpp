@@ -32,13 +32,15 @@ namespace {
 
 const char *kUsage =
     "usage: minfer-bench -m MODEL.gguf [--config RUN.yaml] [-p N,...] [-n N,...] [-d N,...] [-r N] [-t THREADS] [--json]\n"
-    "       minfer-bench --op matmul --type TYPE -k K --rows M --tokens N [--config RUN.yaml] [-r N]\n"
+    "       minfer-bench --op matmul --type TYPE -k K --rows M --tokens N [--copies C] [--config RUN.yaml] [-r N]\n"
     "       minfer-bench -m MODEL.gguf --parallel 1,4,16,64 [--npp 512] [--ntg 128] [-b N] [--config RUN.yaml] [--json]\n"
     "  --parallel B,...  many sequences at once (continuous batching), as llama-batched-bench prints it:\n"
     "                 B sequences of --npp random prompt tokens each generate --ntg tokens; -b: tokens per\n"
     "                 step at most (default min(B * npp, 8192))\n"
     "  --op matmul    time one matmul alone on the config's first backend: y (N x M) = W (M x K,\n"
-    "                 of TYPE: f32, f16, q4_0, q8_0, q4_k, ...) x (N x K); -r calls (default 20)\n"
+    "                 of TYPE: f32, f16, q4_0, q8_0, q4_k, ...) x (N x K); -r calls (default 20), each\n"
+    "                 on the next of C copies of W (default: 512 MB of them, at most 64), so every\n"
+    "                 call reads W from memory; --copies 1 measures a W the caches hold\n"
     "  -m FILE        model to measure\n"
     "  --config FILE  backends, placement and options (default: the cpu backend)\n"
     "  -p N,...       prompt tokens of each pp test (default 512; 0 skips it)\n"
@@ -128,6 +130,7 @@ int main(int argc, char **argv) {
       else if (a == "-k") op.k = std::stoll(value());
       else if (a == "--rows") op.rows = std::stoll(value());
       else if (a == "--tokens") op.tokens = std::stoll(value());
+      else if (a == "--copies") op.copies = std::stoll(value());
       else if (a == "-t") threads = value();
       else if (a == "--kv-type") kv = value();
       else if (a == "--json") as_json = true;
@@ -139,9 +142,10 @@ int main(int argc, char **argv) {
       const minfer::RunConfig cfg = config_path.empty() ? minfer::parse_run_config("backends: {cpu: {}}\n", "(default: cpu)")
                                                         : minfer::load_run_config(config_path);
       const minfer::bench::OpBenchResult r = minfer::bench::run_op_bench(op, cfg);
-      std::printf("%s %s k=%lld rows=%lld tokens=%lld on %s: %.1f us/call, %.2f TOPS (2*k*rows*tokens), weight %.1f MB read at %.1f GB/s\n",
+      std::printf("%s %s k=%lld rows=%lld tokens=%lld on %s: %.1f us/call, %.2f TOPS (2*k*rows*tokens), weight %.1f MB read at %.1f GB/s"
+                  " (%lld cop%s in turn)\n",
                   op.op.c_str(), op.type.c_str(), (long long)op.k, (long long)op.rows, (long long)op.tokens, r.backend.c_str(),
-                  r.us_per_call, r.tops, r.weight_bytes / 1e6, r.weight_gbps);
+                  r.us_per_call, r.tops, r.weight_bytes / 1e6, r.weight_gbps, (long long)r.copies, r.copies == 1 ? "y" : "ies");
       return 0;
     }
     if (model_path.empty()) throw minfer::Error(std::string("no model: give -m MODEL.gguf\n") + kUsage);

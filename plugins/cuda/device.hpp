@@ -34,7 +34,7 @@ struct DeviceOptions {
   bool pdl = true;
   // Prefill matmuls of block-quantized weights (the types of kernels/qblock.cuh): true = int8
   // tensor-core GEMM reading the packed blocks (mmq.cu, no f16 copy); false = weights
-  // dequantized to f16 + f16 tensor-core GEMM (the path Q2_K and Q3_K always take).
+  // dequantized to f16 + f16 tensor-core GEMM (the path Q2_K always takes).
   bool mmq = true;
   // Steps of at least this many tokens take MMQ; fewer (but more than one) take the few-token
   // GEMV (mmvq), whose time grows with the tokens while MMQ's stays flat at few tokens.

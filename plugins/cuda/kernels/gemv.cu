@@ -125,6 +125,7 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
   static_assert(QBlock<Block>::kSubs == QBlock<BlockB>::kSubs, "mixed parts need the same rows of blocks");
   constexpr bool kMixed = !std::is_same_v<Block, BlockB>;
   constexpr bool kTwo = QBlock<Block>::kTwoScales || QBlock<BlockB>::kTwoScales, kOff = QBlock<Block>::kOffset || QBlock<BlockB>::kOffset;
+  constexpr bool kHalfOff = kTwoOffsets<Block> || kTwoOffsets<BlockB>;
   constexpr int R = kGated ? kShortRows / 2 : kShortRows;
   const int lane = threadIdx.x & 31;
   const int64_t rows = parts.end[parts.n - 1], stride = int64_t(gridDim.x) * kWarps;
@@ -154,7 +155,7 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
       const bool live = t * R + u < rows;
       float a = 0, b = 0;
       if (live && lane < ns) {
-        a = sub_dot_as<kTwo, kOff>(s[u], xs[lane]);
+        a = sub_dot_as<kTwo, kOff, kHalfOff>(s[u], xs[lane]);
         if (kGated) b = sub_dot<Block>(s[R + u], xs[lane]);
       }
       float v = scale * warp_sum(a);

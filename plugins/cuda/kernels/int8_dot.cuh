@@ -78,20 +78,28 @@ __device__ __forceinline__ float quantize_to_shared(const float *x, const float 
 // One weight sub-block (32 values) times one activation block, for sub-blocks with two scales
 // and/or a minimum as the flags say (a SubBlock of a simpler type has d[1] == d[0] and m == 0,
 // so the general form serves it too).
-template <bool kTwoScales, bool kOffset>
+// kHalfOffsets (Q2_K): an offset per 16 values, times each half's own activation sum.
+template <bool kTwoScales, bool kOffset, bool kHalfOffsets = false>
 __device__ __forceinline__ float sub_dot_as(const SubBlock &w, const minfer_cuda_q8_act &a) {
   int lo = 0, hi = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) lo = __dp4a(int(w.q[i]), a.qs[i], lo);
 #pragma unroll
   for (int i = 4; i < 8; ++i) hi = __dp4a(int(w.q[i]), a.qs[i], hi);
-  float v = (kTwoScales ? w.d[0] * float(lo) + w.d[1] * float(hi) : w.d[0] * float(lo + hi)) * a.d;
+  float v = (kTwoScales ? w.d[0] * float(lo) + w.d[1] * float(hi) : w.d[0] * float(lo + hi));
+  if (kHalfOffsets) {
+    int sum_lo = 0, sum_hi = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum_lo = __dp4a(0x01010101, a.qs[i], sum_lo), sum_hi = __dp4a(0x01010101, a.qs[i + 4], sum_hi);
+    v = fmaf(w.m, float(sum_lo), fmaf(w.m2, float(sum_hi), v));
+  }
+  v *= a.d;
   if (kOffset) v = fmaf(w.m, a.s, v);
   return v;
 }
 template <class Block>
 __device__ __forceinline__ float sub_dot(const SubBlock &w, const minfer_cuda_q8_act &a) {
-  return sub_dot_as<QBlock<Block>::kTwoScales, QBlock<Block>::kOffset>(w, a);
+  return sub_dot_as<QBlock<Block>::kTwoScales, QBlock<Block>::kOffset, kTwoOffsets<Block>>(w, a);
 }
 
 // One activation block from shared memory as five 8-byte loads: the 40-byte blocks of

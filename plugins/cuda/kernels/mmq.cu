@@ -484,8 +484,15 @@ cudaError_t launch(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part *part
 
 using namespace minfer::cuda;
 
+// Q2_K's minima per 16 values need each half's activation sum, and MMQ's x tiles keep one
+// sum per 32 values: its prompts take the f16 GEMM.
+template <class Block>
+constexpr bool kMmqReads = !kTwoOffsets<Block>;
+
 extern "C" int minfer_cuda_mmq_supported(int32_t dtype) {
-  return visit_int8_block(dtype, [](auto) {});
+  bool reads = false;
+  visit_int8_block(dtype, [&](auto tag) { reads = kMmqReads<decltype(tag)>; });
+  return reads;
 }
 
 extern "C" int minfer_cuda_mmq_glu_supported(int32_t dtype) {
@@ -509,6 +516,7 @@ extern "C" size_t minfer_cuda_mmq_partials_bytes(int32_t dtype, const minfer_cud
                                                  int32_t sm_count) {
   size_t bytes = 0;
   visit_int8_block(dtype, [&](auto tag) {
+    if constexpr (!kMmqReads<decltype(tag)>) return;
     const MmqPlan plan = plan_mmq<decltype(tag)>(parts, n_parts, k, tokens, sm_count, true);
     if (plan.splits == 1) return;
     for (int i = 0; i < n_parts; ++i) bytes += size_t(parts[i].m * tokens) * plan.splits * sizeof(float);
@@ -520,7 +528,9 @@ extern "C" cudaError_t minfer_cuda_mmq(minfer_cuda_launch_cfg *cfg, int32_t dtyp
                                        const void *xq, int64_t k, int64_t tokens, const minfer_cuda_mmq_split *split) {
   if (const cudaError_t err = check_mmq_args(dtype, parts, n_parts, xq, k); err != cudaSuccess) return err;
   cudaError_t err = cudaErrorNotSupported;
-  visit_int8_block(dtype, [&](auto tag) { err = launch<decltype(tag)>(cfg, parts, n_parts, xq, k, tokens, dtype, split); });
+  visit_int8_block(dtype, [&](auto tag) {
+    if constexpr (kMmqReads<decltype(tag)>) err = launch<decltype(tag)>(cfg, parts, n_parts, xq, k, tokens, dtype, split);
+  });
   return err;
 }
 

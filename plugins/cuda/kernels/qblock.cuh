@@ -2,10 +2,12 @@
 // at a time ("sub-blocks", the size of one quantized-activation block), as 8 words of int8.
 //
 // Every supported type reduces to   value[i] = d[i / 16] * q[i] + m   for i in 0..31:
-// one scale for the 32 values (two for Q6_K, whose scales cover 16 values each) and an
-// offset m for the types that store a minimum (Q4_1, Q5_1, Q4_K, Q5_K). A dot product with
+// one scale for the 32 values (two for Q6_K and Q3_K, whose scales cover 16 values each) and
+// an offset m for the types that store a minimum (Q4_1, Q5_1, Q4_K, Q5_K). A dot product with
 // activations a = da * qa then costs dp4a over the words, the scales, and m * sum(a), the
-// activations' sum that minfer_cuda_q8_act keeps. The GEMVs (gemv.cu, mmvq.cu) and the tensor-core GEMM
+// activations' sum that minfer_cuda_q8_act keeps. Q2_K's minima cover 16 values too
+// (kTwoOffsets: m for values 0..15, m2 for 16..31): its dot sums each half of qa itself,
+// which the GEMVs do (int8_dot.cuh) and MMQ, reading only the blocks' sums, does not. The GEMVs (gemv.cu, mmvq.cu) and the tensor-core GEMM
 // (mmq.cu) share these, so a block layout is spelled out once for the device's integer paths.
 #pragma once
 
@@ -21,7 +23,8 @@ namespace minfer::cuda {
 struct SubBlock {
   uint32_t q[8];  // values 4w..4w+3 in word w, as signed bytes
   float d[2];     // scale of values 0..15 and of 16..31 (equal unless kTwoScales)
-  float m;        // offset (0 unless kOffset)
+  float m;        // offset (0 unless kOffset; of values 0..15 where kTwoOffsets)
+  float m2;       // offset of values 16..31 (read only where kTwoOffsets)
 };
 
 __device__ __forceinline__ float f16_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
@@ -168,6 +171,48 @@ template <> struct QBlock<minfer_block_q6_k> {
   }
 };
 
+// Q2_K and Q3_K: sub-block j takes the 2-bit fields at bit 2 (j % 4) of the 32 qs bytes
+// 32 (j / 4).., scales (and Q2_K's minima) per 16 values. Q3_K adds bit j of its 32 hmask
+// bytes as the third bit, the values 0..7 less 4; Q2_K's values are 0..3.
+__device__ __forceinline__ uint32_t k2_crumbs(const uint8_t *qs, int j, int i) {
+  return (load_u32_a2(qs + 32 * (j >> 2) + 4 * i) >> (2 * (j & 3))) & 0x03030303u;
+}
+
+template <> struct QBlock<minfer_block_q2_k> {
+  static constexpr int kSubs = 8;
+  static constexpr bool kTwoScales = true, kOffset = false;  // and kTwoOffsets below
+  __device__ static void unpack(const minfer_block_q2_k &b, int j, SubBlock &s) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s.q[i] = k2_crumbs(b.qs, j, i);
+    const float d = f16_bits(b.d), dmin = f16_bits(b.dmin);
+    const uint8_t sc0 = b.scales[2 * j], sc1 = b.scales[2 * j + 1];
+    s.d[0] = d * float(sc0 & 0x0f), s.d[1] = d * float(sc1 & 0x0f);
+    s.m = -dmin * float(sc0 >> 4), s.m2 = -dmin * float(sc1 >> 4);
+  }
+};
+
+template <> struct QBlock<minfer_block_q3_k> {
+  static constexpr int kSubs = 8;
+  static constexpr bool kTwoScales = true, kOffset = false;
+  __device__ static void unpack(const minfer_block_q3_k &b, int j, SubBlock &s) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t hi = (load_u32_a2(b.hmask + 4 * i) >> j) & 0x01010101u;
+      s.q[i] = sub_bias4(k2_crumbs(b.qs, j, i) | hi << 2, 0x04040404u);
+    }
+    const float d = f16_bits(b.d);
+    s.d[0] = d * float(minfer::sdk::q3_k_scale(b.scales, 2 * j));
+    s.d[1] = d * float(minfer::sdk::q3_k_scale(b.scales, 2 * j + 1));
+    s.m = 0;
+  }
+};
+
+// Whether a type's minima cover 16 values (Q2_K), so a dot needs each half's activation sum.
+template <class Block>
+constexpr bool kTwoOffsets = false;
+template <>
+constexpr bool kTwoOffsets<minfer_block_q2_k> = true;
+
 // The sub-block `sb` (counting 32-value sub-blocks along a row that starts at `row`).
 template <class Block>
 __device__ __forceinline__ void unpack_sub(const Block *row, int64_t sb, SubBlock &s) {
@@ -184,6 +229,8 @@ bool visit_int8_block(int32_t dtype, F &&f) {
     case MINFER_DTYPE_Q5_0: f(minfer_block_q5_0{}); return true;
     case MINFER_DTYPE_Q5_1: f(minfer_block_q5_1{}); return true;
     case MINFER_DTYPE_Q8_0: f(minfer_block_q8_0{}); return true;
+    case MINFER_DTYPE_Q2_K: f(minfer_block_q2_k{}); return true;
+    case MINFER_DTYPE_Q3_K: f(minfer_block_q3_k{}); return true;
     case MINFER_DTYPE_Q4_K: f(minfer_block_q4_k{}); return true;
     case MINFER_DTYPE_Q5_K: f(minfer_block_q5_k{}); return true;
     case MINFER_DTYPE_Q6_K: f(minfer_block_q6_k{}); return true;
