@@ -193,8 +193,10 @@ struct ChunkShape {
 __host__ __device__ constexpr size_t staged_buffers_offset(int64_t ns) { return (size_t(ns) * sizeof(minfer_cuda_q8_act) + 15) / 16 * 16; }
 __host__ __device__ constexpr size_t staged_smem_bytes(int64_t ns) { return staged_buffers_offset(ns) + size_t(kWarps) * kStages * kSlotBytes; }
 
-// The chunk's blocks times x: this lane's share added to acc (subs sub-blocks, x's from xc).
-template <class Block>
+// The chunk's blocks times x: this lane's share added to acc (subs sub-blocks, x's from xc,
+// read as load_act's 8-byte pieces: 4-byte ones of consecutive lanes' 40-byte blocks meet two
+// to a bank). kAligned16: the chunk starts on 16 bytes, for the types with QBlock::unpack16.
+template <class Block, bool kAligned16 = false>
 __device__ __forceinline__ void chunk_dot(const Block *blocks, int subs, const minfer_cuda_q8_act *xc, int lane, float &acc) {
   constexpr int kSubs = QBlock<Block>::kSubs;
 #pragma unroll
@@ -202,8 +204,9 @@ __device__ __forceinline__ void chunk_dot(const Block *blocks, int subs, const m
     const int j = lane + 32 * u;
     if (j < subs) {
       SubBlock sb;
-      QBlock<Block>::unpack(blocks[j / kSubs], j % kSubs, sb);
-      acc += sub_dot<Block>(sb, xc[j]);
+      if constexpr (kAligned16) QBlock<Block>::unpack16(blocks[j / kSubs], j % kSubs, sb);
+      else QBlock<Block>::unpack(blocks[j / kSubs], j % kSubs, sb);
+      acc += sub_dot<Block>(sb, load_act(&xc[j]));
     }
   }
 }
@@ -274,7 +277,12 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
     const auto dot = [&](auto tag) {  // x from the chunk's first sub-block on
       using T = decltype(tag);
       constexpr int kSubs = QBlock<T>::kSubs;
-      chunk_dot(reinterpret_cast<const T *>(chunk), chunk_bytes(use_at) / int(sizeof(T)) * kSubs, xs + use_at.off / int64_t(sizeof(T)) * kSubs, lane, acc);
+      const int subs = chunk_bytes(use_at) / int(sizeof(T)) * kSubs;
+      const minfer_cuda_q8_act *xc = xs + use_at.off / int64_t(sizeof(T)) * kSubs;
+      if constexpr (kUnpack16<T>) {
+        if (lead(use_at) == 0) return chunk_dot<T, true>(reinterpret_cast<const T *>(chunk), subs, xc, lane, acc);
+      }
+      chunk_dot<T>(reinterpret_cast<const T *>(chunk), subs, xc, lane, acc);
     };
     if (kMixed && use_at.b) dot(BlockB{});
     else dot(Block{});
@@ -344,7 +352,7 @@ constexpr int kStagedBlocksPerSm = 3;
 template <class Block, bool kGated, class BlockB = Block>
 __global__ void __launch_bounds__(kWarps * 32, kStagedBlocksPerSm) gemv_staged_kernel(const __grid_constant__ GemvParts parts, const Block *up,
                                                                                      const float *x, int64_t k) {
-  extern __shared__ minfer_cuda_q8_act xs[];
+  extern __shared__ __align__(16) minfer_cuda_q8_act xs[];  // the rings take 16-byte copies and loads
   const int64_t ns = k / 32;
   gemv_staged_rows<Block, kGated, BlockB>(parts, up, x, ns, xs,
                                           reinterpret_cast<uint8_t *>(xs) + staged_buffers_offset(ns) + (threadIdx.x >> 5) * kStages * kSlotBytes);

@@ -121,15 +121,32 @@ template <> struct QBlock<minfer_block_q8_0> {
 
 // Q4_K and Q5_K: sub-blocks 2g and 2g+1 are the low and high nibbles of the same 32 bytes, with
 // 6-bit scales and minima (k4_scale_min); Q5_K adds bit j of each of its 32 qh bytes as the
-// values' fifth bit.
-template <class Block>
+// values' fifth bit. kAligned16: the block starts on 16 bytes (its qs and qh then do too:
+// 144 and 176 bytes, at offsets 16 and 16/48), so 32 bytes are two 16-byte loads, not eight
+// 4-byte ones: from shared memory eight lanes on one block's sub-blocks read one row of banks
+// each quarter-warp, where the 4-byte loads of a warp's four blocks (36 words apart) meet two
+// to a bank.
+__device__ __forceinline__ void load_words(const uint8_t *p, uint32_t (&w)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) w[i] = load_u32(p + 4 * i);
+}
+__device__ __forceinline__ void load_words16(const uint8_t *p, uint32_t (&w)[8]) {
+  const uint4 a = reinterpret_cast<const uint4 *>(p)[0], b = reinterpret_cast<const uint4 *>(p)[1];
+  w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+}
+template <bool kAligned16, class Block>
 __device__ __forceinline__ void unpack_k4(const Block &b, int j, const uint8_t *qh, SubBlock &s) {
   const uint8_t *qs = b.qs + 32 * (j >> 1);
   const int shift = 4 * (j & 1);
+  uint32_t wq[8], wh[8];
+  if (kAligned16) load_words16(qs, wq);
+  else load_words(qs, wq);
+  if (qh && kAligned16) load_words16(qh, wh);
+  else if (qh) load_words(qh, wh);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    s.q[i] = (load_u32(qs + 4 * i) >> shift) & 0x0f0f0f0fu;
-    if (qh) s.q[i] |= ((load_u32(qh + 4 * i) >> j) & 0x01010101u) << 4;
+    s.q[i] = (wq[i] >> shift) & 0x0f0f0f0fu;
+    if (qh) s.q[i] |= ((wh[i] >> j) & 0x01010101u) << 4;
   }
   int sc, m;
   minfer::sdk::k4_scale_min(b.scales, j, sc, m);
@@ -140,13 +157,15 @@ __device__ __forceinline__ void unpack_k4(const Block &b, int j, const uint8_t *
 template <> struct QBlock<minfer_block_q4_k> {
   static constexpr int kSubs = 8;
   static constexpr bool kTwoScales = false, kOffset = true;
-  __device__ static void unpack(const minfer_block_q4_k &b, int j, SubBlock &s) { unpack_k4(b, j, nullptr, s); }
+  __device__ static void unpack(const minfer_block_q4_k &b, int j, SubBlock &s) { unpack_k4<false>(b, j, nullptr, s); }
+  __device__ static void unpack16(const minfer_block_q4_k &b, int j, SubBlock &s) { unpack_k4<true>(b, j, nullptr, s); }
 };
 
 template <> struct QBlock<minfer_block_q5_k> {
   static constexpr int kSubs = 8;
   static constexpr bool kTwoScales = false, kOffset = true;
-  __device__ static void unpack(const minfer_block_q5_k &b, int j, SubBlock &s) { unpack_k4(b, j, b.qh, s); }
+  __device__ static void unpack(const minfer_block_q5_k &b, int j, SubBlock &s) { unpack_k4<false>(b, j, b.qh, s); }
+  __device__ static void unpack16(const minfer_block_q5_k &b, int j, SubBlock &s) { unpack_k4<true>(b, j, b.qh, s); }
 };
 
 // Q6_K: 128-value halves; in half h, sub-block g takes ql bytes 32 * (g & 1).. (low or high
@@ -206,6 +225,14 @@ template <> struct QBlock<minfer_block_q3_k> {
     s.m = 0;
   }
 };
+
+// Whether a type has unpack16, QBlock::unpack for a block that starts on 16 bytes.
+template <class Block>
+constexpr bool kUnpack16 = false;
+template <>
+constexpr bool kUnpack16<minfer_block_q4_k> = true;
+template <>
+constexpr bool kUnpack16<minfer_block_q5_k> = true;
 
 // Whether a type's minima cover 16 values (Q2_K), so a dot needs each half's activation sum.
 template <class Block>
