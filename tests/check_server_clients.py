@@ -67,6 +67,7 @@ try:
 
     r = node("openai_client.mjs", base, "sekret", "chatty")
     print("openai client:", json.dumps(r)[:600])
+    print("openai client, responses:", json.dumps({k: v for k, v in r.items() if k.startswith("responses")})[:600], r.get("responses_stream", {}).get("text"))
     if r:
         check(r["chat"]["content"] == want_text and r["chat"]["role"] == "assistant" and r["chat"]["object"] == "chat.completion"
               and r["chat"]["usage"]["completion_tokens"] == want["usage"]["completion_tokens"], "the client's chat is the API's answer")
@@ -83,6 +84,24 @@ try:
               "the client's embeddings (base64, decoded by it) are the API's floats")
         check(isinstance(r["error"], dict) and r["error"]["status"] == 400 and "messages" in r["error"]["message"],
               "the client sees a 400 naming the field")
+        rr, rs = r.get("responses", {}), r.get("responses_stream", {})
+        want_finish = want["choices"][0]["finish_reason"]
+        check(rr.get("object") == "response" and rr.get("text") == want_text and rr.get("types") == ["message"] and
+              rr.get("status") == ("incomplete" if want_finish == "length" else "completed") and
+              rr.get("usage", {}).get("output_tokens") == want["usage"]["completion_tokens"],
+              "the client's /v1/responses answer is the chat's (output_text, status, usage)")
+        check(rs.get("text") == want_text and rs.get("deltas") == want_text and rs.get("sequence") == list(range(len(rs.get("types", [])))) and
+              rs.get("types", [None])[0] == "response.created" and rs["types"][-1] in ("response.completed", "response.incomplete") and
+              rs.get("last", {}).get("usage") == rr.get("usage") and rs["last"].get("status") == rr.get("status"),
+              "the client's accumulated /v1/responses stream: the same text, numbered events, the same usage")
+        rc = r.get("responses_call", [])
+        check(len(rc) == 1 and rc[0]["type"] == "function_call" and rc[0]["name"] == "get_time" and rc[0]["call_id"] and
+              json.loads(rc[0]["arguments"]).get("zone") in ("UTC", "CET"),
+              "a forced call through /v1/responses is a function_call item with JSON arguments")
+        ra = r.get("responses_after", {})
+        check(ra.get("types") == ["message"] and ra.get("input_tokens", 0) > 0, "the call and its output go back as input items")
+        check(isinstance(r.get("responses_error"), dict) and r["responses_error"]["status"] == 400 and
+              "previous_response_id" in r["responses_error"]["message"], "previous_response_id is a 400 that says why")
 
     a = node("anthropic_client.mjs", base, "sekret", "chatty")
     print("anthropic client:", json.dumps(a)[:600])

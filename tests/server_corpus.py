@@ -65,7 +65,7 @@ def cases():
                                                              '"tools": [{"type": "function", "function": {"name": "f", "parameters": ' + deep_params + "}}]}"),
               {400}))
     # The other APIs' endpoints: Anthropic's, llama-server's, embeddings.
-    for path in ("/v1/messages", "/completion", "/infill", "/v1/embeddings", "/v1/messages/count_tokens"):
+    for path in ("/v1/messages", "/completion", "/infill", "/v1/embeddings", "/v1/messages/count_tokens", "/v1/responses"):
         for i, b in enumerate(["", "null", "[]", "{", '{"a":' * 50000 + "1" + "}" * 50000, "\x00"]):
             c.append((f"bad json {path} {i}", _req("POST", path, b), {400}))
     anthropic = [{"messages": "hi"}, {"messages": [{"role": "user", "content": [{"type": "image"}]}]}, {"messages": [{"role": "tool", "content": "x"}]},
@@ -74,6 +74,17 @@ def cases():
                  {"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}, {"messages": [{"role": "user", "content": "x"}], "stop_sequences": [1]}]
     for i, b in enumerate(anthropic):
         c.append((f"wrong anthropic {i} ({json.dumps(b)[:40]})", _json("/v1/messages", b), {400}))
+    responses = [{"input": 5}, {"input": []}, {"input": [5]}, {"input": [{"role": "tool", "content": "x"}]}, {"input": [{"type": "function_call"}]},
+                 {"input": [{"type": "function_call", "name": "f", "call_id": "c", "arguments": {"a": 1}}]},
+                 {"input": [{"type": "function_call_output", "call_id": 5}]}, {"input": [{"role": "user", "content": [{"type": "input_file"}]}]},
+                 {"input": "x", "instructions": 5}, {"input": "x", "tools": [{"type": "function"}]}, {"input": "x", "tools": {}},
+                 {"input": "x", "tool_choice": {"type": "mcp"}}, {"input": "x", "text": {"format": {"type": "xml"}}},
+                 {"input": "x", "max_output_tokens": -3}, {"input": "x", "temperature": "hot"}, {"input": "x", "previous_response_id": "resp_1"},
+                 {"input": "x", "background": True}, {"input": "x", "top_logprobs": 3},
+                 {"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "nope"}}}},
+                 {"input": "x", "tool_choice": "required"}]
+    for i, b in enumerate(responses):
+        c.append((f"wrong responses {i} ({json.dumps(b)[:40]})", _json("/v1/responses", b), {400}))
     native = [{"prompt": "x", "n_predict": -7}, {"prompt": "x", "grammar": "root ::= x"}, {"prompt": "x", "logit_bias": [[1]]}, {"prompt": 5},
               {"prompt": "x", "n_probs": 50}, {"prompt": "x", "n_probs": "5"}, {"prompt": "x", "post_sampling_probs": True, "n_probs": 2},
               {"prompt": "x", "json_schema": {"type": "nope"}}]

@@ -7,6 +7,7 @@
 #include "gguf/gguf.hpp"
 #include "native.hpp"
 #include "openai.hpp"
+#include "responses.hpp"
 #include "test_util.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "sampling/json_constraint.hpp"
@@ -452,4 +453,143 @@ TEST(Anthropic, RepliesAndTheirStream) {
   EXPECT_EQ(data[9]["delta"], json::parse(R"({"type": "input_json_delta", "partial_json": "{}"})"));
   EXPECT_EQ(data[11]["delta"]["stop_reason"], "tool_use");
   EXPECT_EQ(data[11]["usage"]["output_tokens"], 3) << data[11].dump();
+}
+
+// OpenAI's Responses API (responses.hpp) as the chat path reads it, and its replies.
+TEST(Responses, RequestsBecomeChatRequests) {
+  const json a = responses_to_openai(json::parse(R"({"model": "x", "instructions": "Be brief.", "max_output_tokens": 64, "temperature": 0.2,
+      "input": [{"role": "developer", "content": "Use tools."},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in "}, {"type": "input_text", "text": "Paris?"}]},
+                {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Call it."}]},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+                {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
+                {"type": "function_call", "call_id": "call_2", "name": "get_time", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "18 C"},
+                {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "noon"}]},
+                {"type": "function_call", "call_id": "call_3", "name": "get_time", "arguments": "{}"}],
+      "tools": [{"type": "function", "name": "get_weather", "description": "Weather", "strict": true,
+                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}],
+      "tool_choice": {"type": "function", "name": "get_weather"}, "parallel_tool_calls": false, "reasoning": {"effort": "none"},
+      "text": {"format": {"type": "json_schema", "name": "w", "schema": {"type": "object"}, "strict": true}}, "store": true, "metadata": {"k": "v"}})"));
+  EXPECT_EQ(a["max_tokens"], 64);
+  EXPECT_EQ(a["parallel_tool_calls"], false);
+  const json &m = a["messages"];
+  ASSERT_EQ(m.size(), 7u) << m.dump();
+  EXPECT_EQ(m[0], json::parse(R"({"role": "system", "content": "Be brief."})"));
+  EXPECT_EQ(m[1], json::parse(R"({"role": "system", "content": "Use tools."})")) << "developer messages are system messages";
+  EXPECT_EQ(m[2], json::parse(R"({"role": "user", "content": "Weather in Paris?"})"));
+  EXPECT_EQ(m[3]["role"], "assistant");
+  EXPECT_EQ(m[3]["content"], "Checking.");
+  EXPECT_EQ(m[3]["reasoning_content"], "Call it.") << "a reasoning item goes with the assistant turn after it";
+  ASSERT_EQ(m[3]["tool_calls"].size(), 2u) << "a turn's calls are one assistant message";
+  EXPECT_EQ(m[3]["tool_calls"][0], json::parse(R"({"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}})"));
+  EXPECT_EQ(m[4], json::parse(R"({"role": "tool", "tool_call_id": "call_1", "content": "18 C"})"));
+  EXPECT_EQ(m[5], json::parse(R"({"role": "tool", "tool_call_id": "call_2", "content": "noon"})"));
+  EXPECT_EQ(m[6]["content"], nullptr) << "an assistant turn of calls only has content null";
+  EXPECT_EQ(m[6]["tool_calls"][0]["id"], "call_3");
+  EXPECT_EQ(a["tools"][0], json::parse(R"({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}, "description": "Weather", "strict": true}})"));
+  EXPECT_EQ(a["tool_choice"], json::parse(R"({"type": "function", "function": {"name": "get_weather"}})"));
+  EXPECT_EQ(a["response_format"], json::parse(R"({"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}})"));
+  EXPECT_EQ(a["chat_template_kwargs"], json::parse(R"({"reasoning_effort": "none", "enable_thinking": false})"));
+  // The chat path takes it as it is.
+  EXPECT_EQ(parse_tools(a).forced, std::vector<std::string>{"get_weather"});
+  EXPECT_EQ(chat_messages(a)[3]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
+  EXPECT_EQ(responses_to_openai(json::parse(R"({"input": "Hi"})"))["messages"], json::parse(R"([{"role": "user", "content": "Hi"}])"));
+  EXPECT_EQ(responses_to_openai(json::parse(R"({"input": "Hi", "text": {"format": {"type": "json_object"}}})"))["response_format"]["type"], "json_object");
+  auto refused = [](const char *body) {
+    try {
+      responses_to_openai(json::parse(body));
+    } catch (const BadRequest &e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refused(R"({"input": "x", "previous_response_id": "resp_1"})").find("stores no responses"), std::string::npos);
+  EXPECT_NE(refused(R"({"input": "x", "tools": [{"type": "web_search"}]})").find("'web_search'"), std::string::npos);
+  EXPECT_NE(refused(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]})").find("'input_image' part"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"input": [{"type": "item_reference", "id": "msg_1"}]})").find("'item_reference' items"), std::string::npos);
+  EXPECT_NE(refused(R"({"input": []})").find("'input'"), std::string::npos);
+  EXPECT_NE(refused(R"({"input": "x", "background": true})").find("'background'"), std::string::npos);
+  EXPECT_NE(refused(R"({"input": [{"type": "function_call", "name": "f"}]})").find("call_id"), std::string::npos);
+}
+
+TEST(Responses, RepliesAndTheirStream) {
+  const json shell = response_shell(json::parse(R"({"input": "x", "max_output_tokens": 9, "metadata": {"k": "v"}})"), "resp_7", "m", 100);
+  EXPECT_EQ(shell["status"], "in_progress");
+  EXPECT_EQ(shell["max_output_tokens"], 9);
+  EXPECT_EQ(shell["metadata"]["k"], "v");
+  EXPECT_EQ(shell["text"]["format"]["type"], "text");
+  const json r = response_object(shell, {"Hmm.", "Here.", "stop", {{"get_time", R"({"tz":"CET"})"}}, 7, 20, 5, 16, 2});
+  EXPECT_EQ(r["status"], "completed");
+  EXPECT_EQ(r["incomplete_details"], nullptr);
+  ASSERT_EQ(r["output"].size(), 3u);
+  EXPECT_EQ(r["output"][0], json::parse(R"({"type": "reasoning", "id": "rs_7_0", "summary": [], "content": [{"type": "reasoning_text", "text": "Hmm."}]})"));
+  EXPECT_EQ(r["output"][1]["content"][0]["text"], "Here.");
+  EXPECT_EQ(r["output"][1]["id"], "msg_7_1") << "numbered by its place, as the stream numbers it";
+  EXPECT_EQ(r["output"][2], json::parse(R"({"type": "function_call", "id": "fc_7_0", "call_id": "call_7_0", "name": "get_time",
+                                             "arguments": "{\"tz\":\"CET\"}", "status": "completed"})"));
+  EXPECT_EQ(r["usage"], json::parse(R"({"input_tokens": 20, "input_tokens_details": {"cached_tokens": 16}, "output_tokens": 5,
+                                        "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 25})"));
+  const json cut = response_object(shell, {"", "Once", "length", {}, 8, 3, 9, 0, 0});
+  EXPECT_EQ(cut["status"], "incomplete");
+  EXPECT_EQ(cut["incomplete_details"]["reason"], "max_output_tokens");
+  EXPECT_EQ(cut["output"][0]["status"], "incomplete");
+
+  ResponsesStream s(shell, 1);
+  std::string all = s.start();  // one call a statement: the stream keeps state
+  all += s.reasoning("a");
+  all += s.reasoning("b");
+  all += s.text("");
+  all += s.text("c");
+  all += s.call_begin(0, "f");
+  all += s.call_arguments("{}");
+  all += s.calls({{"g", "{\"x\":1}"}}, 1);
+  all += s.finish("tool_calls", 10, 3, 0, 1);
+  std::vector<std::string> names;
+  std::vector<json> data;
+  for (size_t at = 0; (at = all.find("event: ", at)) != std::string::npos;) {
+    const size_t nl = all.find('\n', at);
+    names.push_back(all.substr(at + 7, nl - at - 7));
+    const size_t end = all.find("\n\n", nl);
+    ASSERT_EQ(all.compare(nl + 1, 6, "data: "), 0);
+    data.push_back(json::parse(all.substr(nl + 7, end - nl - 7)));
+    at = end;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "response.created", "response.in_progress",
+                       "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta", "response.reasoning_text.delta",
+                       "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
+                       "response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+                       "response.content_part.done", "response.output_item.done",
+                       "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.done",
+                       "response.output_item.done",
+                       "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.done",
+                       "response.output_item.done", "response.completed"}));
+  for (size_t i = 0; i < data.size(); ++i) {
+    EXPECT_EQ(data[i]["sequence_number"], i);
+    EXPECT_EQ(data[i]["type"], names[i]);
+  }
+  EXPECT_EQ(data[6]["text"], "ab");
+  EXPECT_EQ(data[11]["output_index"], 1);
+  EXPECT_EQ(data[11]["item_id"], "msg_1_1");
+  EXPECT_EQ(data[15]["item"]["call_id"], "call_1_0");
+  EXPECT_EQ(data[19]["item"]["name"], "g");
+  EXPECT_EQ(data[19]["output_index"], 3) << "each call its own item";
+  EXPECT_EQ(data[21]["arguments"], "{\"x\":1}");
+  const json &done = data.back()["response"];
+  EXPECT_EQ(done["status"], "completed");
+  ASSERT_EQ(done["output"].size(), 4u);
+  EXPECT_EQ(done["output"][1]["content"][0]["text"], "c");
+  EXPECT_EQ(done["output"][2]["arguments"], "{}");
+  EXPECT_EQ(done["usage"]["output_tokens_details"]["reasoning_tokens"], 1);
+  EXPECT_EQ(s.reasoning_text(), "ab");
+
+  ResponsesStream f(shell, 2);
+  std::string failed = f.start();
+  failed += f.text("x");
+  failed += f.error("out of memory");
+  EXPECT_NE(failed.find("event: error\ndata: {\"code\":\"server_error\",\"message\":\"out of memory\""), std::string::npos) << failed;
+  EXPECT_NE(failed.find("event: response.failed"), std::string::npos);
 }

@@ -20,6 +20,7 @@
 #include "common/error.hpp"
 #include "model_runner.hpp"
 #include "anthropic.hpp"
+#include "responses.hpp"
 #include "native.hpp"
 #include "openai.hpp"
 #include "tool_constraints.hpp"
@@ -131,8 +132,9 @@ struct Server::Impl {
   void routes();
   // chat: /v1/chat/completions; completions: /v1/completions; native: llama-server's
   // /completion; infill: its /infill (native.hpp); messages: Anthropic's /v1/messages
-  // (anthropic.hpp), which goes the chat way; count_tokens: its prompt's size only.
-  enum class Route { chat, completions, native, infill, messages, count_tokens };
+  // (anthropic.hpp), which goes the chat way; count_tokens: its prompt's size only;
+  // responses: OpenAI's /v1/responses (responses.hpp), the chat way too.
+  enum class Route { chat, completions, native, infill, messages, count_tokens, responses };
   void completion(const httplib::Request &req, httplib::Response &res, Route route);
   void embeddings(const httplib::Request &req, httplib::Response &res);
   void native_reply(httplib::Response &res, const std::shared_ptr<Loaded> &L, const std::shared_ptr<RequestStream> &stream, const GenerationParams &p,
@@ -407,7 +409,7 @@ void Server::drain() {
 
 void Server::Impl::completion(const httplib::Request &req, httplib::Response &res, Route route) {
   const bool anthropic = route == Route::messages || route == Route::count_tokens;
-  const bool chat = route == Route::chat || anthropic, native = route == Route::native || route == Route::infill;
+  const bool chat = route == Route::chat || anthropic || route == Route::responses, native = route == Route::native || route == Route::infill;
   const std::shared_ptr<Loaded> L = ready();
   if (!L) return reply(res, 503, error_body(503, "the model is loading; retry when GET /health answers 200"));
   if (draining) return reply(res, 503, error_body(503, "the server is shutting down"));
@@ -428,7 +430,8 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     NativeRequest nr;
     if (native) nr = native_to_openai(body), prompt_only = nr.prompt_only;
     if (anthropic) nr.openai = anthropic_to_openai(body);
-    const json &fields = native || anthropic ? nr.openai : body;
+    if (route == Route::responses) nr.openai = responses_to_openai(body);
+    const json &fields = native || anthropic || route == Route::responses ? nr.openai : body;
     p = parse_generation(fields, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
     // Fill-in-the-middle leaves the reply a quarter of the context unless max_tokens says.
     const int64_t reserve = p.max_tokens > 0 ? p.max_tokens : runner.n_ctx() / 4;
@@ -524,6 +527,8 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
                 {"prompt_tokens_details", {{"cached_tokens", o.cached}}}};
   };
   const std::string object = chat ? "chat.completion" : "text_completion";
+  const json shell = route == Route::responses ? response_shell(body, "resp_" + std::to_string(id), model_name, created) : json();
+  const auto tokens_in = [L](const std::string &text) { return int64_t(L->runner->tokenizer().encode(text, false, false).size()); };
   const chat::ToolFormat calls = tools.offered ? L->tool_format : chat::ToolFormat::none;
   const TokenBytes bytes = [L](int32_t t) { return L->runner->tokenizer().token_bytes(t); };
   const bool want_lp = p.logprobs >= 0;
@@ -563,6 +568,10 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
                                 o.stop_word, r.calls, id, n_prompt, o.tokens, o.cached};
         return reply(res, 200, anthropic_message(ar));
       }
+      if (route == Route::responses) {
+        const ResponsesReply rr{parts.reasoning, r.content, o.finish, r.calls, id, n_prompt, o.tokens, o.cached, tokens_in(parts.reasoning)};
+        return reply(res, 200, response_object(shell, rr));
+      }
       json message = {{"role", "assistant"}, {"content", r.content}};
       if (!parts.reasoning.empty()) message["reasoning_content"] = parts.reasoning;
       json choice = {{"index", i}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}};
@@ -582,7 +591,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   res.set_header("Cache-Control", "no-cache");
   const bool parallel = tools.parallel;
   res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, route, usage, logprobs, calls, thinks, opened,
-                                                         n_prompt, parallel](size_t, httplib::DataSink &sink) {
+                                                         n_prompt, parallel, shell, tokens_in](size_t, httplib::DataSink &sink) {
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     const auto write = [&](const std::string &text) { return text.empty() || sink.write(text.data(), text.size()); };
     const auto send = [&](const json &j) { return write("data: " + dump(j) + "\n\n"); };
@@ -603,8 +612,20 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       std::function<void(const std::string &)> error;
     } em;
     AnthropicStream as("msg_" + std::to_string(id), model_name, n_prompt, 0);
+    ResponsesStream rs(shell, id);
     bool alive = true;
-    if (route == Route::messages) {
+    if (route == Route::responses) {
+      alive = write(rs.start());
+      em.reasoning = [&](const std::string &x, const json &) { return write(rs.reasoning(x)); };
+      em.content = [&](const std::string &x, const json &) { return write(rs.text(x)); };
+      em.calls = [&](const std::vector<chat::ToolCall> &c, size_t first) { return write(rs.calls(c, first)); };
+      em.call_begin = [&](size_t n, const std::string &name) { return write(rs.call_begin(n, name)); };
+      em.call_arguments = [&](size_t, const std::string &piece) { return write(rs.call_arguments(piece)); };
+      em.end = [&](const Outcome &o, bool called) {
+        write(rs.finish(called ? "tool_calls" : o.finish, n_prompt, o.tokens, o.cached, tokens_in(rs.reasoning_text())));
+      };
+      em.error = [&](const std::string &m) { write(rs.error(m)); };
+    } else if (route == Route::messages) {
       alive = write(as.start());
       em.reasoning = [&](const std::string &x, const json &) { return write(as.thinking(x)); };
       em.content = [&](const std::string &x, const json &) { return write(as.text(x)); };
@@ -715,6 +736,7 @@ void Server::Impl::routes() {
   });
   http.Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::chat); });
   http.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::completions); });
+  http.Post("/v1/responses", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::responses); });
   http.Post("/completion", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::native); });
   http.Post("/v1/embeddings", [this](const httplib::Request &req, httplib::Response &res) { embeddings(req, res); });
   // Anthropic's clients read their own error shape.
@@ -814,7 +836,7 @@ void Server::Impl::routes() {
   http.set_error_handler([](const httplib::Request &req, httplib::Response &res) {
     static const std::map<std::string, std::string> kMethods = {
         {"/", "GET"}, {"/health", "GET"}, {"/v1/models", "GET"}, {"/props", "GET"}, {"/metrics", "GET"}, {"/v1/chat/completions", "POST"},
-        {"/v1/completions", "POST"}, {"/completion", "POST"}, {"/infill", "POST"}, {"/v1/embeddings", "POST"}, {"/v1/messages", "POST"}, {"/v1/messages/count_tokens", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
+        {"/v1/completions", "POST"}, {"/completion", "POST"}, {"/infill", "POST"}, {"/v1/embeddings", "POST"}, {"/v1/messages", "POST"}, {"/v1/messages/count_tokens", "POST"}, {"/v1/responses", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
     if (res.status == 404) {
       if (const auto it = kMethods.find(req.path); it != kMethods.end() && it->second != req.method) {
         res.set_header("Allow", it->second);

@@ -1,6 +1,8 @@
 // OpenAI's own Node client against a running minfer-server: a chat, the same chat streamed,
-// a legacy completion, embeddings, the model list and an error, reported as one JSON line for
-// tests/check_server_clients.py to judge.  node openai_client.mjs BASE_URL API_KEY MODEL
+// a legacy completion, embeddings, the model list and an error, the chat again through the
+// Responses API (whole, streamed through the client's event accumulator, a forced function
+// call, an error), reported as one JSON line for tests/check_server_clients.py to judge.
+//   node openai_client.mjs BASE_URL API_KEY MODEL
 import OpenAI from "openai";
 
 const [base, key, model] = process.argv.slice(2);
@@ -42,5 +44,38 @@ try {
   out.error = "no error";
 } catch (e) {
   out.error = { status: e.status, message: e.message };
+}
+// The Responses API: the same prompt (a string input is one user message).
+const resp = await client.responses.create({ model, input: "Once upon", max_output_tokens: 16, temperature: 0 });
+out.responses = { id: resp.id, object: resp.object, status: resp.status, text: resp.output_text, types: resp.output.map((o) => o.type),
+                  usage: resp.usage, incomplete: resp.incomplete_details };
+// responses.stream() accumulates the events into a response and throws on an inconsistent one.
+const rstream = client.responses.stream({ model, input: [{ role: "user", content: [{ type: "input_text", text: "Once upon" }] }],
+                                          max_output_tokens: 16, temperature: 0 });
+const rs = { deltas: "", types: [], sequence: [] };
+for await (const event of rstream) {
+  rs.types.push(event.type);
+  rs.sequence.push(event.sequence_number);
+  if (event.type === "response.output_text.delta") rs.deltas += event.delta;
+  // The last event carries the whole response (the client's snapshot takes only a completed one).
+  if (event.type === "response.completed" || event.type === "response.incomplete") rs.last = { status: event.response.status, usage: event.response.usage };
+}
+const final = await rstream.finalResponse();
+const accumulated = final.output.filter((o) => o.type === "message").flatMap((o) => o.content).map((c) => c.text).join("");
+out.responses_stream = { ...rs, text: accumulated };
+const tools = [{ type: "function", name: "get_time", description: "The time in a zone",
+                 parameters: { type: "object", properties: { zone: { type: "string", enum: ["UTC", "CET"] } }, required: ["zone"] } }];
+const call = await client.responses.create({ model, input: "What time is it?", tools, tool_choice: "required", max_output_tokens: 200, temperature: 0 });
+out.responses_call = call.output.map((o) => ({ type: o.type, name: o.name, call_id: o.call_id, arguments: o.arguments }));
+// The call's result goes back as items; the reply then is text again.
+const after = await client.responses.create({ model, max_output_tokens: 8, temperature: 0, tools, tool_choice: "none",
+                                              input: [{ role: "user", content: "What time is it?" }, ...call.output,
+                                                      { type: "function_call_output", call_id: call.output[0]?.call_id ?? "x", output: "12:00" }] });
+out.responses_after = { status: after.status, types: after.output.map((o) => o.type), input_tokens: after.usage.input_tokens };
+try {
+  await client.responses.create({ model, input: "x", previous_response_id: resp.id });
+  out.responses_error = "no error";
+} catch (e) {
+  out.responses_error = { status: e.status, message: e.message };
 }
 console.log(JSON.stringify(out));

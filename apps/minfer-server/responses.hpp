@@ -1,0 +1,73 @@
+// apps/minfer-server/responses.hpp — OpenAI's Responses API (POST /v1/responses) over the chat
+// path, for the agent frameworks and clients that speak it (OpenAI's Agents SDK and Codex CLI
+// use it by default). A request becomes an OpenAI chat request (one parser, openai.hpp, checks
+// its fields); the reply is a response object: output items (reasoning, message, function
+// calls), status, usage; streamed as its semantic events (response.created ...
+// response.completed), each with a sequence number. Stateless: nothing is stored, so a
+// conversation comes whole in `input` (previous_response_id is refused).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chat/tool_calls.hpp"
+#include "openai.hpp"
+
+namespace minfer::server {
+
+// instructions -> a system message; input (a string, or items: messages with text parts,
+// function_call, function_call_output and reasoning items) -> messages, consecutive
+// function_calls into one assistant message with tool_calls, a reasoning item into the next
+// assistant message's reasoning_content; tools (flat {type: "function", name, parameters}) ->
+// chat tools; tool_choice, parallel_tool_calls, temperature, top_p; max_output_tokens ->
+// max_tokens; text.format json_schema / json_object -> response_format; reasoning.effort ->
+// the template's reasoning_effort ("none" also turns enable_thinking off). Images, files,
+// hosted tools, previous_response_id, background and conversation are refused. Throws
+// BadRequest.
+json responses_to_openai(const json &body);
+
+// The response object before any output: the request's settings as OpenAI echoes them,
+// status "in_progress".
+json response_shell(const json &body, const std::string &id, const std::string &model, int64_t created);
+
+// A whole reply: its output items, status ("incomplete" with reason max_output_tokens where
+// finish is "length") and usage. calls' arguments are JSON text.
+struct ResponsesReply {
+  std::string reasoning, content, finish;
+  std::vector<chat::ToolCall> calls;
+  int64_t request_id = 0, input_tokens = 0, output_tokens = 0, cached_tokens = 0, reasoning_tokens = 0;
+};
+json response_object(json shell, const ResponsesReply &r);
+
+// The stream's events as server-sent-event text (`event: TYPE\ndata: JSON\n\n`): output items
+// opened and closed as the pieces change kind, each with its content part and done events.
+class ResponsesStream {
+ public:
+  ResponsesStream(json shell, int64_t request_id) : shell_(std::move(shell)), request_id_(request_id) {}
+  std::string start();  // response.created, response.in_progress
+  std::string reasoning(const std::string &piece);
+  std::string text(const std::string &piece);
+  std::string calls(const std::vector<chat::ToolCall> &calls, size_t first = 0);  // whole calls
+  std::string call_begin(size_t n, const std::string &name);                      // a call streamed as it is written:
+  std::string call_arguments(const std::string &piece);                           // its arguments' text, piece by piece
+  // response.completed (or .incomplete) with the whole response.
+  std::string finish(const std::string &finish, int64_t input_tokens, int64_t output_tokens, int64_t cached_tokens, int64_t reasoning_tokens);
+  std::string error(const std::string &message);  // an error event, then response.failed
+  const std::string &reasoning_text() const { return reasoning_all_; }
+
+ private:
+  std::string event(const char *type, json data);
+  // Closes the open item if another kind (calls: always), then opens `item`, its id
+  // id_prefix<request>_<output index> where given.
+  std::string open(const char *kind, json item, const char *id_prefix = nullptr);
+  std::string close(bool cut = false);
+  json shell_;
+  int64_t request_id_ = 0, seq_ = 0;
+  json output_ = json::array();  // the items closed so far
+  json item_;                    // the open one
+  std::string open_, text_;      // its kind ("" when none) and its text or arguments so far
+  std::string reasoning_all_;
+};
+
+}  // namespace minfer::server
