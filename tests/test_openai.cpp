@@ -27,6 +27,24 @@ std::string bad(const char *body) {
   return "";
 }
 
+// Server-sent events (`event: NAME\ndata: JSON\n\n` each) as their names and payloads.
+struct Events {
+  std::vector<std::string> names;
+  std::vector<json> data;
+};
+Events split_events(const std::string &all) {
+  Events e;
+  for (size_t at = 0; (at = all.find("event: ", at)) != std::string::npos;) {
+    const size_t nl = all.find('\n', at);
+    e.names.push_back(all.substr(at + 7, nl - at - 7));
+    const size_t end = all.find("\n\n", nl);
+    EXPECT_EQ(all.compare(nl + 1, 6, "data: "), 0) << all.substr(at, 80);
+    e.data.push_back(json::parse(all.substr(nl + 7, end - nl - 7)));
+    at = end;
+  }
+  return e;
+}
+
 }  // namespace
 
 TEST(OpenAI, FieldsBecomeSamplingAndLimits) {
@@ -432,16 +450,7 @@ TEST(Anthropic, RepliesAndTheirStream) {
   all += s.text("c");
   all += s.tool_uses({{"f", "{}"}}, 1);
   all += s.finish("tool_use", "", 3);
-  std::vector<std::string> names;
-  std::vector<json> data;
-  for (size_t at = 0; (at = all.find("event: ", at)) != std::string::npos;) {
-    const size_t nl = all.find('\n', at);
-    names.push_back(all.substr(at + 7, nl - at - 7));
-    const size_t end = all.find("\n\n", nl);
-    ASSERT_EQ(all.compare(nl + 1, 6, "data: "), 0);
-    data.push_back(json::parse(all.substr(nl + 7, end - nl - 7)));
-    at = end;
-  }
+  const auto [names, data] = split_events(all);
   EXPECT_EQ(names, (std::vector<std::string>{"message_start", "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
                                              "content_block_start", "content_block_delta", "content_block_stop", "content_block_start",
                                              "content_block_delta", "content_block_stop", "message_delta", "message_stop"}));
@@ -547,16 +556,7 @@ TEST(Responses, RepliesAndTheirStream) {
   all += s.call_arguments("{}");
   all += s.calls({{"g", "{\"x\":1}"}}, 1);
   all += s.finish("tool_calls", 10, 3, 0, 1);
-  std::vector<std::string> names;
-  std::vector<json> data;
-  for (size_t at = 0; (at = all.find("event: ", at)) != std::string::npos;) {
-    const size_t nl = all.find('\n', at);
-    names.push_back(all.substr(at + 7, nl - at - 7));
-    const size_t end = all.find("\n\n", nl);
-    ASSERT_EQ(all.compare(nl + 1, 6, "data: "), 0);
-    data.push_back(json::parse(all.substr(nl + 7, end - nl - 7)));
-    at = end;
-  }
+  const auto [names, data] = split_events(all);
   EXPECT_EQ(names, (std::vector<std::string>{
                        "response.created", "response.in_progress",
                        "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta", "response.reasoning_text.delta",
