@@ -562,6 +562,22 @@ try:
         reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks)
         content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
         check(status == 200 and reasoning == text and content == "", f"streamed reasoning {reasoning!r}, content {content!r}, against {text!r}")
+        # The Responses API: reasoning.effort turns the thinking on; the think block is a
+        # reasoning item, streamed as reasoning_text events.
+        rask = {"input": "Once upon", "max_output_tokens": 12, "temperature": 0, "reasoning": {"effort": "medium"}}
+        status, rr = d.post("/v1/responses", rask)
+        items = rr.get("output", []) if status == 200 else []
+        check(status == 200 and [i["type"] for i in items] == ["reasoning"] and items[0]["content"][0]["text"] == text.strip() and
+              rr["status"] == "incomplete" and rr["usage"]["output_tokens_details"]["reasoning_tokens"] > 0,
+              f"/v1/responses: the think block as a reasoning item: {status} {str(rr)[:400]}")
+        status, _, _ = d.stream("/v1/responses", rask)
+        revents = [json.loads(b.split("\ndata: ", 1)[1]) for b in d.last_stream.split("\n\n") if b.startswith("event: ") and "\ndata: " in b]
+        rtypes = [e.get("type") for e in revents]
+        rtext = "".join(e["delta"] for e in revents if isinstance(e, dict) and e.get("type") == "response.reasoning_text.delta")
+        check(status == 200 and rtext == text and "response.output_text.delta" not in rtypes and rtypes[-1] == "response.incomplete",
+              f"/v1/responses streamed reasoning {rtext!r} against {text!r}: {rtypes[:8]}")
+        status, rn = d.post("/v1/responses", dict(rask, reasoning={"effort": "none"}))
+        check(status == 200 and [i["type"] for i in rn.get("output", [])] == ["message"], f"/v1/responses effort none: {status} {str(rn)[:300]}")
         status, bad = d.post("/v1/chat/completions", dict(ask, reasoning_format="xml"))
         check(status == 400 and "reasoning_format" in bad["error"]["message"], f"a bad reasoning_format: {status} {bad}")
         check(d.stop() == 0, "the R1 server exits 0")

@@ -501,6 +501,7 @@ TEST(Responses, RequestsBecomeChatRequests) {
   EXPECT_EQ(a["tool_choice"], json::parse(R"({"type": "function", "function": {"name": "get_weather"}})"));
   EXPECT_EQ(a["response_format"], json::parse(R"({"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}})"));
   EXPECT_EQ(a["chat_template_kwargs"], json::parse(R"({"reasoning_effort": "none", "enable_thinking": false})"));
+  EXPECT_EQ(responses_to_openai(json::parse(R"({"input": "Hi", "reasoning": {"effort": "high"}})"))["chat_template_kwargs"]["enable_thinking"], true);
   // The chat path takes it as it is.
   EXPECT_EQ(parse_tools(a).forced, std::vector<std::string>{"get_weather"});
   EXPECT_EQ(chat_messages(a)[3]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");

@@ -167,9 +167,9 @@ json responses_to_openai(const json &body) {
   }
   if (const auto rs = body.find("reasoning"); rs != body.end() && rs->is_object())
     if (const auto e = rs->find("effort"); e != rs->end() && e->is_string()) {
-      json kwargs = {{"reasoning_effort", *e}};
-      if (*e == "none") kwargs["enable_thinking"] = false;
-      out["chat_template_kwargs"] = std::move(kwargs);
+      // The effort to the templates that read it (gpt-oss), whether to think to those that
+      // switch (Qwen 3, DeepSeek R1's distills): "none" and "minimal" think not.
+      out["chat_template_kwargs"] = {{"reasoning_effort", *e}, {"enable_thinking", *e != "none" && *e != "minimal"}};
     }
   return out;
 }
@@ -198,7 +198,9 @@ json response_object(json shell, const ResponsesReply &r) {
   const std::string rid = std::to_string(r.request_id);
   json output = json::array();
   if (!r.reasoning.empty()) output.push_back(reasoning_item("rs_" + rid + "_0", r.reasoning));
-  if (!r.content.empty() || r.calls.empty())  // numbered by its place, as the stream numbers it
+  // A message where there is text, or nothing else (as the stream opens one only for text);
+  // numbered by its place, as the stream numbers it.
+  if (!r.content.empty() || (r.calls.empty() && r.reasoning.empty()))
     output.push_back(message_item("msg_" + rid + "_" + std::to_string(output.size()), r.finish == "length" ? "incomplete" : "completed", r.content));
   for (size_t i = 0; i < r.calls.size(); ++i) output.push_back(call_item(r.request_id, i, "completed", r.calls[i].name, r.calls[i].arguments));
   return finished(std::move(shell), std::move(output), r.finish,

@@ -22,7 +22,7 @@ namespace minfer::server {
 // assistant message's reasoning_content; tools (flat {type: "function", name, parameters}) ->
 // chat tools; tool_choice, parallel_tool_calls, temperature, top_p; max_output_tokens ->
 // max_tokens; text.format json_schema / json_object -> response_format; reasoning.effort ->
-// the template's reasoning_effort ("none" also turns enable_thinking off). Images, files,
+// the template's reasoning_effort and enable_thinking (off for "none" and "minimal"). Images, files,
 // hosted tools, previous_response_id, background and conversation are refused. Throws
 // BadRequest.
 json responses_to_openai(const json &body);
