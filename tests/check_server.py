@@ -443,6 +443,18 @@ try:
                                                                            "function": {"name": "get_weather", "arguments": "[" * 5000 + "]" * 5000}}]}
         status, rb = k.request("POST", "/v1/chat/completions", json.dumps(dict(with_tools, messages=msgs["messages"] + [deep_args])), headers=auth)
         check(status == 400 and "deeper than 128" in rb["error"]["message"], f"history arguments nested 5000 deep: {status} {rb}")
+        # llama-server's /apply-template: the prompt the chat renders (Qwen 2.5's ChatML), tools
+        # in it when offered; its token count is the chat's prompt_tokens.
+        status, at = k.request("POST", "/apply-template", json.dumps(msgs), headers=auth)
+        check(status == 200 and at.get("prompt", "").endswith("<|im_start|>user\nOnce upon<|im_end|>\n<|im_start|>assistant\n") and
+              "<|im_start|>system\nBe brief." in at["prompt"], f"/apply-template: {status} {str(at)[:300]}")
+        status, tk = k.request("POST", "/tokenize", json.dumps({"content": at.get("prompt", ""), "add_special": True}), headers=auth)
+        check(status == 200 and len(tk["tokens"]) == body["usage"]["prompt_tokens"], f"/apply-template's prompt is the chat's: {len(tk.get('tokens', []))} tokens "
+              f"against {body['usage']['prompt_tokens']}")
+        status, att = k.request("POST", "/apply-template", json.dumps(with_tools), headers=auth)
+        check(status == 200 and "get_weather" in att.get("prompt", "") and "<tools>" in att["prompt"], f"/apply-template with tools: {status} {str(att)[:300]}")
+        status, atb = k.request("POST", "/apply-template", json.dumps({"messages": "x"}), headers=auth)
+        check(status == 400 and "messages" in atb["error"]["message"], f"/apply-template of a bad request: {status} {atb}")
         # Anthropic's Messages API over the same chat: the same greedy text as /v1/chat/completions,
         # its stream of named events adding up to it, count_tokens, a forced tool_use, x-api-key,
         # and its error shape.

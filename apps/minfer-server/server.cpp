@@ -133,8 +133,9 @@ struct Server::Impl {
   // chat: /v1/chat/completions; completions: /v1/completions; native: llama-server's
   // /completion; infill: its /infill (native.hpp); messages: Anthropic's /v1/messages
   // (anthropic.hpp), which goes the chat way; count_tokens: its prompt's size only;
-  // responses: OpenAI's /v1/responses (responses.hpp), the chat way too.
-  enum class Route { chat, completions, native, infill, messages, count_tokens, responses };
+  // responses: OpenAI's /v1/responses (responses.hpp), the chat way too; apply_template:
+  // llama-server's /apply-template, a chat request's prompt as the template renders it.
+  enum class Route { chat, completions, native, infill, messages, count_tokens, responses, apply_template };
   void completion(const httplib::Request &req, httplib::Response &res, Route route);
   void embeddings(const httplib::Request &req, httplib::Response &res);
   void native_reply(httplib::Response &res, const std::shared_ptr<Loaded> &L, const std::shared_ptr<RequestStream> &stream, const GenerationParams &p,
@@ -409,7 +410,7 @@ void Server::drain() {
 
 void Server::Impl::completion(const httplib::Request &req, httplib::Response &res, Route route) {
   const bool anthropic = route == Route::messages || route == Route::count_tokens;
-  const bool chat = route == Route::chat || anthropic || route == Route::responses, native = route == Route::native || route == Route::infill;
+  const bool chat = route == Route::chat || anthropic || route == Route::responses || route == Route::apply_template, native = route == Route::native || route == Route::infill;
   const std::shared_ptr<Loaded> L = ready();
   if (!L) return reply(res, 503, error_body(503, "the model is loading; retry when GET /health answers 200"));
   if (draining) return reply(res, 503, error_body(503, "the server is shutting down"));
@@ -456,6 +457,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
         p.sampling.constraint = opened_calls(L->tool_syntax, L->call_vocab, tools);
       }
       const std::string text = L->tmpl->render(chat::from_json(chat_messages(fields)), /*add_generation_prompt=*/true, extra);
+      if (route == Route::apply_template) return reply(res, 200, {{"prompt", text}});
       refuse_unfittable(*L, text);
       prompt = chat::tokenize_prompt(tok, text);
       thinks = L->thinks && reasoning_split(fields);
@@ -737,6 +739,7 @@ void Server::Impl::routes() {
   http.Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::chat); });
   http.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::completions); });
   http.Post("/v1/responses", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::responses); });
+  http.Post("/apply-template", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::apply_template); });
   http.Post("/completion", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::native); });
   http.Post("/v1/embeddings", [this](const httplib::Request &req, httplib::Response &res) { embeddings(req, res); });
   // Anthropic's clients read their own error shape.
@@ -836,7 +839,7 @@ void Server::Impl::routes() {
   http.set_error_handler([](const httplib::Request &req, httplib::Response &res) {
     static const std::map<std::string, std::string> kMethods = {
         {"/", "GET"}, {"/health", "GET"}, {"/v1/models", "GET"}, {"/props", "GET"}, {"/metrics", "GET"}, {"/v1/chat/completions", "POST"},
-        {"/v1/completions", "POST"}, {"/completion", "POST"}, {"/infill", "POST"}, {"/v1/embeddings", "POST"}, {"/v1/messages", "POST"}, {"/v1/messages/count_tokens", "POST"}, {"/v1/responses", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
+        {"/v1/completions", "POST"}, {"/completion", "POST"}, {"/infill", "POST"}, {"/v1/embeddings", "POST"}, {"/v1/messages", "POST"}, {"/v1/messages/count_tokens", "POST"}, {"/v1/responses", "POST"}, {"/apply-template", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
     if (res.status == 404) {
       if (const auto it = kMethods.find(req.path); it != kMethods.end() && it->second != req.method) {
         res.set_header("Allow", it->second);
