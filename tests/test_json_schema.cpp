@@ -150,7 +150,23 @@ TEST(JsonSchema, StringLengthsAndFormats) {
   const auto id = schema(R"({"type": "string", "format": "uuid"})");
   EXPECT_TRUE(whole(id, "\"123e4567-e89b-12d3-a456-426614174000\""));
   EXPECT_TRUE(refused(id, "\"123e4567-e89b-12d3-a456-42661417400g"));
-  EXPECT_TRUE(whole(schema(R"({"type": "string", "format": "email"})"), "\"anything\"")) << "other formats are annotations";
+  const auto email = schema(R"({"type": "string", "format": "email"})");
+  EXPECT_TRUE(whole(email, "\"jane.doe+news@mail.example.co.uk\""));
+  EXPECT_TRUE(refused(email, "\"jane@localhost\"")) << "a domain with a dot";
+  EXPECT_TRUE(refused(email, "\"jane..doe"));
+  EXPECT_TRUE(refused(email, "\"@"));
+  EXPECT_TRUE(refused(email, "\"jane doe"));
+  const auto ip = schema(R"({"type": "string", "format": "ipv4"})");
+  EXPECT_TRUE(whole(ip, "\"192.168.0.255\""));
+  EXPECT_TRUE(refused(ip, "\"256"));
+  EXPECT_TRUE(refused(ip, "\"1.2.3\""));
+  EXPECT_TRUE(refused(ip, "\"01"));
+  const auto uri = schema(R"({"type": "string", "format": "uri"})");
+  EXPECT_TRUE(whole(uri, "\"https://example.com/a?b=c#d\""));
+  EXPECT_TRUE(whole(uri, "\"mailto:jane@example.com\""));
+  EXPECT_TRUE(refused(uri, "\"no scheme"));
+  EXPECT_TRUE(refused(uri, "\"1http:"));
+  EXPECT_TRUE(whole(schema(R"({"type": "string", "format": "hostname"})"), "\"anything\"")) << "other formats are annotations";
 }
 
 TEST(JsonSchema, PatternsHoldStringsCodePointByCodePoint) {

@@ -16,8 +16,10 @@ namespace {
 constexpr size_t kMaxNodes = 20000;  // a schema's compiled size
 constexpr int kMaxSchemaDepth = 64;  // schemas nested within one another
 
-// The formats a string is held to (RFC 3339's date, time and date-time, RFC 4122's uuid), as
-// patterns; other formats are annotations (JSON Schema's default): any string.
+// The formats a string is held to (RFC 3339's date, time and date-time, RFC 4122's uuid;
+// Pydantic's EmailStr, IPv4Address and AnyUrl: email in its common dot-atom form, dotted-quad
+// ipv4, uri as scheme ":" and no blanks), as patterns; other formats are annotations (JSON
+// Schema's default): any string.
 const char *format_pattern(const std::string &format) {
   if (format == "date") return "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$";
   if (format == "time") return "^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
@@ -25,6 +27,9 @@ const char *format_pattern(const std::string &format) {
     return "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?"
            "(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
   if (format == "uuid") return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+  if (format == "email") return "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$";
+  if (format == "ipv4") return "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$";
+  if (format == "uri") return "^[A-Za-z][A-Za-z0-9+.-]*:[^\\s\"\\\\<>]+$";
   return nullptr;
 }
 
