@@ -92,16 +92,25 @@ try:
               "the client's /v1/responses answer is the chat's (output_text, status, usage)")
         check(rs.get("text") == want_text and rs.get("deltas") == want_text and rs.get("sequence") == list(range(len(rs.get("types", [])))) and
               rs.get("types", [None])[0] == "response.created" and rs["types"][-1] in ("response.completed", "response.incomplete") and
-              rs.get("last", {}).get("usage") == rr.get("usage") and rs["last"].get("status") == rr.get("status"),
-              "the client's accumulated /v1/responses stream: the same text, numbered events, the same usage")
+              rs.get("last", {}).get("usage") == rr.get("usage") and rs["last"].get("status") == rr.get("status") and rs.get("kept") == want_text,
+              "the client's accumulated /v1/responses stream: the same text, numbered events, the same usage, kept whole")
         rc = r.get("responses_call", [])
         check(len(rc) == 1 and rc[0]["type"] == "function_call" and rc[0]["name"] == "get_time" and rc[0]["call_id"] and
               json.loads(rc[0]["arguments"]).get("zone") in ("UTC", "CET"),
               "a forced call through /v1/responses is a function_call item with JSON arguments")
         ra = r.get("responses_after", {})
         check(ra.get("types") == ["message"] and ra.get("input_tokens", 0) > 0, "the call and its output go back as input items")
-        check(isinstance(r.get("responses_error"), dict) and r["responses_error"]["status"] == 400 and
-              "previous_response_id" in r["responses_error"]["message"], "previous_response_id is a 400 that says why")
+        # previous_response_id: the same prompt as the chat with the whole conversation.
+        status, want_next = s.request("POST", "/v1/chat/completions", json.dumps({"messages": msgs + [{"role": "assistant", "content": want_text},
+                                      {"role": "user", "content": "And then?"}], "max_tokens": 8, "temperature": 0}), headers=auth)
+        rn = r.get("responses_next", {})
+        check(status == 200 and rn.get("input_tokens") == want_next["usage"]["prompt_tokens"] and
+              rn.get("text") == want_next["choices"][0]["message"]["content"] and rn.get("previous") == rr.get("id"),
+              f"a response continued by previous_response_id is the chat over the whole conversation: {rn} against {str(want_next)[:300]}")
+        check(r.get("responses_retrieved") == {"id": rr.get("id"), "text": want_text, "status": rr.get("status")}, "the client retrieves the kept response")
+        gone_r, gone_c = r.get("responses_deleted_retrieve"), r.get("responses_deleted_continue")
+        check(isinstance(gone_r, dict) and gone_r["status"] == 404 and isinstance(gone_c, dict) and gone_c["status"] == 400 and
+              "previous_response_id" in gone_c["message"], f"a deleted response is gone: {gone_r} {gone_c}")
 
     a = node("anthropic_client.mjs", base, "sekret", "chatty")
     print("anthropic client:", json.dumps(a)[:600])

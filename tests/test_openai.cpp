@@ -466,7 +466,7 @@ TEST(Anthropic, RepliesAndTheirStream) {
 
 // OpenAI's Responses API (responses.hpp) as the chat path reads it, and its replies.
 TEST(Responses, RequestsBecomeChatRequests) {
-  const json a = responses_to_openai(json::parse(R"({"model": "x", "instructions": "Be brief.", "max_output_tokens": 64, "temperature": 0.2,
+  const ResponsesRequest rq = responses_request(json::parse(R"({"model": "x", "instructions": "Be brief.", "max_output_tokens": 64, "temperature": 0.2,
       "input": [{"role": "developer", "content": "Use tools."},
                 {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in "}, {"type": "input_text", "text": "Paris?"}]},
                 {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Call it."}]},
@@ -480,6 +480,8 @@ TEST(Responses, RequestsBecomeChatRequests) {
                  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}],
       "tool_choice": {"type": "function", "name": "get_weather"}, "parallel_tool_calls": false, "reasoning": {"effort": "none"},
       "text": {"format": {"type": "json_schema", "name": "w", "schema": {"type": "object"}, "strict": true}}, "store": true, "metadata": {"k": "v"}})"));
+  const json &a = rq.openai;
+  EXPECT_EQ(rq.conversation.size(), a["messages"].size() - 1) << "the conversation: the messages after the instructions";
   EXPECT_EQ(a["max_tokens"], 64);
   EXPECT_EQ(a["parallel_tool_calls"], false);
   const json &m = a["messages"];
@@ -501,21 +503,21 @@ TEST(Responses, RequestsBecomeChatRequests) {
   EXPECT_EQ(a["tool_choice"], json::parse(R"({"type": "function", "function": {"name": "get_weather"}})"));
   EXPECT_EQ(a["response_format"], json::parse(R"({"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}})"));
   EXPECT_EQ(a["chat_template_kwargs"], json::parse(R"({"reasoning_effort": "none", "enable_thinking": false})"));
-  EXPECT_EQ(responses_to_openai(json::parse(R"({"input": "Hi", "reasoning": {"effort": "high"}})"))["chat_template_kwargs"]["enable_thinking"], true);
+  EXPECT_EQ(responses_request(json::parse(R"({"input": "Hi", "reasoning": {"effort": "high"}})")).openai["chat_template_kwargs"]["enable_thinking"], true);
   // The chat path takes it as it is.
   EXPECT_EQ(parse_tools(a).forced, std::vector<std::string>{"get_weather"});
   EXPECT_EQ(chat_messages(a)[3]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
-  EXPECT_EQ(responses_to_openai(json::parse(R"({"input": "Hi"})"))["messages"], json::parse(R"([{"role": "user", "content": "Hi"}])"));
-  EXPECT_EQ(responses_to_openai(json::parse(R"({"input": "Hi", "text": {"format": {"type": "json_object"}}})"))["response_format"]["type"], "json_object");
+  EXPECT_EQ(responses_request(json::parse(R"({"input": "Hi"})")).openai["messages"], json::parse(R"([{"role": "user", "content": "Hi"}])"));
+  EXPECT_EQ(responses_request(json::parse(R"({"input": "Hi", "text": {"format": {"type": "json_object"}}})")).openai["response_format"]["type"], "json_object");
   auto refused = [](const char *body) {
     try {
-      responses_to_openai(json::parse(body));
+      responses_request(json::parse(body));
     } catch (const BadRequest &e) {
       return std::string(e.what());
     }
     return std::string();
   };
-  EXPECT_NE(refused(R"({"input": "x", "previous_response_id": "resp_1"})").find("stores no responses"), std::string::npos);
+  EXPECT_NE(refused(R"({"input": "x", "conversation": "conv_1"})").find("'conversation'"), std::string::npos);
   EXPECT_NE(refused(R"({"input": "x", "tools": [{"type": "web_search"}]})").find("'web_search'"), std::string::npos);
   EXPECT_NE(refused(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]})").find("'input_image' part"),
             std::string::npos);
@@ -525,12 +527,49 @@ TEST(Responses, RequestsBecomeChatRequests) {
   EXPECT_NE(refused(R"({"input": [{"type": "function_call", "name": "f"}]})").find("call_id"), std::string::npos);
 }
 
+// previous_response_id: the kept conversation goes before the new input, after the new
+// instructions (a previous response's are not carried over); the store keeps the latest.
+TEST(Responses, AResponseContinuesAKeptOne) {
+  const json first = responses_request(json::parse(R"({"instructions": "Old.", "input": "Tell a joke."})")).conversation;
+  const json output = json::parse(R"([{"type": "reasoning", "content": [{"type": "reasoning_text", "text": "Hmm."}]},
+      {"type": "message", "content": [{"type": "output_text", "text": "Why "}, {"type": "output_text", "text": "not?"}]},
+      {"type": "function_call", "call_id": "call_1_0", "name": "laugh", "arguments": "{}"}])");
+  json kept = first;
+  kept.push_back(assistant_turn(output));
+  EXPECT_EQ(kept[1], json::parse(R"({"role": "assistant", "content": "Why not?", "reasoning_content": "Hmm.",
+      "tool_calls": [{"id": "call_1_0", "type": "function", "function": {"name": "laugh", "arguments": "{}"}}]})"));
+  EXPECT_EQ(assistant_turn(json::parse(R"([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}])"))["content"], nullptr);
+  const ResponsesRequest next = responses_request(json::parse(R"({"instructions": "New.", "input": [{"type": "function_call_output", "call_id": "call_1_0",
+      "output": "ha"}, {"role": "user", "content": "Why?"}]})"), kept);
+  const json &m = next.openai["messages"];
+  ASSERT_EQ(m.size(), 5u) << m.dump();
+  EXPECT_EQ(m[0], json::parse(R"({"role": "system", "content": "New."})"));
+  EXPECT_EQ(m[1], json::parse(R"({"role": "user", "content": "Tell a joke."})"));
+  EXPECT_EQ(m[2]["tool_calls"][0]["id"], "call_1_0");
+  EXPECT_EQ(m[3], json::parse(R"({"role": "tool", "tool_call_id": "call_1_0", "content": "ha"})"));
+  EXPECT_EQ(next.conversation.size(), 4u);
+
+  ResponseStore store(3, 1 << 20);
+  for (int i = 0; i < 5; ++i) store.put("resp_" + std::to_string(i), {json{{"id", i}}, json::array()});
+  EXPECT_FALSE(store.get("resp_1")) << "the oldest go first";
+  EXPECT_EQ(store.get("resp_4")->response["id"], 4);
+  EXPECT_TRUE(store.erase("resp_3"));
+  EXPECT_FALSE(store.erase("resp_3"));
+  ResponseStore small(100, 200);
+  small.put("a", {json{{"text", std::string(150, 'x')}}, json::array()});
+  small.put("b", {json{{"text", std::string(150, 'y')}}, json::array()});
+  EXPECT_FALSE(small.get("a")) << "past max_bytes the oldest go too";
+  EXPECT_TRUE(small.get("b")) << "the newest stays even alone past the bytes";
+}
+
 TEST(Responses, RepliesAndTheirStream) {
   const json shell = response_shell(json::parse(R"({"input": "x", "max_output_tokens": 9, "metadata": {"k": "v"}})"), "resp_7", "m", 100);
   EXPECT_EQ(shell["status"], "in_progress");
   EXPECT_EQ(shell["max_output_tokens"], 9);
   EXPECT_EQ(shell["metadata"]["k"], "v");
   EXPECT_EQ(shell["text"]["format"]["type"], "text");
+  EXPECT_EQ(shell["store"], true) << "OpenAI's default";
+  EXPECT_EQ(response_shell(json::parse(R"({"input": "x", "store": false})"), "r", "m", 1)["store"], false);
   const json r = response_object(shell, {"Hmm.", "Here.", "stop", {{"get_time", R"({"tz":"CET"})"}}, 7, 20, 5, 16, 2});
   EXPECT_EQ(r["status"], "completed");
   EXPECT_EQ(r["incomplete_details"], nullptr);

@@ -62,11 +62,10 @@ json finished(json shell, json output, const std::string &finish, json usage) {
 
 }  // namespace
 
-json responses_to_openai(const json &body) {
+ResponsesRequest responses_request(const json &body, const json &previous) {
   if (!body.is_object()) throw BadRequest("the request body must be a JSON object");
-  for (const char *k : {"previous_response_id", "conversation"})
-    if (const auto it = body.find(k); it != body.end() && !it->is_null())
-      throw BadRequest(std::string("'") + k + "' is not supported: this server stores no responses; send the whole conversation in 'input'");
+  if (const auto it = body.find("conversation"); it != body.end() && !it->is_null())
+    throw BadRequest("'conversation' is not supported: continue a response with 'previous_response_id', or send the whole conversation in 'input'");
   if (const auto it = body.find("background"); it != body.end() && *it == true) throw BadRequest("'background' responses are not supported: stream the response instead");
   if (const auto it = body.find("top_logprobs"); it != body.end() && !it->is_null() && *it != 0)
     throw BadRequest("'top_logprobs' is not supported on /v1/responses; /v1/chat/completions returns logprobs");
@@ -75,11 +74,7 @@ json responses_to_openai(const json &body) {
     if (const auto it = body.find(k); it != body.end() && !it->is_null()) out[k] = *it;
   if (const auto it = body.find("max_output_tokens"); it != body.end() && !it->is_null()) out["max_tokens"] = *it;
 
-  json messages = json::array();
-  if (const auto it = body.find("instructions"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) throw BadRequest("'instructions' must be a string");
-    messages.push_back({{"role", "system"}, {"content", *it}});
-  }
+  json messages = previous.is_array() ? previous : json::array();
   const auto input = body.find("input");
   if (input == body.end() || (!input->is_string() && !input->is_array()) || (input->is_array() && input->empty()))
     throw BadRequest("'input' must be a string or a non-empty array of input items");
@@ -129,7 +124,13 @@ json responses_to_openai(const json &body) {
   // An assistant message with calls and no text: content null, as chat clients send it.
   for (json &m : messages)
     if (m["role"] == "assistant" && m.contains("tool_calls") && m["content"] == "") m["content"] = nullptr;
-  out["messages"] = std::move(messages);
+  json chat_messages = json::array();
+  if (const auto it = body.find("instructions"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) throw BadRequest("'instructions' must be a string");
+    chat_messages.push_back({{"role", "system"}, {"content", *it}});
+  }
+  for (const json &m : messages) chat_messages.push_back(m);
+  out["messages"] = std::move(chat_messages);
 
   if (const auto ts = body.find("tools"); ts != body.end() && !ts->is_null()) {
     if (!ts->is_array()) throw BadRequest("'tools' must be an array of {type: \"function\", name, parameters}");
@@ -171,7 +172,23 @@ json responses_to_openai(const json &body) {
       // switch (Qwen 3, DeepSeek R1's distills): "none" and "minimal" think not.
       out["chat_template_kwargs"] = {{"reasoning_effort", *e}, {"enable_thinking", *e != "none" && *e != "minimal"}};
     }
-  return out;
+  return {std::move(out), std::move(messages)};
+}
+
+json assistant_turn(const json &output) {
+  std::string text, reasoning;
+  json calls = json::array();
+  for (const json &item : output) {
+    const std::string type = item.value("type", "");
+    if (type == "message" || type == "reasoning")
+      for (const json &part : item.value("content", json::array())) (type == "message" ? text : reasoning) += part.value("text", "");
+    else if (type == "function_call")
+      calls.push_back({{"id", item["call_id"]}, {"type", "function"}, {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}});
+  }
+  json turn = {{"role", "assistant"}, {"content", calls.empty() || !text.empty() ? json(text) : json(nullptr)}};
+  if (!reasoning.empty()) turn["reasoning_content"] = reasoning;
+  if (!calls.empty()) turn["tool_calls"] = std::move(calls);
+  return turn;
 }
 
 json response_shell(const json &body, const std::string &id, const std::string &model, int64_t created) {
@@ -188,7 +205,7 @@ json response_shell(const json &body, const std::string &id, const std::string &
   return {{"id", id}, {"object", "response"}, {"created_at", created}, {"status", "in_progress"}, {"error", nullptr},
           {"incomplete_details", nullptr}, {"instructions", echo("instructions", nullptr)}, {"max_output_tokens", echo("max_output_tokens", nullptr)},
           {"model", model}, {"output", json::array()}, {"parallel_tool_calls", echo("parallel_tool_calls", true)},
-          {"previous_response_id", nullptr}, {"reasoning", std::move(reasoning)}, {"store", false},
+          {"previous_response_id", echo("previous_response_id", nullptr)}, {"reasoning", std::move(reasoning)}, {"store", echo("store", true) != false},
           {"temperature", echo("temperature", 1.0)}, {"text", std::move(text)}, {"tool_choice", echo("tool_choice", "auto")},
           {"tools", echo("tools", json::array())}, {"top_p", echo("top_p", 1.0)}, {"truncation", "disabled"}, {"usage", nullptr},
           {"user", echo("user", nullptr)}, {"metadata", echo("metadata", json::object())}};
@@ -303,6 +320,7 @@ std::string ResponsesStream::finish(const std::string &finish, int64_t input_tok
   std::string out = close(finish == "length");  // the item the token limit cut is incomplete
   const json response = finished(shell_, output_, finish, usage_json(input_tokens, output_tokens, cached_tokens, reasoning_tokens));
   out += event(response["status"] == "completed" ? "response.completed" : "response.incomplete", {{"response", response}});
+  final_ = response;
   return out;
 }
 
@@ -315,6 +333,41 @@ std::string ResponsesStream::error(const std::string &message) {
   response["output"] = output_;
   out += event("response.failed", {{"response", std::move(response)}});
   return out;
+}
+
+void ResponseStore::put(const std::string &id, Entry e) {
+  const size_t bytes = e.response.dump().size() + e.conversation.dump().size();
+  std::lock_guard<std::mutex> lock(m_);
+  if (const auto it = by_id_.find(id); it != by_id_.end()) {
+    bytes_ -= it->second->bytes;
+    order_.erase(it->second);
+    by_id_.erase(it);
+  }
+  order_.push_back({id, std::move(e), bytes});
+  by_id_[id] = std::prev(order_.end());
+  bytes_ += bytes;
+  while (order_.size() > 1 && (order_.size() > max_entries_ || bytes_ > max_bytes_)) {
+    bytes_ -= order_.front().bytes;
+    by_id_.erase(order_.front().id);
+    order_.pop_front();
+  }
+}
+
+std::optional<ResponseStore::Entry> ResponseStore::get(const std::string &id) const {
+  std::lock_guard<std::mutex> lock(m_);
+  const auto it = by_id_.find(id);
+  if (it == by_id_.end()) return std::nullopt;
+  return it->second->entry;
+}
+
+bool ResponseStore::erase(const std::string &id) {
+  std::lock_guard<std::mutex> lock(m_);
+  const auto it = by_id_.find(id);
+  if (it == by_id_.end()) return false;
+  bytes_ -= it->second->bytes;
+  order_.erase(it->second);
+  by_id_.erase(it);
+  return true;
 }
 
 }  // namespace minfer::server

@@ -3,11 +3,15 @@
 // use it by default). A request becomes an OpenAI chat request (one parser, openai.hpp, checks
 // its fields); the reply is a response object: output items (reasoning, message, function
 // calls), status, usage; streamed as its semantic events (response.created ...
-// response.completed), each with a sequence number. Stateless: nothing is stored, so a
-// conversation comes whole in `input` (previous_response_id is refused).
+// response.completed), each with a sequence number. A conversation comes whole in `input`, or
+// continues a kept response (previous_response_id; ResponseStore keeps the latest in memory).
 #pragma once
 
 #include <cstdint>
+#include <list>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,12 +27,21 @@ namespace minfer::server {
 // chat tools; tool_choice, parallel_tool_calls, temperature, top_p; max_output_tokens ->
 // max_tokens; text.format json_schema / json_object -> response_format; reasoning.effort ->
 // the template's reasoning_effort and enable_thinking (off for "none" and "minimal"). Images, files,
-// hosted tools, previous_response_id, background and conversation are refused. Throws
-// BadRequest.
-json responses_to_openai(const json &body);
+// hosted tools, background and conversation are refused. previous: the conversation a
+// previous_response_id names (its messages, the instructions aside: those are not carried
+// over), put before the input. Throws BadRequest.
+struct ResponsesRequest {
+  json openai;        // the chat request
+  json conversation;  // its messages after the instructions: what a later response continues
+};
+ResponsesRequest responses_request(const json &body, const json &previous = json::array());
 
-// The response object before any output: the request's settings as OpenAI echoes them,
-// status "in_progress".
+// The assistant turn of a response's output items (message text, reasoning, function calls
+// with their call_ids), as a chat message: what a later response sees of it.
+json assistant_turn(const json &output);
+
+// The response object before any output: the request's settings as OpenAI echoes them
+// (store: whether it will be kept), status "in_progress".
 json response_shell(const json &body, const std::string &id, const std::string &model, int64_t created);
 
 // A whole reply: its output items, status ("incomplete" with reason max_output_tokens where
@@ -55,6 +68,7 @@ class ResponsesStream {
   std::string finish(const std::string &finish, int64_t input_tokens, int64_t output_tokens, int64_t cached_tokens, int64_t reasoning_tokens);
   std::string error(const std::string &message);  // an error event, then response.failed
   const std::string &reasoning_text() const { return reasoning_all_; }
+  const json &final_response() const { return final_; }  // after finish()
 
  private:
   std::string event(const char *type, json data);
@@ -68,6 +82,33 @@ class ResponsesStream {
   json item_;                    // the open one
   std::string open_, text_;      // its kind ("" when none) and its text or arguments so far
   std::string reasoning_all_;
+  json final_;
+};
+
+// Responses kept for previous_response_id and GET/DELETE /v1/responses/{id}: the latest
+// `max_entries` in memory, fewer where they would pass `max_bytes`; the oldest go first.
+class ResponseStore {
+ public:
+  struct Entry {
+    json response;      // the response object, as returned
+    json conversation;  // the messages it continued plus its own turn
+  };
+  explicit ResponseStore(size_t max_entries = 1024, size_t max_bytes = size_t(128) << 20) : max_entries_(max_entries), max_bytes_(max_bytes) {}
+  void put(const std::string &id, Entry e);
+  std::optional<Entry> get(const std::string &id) const;
+  bool erase(const std::string &id);
+  size_t max_entries() const { return max_entries_; }
+
+ private:
+  struct Kept {
+    std::string id;
+    Entry entry;
+    size_t bytes;
+  };
+  mutable std::mutex m_;
+  std::list<Kept> order_;  // oldest first
+  std::map<std::string, std::list<Kept>::iterator> by_id_;
+  size_t bytes_ = 0, max_entries_, max_bytes_;
 };
 
 }  // namespace minfer::server

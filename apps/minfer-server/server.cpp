@@ -113,6 +113,7 @@ struct Server::Impl {
   std::atomic<int64_t> next_id{1}, prompt_tokens{0}, generated{0}, requests{0};
   std::mt19937_64 seeds{std::random_device{}()};
   std::mutex seeds_m;
+  ResponseStore kept;  // /v1/responses' stored responses (previous_response_id, GET, DELETE)
 
   std::shared_ptr<Loaded> ready() {
     std::lock_guard<std::mutex> lock(m);
@@ -137,6 +138,13 @@ struct Server::Impl {
   // llama-server's /apply-template, a chat request's prompt as the template renders it.
   enum class Route { chat, completions, native, infill, messages, count_tokens, responses, apply_template };
   void completion(const httplib::Request &req, httplib::Response &res, Route route);
+  // A finished /v1/responses response, kept unless it says store: false, with the conversation
+  // a later response continues (the messages it continued and its own turn).
+  void keep_response(const json &response, json conversation) {
+    if (response.value("store", false) != true) return;
+    conversation.push_back(assistant_turn(response["output"]));
+    kept.put(response["id"].get<std::string>(), {response, std::move(conversation)});
+  }
   void embeddings(const httplib::Request &req, httplib::Response &res);
   void native_reply(httplib::Response &res, const std::shared_ptr<Loaded> &L, const std::shared_ptr<RequestStream> &stream, const GenerationParams &p,
                     int64_t id, bool prompt_only, int64_t n_prompt, std::chrono::steady_clock::time_point start);
@@ -427,11 +435,25 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   bool thinks = false, opened = false;  // the reply's think block goes to reasoning_content; the prompt opened it
   bool prompt_only = false;             // native n_predict 0: the prompt is evaluated, nothing generated
   std::vector<int32_t> prompt;
+  json conversation;                    // responses: the messages a later response would continue
   try {
     NativeRequest nr;
     if (native) nr = native_to_openai(body), prompt_only = nr.prompt_only;
     if (anthropic) nr.openai = anthropic_to_openai(body);
-    if (route == Route::responses) nr.openai = responses_to_openai(body);
+    if (route == Route::responses) {
+      json previous = json::array();
+      if (const auto it = body.is_object() ? body.find("previous_response_id") : body.end(); body.is_object() && it != body.end() && !it->is_null()) {
+        if (!it->is_string()) throw BadRequest("'previous_response_id' must be a string, a response's id");
+        const std::optional<ResponseStore::Entry> e = kept.get(it->get<std::string>());
+        if (!e)
+          throw BadRequest("'previous_response_id': no response '" + it->get<std::string>() + "' is kept here (the server keeps the latest " +
+                           std::to_string(kept.max_entries()) + " stored ones in memory, none from before it started; 'store': false keeps none)");
+        previous = e->conversation;
+      }
+      ResponsesRequest rq = responses_request(body, previous);
+      nr.openai = std::move(rq.openai);
+      conversation = std::move(rq.conversation);
+    }
     const json &fields = native || anthropic || route == Route::responses ? nr.openai : body;
     p = parse_generation(fields, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
     // Fill-in-the-middle leaves the reply a quarter of the context unless max_tokens says.
@@ -572,7 +594,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       }
       if (route == Route::responses) {
         const ResponsesReply rr{parts.reasoning, r.content, o.finish, r.calls, id, n_prompt, o.tokens, o.cached, tokens_in(parts.reasoning)};
-        return reply(res, 200, response_object(shell, rr));
+        json done = response_object(shell, rr);
+        keep_response(done, conversation);
+        return reply(res, 200, done);
       }
       json message = {{"role", "assistant"}, {"content", r.content}};
       if (!parts.reasoning.empty()) message["reasoning_content"] = parts.reasoning;
@@ -593,7 +617,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   res.set_header("Cache-Control", "no-cache");
   const bool parallel = tools.parallel;
   res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, route, usage, logprobs, calls, thinks, opened,
-                                                         n_prompt, parallel, shell, tokens_in](size_t, httplib::DataSink &sink) {
+                                                         n_prompt, parallel, shell, tokens_in, conversation](size_t, httplib::DataSink &sink) {
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     const auto write = [&](const std::string &text) { return text.empty() || sink.write(text.data(), text.size()); };
     const auto send = [&](const json &j) { return write("data: " + dump(j) + "\n\n"); };
@@ -625,6 +649,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       em.call_arguments = [&](size_t, const std::string &piece) { return write(rs.call_arguments(piece)); };
       em.end = [&](const Outcome &o, bool called) {
         write(rs.finish(called ? "tool_calls" : o.finish, n_prompt, o.tokens, o.cached, tokens_in(rs.reasoning_text())));
+        keep_response(rs.final_response(), conversation);
       };
       em.error = [&](const std::string &m) { write(rs.error(m)); };
     } else if (route == Route::messages) {
@@ -740,6 +765,16 @@ void Server::Impl::routes() {
   http.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::completions); });
   http.Post("/v1/responses", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::responses); });
   http.Post("/apply-template", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::apply_template); });
+  http.Get(R"(/v1/responses/([A-Za-z0-9_-]+))", [this](const httplib::Request &req, httplib::Response &res) {
+    const std::optional<ResponseStore::Entry> e = kept.get(req.matches[1]);
+    if (!e) return reply(res, 404, error_body(404, "no response '" + std::string(req.matches[1]) + "' is kept here"));
+    reply(res, 200, e->response);
+  });
+  http.Delete(R"(/v1/responses/([A-Za-z0-9_-]+))", [this](const httplib::Request &req, httplib::Response &res) {
+    const std::string id = req.matches[1];
+    if (!kept.erase(id)) return reply(res, 404, error_body(404, "no response '" + id + "' is kept here"));
+    reply(res, 200, {{"id", id}, {"object", "response"}, {"deleted", true}});
+  });
   http.Post("/completion", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::native); });
   http.Post("/v1/embeddings", [this](const httplib::Request &req, httplib::Response &res) { embeddings(req, res); });
   // Anthropic's clients read their own error shape.

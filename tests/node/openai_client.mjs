@@ -1,7 +1,7 @@
 // OpenAI's own Node client against a running minfer-server: a chat, the same chat streamed,
 // a legacy completion, embeddings, the model list and an error, the chat again through the
 // Responses API (whole, streamed through the client's event accumulator, a forced function
-// call, an error), reported as one JSON line for tests/check_server_clients.py to judge.
+// call, a response continued, retrieved and deleted), reported as one JSON line for tests/check_server_clients.py to judge.
 //   node openai_client.mjs BASE_URL API_KEY MODEL
 import OpenAI from "openai";
 
@@ -62,7 +62,7 @@ for await (const event of rstream) {
 }
 const final = await rstream.finalResponse();
 const accumulated = final.output.filter((o) => o.type === "message").flatMap((o) => o.content).map((c) => c.text).join("");
-out.responses_stream = { ...rs, text: accumulated };
+out.responses_stream = { ...rs, text: accumulated, kept: (await client.responses.retrieve(final.id)).output_text };
 const tools = [{ type: "function", name: "get_time", description: "The time in a zone",
                  parameters: { type: "object", properties: { zone: { type: "string", enum: ["UTC", "CET"] } }, required: ["zone"] } }];
 const call = await client.responses.create({ model, input: "What time is it?", tools, tool_choice: "required", max_output_tokens: 200, temperature: 0 });
@@ -72,10 +72,19 @@ const after = await client.responses.create({ model, max_output_tokens: 8, tempe
                                               input: [{ role: "user", content: "What time is it?" }, ...call.output,
                                                       { type: "function_call_output", call_id: call.output[0]?.call_id ?? "x", output: "12:00" }] });
 out.responses_after = { status: after.status, types: after.output.map((o) => o.type), input_tokens: after.usage.input_tokens };
-try {
-  await client.responses.create({ model, input: "x", previous_response_id: resp.id });
-  out.responses_error = "no error";
-} catch (e) {
-  out.responses_error = { status: e.status, message: e.message };
+// A kept response continued (its input and output go before the new input), retrieved, deleted.
+const next = await client.responses.create({ model, previous_response_id: resp.id, input: "And then?", max_output_tokens: 8, temperature: 0 });
+out.responses_next = { text: next.output_text, input_tokens: next.usage.input_tokens, previous: next.previous_response_id };
+const again = await client.responses.retrieve(resp.id);
+out.responses_retrieved = { id: again.id, text: again.output_text, status: again.status };
+await client.responses.delete(resp.id);
+for (const [key, call] of [["retrieve", () => client.responses.retrieve(resp.id)],
+                           ["continue", () => client.responses.create({ model, input: "x", previous_response_id: resp.id })]]) {
+  try {
+    await call();
+    out["responses_deleted_" + key] = "no error";
+  } catch (e) {
+    out["responses_deleted_" + key] = { status: e.status, message: e.message };
+  }
 }
 console.log(JSON.stringify(out));
