@@ -590,6 +590,10 @@ try:
               f"/v1/responses streamed reasoning {rtext!r} against {text!r}: {rtypes[:8]}")
         status, rn = d.post("/v1/responses", dict(rask, reasoning={"effort": "none"}))
         check(status == 200 and [i["type"] for i in rn.get("output", [])] == ["message"], f"/v1/responses effort none: {status} {str(rn)[:300]}")
+        effort = {k: v for k, v in ask.items() if k != "chat_template_kwargs"}
+        status, eb = d.post("/v1/chat/completions", dict(effort, reasoning_effort="high"))
+        check(status == 200 and eb["choices"][0]["message"].get("reasoning_content") == text.strip(),
+              f"reasoning_effort high thinks as enable_thinking does: {status} {str(eb)[:300]}")
         status, bad = d.post("/v1/chat/completions", dict(ask, reasoning_format="xml"))
         check(status == 400 and "reasoning_format" in bad["error"]["message"], f"a bad reasoning_format: {status} {bad}")
         check(d.stop() == 0, "the R1 server exits 0")

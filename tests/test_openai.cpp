@@ -247,6 +247,11 @@ TEST(OpenAI, TemplateKwargsAreMoreTemplateVariables) {
       EXPECT_NE(std::string(e.what()).find(own), std::string::npos) << e.what();
     }
   }
+  // OpenAI's reasoning_effort: the effort, and thinking on or off, unless the kwargs say.
+  EXPECT_EQ(template_kwargs(json::parse(R"({"reasoning_effort": "low"})")), json::parse(R"({"reasoning_effort": "low", "enable_thinking": true})"));
+  EXPECT_EQ(template_kwargs(json::parse(R"({"reasoning_effort": "minimal"})"))["enable_thinking"], false);
+  EXPECT_EQ(template_kwargs(json::parse(R"({"reasoning_effort": "high", "chat_template_kwargs": {"enable_thinking": false}})"))["enable_thinking"], false);
+  EXPECT_THROW(template_kwargs(json::parse(R"({"reasoning_effort": "max"})")), BadRequest);
 }
 
 TEST(OpenAI, LogitBiasMovesTheChoice) {
@@ -502,8 +507,9 @@ TEST(Responses, RequestsBecomeChatRequests) {
       "properties": {"city": {"type": "string"}}, "required": ["city"]}, "description": "Weather", "strict": true}})"));
   EXPECT_EQ(a["tool_choice"], json::parse(R"({"type": "function", "function": {"name": "get_weather"}})"));
   EXPECT_EQ(a["response_format"], json::parse(R"({"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}})"));
-  EXPECT_EQ(a["chat_template_kwargs"], json::parse(R"({"reasoning_effort": "none", "enable_thinking": false})"));
-  EXPECT_EQ(responses_request(json::parse(R"({"input": "Hi", "reasoning": {"effort": "high"}})")).openai["chat_template_kwargs"]["enable_thinking"], true);
+  EXPECT_EQ(a["reasoning_effort"], "none");
+  EXPECT_EQ(template_kwargs(a), json::parse(R"({"reasoning_effort": "none", "enable_thinking": false})"));
+  EXPECT_EQ(template_kwargs(responses_request(json::parse(R"({"input": "Hi", "reasoning": {"effort": "high"}})")).openai)["enable_thinking"], true);
   // The chat path takes it as it is.
   EXPECT_EQ(parse_tools(a).forced, std::vector<std::string>{"get_weather"});
   EXPECT_EQ(chat_messages(a)[3]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");

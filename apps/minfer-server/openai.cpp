@@ -236,14 +236,26 @@ ToolsRequest parse_tools(const json &body) {
 }
 
 json template_kwargs(const json &body) {
-  const auto it = body.find("chat_template_kwargs");
-  if (it == body.end() || it->is_null()) return json::object();
-  if (!it->is_object()) throw BadRequest("'chat_template_kwargs' must be an object of template variables, e.g. {\"enable_thinking\": false}");
-  for (const char *own : {"messages", "add_generation_prompt", "bos_token", "eos_token", "tools"})
-    if (it->contains(own))
-      throw BadRequest(std::string("'chat_template_kwargs' cannot set '") + own + "': " +
-                       (std::string(own) == "tools" ? "give the request's 'tools'" : "the server sets it"));
-  return *it;
+  json kwargs = json::object();
+  if (const auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) throw BadRequest("'chat_template_kwargs' must be an object of template variables, e.g. {\"enable_thinking\": false}");
+    for (const char *own : {"messages", "add_generation_prompt", "bos_token", "eos_token", "tools"})
+      if (it->contains(own))
+        throw BadRequest(std::string("'chat_template_kwargs' cannot set '") + own + "': " +
+                         (std::string(own) == "tools" ? "give the request's 'tools'" : "the server sets it"));
+    kwargs = *it;
+  }
+  // OpenAI's reasoning_effort: the effort to the templates that read it (gpt-oss), whether to
+  // think to those that switch (Qwen 3, DeepSeek R1's distills): "none" and "minimal" think
+  // not. chat_template_kwargs, where it sets them, wins.
+  if (const auto e = body.find("reasoning_effort"); e != body.end() && !e->is_null()) {
+    static const char *const kEfforts[] = {"none", "minimal", "low", "medium", "high"};
+    if (!e->is_string() || std::none_of(std::begin(kEfforts), std::end(kEfforts), [&](const char *k) { return *e == k; }))
+      throw BadRequest("'reasoning_effort' must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\", not " + e->dump());
+    if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = *e;
+    if (!kwargs.contains("enable_thinking")) kwargs["enable_thinking"] = *e != "none" && *e != "minimal";
+  }
+  return kwargs;
 }
 
 bool reasoning_split(const json &body) {

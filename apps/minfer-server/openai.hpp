@@ -75,8 +75,9 @@ ToolsRequest parse_tools(const json &body);
 
 // A chat request's `chat_template_kwargs` (as vLLM and llama-server take it): more variables for
 // the template, e.g. {"enable_thinking": false} for Qwen 3. The template's own inputs
-// (messages, add_generation_prompt, bos_token, eos_token, tools) cannot be set so. Throws
-// BadRequest.
+// (messages, add_generation_prompt, bos_token, eos_token, tools) cannot be set so. OpenAI's
+// `reasoning_effort` adds reasoning_effort and enable_thinking (false for "none" and
+// "minimal") where those do not set them. Throws BadRequest.
 json template_kwargs(const json &body);
 
 // A chat request's `reasoning_format` (llama-server's): "auto" (the default) or "deepseek": a

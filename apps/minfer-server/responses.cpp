@@ -167,11 +167,7 @@ ResponsesRequest responses_request(const json &body, const json &previous) {
     }
   }
   if (const auto rs = body.find("reasoning"); rs != body.end() && rs->is_object())
-    if (const auto e = rs->find("effort"); e != rs->end() && e->is_string()) {
-      // The effort to the templates that read it (gpt-oss), whether to think to those that
-      // switch (Qwen 3, DeepSeek R1's distills): "none" and "minimal" think not.
-      out["chat_template_kwargs"] = {{"reasoning_effort", *e}, {"enable_thinking", *e != "none" && *e != "minimal"}};
-    }
+    if (const auto e = rs->find("effort"); e != rs->end() && !e->is_null()) out["reasoning_effort"] = *e;  // as chat's (template_kwargs)
   return {std::move(out), std::move(messages)};
 }
 

@@ -26,7 +26,7 @@ namespace minfer::server {
 // assistant message's reasoning_content; tools (flat {type: "function", name, parameters}) ->
 // chat tools; tool_choice, parallel_tool_calls, temperature, top_p; max_output_tokens ->
 // max_tokens; text.format json_schema / json_object -> response_format; reasoning.effort ->
-// the template's reasoning_effort and enable_thinking (off for "none" and "minimal"). Images, files,
+// chat's reasoning_effort (template_kwargs). Images, files,
 // hosted tools, background and conversation are refused. previous: the conversation a
 // previous_response_id names (its messages, the instructions aside: those are not carried
 // over), put before the input. Throws BadRequest.
