@@ -169,6 +169,29 @@ TEST(JsonSchema, StringLengthsAndFormats) {
   EXPECT_TRUE(whole(schema(R"({"type": "string", "format": "hostname"})"), "\"anything\"")) << "other formats are annotations";
 }
 
+// multipleOf by a whole number: the digits must leave room for a multiple within the bounds,
+// and the value ends only on one.
+TEST(JsonSchema, IntegersAreMultiplesOfTheirStep) {
+  const auto five = schema(R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5}}, "required": ["n"]})");
+  for (const char *ok : {"{\"n\": 15}", "{\"n\": 0}", "{\"n\": -20}", "{\"n\": 1000000000000005}"}) EXPECT_TRUE(whole(five, ok)) << ok;
+  EXPECT_TRUE(refused(five, "{\"n\": 12}")) << "12 ends on no multiple";
+  EXPECT_TRUE(prefix_only(five, "{\"n\": 12")) << "12 may still become 120";
+  const auto seven = schema(R"({"type": "integer", "multipleOf": 7, "minimum": 10, "maximum": 20})");
+  EXPECT_TRUE(whole(seven, "14"));
+  EXPECT_TRUE(refused(seven, "15")) << "nothing after 15 is within the bounds";
+  EXPECT_TRUE(refused(seven, "2")) << "20 is no multiple of 7";
+  EXPECT_TRUE(refused(seven, "-"));
+  const auto num = schema(R"({"type": "number", "multipleOf": 0.5e1, "exclusiveMaximum": 12.5})");
+  EXPECT_TRUE(whole(num, "10"));
+  EXPECT_TRUE(refused(num, "10.")) << "a number by a whole step is written whole";
+  EXPECT_TRUE(refused(num, "15"));
+  EXPECT_NE(compile_error(R"({"type": "integer", "multipleOf": 7, "minimum": 15, "maximum": 20})").find("no multiple of 7"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "multipleOf": 0})").find("above 0"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"properties": {"p": {"type": "number", "multipleOf": 0.01}}})").find("#/properties/p: 'multipleOf' is supported by a whole number"),
+            std::string::npos);
+  EXPECT_TRUE(whole(schema(R"({"type": "number", "multipleOf": 0.01})", /*strict=*/false), "1.234")) << "tool parameters: a fractional step is left to the model";
+}
+
 TEST(JsonSchema, PatternsHoldStringsCodePointByCodePoint) {
   const auto zip = schema(R"({"type": "string", "pattern": "^[0-9]{5}(-[0-9]{4})?$"})");
   EXPECT_TRUE(whole(zip, "\"12345\""));

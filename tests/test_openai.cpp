@@ -75,8 +75,8 @@ TEST(OpenAI, RefusesWhatItCannotDoNamingTheField) {
   EXPECT_NE(bad(R"({"top_p": 0})").find("top_p"), std::string::npos);
   EXPECT_NE(bad(R"({"presence_penalty": 2.5})").find("presence_penalty"), std::string::npos);
   EXPECT_NE(bad(R"({"logprobs": true})").find("logprobs"), std::string::npos);  // completions: a count
-  EXPECT_NE(bad(R"({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "number", "multipleOf": 5}}}})")
-                .find("'response_format': JSON schema, at #: 'multipleOf' is not supported"), std::string::npos);
+  EXPECT_NE(bad(R"({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "number", "multipleOf": 0.5}}}})")
+                .find("'response_format': JSON schema, at #: 'multipleOf' is supported by a whole number, not 0.5"), std::string::npos);
   EXPECT_NE(bad(R"({"response_format": {"type": "json_schema", "json_schema": {"schema": {"properties": {"a": {"$ref": "#/$defs/A"}}}}}})")
                 .find("at #/properties/a: '$ref' \"#/$defs/A\" names nothing"), std::string::npos);
   EXPECT_NE(bad(R"({"response_format": {"type": "json_schema"}})").find("needs 'json_schema'"), std::string::npos);

@@ -148,7 +148,12 @@ bool meets(const SchemaNode &n, long double a, bool a_in, long double b, bool b_
     if (hi < U) U = hi, U_in = !n.hi_excl;
     else if (hi == U) U_in = U_in && !n.hi_excl;
   }
-  return L < U || (L == U && L_in && U_in);
+  if (!(L < U || (L == U && L_in && U_in))) return false;
+  if (n.multiple <= 0) return true;
+  // Integers: a multiple among the whole numbers from L to U (ends in or out).
+  const long double lo_w = L_in ? std::ceil(L) : std::floor(L) + 1, hi_w = U_in ? std::floor(U) : std::ceil(U) - 1;
+  const long double m = static_cast<long double>(n.multiple);
+  return std::ceil(lo_w / m) * m <= hi_w;
 }
 
 using ld = long double;
@@ -161,7 +166,7 @@ ld pow10l_(int k) {
 
 // Some completion of the number written so far lies within the bounds.
 bool number_feasible(const SchemaNode &n, const Frame &f) {
-  if (!n.has_lo && !n.has_hi) return true;
+  if (!n.has_lo && !n.has_hi && n.multiple == 0) return true;
   const bool whole = n.kind == SchemaNode::integer;
   // Magnitudes [a, b) (integers: [a, b - 1]) mapped to values by the sign.
   auto fits = [&](long double a, long double b) {
@@ -189,6 +194,7 @@ bool number_feasible(const SchemaNode &n, const Frame &f) {
 
 bool number_ends(const SchemaNode &n, const Frame &f) {
   if (f.phase != n_zero && f.phase != n_int && f.phase != n_frac && f.phase != n_exp) return false;
+  if (n.multiple > 0 && f.len % n.multiple != 0) return false;  // integers: len is the whole value
   if (f.phase == n_exp || (!n.has_lo && !n.has_hi)) return true;
   const long double v = (ld(f.len) + ld(f.frac) / pow10l_(f.frac_digits)) * (f.neg ? -1 : 1);
   return meets(n, v, true, v, true);

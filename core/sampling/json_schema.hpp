@@ -7,8 +7,8 @@
 // required, additionalProperties, minProperties/maxProperties, items, prefixItems,
 // minItems/maxItems, enum, const, anyOf/
 // oneOf, allOf of objects, $ref into the same document (recursion included), minLength/
-// maxLength, pattern (regex.hpp), the formats date, time, date-time and uuid, minimum/maximum
-// and their exclusive forms. As llama.cpp's schema converter does: object keys come in the schema's order, a
+// maxLength, pattern (regex.hpp), the formats date, time, date-time, uuid, email, ipv4 and uri,
+// minimum/maximum and their exclusive forms, multipleOf on integers. As llama.cpp's schema converter does: object keys come in the schema's order, a
 // required key is never skipped, and an object that lists properties takes no others unless
 // additionalProperties says so. Numbers have at most 16 integer and 16 fraction digits.
 //
@@ -47,6 +47,7 @@ struct SchemaNode {
   std::shared_ptr<const Regex> pattern;  // string: its pattern, or its format's
   bool has_lo = false, has_hi = false, lo_excl = false, hi_excl = false;  // number, integer
   double lo = 0, hi = 0;
+  int64_t multiple = 0;             // integer: multipleOf, a whole number (0: none)
 };
 
 class Schema {

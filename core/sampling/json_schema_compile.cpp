@@ -36,7 +36,7 @@ const char *format_pattern(const std::string &format) {
 // Keywords that restrict values in ways this automaton does not follow.
 constexpr const char *kUnsupported[] = {"patternProperties", "not", "if", "then", "else", "dependentSchemas",
                                         "dependentRequired", "contains", "minContains", "maxContains",
-                                        "multipleOf", "propertyNames",
+                                        "propertyNames",
                                         "unevaluatedProperties", "unevaluatedItems"};
 
 }  // namespace
@@ -289,6 +289,26 @@ class SchemaCompiler {
     }
     if (n.has_lo && n.has_hi && (n.lo > n.hi || (n.lo == n.hi && (n.lo_excl || n.hi_excl))))
       fail(path, "no number lies within its minimum and maximum");
+    if (const auto m = s.find("multipleOf"); m != s.end()) {
+      if (!m->is_number() || m->get<double>() <= 0) fail(path, "'multipleOf' must be a number above 0");
+      const double v = m->get<double>();
+      // A whole number: the value is written as an integer (a number too, then) whose digits so
+      // far leave room for a multiple within the bounds. Fractional steps would need decimal
+      // arithmetic the automaton does not do: refused in strict schemas, ignored in tool
+      // parameters.
+      if (v == std::floor(v) && v <= 1e15) {
+        if (n.kind == SchemaNode::number) {  // whole values, bounds to whole ones
+          n.kind = SchemaNode::integer;
+          if (n.has_lo) n.lo = n.lo_excl ? std::floor(n.lo) + 1 : std::ceil(n.lo), n.lo_excl = false;
+          if (n.has_hi) n.hi = n.hi_excl ? std::ceil(n.hi) - 1 : std::floor(n.hi), n.hi_excl = false;
+        }
+        n.multiple = int64_t(v);
+        if (n.has_lo && n.has_hi && std::ceil(n.lo / v) * v > n.hi)
+          fail(path, "no multiple of " + m->dump() + " lies within its minimum and maximum");
+      } else if (strict_) {
+        fail(path, "'multipleOf' is supported by a whole number, not " + m->dump() + "; leave it out");
+      }
+    }
   }
 
   int32_t typed(const ojson &s, const std::string &type, const std::string &path) {
