@@ -94,6 +94,23 @@ try:
     status, body = complete(refs[0]["prompt_tokens"])
     check(status == 200 and body["choices"][0]["text"] == refs[0]["greedy_text"], f"token-id prompt: {status} {str(body)[:200]}")
 
+    # echo: the prompt's text before the completion, for a text or a token-id prompt, streamed
+    # first; with logprobs (the prompt's log-probabilities) and best_of above 1: 400s.
+    status, body = complete(refs[0]["prompt"], echo=True)
+    check(status == 200 and body["choices"][0]["text"] == refs[0]["prompt"] + refs[0]["greedy_text"], f"echo: {status} {str(body)[:300]}")
+    status, body = complete(refs[0]["prompt_tokens"], echo=True)
+    check(status == 200 and body["choices"][0]["text"].endswith(refs[0]["greedy_text"]) and
+          body["choices"][0]["text"][:-len(refs[0]["greedy_text"]) or None].strip() == refs[0]["prompt"].strip(),
+          f"echo of a token-id prompt: {status} {str(body)[:300]}")
+    status, _, events = s.stream("/v1/completions", {"prompt": refs[0]["prompt"], "max_tokens": 64, "temperature": 0, "echo": True})
+    pieces = [e["choices"][0]["text"] for e in events if isinstance(e, dict) and e.get("choices")]
+    check(status == 200 and pieces and pieces[0] == refs[0]["prompt"] and "".join(pieces) == refs[0]["prompt"] + refs[0]["greedy_text"],
+          f"echo streamed: {pieces[:3]}")
+    status, body = complete(refs[0]["prompt"], echo=True, logprobs=1)
+    check(status == 400 and "echo" in body["error"]["message"], f"echo with logprobs: {status} {body}")
+    status, body = complete(refs[0]["prompt"], best_of=2)
+    check(status == 400 and "best_of" in body["error"]["message"], f"best_of 2: {status} {body}")
+
     # Streaming adds up to the same text, one id, finish reason last, usage when asked, [DONE].
     status, ctype, events = s.stream("/v1/completions", {"prompt": refs[1]["prompt"], "max_tokens": 64, "temperature": 0,
                                                          "stream_options": {"include_usage": True}})

@@ -123,6 +123,12 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
     if (want) p.logprobs = int32_t(std::max<int64_t>(top, 0));
   } else {
     p.logprobs = int32_t(integer(body, "logprobs", -1, 0, 20));  // the legacy API's count of alternatives
+    p.echo = boolean(body, "echo", false);
+    // With logprobs, echo asks for the prompt tokens' log-probabilities (what evaluation
+    // harnesses score by): a prompt step here keeps only its last position's logits.
+    if (p.echo && p.logprobs >= 0)
+      throw BadRequest("'echo' with 'logprobs' asks for the prompt's log-probabilities, which this server does not compute; drop one of them");
+    if (integer(body, "best_of", 1, 1, 16) > 1) throw BadRequest("'best_of' above 1 is not supported: 'n' gives several choices to pick from");
   }
   if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) p.response_schema = response_schema(*rf);
   if (const auto st = body.find("stop"); st != body.end() && !st->is_null()) {

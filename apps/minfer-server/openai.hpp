@@ -38,6 +38,7 @@ struct GenerationParams {
   sampling::Config sampling;
   std::vector<std::string> stop;  // not included in the output
   bool stream = false, include_usage = false;
+  bool echo = false;      // completions: the prompt's text before the completion's
   int32_t logprobs = -1;  // -1: none; n >= 0: each token's log-probability and the n likeliest (SeqRequest::logprobs)
   // response_format json_schema (its schema) or json_object (any object): the reply is one
   // value of it, by constrained decoding. Null: free text.

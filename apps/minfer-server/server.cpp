@@ -436,6 +436,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   bool prompt_only = false;             // native n_predict 0: the prompt is evaluated, nothing generated
   std::vector<int32_t> prompt;
   json conversation;                    // responses: the messages a later response would continue
+  std::string echoed;                   // completions with echo: the prompt's text
   try {
     NativeRequest nr;
     if (native) nr = native_to_openai(body), prompt_only = nr.prompt_only;
@@ -494,17 +495,25 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       if (!sx->is_string() || f.is_ids) throw BadRequest("'suffix' must be a string, with a text 'prompt' before it");
       refuse_unfittable(*L, f.text + sx->get<std::string>());
       prompt = infill_prompt(tok, InfillInput{f.text, sx->get<std::string>(), "", {}}, runner.n_ctx(), reserve);
+      echoed = f.text;
     } else {
       const PromptField f = completion_prompt(fields);
       if (f.is_ids) {
         for (const int32_t t : f.ids)
           if (t >= tok.n_vocab()) throw BadRequest("'prompt' token id " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");
         prompt = f.ids;
+        if (p.echo) {  // the ids' text, as a sequence's start reads
+          tokenizer::StreamDecoder dec(tok, /*at_sequence_start=*/true);
+          for (const int32_t t : f.ids) echoed += dec.push(t);
+          echoed += dec.flush();
+        }
       } else {
         refuse_unfittable(*L, f.text);
         prompt = chat::tokenize_prompt(tok, f.text);
+        echoed = f.text;
       }
     }
+    if (!p.echo) echoed.clear();
   } catch (const BadRequest &e) {
     return reply(res, 400, error_body(400, e.what()));
   } catch (const Error &e) {  // a template that raised, a tokenizer error
@@ -580,7 +589,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       total.tokens += o.tokens;
       if (i == 0) total.cached = o.cached;
       if (!chat) {
-        choices.push_back({{"index", i}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}, {"text", o.text}});
+        choices.push_back({{"index", i}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}, {"text", echoed + o.text}});
         continue;
       }
       const chat::ReasoningSplitter::Pieces parts = thinks ? chat::split_reasoning(o.text, opened) : chat::ReasoningSplitter::Pieces{"", o.text};
@@ -617,7 +626,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   res.set_header("Cache-Control", "no-cache");
   const bool parallel = tools.parallel;
   res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, route, usage, logprobs, calls, thinks, opened,
-                                                         n_prompt, parallel, shell, tokens_in, conversation](size_t, httplib::DataSink &sink) {
+                                                         n_prompt, parallel, shell, tokens_in, conversation, echoed](size_t, httplib::DataSink &sink) {
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     const auto write = [&](const std::string &text) { return text.empty() || sink.write(text.data(), text.size()); };
     const auto send = [&](const json &j) { return write("data: " + dump(j) + "\n\n"); };
@@ -663,6 +672,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       em.error = [&](const std::string &m) { write(as.error(m)); };
     } else {
       if (chat) alive = send(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr));
+      if (!echoed.empty()) alive = send(chunk(json(echoed), nullptr));  // completions with echo: the prompt first
       em.reasoning = [&](const std::string &x, const json &lp) { return send(chunk(json{{"reasoning_content", x}}, nullptr, lp)); };
       em.content = [&](const std::string &x, const json &lp) { return send(chat ? chunk(json{{"content", x}}, nullptr, lp) : chunk(json(x), nullptr, lp)); };
       em.calls = [&](const std::vector<chat::ToolCall> &c, size_t first) {
