@@ -107,6 +107,9 @@ try:
         check(status == 200 and rn.get("input_tokens") == want_next["usage"]["prompt_tokens"] and
               rn.get("text") == want_next["choices"][0]["message"]["content"] and rn.get("previous") == rr.get("id"),
               f"a response continued by previous_response_id is the chat over the whole conversation: {rn} against {str(want_next)[:300]}")
+        items = r.get("responses_input_items", [])
+        check([i["type"] for i in items] == ["message", "function_call", "function_call_output"] and items[0]["role"] == "user" and
+              all(i.get("id") for i in items), f"the client lists a kept response's input items: {items}")
         check(r.get("responses_retrieved") == {"id": rr.get("id"), "text": want_text, "status": rr.get("status")}, "the client retrieves the kept response")
         gone_r, gone_c = r.get("responses_deleted_retrieve"), r.get("responses_deleted_continue")
         check(isinstance(gone_r, dict) and gone_r["status"] == 404 and isinstance(gone_c, dict) and gone_c["status"] == 400 and

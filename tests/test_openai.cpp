@@ -558,15 +558,36 @@ TEST(Responses, AResponseContinuesAKeptOne) {
   EXPECT_EQ(m[3], json::parse(R"({"role": "tool", "tool_call_id": "call_1_0", "content": "ha"})"));
   EXPECT_EQ(next.conversation.size(), 4u);
 
+  // The input as items: a string is one user message; text content becomes its parts.
+  const json items = responses_request(json::parse(R"({"input": [{"role": "user", "content": "Hi"}, {"type": "function_call_output", "call_id": "c",
+      "output": "ok", "id": "fco_1"}, {"role": "assistant", "content": "Yes."}]})")).input_items;
+  EXPECT_EQ(items, json::parse(R"([{"role": "user", "content": [{"type": "input_text", "text": "Hi"}], "type": "message"},
+      {"type": "function_call_output", "call_id": "c", "output": "ok", "id": "fco_1"},
+      {"role": "assistant", "content": [{"type": "output_text", "text": "Yes."}], "type": "message"}])"));
+  EXPECT_EQ(responses_request(json::parse(R"({"input": "Hi"})")).input_items[0]["content"][0]["text"], "Hi");
+  json listed = json::array();
+  for (int i = 0; i < 5; ++i) listed.push_back({{"id", "in_" + std::to_string(i)}});
+  const json page = input_items_page(listed, "desc", 2, "");
+  EXPECT_EQ(page["data"], json::parse(R"([{"id": "in_4"}, {"id": "in_3"}])")) << "newest first by default";
+  EXPECT_EQ(page["has_more"], true);
+  EXPECT_EQ(page["last_id"], "in_3");
+  const json rest = input_items_page(listed, "desc", 20, "in_3");
+  EXPECT_EQ(rest["data"].size(), 3u);
+  EXPECT_EQ(rest["has_more"], false);
+  EXPECT_EQ(input_items_page(listed, "asc", 1, "")["first_id"], "in_0");
+  EXPECT_THROW(input_items_page(listed, "up", 1, ""), BadRequest);
+  EXPECT_THROW(input_items_page(listed, "asc", 0, ""), BadRequest);
+  EXPECT_THROW(input_items_page(listed, "asc", 5, "in_9"), BadRequest);
+
   ResponseStore store(3, 1 << 20);
-  for (int i = 0; i < 5; ++i) store.put("resp_" + std::to_string(i), {json{{"id", i}}, json::array()});
+  for (int i = 0; i < 5; ++i) store.put("resp_" + std::to_string(i), {json{{"id", i}}, json::array(), json::array()});
   EXPECT_FALSE(store.get("resp_1")) << "the oldest go first";
   EXPECT_EQ(store.get("resp_4")->response["id"], 4);
   EXPECT_TRUE(store.erase("resp_3"));
   EXPECT_FALSE(store.erase("resp_3"));
   ResponseStore small(100, 200);
-  small.put("a", {json{{"text", std::string(150, 'x')}}, json::array()});
-  small.put("b", {json{{"text", std::string(150, 'y')}}, json::array()});
+  small.put("a", {json{{"text", std::string(150, 'x')}}, json::array(), json::array()});
+  small.put("b", {json{{"text", std::string(150, 'y')}}, json::array(), json::array()});
   EXPECT_FALSE(small.get("a")) << "past max_bytes the oldest go too";
   EXPECT_TRUE(small.get("b")) << "the newest stays even alone past the bytes";
 }

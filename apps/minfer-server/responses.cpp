@@ -1,5 +1,7 @@
 #include "responses.hpp"
 
+#include <algorithm>
+
 namespace minfer::server {
 namespace {
 
@@ -85,7 +87,18 @@ ResponsesRequest responses_request(const json &body, const json &previous) {
     if (!reasoning.empty()) m["reasoning_content"] = reasoning, reasoning.clear();
     return m;
   };
-  if (input->is_string()) messages.push_back({{"role", "user"}, {"content", *input}});
+  json items = json::array();  // the input as items, for GET .../input_items
+  if (input->is_string()) {
+    messages.push_back({{"role", "user"}, {"content", *input}});
+    items.push_back({{"type", "message"}, {"role", "user"}, {"content", json::array({{{"type", "input_text"}, {"text", *input}}})}});
+  }
+  for (size_t i = 0; input->is_array() && i < input->size(); ++i) {
+    json item = (*input)[i];
+    if (item.is_object() && !item.contains("type") && item.contains("role")) item["type"] = "message";
+    if (item.is_object() && item.value("type", "") == "message" && item.contains("content") && item["content"].is_string())
+      item["content"] = json::array({{{"type", item.value("role", "") == "assistant" ? "output_text" : "input_text"}, {"text", item["content"]}}});
+    items.push_back(std::move(item));
+  }
   for (size_t i = 0; input->is_array() && i < input->size(); ++i) {
     const json &item = (*input)[i];
     const std::string where = "'input[" + std::to_string(i) + "]'";
@@ -168,7 +181,25 @@ ResponsesRequest responses_request(const json &body, const json &previous) {
   }
   if (const auto rs = body.find("reasoning"); rs != body.end() && rs->is_object())
     if (const auto e = rs->find("effort"); e != rs->end() && !e->is_null()) out["reasoning_effort"] = *e;  // as chat's (template_kwargs)
-  return {std::move(out), std::move(messages)};
+  return {std::move(out), std::move(messages), std::move(items)};
+}
+
+json input_items_page(const json &items, const std::string &order, int64_t limit, const std::string &after) {
+  if (order != "asc" && order != "desc") throw BadRequest("'order' must be \"asc\" or \"desc\"");
+  if (limit < 1 || limit > 100) throw BadRequest("'limit' must be from 1 to 100");
+  std::vector<json> all(items.begin(), items.end());
+  if (order == "desc") std::reverse(all.begin(), all.end());
+  size_t from = 0;
+  if (!after.empty()) {
+    while (from < all.size() && all[from].value("id", "") != after) ++from;
+    if (from == all.size()) throw BadRequest("'after': no input item '" + after + "' in this response");
+    ++from;
+  }
+  json data = json::array();
+  for (size_t i = from; i < all.size() && int64_t(data.size()) < limit; ++i) data.push_back(all[i]);
+  const bool more = from + data.size() < all.size();
+  return {{"object", "list"}, {"data", data}, {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
+          {"last_id", data.empty() ? json(nullptr) : data.back()["id"]}, {"has_more", more}};
 }
 
 json assistant_turn(const json &output) {

@@ -33,8 +33,14 @@ namespace minfer::server {
 struct ResponsesRequest {
   json openai;        // the chat request
   json conversation;  // its messages after the instructions: what a later response continues
+  json input_items;   // its input as items (a string: one user message), for GET .../input_items
 };
 ResponsesRequest responses_request(const json &body, const json &previous = json::array());
+
+// GET /v1/responses/{id}/input_items: a page of a kept response's input items (OpenAI's
+// cursor list: order "desc", the default, or "asc"; limit 1..100, default 20; after an id).
+// Throws BadRequest.
+json input_items_page(const json &items, const std::string &order, int64_t limit, const std::string &after);
 
 // The assistant turn of a response's output items (message text, reasoning, function calls
 // with their call_ids), as a chat message: what a later response sees of it.
@@ -92,6 +98,7 @@ class ResponseStore {
   struct Entry {
     json response;      // the response object, as returned
     json conversation;  // the messages it continued plus its own turn
+    json input_items;   // its request's input items, ids given where they had none
   };
   explicit ResponseStore(size_t max_entries = 1024, size_t max_bytes = size_t(128) << 20) : max_entries_(max_entries), max_bytes_(max_bytes) {}
   void put(const std::string &id, Entry e);

@@ -140,10 +140,13 @@ struct Server::Impl {
   void completion(const httplib::Request &req, httplib::Response &res, Route route);
   // A finished /v1/responses response, kept unless it says store: false, with the conversation
   // a later response continues (the messages it continued and its own turn).
-  void keep_response(const json &response, json conversation) {
+  void keep_response(const json &response, json conversation, json input_items) {
     if (response.value("store", false) != true) return;
+    const std::string id = response["id"].get<std::string>();
+    for (size_t i = 0; i < input_items.size(); ++i)  // ids for the items that came without one
+      if (input_items[i].is_object() && !input_items[i].contains("id")) input_items[i]["id"] = "in_" + id.substr(5) + "_" + std::to_string(i);
     conversation.push_back(assistant_turn(response["output"]));
-    kept.put(response["id"].get<std::string>(), {response, std::move(conversation)});
+    kept.put(id, {response, std::move(conversation), std::move(input_items)});
   }
   void embeddings(const httplib::Request &req, httplib::Response &res);
   void native_reply(httplib::Response &res, const std::shared_ptr<Loaded> &L, const std::shared_ptr<RequestStream> &stream, const GenerationParams &p,
@@ -436,6 +439,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   bool prompt_only = false;             // native n_predict 0: the prompt is evaluated, nothing generated
   std::vector<int32_t> prompt;
   json conversation;                    // responses: the messages a later response would continue
+  json input_items;                     // responses: the request's input as items
   std::string echoed;                   // completions with echo: the prompt's text
   try {
     NativeRequest nr;
@@ -454,6 +458,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       ResponsesRequest rq = responses_request(body, previous);
       nr.openai = std::move(rq.openai);
       conversation = std::move(rq.conversation);
+      input_items = std::move(rq.input_items);
     }
     const json &fields = native || anthropic || route == Route::responses ? nr.openai : body;
     p = parse_generation(fields, app::sampling_config(cfg.generation), fresh_seed(), chat ? Api::chat : Api::completions);
@@ -604,7 +609,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       if (route == Route::responses) {
         const ResponsesReply rr{parts.reasoning, r.content, o.finish, r.calls, id, n_prompt, o.tokens, o.cached, tokens_in(parts.reasoning)};
         json done = response_object(shell, rr);
-        keep_response(done, conversation);
+        keep_response(done, conversation, input_items);
         return reply(res, 200, done);
       }
       json message = {{"role", "assistant"}, {"content", r.content}};
@@ -626,7 +631,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   res.set_header("Cache-Control", "no-cache");
   const bool parallel = tools.parallel;
   res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, route, usage, logprobs, calls, thinks, opened,
-                                                         n_prompt, parallel, shell, tokens_in, conversation, echoed](size_t, httplib::DataSink &sink) {
+                                                         n_prompt, parallel, shell, tokens_in, conversation, echoed, input_items](size_t, httplib::DataSink &sink) {
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     const auto write = [&](const std::string &text) { return text.empty() || sink.write(text.data(), text.size()); };
     const auto send = [&](const json &j) { return write("data: " + dump(j) + "\n\n"); };
@@ -658,7 +663,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       em.call_arguments = [&](size_t, const std::string &piece) { return write(rs.call_arguments(piece)); };
       em.end = [&](const Outcome &o, bool called) {
         write(rs.finish(called ? "tool_calls" : o.finish, n_prompt, o.tokens, o.cached, tokens_in(rs.reasoning_text())));
-        keep_response(rs.final_response(), conversation);
+        keep_response(rs.final_response(), conversation, input_items);
       };
       em.error = [&](const std::string &m) { write(rs.error(m)); };
     } else if (route == Route::messages) {
@@ -779,6 +784,18 @@ void Server::Impl::routes() {
     const std::optional<ResponseStore::Entry> e = kept.get(req.matches[1]);
     if (!e) return reply(res, 404, error_body(404, "no response '" + std::string(req.matches[1]) + "' is kept here"));
     reply(res, 200, e->response);
+  });
+  http.Get(R"(/v1/responses/([A-Za-z0-9_-]+)/input_items)", [this](const httplib::Request &req, httplib::Response &res) {
+    const std::optional<ResponseStore::Entry> e = kept.get(req.matches[1]);
+    if (!e) return reply(res, 404, error_body(404, "no response '" + std::string(req.matches[1]) + "' is kept here"));
+    try {
+      const std::string limit = req.has_param("limit") ? req.get_param_value("limit") : "20";
+      if (limit.empty() || limit.size() > 4 || limit.find_first_not_of("0123456789") != std::string::npos) throw BadRequest("'limit' must be from 1 to 100");
+      reply(res, 200, input_items_page(e->input_items, req.has_param("order") ? req.get_param_value("order") : "desc", std::stoll(limit),
+                                       req.has_param("after") ? req.get_param_value("after") : ""));
+    } catch (const BadRequest &b) {
+      reply(res, 400, error_body(400, b.what()));
+    }
   });
   http.Delete(R"(/v1/responses/([A-Za-z0-9_-]+))", [this](const httplib::Request &req, httplib::Response &res) {
     const std::string id = req.matches[1];

@@ -75,6 +75,9 @@ out.responses_after = { status: after.status, types: after.output.map((o) => o.t
 // A kept response continued (its input and output go before the new input), retrieved, deleted.
 const next = await client.responses.create({ model, previous_response_id: resp.id, input: "And then?", max_output_tokens: 8, temperature: 0 });
 out.responses_next = { text: next.output_text, input_tokens: next.usage.input_tokens, previous: next.previous_response_id };
+const listed = [];
+for await (const item of client.responses.inputItems.list(after.id, { order: "asc" })) listed.push({ type: item.type, role: item.role, id: item.id });
+out.responses_input_items = listed;
 const again = await client.responses.retrieve(resp.id);
 out.responses_retrieved = { id: again.id, text: again.output_text, status: again.status };
 await client.responses.delete(resp.id);
