@@ -76,6 +76,8 @@ try:
               "the client's stream adds up to the same answer, one id, the finish reason and the usage")
         check(r["completion"]["text"] == want_c["choices"][0]["text"], "the client's legacy completion")
         check(r["models"] == ["chatty"], "the client's model list")
+        check(r.get("model") == "chatty" and isinstance(r.get("other_model"), dict) and r["other_model"]["status"] == 404 and
+              "chatty" in r["other_model"]["message"], f"the client retrieves the model, and another is a 404 naming this one: {r.get('other_model')}")
         status, want_e = s.request("POST", "/v1/embeddings", json.dumps({"input": ["Once upon", "a time"]}), headers=auth)
         got_e = r.get("embeddings", {}).get("data", [])
         check(status == 200 and len(got_e) == 2 and all(g["index"] == w["index"] and len(g["embedding"]) == len(w["embedding"]) and
@@ -112,7 +114,7 @@ try:
               all(i.get("id") for i in items), f"the client lists a kept response's input items: {items}")
         check(r.get("responses_retrieved") == {"id": rr.get("id"), "text": want_text, "status": rr.get("status")}, "the client retrieves the kept response")
         gone_r, gone_c = r.get("responses_deleted_retrieve"), r.get("responses_deleted_continue")
-        check(isinstance(gone_r, dict) and gone_r["status"] == 404 and isinstance(gone_c, dict) and gone_c["status"] == 400 and
+        check(isinstance(gone_r, dict) and gone_r["status"] == 404 and "is kept here" in gone_r["message"] and isinstance(gone_c, dict) and gone_c["status"] == 400 and
               "previous_response_id" in gone_c["message"], f"a deleted response is gone: {gone_r} {gone_c}")
 
     a = node("anthropic_client.mjs", base, "sekret", "chatty")

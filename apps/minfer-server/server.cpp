@@ -760,7 +760,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
 void Server::Impl::routes() {
   // The key, when one is set, on everything but /health (probes carry no key).
   http.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
-    if (opts.api_key.empty() || req.path == "/health" || req.path == "/v1/models" || req.path == "/")
+    if (opts.api_key.empty() || req.path == "/health" || req.path == "/v1/models" || req.path.starts_with("/v1/models/") || req.path == "/")
       return httplib::Server::HandlerResponse::Unhandled;
     if (same_secret(req.get_header_value("Authorization"), "Bearer " + opts.api_key) || same_secret(req.get_header_value("x-api-key"), opts.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
@@ -773,8 +773,13 @@ void Server::Impl::routes() {
     if (!ready()) return reply(res, 503, error_body(503, "loading the model"));
     reply(res, 200, {{"status", "ok"}});
   });
-  http.Get("/v1/models", [this](const httplib::Request &, httplib::Response &res) {
-    reply(res, 200, {{"object", "list"}, {"data", json::array({{{"id", model_name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "minfer"}}})}});
+  const auto model_object = [this] { return json{{"id", model_name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "minfer"}}; };
+  http.Get("/v1/models", [model_object](const httplib::Request &, httplib::Response &res) {
+    reply(res, 200, {{"object", "list"}, {"data", json::array({model_object()})}});
+  });
+  http.Get(R"(/v1/models/(.+))", [this, model_object](const httplib::Request &req, httplib::Response &res) {
+    if (req.matches[1] != model_name) return reply(res, 404, error_body(404, "no model '" + std::string(req.matches[1]) + "' here: this server serves '" + model_name + "'"));
+    reply(res, 200, model_object());
   });
   http.Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::chat); });
   http.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) { completion(req, res, Route::completions); });
@@ -902,6 +907,7 @@ void Server::Impl::routes() {
     static const std::map<std::string, std::string> kMethods = {
         {"/", "GET"}, {"/health", "GET"}, {"/v1/models", "GET"}, {"/props", "GET"}, {"/metrics", "GET"}, {"/v1/chat/completions", "POST"},
         {"/v1/completions", "POST"}, {"/completion", "POST"}, {"/infill", "POST"}, {"/v1/embeddings", "POST"}, {"/v1/messages", "POST"}, {"/v1/messages/count_tokens", "POST"}, {"/v1/responses", "POST"}, {"/apply-template", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
+    if (res.status == 404 && !res.body.empty()) return;  // a route's own 404 (a response or model not here)
     if (res.status == 404) {
       if (const auto it = kMethods.find(req.path); it != kMethods.end() && it->second != req.method) {
         res.set_header("Allow", it->second);

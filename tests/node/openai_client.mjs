@@ -38,6 +38,13 @@ out.embeddings = { data: emb.data.map((d) => ({ index: d.index, embedding: Array
 
 const models = await client.models.list();
 out.models = models.data.map((m) => m.id);
+out.model = (await client.models.retrieve(model)).id;
+try {
+  await client.models.retrieve("gpt-4o");
+  out.other_model = "no error";
+} catch (e) {
+  out.other_model = { status: e.status, message: e.message };
+}
 
 try {
   await client.chat.completions.create({ model, messages: [], max_tokens: 4 });
