@@ -106,8 +106,18 @@ try:
     pieces = [e["choices"][0]["text"] for e in events if isinstance(e, dict) and e.get("choices")]
     check(status == 200 and pieces and pieces[0] == refs[0]["prompt"] and "".join(pieces) == refs[0]["prompt"] + refs[0]["greedy_text"],
           f"echo streamed: {pieces[:3]}")
-    status, body = complete(refs[0]["prompt"], echo=True, logprobs=1)
-    check(status == 400 and "echo" in body["error"]["message"], f"echo with logprobs: {status} {body}")
+    # echo with logprobs scores the prompt (lm-evaluation-harness's loglikelihood requests): a
+    # greedy continuation's logprobs come back as the scored prompt's last entries.
+    status, g = complete(refs[0]["prompt"], 12, logprobs=1)
+    glp = g["choices"][0]["logprobs"]["token_logprobs"] if status == 200 else []
+    status, sc = complete(refs[0]["prompt"] + g["choices"][0]["text"], 0, logprobs=1, echo=True)
+    slp = sc["choices"][0]["logprobs"] if status == 200 else {}
+    check(status == 200 and sc["choices"][0]["text"] == refs[0]["prompt"] + g["choices"][0]["text"] and sc["usage"]["completion_tokens"] == 0 and
+          slp["token_logprobs"][0] is None and len(slp["tokens"]) == sc["usage"]["prompt_tokens"] and
+          all(abs(a - b) < 2e-3 for a, b in zip(slp["token_logprobs"][-len(glp):], glp)) and len(glp) == 12,
+          f"echo + logprobs + max_tokens 0 scores the prompt: {status} {str(sc)[:400]} against {glp}")
+    status, body = s.post("/v1/completions", {"prompt": refs[0]["prompt"], "max_tokens": 0, "echo": True, "logprobs": 1, "stream": True})
+    check(status == 400 and "stream" in body["error"]["message"], f"scoring streamed: {status} {body}")
     status, body = complete(refs[0]["prompt"], best_of=2)
     check(status == 400 and "best_of" in body["error"]["message"], f"best_of 2: {status} {body}")
 

@@ -168,6 +168,63 @@ TEST_P(StoriesBatch, OnlyTheRowsThatNeedTheirLogitsReadThem) {
   EXPECT_LT(some.logit_rows, 3 * n) << "an allowed arg-max reads nothing";
 }
 
+// The prompt's log-probabilities (SeqRequest::prompt_logprobs, completions' echo): each prompt
+// token after the first, given the tokens before it. A greedy run's tokens with their
+// logprobs, then that prompt + those tokens as one prompt: its last entries are the run's own.
+// The prompt's rows share the step's four logit rows with three other requests, whose tokens
+// stay llama.cpp's.
+TEST_P(StoriesBatch, PromptLogprobsAreEachTokensGivenItsPrefix) {
+  const std::vector<nlohmann::json> refs = references();
+  ASSERT_EQ(refs.size(), 4u);
+  load();
+  const std::vector<int32_t> prompt = refs[0]["prompt_tokens"].get<std::vector<int32_t>>();
+  std::vector<int32_t> gen;
+  std::vector<minfer::sampling::TokenLogprobs> gen_lp;
+  {
+    minfer::BatchSession solo(*model, *session, never_ends);
+    solo.submit({0, prompt, 20, greedy(), 2});
+    for (int step = 0; step < 200 && !solo.idle(); ++step)
+      for (const minfer::SeqToken &t : solo.step()) gen.push_back(t.token), gen_lp.push_back(*t.logprobs);
+  }
+  ASSERT_EQ(gen.size(), 20u);
+  std::vector<int32_t> whole = prompt;
+  whole.insert(whole.end(), gen.begin(), gen.end());
+  minfer::BatchSession batch(*model, *session, never_ends);
+  minfer::SeqRequest scored{9, whole, 1, greedy()};
+  scored.prompt_logprobs = 2;
+  batch.submit(scored);
+  for (int i = 1; i < 4; ++i)
+    batch.submit({i, refs[size_t(i)]["prompt_tokens"].get<std::vector<int32_t>>(), int64_t(refs[size_t(i)]["greedy_tokens"].size()), greedy()});
+  std::map<int64_t, std::vector<int32_t>> got;
+  std::vector<minfer::SeqToken> scores;
+  for (int step = 0; step < 2000 && !batch.idle(); ++step)
+    for (const minfer::SeqToken &t : batch.step()) {
+      if (t.prompt) {
+        EXPECT_EQ(t.id, 9);
+        scores.push_back(t);
+      } else {
+        EXPECT_TRUE(scores.size() == whole.size() - 1 || t.id != 9) << "the prompt's entries come before its token";
+        got[t.id].push_back(t.token);
+      }
+    }
+  ASSERT_TRUE(batch.idle());
+  ASSERT_EQ(scores.size(), whole.size() - 1) << "one entry for each prompt token after the first, once";
+  for (size_t i = 0; i < scores.size(); ++i) {
+    EXPECT_EQ(scores[i].token, whole[i + 1]);
+    ASSERT_TRUE(scores[i].logprobs);
+    EXPECT_EQ(scores[i].logprobs->top.size(), 2u);
+    EXPECT_LE(scores[i].logprobs->logprob, 0.0f);
+  }
+  for (size_t k = 0; k < gen.size(); ++k) {
+    const minfer::sampling::TokenLogprobs &a = *scores[prompt.size() - 1 + k].logprobs, &b = gen_lp[k];
+    EXPECT_NEAR(a.logprob, b.logprob, 2e-3) << GetParam().label << ": generated token " << k;
+    EXPECT_EQ(a.top[0].first, b.top[0].first) << "the greedy token is the likeliest either way";
+  }
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(got[i], refs[size_t(i)]["greedy_tokens"].get<std::vector<int32_t>>()) << GetParam().label << ": request " << i;
+  EXPECT_EQ(got[9].size(), 1u);
+  EXPECT_GE(batch.stats().steps, int64_t(whole.size() - 1) / 4) << "four logit rows a step";
+}
+
 // Embed requests (SeqRequest::embed): the prompt's last hidden state after the final norm, the
 // very vector the output matmul turns into that position's logits; the same batched or alone;
 // no token comes back.

@@ -75,7 +75,8 @@ TEST(OpenAI, RefusesWhatItCannotDoNamingTheField) {
   EXPECT_NE(bad(R"({"top_p": 0})").find("top_p"), std::string::npos);
   EXPECT_NE(bad(R"({"presence_penalty": 2.5})").find("presence_penalty"), std::string::npos);
   EXPECT_NE(bad(R"({"logprobs": true})").find("logprobs"), std::string::npos);  // completions: a count
-  EXPECT_NE(bad(R"({"echo": true, "logprobs": 0})").find("'echo' with 'logprobs'"), std::string::npos);
+  EXPECT_EQ(parse(R"({"echo": true, "logprobs": 0, "max_tokens": 0})").max_tokens, 0) << "the prompt scored";
+  EXPECT_NE(bad(R"({"echo": true, "logprobs": 0, "stream": true})").find("not streamed"), std::string::npos);
   EXPECT_NE(bad(R"({"best_of": 3})").find("'best_of'"), std::string::npos);
   EXPECT_TRUE(parse(R"({"echo": true, "best_of": 1})").echo);
   EXPECT_NE(bad(R"({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "number", "multipleOf": 0.5}}}})")

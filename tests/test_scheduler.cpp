@@ -36,7 +36,8 @@ std::vector<int32_t> prompt_of(int64_t id, int32_t n) {
 struct Outcome {
   std::map<int64_t, std::vector<int32_t>> tokens;  // generated, by request
   std::map<int64_t, std::string> reasons;
-  int64_t steps = 0, max_step_tokens = 0;
+  int64_t steps = 0, max_step_tokens = 0, max_step_rows = 0;
+  std::map<int64_t, std::vector<int64_t>> prompt_rows;  // Request::prompt_rows: the positions given rows, in order
 };
 
 // Runs the scheduler to the end; `arrivals[s]` are submitted before step s.
@@ -64,6 +65,12 @@ Outcome drive(Scheduler &sch, std::map<int64_t, std::vector<Request>> arrivals) 
       }
     }
     r.max_step_tokens = std::max(r.max_step_tokens, plan.n_tokens);
+    int64_t rows = 0;
+    for (const auto &item : plan.items) {
+      rows += item.rows();
+      for (int64_t i = 0; i < item.prompt_rows; ++i) r.prompt_rows[item.seq].push_back(item.pos + i);
+    }
+    r.max_step_rows = std::max(r.max_step_rows, rows);
     sch.complete(plan, sampled, is_end);
     for (auto &f : sch.take_finished()) {
       EXPECT_FALSE(r.reasons.count(f.id)) << "request " << f.id << " finished twice";
@@ -123,6 +130,35 @@ TEST(Scheduler, ASharedPrefixIsComputedOnce) {
   EXPECT_EQ(sch.reused_positions(), 192) << "b reuses a's 12 full pages";
   EXPECT_EQ(run.tokens.at(1), solo(a));
   EXPECT_EQ(run.tokens.at(2), solo(b));
+}
+
+// Request::prompt_rows: every prompt position before the last gets a logit row, once, in
+// order; its chunks are cut to the rows a step has left (decode tokens first), and the other
+// requests get the tokens they get alone.
+TEST(Scheduler, PromptRowsFitTheStepsRows) {
+  minfer::kv::PagePool pool(64, 16);
+  Scheduler sch(pool, {64, 4, 4096, /*max_rows=*/3});
+  std::map<int64_t, std::vector<Request>> arrivals;
+  Request scored{7, prompt_of(7, 40), 2, true};
+  arrivals[0] = {{1, prompt_of(1, 5), 30}, {2, prompt_of(2, 9), 30}, {8, prompt_of(7, 40), 1}};
+  arrivals[20] = {scored};  // the same prompt as request 8, whose full pages are in the pool by then
+  const Outcome r = drive(sch, arrivals);
+  std::vector<int64_t> want(39);
+  for (int64_t i = 0; i < 39; ++i) want[size_t(i)] = i;
+  EXPECT_EQ(r.prompt_rows.at(7), want);
+  EXPECT_LE(r.max_step_rows, 3);
+  EXPECT_FALSE(r.prompt_rows.count(1));
+  for (int64_t id : {1, 2}) EXPECT_EQ(r.tokens.at(id), solo({id, prompt_of(id, id == 1 ? 5 : 9), 30})) << id;
+  EXPECT_EQ(r.tokens.at(7), solo({7, prompt_of(7, 40), 2}));
+  EXPECT_EQ(r.tokens.at(8), solo({8, prompt_of(7, 40), 1}));
+  // Request 7's prompt is request 8's, whose pages are in the pool when 7 comes: unscored it
+  // would share them; scored it computes every position (the prompt rows above are all there).
+  EXPECT_EQ(sch.reused_positions(), 0);
+  minfer::kv::PagePool pool2(64, 16);
+  Scheduler plain(pool2, {64, 4, 4096, 3});
+  arrivals[20] = {{7, prompt_of(7, 40), 2}};
+  drive(plain, arrivals);
+  EXPECT_GT(plain.reused_positions(), 0) << "unscored, the same request shares request 8's pages";
 }
 
 TEST(Scheduler, CancelAndRefusals) {

@@ -82,9 +82,10 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
   GenerationParams p;
   p.sampling = defaults;
   // max_completion_tokens is the newer name; either may come, not both different.
-  const int64_t a = integer(body, "max_tokens", -1, 1, INT64_MAX), b = integer(body, "max_completion_tokens", -1, 1, INT64_MAX);
+  // 0: only with echo (the prompt scored, nothing generated), checked below.
+  const int64_t a = integer(body, "max_tokens", -1, 0, INT64_MAX), b = integer(body, "max_completion_tokens", -1, 0, INT64_MAX);
   if (a > 0 && b > 0 && a != b) throw BadRequest("'max_tokens' and 'max_completion_tokens' differ; give one");
-  p.max_tokens = b > 0 ? b : a;
+  p.max_tokens = b >= 0 ? b : a;
   p.sampling.temperature = float(number(body, "temperature", defaults.temperature, 0.0, 2.0));
   p.sampling.top_p = float(number(body, "top_p", defaults.top_p, 0.0, 1.0));
   if (p.sampling.top_p <= 0.0f) throw BadRequest("'top_p' must be above 0 (1 turns it off)");
@@ -124,12 +125,10 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
   } else {
     p.logprobs = int32_t(integer(body, "logprobs", -1, 0, 20));  // the legacy API's count of alternatives
     p.echo = boolean(body, "echo", false);
-    // With logprobs, echo asks for the prompt tokens' log-probabilities (what evaluation
-    // harnesses score by): a prompt step here keeps only its last position's logits.
-    if (p.echo && p.logprobs >= 0)
-      throw BadRequest("'echo' with 'logprobs' asks for the prompt's log-probabilities, which this server does not compute; drop one of them");
     if (integer(body, "best_of", 1, 1, 16) > 1) throw BadRequest("'best_of' above 1 is not supported: 'n' gives several choices to pick from");
   }
+  if (p.max_tokens == 0 && !p.echo)
+    throw BadRequest("'max_tokens' must be at least 1 (0 only with 'echo': the prompt scored, nothing generated)");
   if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) p.response_schema = response_schema(*rf);
   if (const auto st = body.find("stop"); st != body.end() && !st->is_null()) {
     if (st->is_string()) p.stop.push_back(st->get<std::string>());
@@ -140,6 +139,8 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
   }
   p.stream = boolean(body, "stream", false);
   if (p.stream && p.n > 1) throw BadRequest("'n' above 1 is not streamed: ask without 'stream', or open one stream per choice");
+  if (p.stream && p.echo && (p.logprobs >= 0 || p.max_tokens == 0))
+    throw BadRequest("'echo' with 'logprobs' or 'max_tokens' 0 (scoring the prompt) is not streamed: ask without 'stream'");
   if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
     if (!so->is_object()) throw BadRequest("'stream_options' must be an object");
     p.include_usage = boolean(*so, "include_usage", false);
@@ -429,6 +430,33 @@ json completion_logprobs(const std::vector<sampling::TokenLogprobs> &lp, const T
     for (const auto &[id, l] : t.top) alts[bytes(id)] = l;
     top.push_back(std::move(alts));
   }
+  return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(logprobs)}, {"top_logprobs", std::move(top)}, {"text_offset", std::move(offsets)}};
+}
+
+json echo_logprobs(const std::vector<int32_t> &prompt, const std::vector<sampling::TokenLogprobs> &prompt_lp,
+                   const std::vector<sampling::TokenLogprobs> &generated, const TokenBytes &bytes, size_t generated_offset) {
+  json tokens = json::array(), logprobs = json::array(), top = json::array(), offsets = json::array();
+  size_t offset = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const std::string b = bytes(prompt[i]);
+    tokens.push_back(b);
+    offsets.push_back(offset);
+    offset += b.size();
+    if (i == 0 || i - 1 >= prompt_lp.size()) {  // the first token has nothing before it
+      logprobs.push_back(nullptr), top.push_back(nullptr);
+      continue;
+    }
+    const sampling::TokenLogprobs &t = prompt_lp[i - 1];
+    logprobs.push_back(t.logprob);
+    json alts = json::object();
+    for (const auto &[id, l] : t.top) alts[bytes(id)] = l;
+    top.push_back(std::move(alts));
+  }
+  const json g = completion_logprobs(generated, bytes, generated_offset);
+  for (const json &v : g["tokens"]) tokens.push_back(v);
+  for (const json &v : g["token_logprobs"]) logprobs.push_back(v);
+  for (const json &v : g["top_logprobs"]) top.push_back(v);
+  for (const json &v : g["text_offset"]) offsets.push_back(v);
   return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(logprobs)}, {"top_logprobs", std::move(top)}, {"text_offset", std::move(offsets)}};
 }
 

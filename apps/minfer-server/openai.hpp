@@ -134,6 +134,11 @@ using TokenBytes = std::function<std::string(int32_t)>;
 json byte_list(const std::string &bytes);  // a token's bytes as the APIs' "bytes": [int, ...]
 json chat_logprobs(const std::vector<sampling::TokenLogprobs> &lp, const TokenBytes &bytes);
 json completion_logprobs(const std::vector<sampling::TokenLogprobs> &lp, const TokenBytes &bytes, size_t offset = 0);
+// Completions' echo with logprobs: the prompt's tokens first (the first with null entries, the
+// others from prompt_lp: each given the tokens before it), then the generated ones, their
+// offsets from generated_offset (the echoed prompt's length).
+json echo_logprobs(const std::vector<int32_t> &prompt, const std::vector<sampling::TokenLogprobs> &prompt_lp,
+                   const std::vector<sampling::TokenLogprobs> &generated, const TokenBytes &bytes, size_t generated_offset);
 
 // OpenAI's error object: {"error": {"message", "type", "code"}}.
 json error_body(int status, const std::string &message);

@@ -164,6 +164,7 @@ struct Outcome {
   size_t shown = 0;  // bytes of text handed on as deltas (the rest may hold tool calls)
   int64_t tokens = 0, cached = 0;  // cached: prompt positions reused from shared pages
   std::vector<sampling::TokenLogprobs> logprobs;  // one per token, when asked
+  std::vector<sampling::TokenLogprobs> prompt_logprobs;  // each prompt token's after the first (echo with logprobs)
 };
 
 // A piece of text to show, the log-probabilities of the tokens it completes (when asked), and
@@ -215,6 +216,10 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
       if (sc.stopped) o.finish = "stop", o.stop_word = sc.word;
       hand_on(plain(), true);
       return o;
+    }
+    if (ev->prompt) {  // a prompt token's log-probability: no text
+      if (ev->logprobs) o.prompt_logprobs.push_back(*ev->logprobs);
+      continue;
     }
     if (o.tokens++ == 0) o.first_token = std::chrono::steady_clock::now();
     if (ev->logprobs) o.logprobs.push_back(*ev->logprobs);
@@ -532,7 +537,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   if (route == Route::count_tokens) return reply(res, 200, {{"input_tokens", prompt.size()}});
   const int64_t id = next_id++;
   const auto start = std::chrono::steady_clock::now();
-  SeqRequest r{id, prompt, p.max_tokens > 0 ? std::min(p.max_tokens, room) : room, p.sampling, p.logprobs};
+  // max_tokens 0 (echo: the prompt scored): one token runs and is not shown.
+  SeqRequest r{id, prompt, p.max_tokens > 0 ? std::min(p.max_tokens, room) : p.max_tokens == 0 ? 1 : room, p.sampling, p.logprobs};
+  if (p.echo && p.logprobs >= 0) r.prompt_logprobs = p.logprobs;
   if (const std::string why = L->engine->check(r); !why.empty()) return reply(res, 400, error_body(400, why));
   std::shared_ptr<RequestStream> stream = L->engine->submit(r);
   if (!stream) {
@@ -594,7 +601,13 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       total.tokens += o.tokens;
       if (i == 0) total.cached = o.cached;
       if (!chat) {
-        choices.push_back({{"index", i}, {"finish_reason", o.finish}, {"logprobs", logprobs(o.logprobs, 0)}, {"text", echoed + o.text}});
+        const bool scored = p.max_tokens == 0;  // the prompt only: the one token run is not shown
+        json lp = logprobs(o.logprobs, 0);
+        if (p.echo && want_lp)
+          lp = echo_logprobs(prompt, o.prompt_logprobs, scored ? std::vector<sampling::TokenLogprobs>{} : o.logprobs, bytes, echoed.size());
+        if (scored) total.tokens -= o.tokens;
+        choices.push_back({{"index", i}, {"finish_reason", scored ? std::string("length") : o.finish}, {"logprobs", lp},
+                           {"text", echoed + (scored ? std::string() : o.text)}});
         continue;
       }
       const chat::ReasoningSplitter::Pieces parts = thinks ? chat::split_reasoning(o.text, opened) : chat::ReasoningSplitter::Pieces{"", o.text};

@@ -17,7 +17,7 @@ BatchSession::BatchSession(const models::Model &model, Session &session, std::fu
       session_(session),
       is_end_(std::move(is_end)),
       pool_(int32_t(model.opts.kv_pages), model.opts.page_size),
-      sched_(pool_, {model.opts.max_batch, model.opts.max_seqs, model.opts.n_ctx}),
+      sched_(pool_, {model.opts.max_batch, model.opts.max_seqs, model.opts.n_ctx, model.opts.max_outputs()}),
       slot_owner_(size_t(model.opts.max_seqs), -1) {
   if (model.opts.all_logits) throw Error("the batched session reads one row of logits per sequence; build the model without all_logits");
   table_.assign(size_t(model.opts.pages_per_seq() * model.opts.max_seqs), 0);
@@ -29,8 +29,9 @@ void BatchSession::submit(SeqRequest r) {
     throw Error("request " + std::to_string(r.id) + " asks for an embedding, but the model was built without its hidden states "
                 "(BuildOptions::embeddings; minfer-server --embeddings)");
   if (r.embed) r.max_tokens = 1, r.sampling = sampling::Config{}, r.sampling.temperature = 0;  // the token is not kept
-  Seq s{sampling::Sampler(r.sampling), r.prompt, -1, r.logprobs, r.embed};
-  sched_.submit({r.id, std::move(r.prompt), r.max_tokens});
+  if (r.embed && r.prompt_logprobs >= 0) throw Error("request " + std::to_string(r.id) + " asks for an embedding and the prompt's log-probabilities");
+  Seq s{sampling::Sampler(r.sampling), r.prompt, -1, r.logprobs, r.embed, r.prompt_logprobs, 0, int64_t(r.prompt.size())};
+  sched_.submit({r.id, std::move(r.prompt), r.max_tokens, r.prompt_logprobs >= 0});
   seqs_.emplace(r.id, std::move(s));
 }
 
@@ -63,16 +64,19 @@ std::vector<SeqToken> BatchSession::step() {
   const sched::StepPlan plan = sched_.plan();
   for (int64_t id : plan.preempted) release_slot(id);  // recomputed later, in whatever slot is free then
   if (plan.empty()) return {};
-  tokens_.clear(), positions_.clear(), slots_.clear(), rows_.clear();
+  tokens_.clear(), positions_.clear(), slots_.clear(), rows_.clear(), row_of_.clear();
   const int64_t width = model_.opts.pages_per_seq(), prefill_before = stats_.prefill_tokens;
+  int64_t sampled_items = 0;
   for (const sched::StepItem &item : plan.items) {
     const int32_t slot = slot_for(item.seq);
+    const int64_t first = int64_t(tokens_.size());
     for (size_t i = 0; i < item.tokens.size(); ++i) {
       tokens_.push_back(item.tokens[i]);
       positions_.push_back(int32_t(item.pos + int64_t(i)));
       slots_.push_back(slot);
     }
-    if (item.wants_logits) rows_.push_back(int32_t(tokens_.size() - 1));
+    for (int64_t i = 0; i < item.prompt_rows; ++i) rows_.push_back(int32_t(first + i)), row_of_.push_back({-1, item.seq, item.pos + i});
+    if (item.wants_logits) rows_.push_back(int32_t(tokens_.size() - 1)), row_of_.push_back({sampled_items++, 0, 0});
     const std::vector<kv::PageId> &pages = pool_.pages(item.seq);
     std::copy(pages.begin(), pages.end(), table_.begin() + int64_t(slot) * width);
     (item.tokens.size() == 1 && item.pos + 1 == int64_t(seqs_.at(item.seq).history.size()) ? stats_.decode_tokens
@@ -109,6 +113,7 @@ std::vector<SeqToken> BatchSession::step() {
     const int64_t width = int64_t(hidden_.size()) / outputs;
     int64_t k = 0;
     for (const sched::StepItem &item : plan.items) {
+      k += item.prompt_rows;  // prompt rows come before an item's own
       if (!item.wants_logits) continue;
       const float *row = hidden_.data() + k++ * width;
       if (seqs_.at(item.seq).embed) out.push_back({item.seq, -1, std::nullopt, std::vector<float>(row, row + width)});
@@ -123,20 +128,26 @@ std::vector<SeqToken> BatchSession::step() {
   std::vector<int64_t> id_of;
   for (const sched::StepItem &item : plan.items)
     if (item.wants_logits) seq_of.push_back(&seqs_.at(item.seq)), id_of.push_back(item.seq);
+  std::vector<size_t> sample_row(seq_of.size());  // each sampled item's output row
+  bool prompt_rows = false;
+  for (size_t r = 0; r < row_of_.size(); ++r) {
+    if (row_of_[r].item >= 0) sample_row[size_t(row_of_[r].item)] = r;
+    else prompt_rows = true;
+  }
   sampled.assign(seq_of.size(), -1);
-  std::vector<size_t> need;  // rows whose logits are read
+  std::vector<size_t> need;  // sampled items whose logits rows are read
   if (outputs > 0 && !on_logits_ && session_.has_output(models::Model::kGreedy)) {
     bool any = false;
     for (Seq *q : seq_of) any = any || (q->sampler.argmax_chain() && q->logprobs < 0);
     if (any) {
       t0 = Clock::now();
-      argmax_.resize(seq_of.size());
+      argmax_.resize(size_t(outputs));
       session_.read_output(models::Model::kGreedy, argmax_.data(), argmax_.size() * 4);
       stats_.logits_s += seconds_since(t0);
     }
     for (size_t i = 0; i < seq_of.size(); ++i) {
       Seq &q = *seq_of[i];
-      if (any && q.logprobs < 0 && q.sampler.take_argmax(argmax_[i])) sampled[i] = argmax_[i];
+      if (any && q.logprobs < 0 && q.sampler.take_argmax(argmax_[sample_row[i]])) sampled[i] = argmax_[sample_row[i]];
       else need.push_back(i);
     }
   } else if (outputs > 0) {
@@ -144,37 +155,57 @@ std::vector<SeqToken> BatchSession::step() {
   }
   stats_.argmax_rows += int64_t(seq_of.size() - need.size());
   stats_.logit_rows += int64_t(need.size());
-  if (outputs > 0 && need.empty()) ++stats_.greedy_steps;
+  if (outputs > 0 && need.empty() && !prompt_rows) ++stats_.greedy_steps;
   std::vector<std::optional<sampling::TokenLogprobs>> logprobs(seq_of.size());
-  if (!need.empty()) {
+  if (!need.empty() || prompt_rows) {
     t0 = Clock::now();
+    // The rows read: the sampled ones that need them and every prompt row, in row order.
+    std::vector<size_t> read;
+    for (size_t i : need) read.push_back(sample_row[i]);
+    for (size_t r = 0; r < row_of_.size(); ++r)
+      if (row_of_[r].item < 0) read.push_back(r);
+    std::sort(read.begin(), read.end());
+    std::vector<int64_t> at(size_t(outputs), -1);  // a read row's place in logits_
+    for (size_t j = 0; j < read.size(); ++j) at[read[j]] = int64_t(j);
     const int64_t vocab = int64_t(session_.output_bytes(models::Model::kLogits) / 4) / outputs;
-    logits_.resize(size_t(int64_t(need.size()) * vocab));
-    if (int64_t(need.size()) == outputs) {
+    logits_.resize(size_t(int64_t(read.size()) * vocab));
+    if (int64_t(read.size()) == outputs) {
       session_.read_output(models::Model::kLogits, logits_.data(), logits_.size() * 4);
     } else {
-      for (size_t j = 0; j < need.size();) {  // runs of consecutive rows, one read each
+      for (size_t j = 0; j < read.size();) {  // runs of consecutive rows, one read each
         size_t e = j + 1;
-        while (e < need.size() && need[e] == need[e - 1] + 1) ++e;
-        session_.read_output_rows(models::Model::kLogits, int64_t(need[j]), int64_t(e - j), logits_.data() + int64_t(j) * vocab);
+        while (e < read.size() && read[e] == read[e - 1] + 1) ++e;
+        session_.read_output_rows(models::Model::kLogits, int64_t(read[j]), int64_t(e - j), logits_.data() + int64_t(j) * vocab);
         j = e;
       }
     }
     stats_.logits_s += seconds_since(t0);
     t0 = Clock::now();
+    const auto row = [&](size_t r) { return logits_.data() + at[r] * vocab; };
     if (on_logits_)
-      for (size_t j = 0; j < need.size(); ++j) on_logits_(id_of[need[j]], {logits_.data() + int64_t(j) * vocab, size_t(vocab)});
+      for (size_t i : need) on_logits_(id_of[i], {row(sample_row[i]), size_t(vocab)});
     // Each sequence samples its own row; many rows are sampled on several threads (a sampler
     // and its history belong to one sequence, so the rows are independent).
     parallel_ranges(int64_t(need.size()), need.size() >= 8 ? std::min(8, resolve_threads(0)) : 1, [&](int64_t b, int64_t e) {
       for (int64_t j = b; j < e; ++j) {
         const size_t i = need[size_t(j)];
         Seq &q = *seq_of[i];
-        const float *row = logits_.data() + j * vocab;
-        sampled[i] = q.sampler.sample(row, vocab, q.history);
-        if (q.logprobs >= 0) logprobs[i] = sampling::log_probs(row, vocab, sampled[i], q.logprobs);
+        const float *lr = row(sample_row[i]);
+        sampled[i] = q.sampler.sample(lr, vocab, q.history);
+        if (q.logprobs >= 0) logprobs[i] = sampling::log_probs(lr, vocab, sampled[i], q.logprobs);
       }
     });
+    // The prompt's log-probabilities: the row at position p gives prompt token p + 1's, each
+    // once (a preempted sequence computes its prompt again).
+    for (size_t r = 0; r < row_of_.size(); ++r) {
+      if (row_of_[r].item >= 0) continue;
+      Seq &q = seqs_.at(row_of_[r].seq);
+      const int64_t p = row_of_[r].pos;
+      if (p != q.prompt_done || p + 1 >= q.prompt_size) continue;
+      const int32_t next = q.history[size_t(p + 1)];
+      out.push_back({row_of_[r].seq, next, sampling::log_probs(row(r), vocab, next, q.prompt_logprobs), {}, true});
+      q.prompt_done = p + 1;
+    }
     stats_.sample_s += seconds_since(t0);
   }
   for (size_t i = 0; i < seq_of.size(); ++i) {

@@ -34,14 +34,20 @@ struct SeqRequest {
   // of a token, and the request ends "length" (max_tokens 1). The model must be built with
   // BuildOptions::embeddings.
   bool embed = false;
+  // The prompt's log-probabilities (completions' echo with logprobs): n >= 0 alternatives for
+  // each prompt token after the first, given the tokens before it; they come as SeqTokens with
+  // `prompt` set, in order, before the generated tokens.
+  int32_t prompt_logprobs = -1;
 };
 
-// A token a step produced for a sequence (the end-of-generation token is not one).
+// A token a step produced for a sequence (the end-of-generation token is not one), or with
+// `prompt`, a prompt token's log-probability (SeqRequest::prompt_logprobs).
 struct SeqToken {
   int64_t id = 0;
   int32_t token = 0;
   std::optional<sampling::TokenLogprobs> logprobs;  // when its request asked for them
   std::vector<float> embedding;  // an embed request's: n_embd values, and token is -1
+  bool prompt = false;
 };
 
 struct BatchStats {
@@ -90,6 +96,9 @@ class BatchSession {
     int32_t slot = -1;             // while running
     int32_t logprobs = -1;         // SeqRequest::logprobs
     bool embed = false;            // SeqRequest::embed
+    int32_t prompt_logprobs = -1;  // SeqRequest::prompt_logprobs
+    int64_t prompt_done = 0;       // prompt tokens (after the first) whose log-probability went out
+    int64_t prompt_size = 0;
   };
   int32_t slot_for(int64_t id);
   void release_slot(int64_t id);
@@ -108,6 +117,12 @@ class BatchSession {
   std::vector<int32_t> tokens_, positions_, slots_, rows_, table_;
   std::vector<float> logits_, hidden_;
   std::vector<int32_t> argmax_;  // the backend's arg-max of each output row
+  // Each output row's owner: the sampled item's index among those that want logits, or, for a
+  // prompt row (prompt_rows), -1 with the sequence and the position it stands at.
+  struct Row {
+    int64_t item = -1, seq = 0, pos = 0;
+  };
+  std::vector<Row> row_of_;
 };
 
 }  // namespace minfer

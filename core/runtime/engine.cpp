@@ -126,13 +126,13 @@ void Engine::loop() {
       stats_.prefill_tokens = b.prefill_tokens, stats_.decode_tokens = b.decode_tokens;
       stats_.prefill_step_s = b.prefill_step_s, stats_.decode_step_s = b.decode_step_s;
       stats_.argmax_rows = b.argmax_rows, stats_.logit_rows = b.logit_rows;
-      stats_.generated += std::count_if(tokens.begin(), tokens.end(), [](const SeqToken &t) { return t.token >= 0; });  // not embeddings
+      stats_.generated += std::count_if(tokens.begin(), tokens.end(), [](const SeqToken &t) { return t.token >= 0 && !t.prompt; });  // not embeddings
       stats_.preemptions = batch_.scheduler().preemptions();
       stats_.reused_positions = batch_.scheduler().reused_positions();
       stats_.pool = batch_.pool().stats();
     }
     for (const SeqToken &t : tokens)
-      if (auto it = mine.find(t.id); it != mine.end()) it->second->push({false, t.token, "", 0, t.logprobs, t.embedding});
+      if (auto it = mine.find(t.id); it != mine.end()) it->second->push({false, t.token, "", 0, t.logprobs, t.embedding, t.prompt});
     for (const sched::Finished &f : finished) end(f.id, f.reason, f.cached);
     if (stopping && mine.empty()) return;
   }

@@ -30,6 +30,7 @@ struct EngineEvent {
   int64_t cached = 0;   // when end: prompt positions found in shared KV pages (prefix reuse)
   std::optional<sampling::TokenLogprobs> logprobs;  // with a token, when the request asked for them
   std::vector<float> embedding;  // an embed request's (SeqRequest::embed), in place of a token (-1)
+  bool prompt = false;  // a prompt token's log-probability (SeqRequest::prompt_logprobs), not a generated token
 };
 
 // One request's stream, written by the engine thread, read by its caller.

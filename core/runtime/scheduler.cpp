@@ -67,6 +67,19 @@ void Scheduler::preempt_newest(StepPlan &plan) {
 StepPlan Scheduler::plan() {
   StepPlan plan;
   int64_t budget = lim_.batch_tokens;
+  int64_t rows_left = lim_.max_rows > 0 ? lim_.max_rows : lim_.max_seqs;  // logit rows the step has left
+  // How many of the next n tokens of s (from s.computed) a step may take with the rows left:
+  // a chunk that ends the prompt takes a row, and with prompt_rows each position before the
+  // prompt's last takes one; 0 when not even one token fits.
+  const auto fit = [&](const Seq &s, int64_t n) -> int64_t {
+    const int64_t last = int64_t(s.req.prompt.size()) - 1;  // the prompt's last position
+    const auto rows = [&](int64_t m) {
+      const int64_t prompt = s.req.prompt_rows ? std::clamp<int64_t>(std::min(s.computed + m, last) - s.computed, 0, m) : 0;
+      return prompt + (s.computed + m == s.length() ? 1 : 0);
+    };
+    while (n > 0 && rows(n) > rows_left) n = s.req.prompt_rows ? std::min(n - 1, rows_left) : n - 1;
+    return n;
+  };
   auto by_age = [&] {
     std::vector<int64_t> ids;
     for (const auto &[id, s] : running_) ids.push_back(id);
@@ -79,8 +92,11 @@ StepPlan Scheduler::plan() {
     item.pos = s.computed;
     for (int64_t i = 0; i < n; ++i) item.tokens.push_back(s.token(s.computed + i));
     item.wants_logits = s.computed + n == s.length();
+    if (s.req.prompt_rows)
+      item.prompt_rows = std::clamp<int64_t>(std::min(s.computed + n, int64_t(s.req.prompt.size()) - 1) - s.computed, 0, n);
     plan.n_tokens += n;
     budget -= n;
+    rows_left -= item.rows();
     plan.items.push_back(std::move(item));
   };
   // 1. One token for each decoding sequence, oldest first; a page it needs comes from the
@@ -107,17 +123,23 @@ StepPlan Scheduler::plan() {
     const int64_t left = s.length() - s.computed;
     if (left <= 1) continue;  // one token left: it ran above
     if (std::any_of(plan.items.begin(), plan.items.end(), [&](const StepItem &i) { return i.seq == id; })) continue;
-    const int64_t n = std::min(left, budget);
-    if (pool_.reserve(id, s.computed + n)) add(s, n);
+    const int64_t n = fit(s, std::min(left, budget));
+    if (n > 0 && pool_.reserve(id, s.computed + n)) add(s, n);
   }
   // 3. Admit waiting requests while the budget, the slots and the pages allow.
   while (budget > 0 && !queue_.empty() && int64_t(running_.size()) < lim_.max_seqs) {
     Seq &s = queue_.front();
     std::vector<int32_t> all;
     for (int64_t i = 0; i < s.length(); ++i) all.push_back(s.token(i));
-    const int64_t reused = pool_.open(s.req.id, all);
-    const int64_t n = std::min(s.length() - reused, budget);
-    if (!pool_.reserve(s.req.id, reused + n)) {
+    // A scored prompt (prompt_rows) computes every position: its logits are the point, so it
+    // shares no cached pages (opened with its first token only, nothing matches).
+    const int64_t reused = pool_.open(s.req.id, s.req.prompt_rows ? std::span<const int32_t>(all.data(), std::min<size_t>(all.size(), 1))
+                                                                  : std::span<const int32_t>(all));
+    const int64_t computed = s.computed;
+    s.computed = reused;  // where its chunk starts, for fit()
+    const int64_t n = fit(s, std::min(s.length() - reused, budget));
+    s.computed = computed;
+    if (n == 0 || !pool_.reserve(s.req.id, reused + n)) {
       pool_.close(s.req.id);
       break;  // the pool is full: the queue waits
     }

@@ -27,6 +27,9 @@ struct Request {
   int64_t id = 0;
   std::vector<int32_t> prompt;
   int64_t max_tokens = 0;  // tokens to generate at most
+  // Rows of logits for the prompt's positions too (each predicts the next prompt token: the
+  // prompt's log-probabilities); its prompt chunks are then cut to the rows a step has left.
+  bool prompt_rows = false;
 };
 
 // One sequence's part of a step: its tokens at positions pos, pos+1, ...
@@ -35,6 +38,10 @@ struct StepItem {
   int64_t pos = 0;
   std::vector<int32_t> tokens;
   bool wants_logits = false;  // the last token of a prompt, or a decode token: sample after it
+  // Request::prompt_rows: how many leading tokens of this item are prompt positions whose
+  // row is read for the next prompt token's log-probability (positions before the prompt's last).
+  int64_t prompt_rows = 0;
+  int64_t rows() const { return prompt_rows + (wants_logits ? 1 : 0); }  // logit rows the item takes
 };
 
 struct StepPlan {
@@ -55,6 +62,7 @@ struct SchedulerLimits {
   int64_t batch_tokens = 512;  // tokens one step carries at most
   int64_t max_seqs = 64;       // sequences running at once (slots)
   int64_t n_ctx = 4096;        // positions one sequence may hold
+  int64_t max_rows = 0;        // logit rows one step holds (0: max_seqs, one for each sequence)
 };
 
 class Scheduler {
