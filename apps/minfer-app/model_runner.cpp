@@ -79,6 +79,9 @@ ModelRunner::ModelRunner(const RunConfig &cfg, int64_t max_seqs) : cfg_(cfg) {
   bo.max_batch = cfg.batch;
   bo.kv_type = cfg.kv_type == "f32" ? MINFER_DTYPE_F32 : MINFER_DTYPE_F16;
   bo.max_seqs = max_seqs;
+  // Serving: a scored prompt (echo with logprobs) runs 32 positions a step, not one for each
+  // slot (32 rows of logits: 19 MB for a 152k vocabulary).
+  bo.score_rows = max_seqs > 1 ? 32 : 0;
   bo.page_size = int32_t(cfg.kv_page_size);
   bo.kv_pages = cfg.kv_pages;
   bo.tensor_parallel = cfg.tensor_ranks();

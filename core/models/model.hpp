@@ -71,7 +71,10 @@ struct BuildOptions {
   // ranks, their partial sums added by ALL_REDUCE nodes (Megatron-style); 0 = not divided.
   int32_t tensor_parallel = 0;
   int64_t pages_per_seq() const { return (n_ctx + page_size - 1) / page_size; }  // a page table row
-  int64_t max_outputs() const { return std::max<int64_t>(1, std::min(max_seqs, max_batch)); }  // logit rows per step
+  // Logit rows a step may give a scored prompt (its positions' log-probabilities: completions'
+  // echo with logprobs), beyond one for each sequence; each costs a row of logits memory.
+  int64_t score_rows = 0;
+  int64_t max_outputs() const { return std::max<int64_t>(1, std::min(std::max(max_seqs, score_rows), max_batch)); }  // logit rows per step
 };
 
 struct Model {
