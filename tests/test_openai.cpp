@@ -528,6 +528,7 @@ TEST(Responses, RequestsBecomeChatRequests) {
     return std::string();
   };
   EXPECT_NE(refused(R"({"input": "x", "conversation": "conv_1"})").find("'conversation'"), std::string::npos);
+  EXPECT_NE(refused(R"({"input": "x", "reasoning": {"effort": "max"}})").find("'reasoning.effort' must be"), std::string::npos);
   EXPECT_NE(refused(R"({"input": "x", "tools": [{"type": "web_search"}]})").find("'web_search'"), std::string::npos);
   EXPECT_NE(refused(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]})").find("'input_image' part"),
             std::string::npos);

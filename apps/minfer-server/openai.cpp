@@ -242,6 +242,11 @@ ToolsRequest parse_tools(const json &body) {
   return r;
 }
 
+bool reasoning_effort_known(const json &effort) {
+  static const char *const kEfforts[] = {"none", "minimal", "low", "medium", "high"};
+  return effort.is_string() && std::any_of(std::begin(kEfforts), std::end(kEfforts), [&](const char *k) { return effort == k; });
+}
+
 json template_kwargs(const json &body) {
   json kwargs = json::object();
   if (const auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
@@ -256,8 +261,7 @@ json template_kwargs(const json &body) {
   // think to those that switch (Qwen 3, DeepSeek R1's distills): "none" and "minimal" think
   // not. chat_template_kwargs, where it sets them, wins.
   if (const auto e = body.find("reasoning_effort"); e != body.end() && !e->is_null()) {
-    static const char *const kEfforts[] = {"none", "minimal", "low", "medium", "high"};
-    if (!e->is_string() || std::none_of(std::begin(kEfforts), std::end(kEfforts), [&](const char *k) { return *e == k; }))
+    if (!reasoning_effort_known(*e))
       throw BadRequest("'reasoning_effort' must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\", not " + e->dump());
     if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = *e;
     if (!kwargs.contains("enable_thinking")) kwargs["enable_thinking"] = *e != "none" && *e != "minimal";

@@ -80,6 +80,8 @@ ToolsRequest parse_tools(const json &body);
 // `reasoning_effort` adds reasoning_effort and enable_thinking (false for "none" and
 // "minimal") where those do not set them. Throws BadRequest.
 json template_kwargs(const json &body);
+// Whether an effort is one of OpenAI's: none, minimal, low, medium, high.
+bool reasoning_effort_known(const json &effort);
 
 // A chat request's `reasoning_format` (llama-server's): "auto" (the default) or "deepseek": a
 // thinking model's <think> block comes back as message.reasoning_content (streamed as

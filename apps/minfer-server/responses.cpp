@@ -180,7 +180,12 @@ ResponsesRequest responses_request(const json &body, const json &previous) {
     }
   }
   if (const auto rs = body.find("reasoning"); rs != body.end() && rs->is_object())
-    if (const auto e = rs->find("effort"); e != rs->end() && !e->is_null()) out["reasoning_effort"] = *e;  // as chat's (template_kwargs)
+    if (const auto e = rs->find("effort"); e != rs->end() && !e->is_null()) {
+      // As chat's reasoning_effort (template_kwargs), refused here under this request's own name.
+      if (!reasoning_effort_known(*e))
+        throw BadRequest("'reasoning.effort' must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\", not " + e->dump());
+      out["reasoning_effort"] = *e;
+    }
   return {std::move(out), std::move(messages), std::move(items)};
 }
 
