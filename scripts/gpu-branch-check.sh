@@ -9,7 +9,7 @@
 # compute-sanitizer memcheck on the matmul/expert conformance cases and racecheck on the
 # matmul ones, one matmul alone per type (TYPES; cold: the op bench rotates weight copies) for
 # every side, then whole models (MODELS, ROUNDS) through scripts/gpu-ab-plugins.sh.
-# SIDES (default: "main new"), TYPES (default "q4_0 q4_k q5_k q6_k q8_0 q3_k"), MODELS (default
+# SIDES (default: "main new"), TYPES (default "q4_0 q4_k q5_k q6_k q8_0 q3_k"; none: no op bench), MODELS (default
 # "7b:q4_0 7b:q4_k_m"), ROUNDS (default 2), SKIP_AB=1 for correctness and the op bench only.
 set -uo pipefail
 out=${1:-/tmp/minfer-branch}; mkdir -p "$out"
@@ -41,7 +41,8 @@ for side in ${SIDES:-main new}; do
 done
 # One matmul alone, one token, a 7B gate (3584 -> 18944) and down (18944 -> 3584), sides
 # alternated twice.
-for t in ${TYPES:-q4_0 q4_k q5_k q6_k q8_0 q3_k}; do
+[ "${TYPES:-}" = none ] && TYPES=" "  # TYPES=none: no op bench
+for t in ${TYPES-q4_0 q4_k q5_k q6_k q8_0 q3_k}; do
   for shape in "3584 18944" "18944 3584"; do
     set -- $shape
     for r in 1 2; do

@@ -417,7 +417,6 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks) flash_decode
                                                                       float *out, float *partials, int *counters, int64_t tokens, int n_head,
                                                                       int n_kv, minfer_cuda_kv_pages kv, minfer_cuda_attn_scores scores, int splits, int64_t chunk,
                                                                       const int32_t *rope_pos, minfer_cuda_rope rope) {
-  wait_for_inputs();
   constexpr int D = HD / 32, kPieces = HD * int(sizeof(T)) / 16;  // 16-byte pieces of a row
   __shared__ __align__(16) float qs[kRows][HD];
   __shared__ float wm[kDecodeWarps][kRows], wl[kDecodeWarps][kRows];
@@ -433,6 +432,30 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks) flash_decode
   const auto wacc = [&](int w, int r) { return reinterpret_cast<float *>(reinterpret_cast<T *>(vtiles) + w * 32 * HD) + r * HD; };
   const int row_blocks = (group + kRows - 1) / kRows;
   int64_t rope_token = -1;  // the token rope_cs holds
+  // Before waiting for the kernel before (it writes q, k_new and v_new; grid.cuh): the first
+  // item's position and page table, its RoPE angles, and its keys before the new one on their
+  // way into L2. Those are the host's inputs of the step and rows earlier steps wrote (a decode
+  // step has one token a sequence), so the chain of dependent loads this kernel starts with
+  // overlaps the previous kernel's tail.
+  if (blockIdx.x < tokens * n_kv * row_blocks * splits) {
+    const int64_t item = blockIdx.x;
+    const int z = int(item % splits), kvh = int(item / splits / row_blocks % n_kv);
+    const int64_t t = item / splits / row_blocks / n_kv, n_past = kv.positions[t];
+    if (rope.n_dims > 0) {
+      for (int i = threadIdx.x; i < rope.n_dims / 2; i += kDecodeThreads) rope_cos_sin(rope_pos[t], i, rope, rope_cs[i].x, rope_cs[i].y);
+      rope_token = t;
+    }
+    const int64_t begin = int64_t(z) * chunk, first = first_key(scores, n_past) > begin ? first_key(scores, n_past) : begin;
+    const int64_t pos = first + warp * 32 + lane;
+    if (pos < n_past && pos < begin + chunk) {
+      const int64_t at = kv_row(kv, kv.slots[t], pos) * kvd + int64_t(kvh) * HD;
+      for (int b = 0; b < HD * int(sizeof(T)); b += 128) {
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(reinterpret_cast<const char *>(kc + at) + b));
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(reinterpret_cast<const char *>(vc + at) + b));
+      }
+    }
+  }
+  wait_for_inputs();
   for (int64_t item = blockIdx.x; item < tokens * n_kv * row_blocks * splits; item += gridDim.x) {
     const int z = int(item % splits), rb = int(item / splits % row_blocks), kvh = int(item / splits / row_blocks % n_kv);
     const int64_t t = item / splits / row_blocks / n_kv;

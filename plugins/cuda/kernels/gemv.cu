@@ -147,9 +147,11 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
     }
   };
   if (t0 * R < rows) load(t0);
+  wait_for_inputs();  // the first rows (weights: no kernel writes them) load during the previous kernel's tail
   const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
   for (int64_t t = t0; t * R < rows; t += stride) {
     if (t != t0) load(t);
+    if ((t + stride) * R >= rows) release_dependents();  // this warp's last rows are loading
 #pragma unroll
     for (int u = 0; u < R; ++u) {
       const bool live = t * R + u < rows;
@@ -273,6 +275,7 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
     cp_async_wait<kStages - 2>();  // this lane's pieces of the chunk at use_at have landed
     __syncwarp();                  // ... and every lane's; the buffer used last round is free
     issue(slot == 0 ? kStages - 1 : slot - 1);
+    if (load_at.o >= rows) release_dependents();  // this warp's last chunks are in flight
     const uint8_t *chunk = ring + slot * kSlotBytes + lead(use_at);
     const auto dot = [&](auto tag) {  // x from the chunk's first sub-block on
       using T = decltype(tag);
@@ -320,10 +323,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvBlocksPerSm<Block>) gemv_qua
   extern __shared__ minfer_cuda_q8_act xs[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs), rows = parts.end[parts.n - 1];
-  if (ns <= 32) {
-    wait_for_inputs();
-    return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
-  }
+  if (ns <= 32) return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
   const auto row_of = [&](int64_t o, int &p, int64_t &r) { return part_row<Block>(parts, o, nb, p, r); };
   const int64_t o0 = int64_t(blockIdx.x) * kWarps + warp;
   int p;
@@ -361,7 +361,6 @@ __global__ void __launch_bounds__(kWarps * 32, kStagedBlocksPerSm) gemv_staged_k
 // Parts of two block types in one launch (gemv_short_rows with BlockB); short rows only.
 template <class BlockA, class BlockB>
 __global__ void __launch_bounds__(kWarps * 32, 2) gemv_mixed_kernel(const __grid_constant__ GemvParts parts, const float *x, int64_t k) {
-  wait_for_inputs();
   extern __shared__ minfer_cuda_q8_act xs[];
   gemv_short_rows<BlockA, false, BlockB>(parts, nullptr, x, k / 32, k / (32 * QBlock<BlockA>::kSubs), xs);
 }

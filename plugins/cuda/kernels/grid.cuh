@@ -52,6 +52,17 @@ __device__ __forceinline__ void wait_for_inputs() {
 #endif
 }
 
+// Lets the next kernel in the stream launch (PDL) once every block of this one has called
+// this or exited: its blocks then take SMs as this kernel's blocks leave and issue their
+// weight loads while this one's last loads are in flight. Called only after
+// wait_for_inputs(), so that a kernel launched early still finds every kernel before this one
+// complete.
+__device__ __forceinline__ void release_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // Call right after a launch: records which kernel it was and returns the launch's error.
 inline cudaError_t launched(minfer_cuda_launch_cfg *cfg, const char *kernel, int32_t dtype = -1) {
   cfg->kernel_name = kernel;
