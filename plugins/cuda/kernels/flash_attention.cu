@@ -577,6 +577,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks) flash_decode
       }
       __syncwarp();  // the tile is read before the next one lands
     }
+    if (item + gridDim.x >= tokens * n_kv * row_blocks * splits) release_dependents();  // only the block's merge is left (grid.cuh)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (lane == 0) wm[warp][r] = m[r], wl[warp][r] = l[r];

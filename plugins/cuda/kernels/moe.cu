@@ -161,6 +161,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_decode_kernel(const
     acc = block_sum(acc, red);
     if (t == 0) logits[o] = acc;
   }
+  release_dependents();  // what is left: the last block's ranking (grid.cuh)
   __threadfence();  // this block's logits are visible before it counts itself done
   __syncthreads();
   if (t == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
@@ -357,6 +358,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     expert_rows<Block, kRowsT, kPart, kGated>(row, w, up, e, m, o0, live, nb);
     float acc[kRowsT];
     rows_dot_acts<Block, kRowsT, 1, kUnrollT, kPart>(row, live, xs, ns, 1, acc);
+    if (item + gridDim.x >= n_pairs * gblocks) release_dependents();  // the block's last rows are read (grid.cuh)
     float v;
     int r, j;
     if (lane_result<kRowsT, 1, kPart, kGated>(acc, act, v, r, j) && r < live) y[pair * m + o0 + r] = v;
@@ -414,6 +416,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       for (int u = 0; u < kSumUnroll; ++u)
         if (j0 + 32 * u < total) acc += weight[pair[u]] * sub_dot<Block>(sb[u], xs[j0 + 32 * u]);
     }
+    if (o + int64_t(gridDim.x) * kWarps >= m) release_dependents();  // the warp's last row is read (grid.cuh)
     acc = warp_sum(acc);
     if (lane == 0) out[o] = bad ? NAN : add ? add[o] + acc : acc;
   }
