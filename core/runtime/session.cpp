@@ -77,6 +77,27 @@ Session::~Session() {
   memory_.clear();
 }
 
+namespace {
+
+// How many nodes after one of this op a backend may run together with it, writing their
+// outputs while it still reads the node's inputs: those inputs live that much longer, so the
+// arena never puts those outputs over them (else the fusion depends on where the greedy
+// placement happened to land, and it did not land apart at one-token builds). A matmul with
+// its bias or residual add, the FFN's two matmuls with their SwiGLU, the query and key RoPEs:
+// one node; a decode token's down experts with their weighted sum and its residual add: two;
+// the sum with its add: one.
+int64_t fused_reach(int32_t op) {
+  switch (op) {
+    case MINFER_OP_MATMUL:
+    case MINFER_OP_ROPE:
+    case MINFER_OP_MOE_SUM: return 1;
+    case MINFER_OP_MATMUL_ID: return 2;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
 void Session::plan_memory() {
   // Positions: one per node and per copy, in execution order.
   std::map<Key, Lifetime> life;
@@ -106,11 +127,7 @@ void Session::plan_memory() {
         const TensorRole role = graph_.tensor(in).role;
         if (role == TensorRole::Weight) weights.insert({in, b});
         else if (role == TensorRole::State) states.insert({in, b});
-        // A matmul's or RoPE's inputs live through the next node too: a backend that runs the
-        // node together with the next (a matmul with its bias or residual add, the FFN's two
-        // matmuls with their SwiGLU, the query and key RoPEs) writes that node's output while
-        // still reading them.
-        else use({in, b}, n.op == MINFER_OP_MATMUL || n.op == MINFER_OP_ROPE ? pos + 1 : pos);
+        else use({in, b}, pos + fused_reach(n.op));
       }
       use({n.output, b}, pos);
       if (graph_.tensor(n.output).is_output) life[{n.output, b}].last = end;
