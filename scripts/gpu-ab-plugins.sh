@@ -3,7 +3,8 @@
 # several percent within a session), from a bundle made by scripts/gpu-pack-plugins.sh:
 #   export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64
 #   SIDES="main new" MODELS="7b:q4_k_m moe12:q4_k_m" bash scripts/gpu-ab-plugins.sh OUT [ROUNDS]
-# SIDES: "new" is the bundle's own plugin, any other name .gpu/alt/plugin-NAME.so. MODELS:
+# SIDES: "new" is the bundle's own plugin, any other name .gpu/alt/plugin-NAME.so; LABEL=BASE
+# runs BASE's plugin with the backend options of $OPTS_LABEL. MODELS:
 # qwen2 preset:type pairs, moe12 / moe48 for the Qwen3-30B-A3B preset's 12-layer slice or
 # whole file; each synthesized once. P and N: minfer-bench's -p and -n (512, 128).
 set -uo pipefail
@@ -11,10 +12,14 @@ out=${1:-/tmp/minfer-ab}; rounds=${2:-2}
 mkdir -p "$out" /tmp/minfer-models
 [ -f .gpu/build/bin/libminfer_backend_cuda.so ] || bash .gpu/unpack.sh
 bin=$PWD/.gpu/build/bin; vocab=.gpu/testdata/vocab/ggml-vocab-qwen2.gguf
-for side in ${SIDES:-main new}; do
-  p=$bin/libminfer_backend_cuda.so; [ "$side" != new ] && p=$PWD/.gpu/alt/plugin-$side.so
+for spec in ${SIDES:-main new}; do
+  # LABEL=BASE: BASE's plugin with the backend options in $OPTS_LABEL (e.g. SIDES="new off=new"
+  # OPTS_off="l2_prefetch_mb: 0": one plugin with an option off and on).
+  side=${spec%%=*}; base=${spec#*=}
+  p=$bin/libminfer_backend_cuda.so; [ "$base" != new ] && p=$PWD/.gpu/alt/plugin-$base.so
   [ -f "$p" ] || { echo "no plugin for side $side: $p" >&2; exit 2; }
-  printf 'backends: {cuda: {plugin: %s}}\n' "$p" > "$out/$side.yaml"
+  opts_var=OPTS_$side
+  printf 'backends: {cuda: {plugin: %s%s}}\n' "$p" "${!opts_var:+, ${!opts_var}}" > "$out/$side.yaml"
 done
 for spec in ${MODELS:-7b:q4_k_m}; do
   preset=${spec%%:*}; type=${spec##*:}; f=/tmp/minfer-models/$preset-$type.gguf
@@ -26,7 +31,8 @@ for spec in ${MODELS:-7b:q4_k_m}; do
   [ -f "$f" ] || "$bin/minfer-gguf" synth "${args[@]}" --type "$type" --seed 1 --vocab "$vocab" -o "$f" > /dev/null 2>&1
   "$bin/minfer-bench" -m "$f" --config "$out/new.yaml" -p 64 -n 16 -r 1 > /dev/null 2>&1  # warm-up, not recorded
   for r in $(seq "$rounds"); do
-    for side in ${SIDES:-main new}; do
+    for spec in ${SIDES:-main new}; do
+      side=${spec%%=*}
       "$bin/minfer-bench" -m "$f" --config "$out/$side.yaml" -p "${P:-512}" -n "${N:-128}" -r 3 2>&1 | grep -E '\| *(pp|tg)[0-9]' |
         awk -v s="$side" -v m="$spec" -F'|' '{gsub(/ /, "", $7); split($8, v, "±"); printf "%s %s %s %s\n", m, $7, s, v[1]}' | tee -a "$out/ab.txt"
     done

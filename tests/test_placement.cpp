@@ -302,6 +302,11 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_down_exps").find("1: mmvq_id_sum_decode_kernel"), std::string::npos) << m;
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_down_exps").find("64: mmvq_id_kernel"), std::string::npos) << m;
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_sum_exps").find("1: inside the kernel of blk.0.ffn_down_exps\n"), std::string::npos) << m;
+  // So in a one-token build (minfer-bench -p 0): the memory plan keeps the down experts' inputs
+  // apart from the sum's and the add's outputs, which the arena had put over them there.
+  const std::string one = explain_tiny("backends: {cuda: {}}\n", "qwen3moe", "q4_0", 1);
+  EXPECT_NE(kernel_lines(one, "blk.0.ffn_down_exps").find("1: mmvq_id_sum_decode_kernel"), std::string::npos) << one;
+  EXPECT_NE(kernel_lines(one, "blk.0.ffn_down_exps").find("the residual add too"), std::string::npos) << one;
   // Its router: for a decode token the FFN's RMS norm, the f32 router matmul, the top-k and the
   // expert weights in one launch; a prompt runs them in turn (the top-k with its weights).
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_norm").find("1: moe_router_decode_kernel: the RMS norm, the router blk.0.ffn_moe_logits"),
