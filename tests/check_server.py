@@ -227,6 +227,28 @@ try:
     status, body = complete(refs[0]["prompt"], n=4, logit_bias={str(first): -100}, logprobs=0)
     got = body["choices"][0]["logprobs"]["tokens"] if status == 200 else []
     check(len(got) == 4 and got[0] != first_text, f"logit_bias -100 on the greedy first token {first} ({first_text!r}): {status} {str(body)[:300]}")
+    # vLLM's ignore_eos and min_tokens (benchmarks ask for fixed lengths): with the end of
+    # generation pushed to the top (stories260K's tokenizer.ggml.eos_token_id is 2) the reply ends
+    # at once; min_tokens 6 holds it for 6 tokens, their text the greedy one; ignore_eos runs to
+    # max_tokens. A stop string inside the held tokens does not count.
+    eos = {"2": 30}
+    st0, b0 = complete(refs[0]["prompt"], n=24, logit_bias=eos)
+    st1, b1 = complete(refs[0]["prompt"], n=24, logit_bias=eos, min_tokens=6, logprobs=0)
+    st2, b2 = complete(refs[0]["prompt"], n=24, logit_bias=eos, ignore_eos=True)
+    check(st0 == 200 and b0["usage"]["completion_tokens"] == 0 and b0["choices"][0]["finish_reason"] == "stop", f"EOS pushed up: {st0} {str(b0)[:200]}")
+    held = b1["choices"][0]["logprobs"]["tokens"] if st1 == 200 else []
+    check(st1 == 200 and len(held) == 6 and b1["choices"][0]["finish_reason"] == "stop" and refs[0]["greedy_text"].startswith(b1["choices"][0]["text"]),
+          f"min_tokens 6: {st1} {str(b1)[:300]}")
+    check(st2 == 200 and b2["usage"]["completion_tokens"] == 24 and b2["choices"][0]["finish_reason"] == "length", f"ignore_eos: {st2} {str(b2)[:200]}")
+    word = held[1].strip() if len(held) > 1 else "?"
+    st3, b3 = complete(refs[0]["prompt"], n=24, logit_bias=eos, min_tokens=6, stop=[word])
+    check(st3 == 200 and b1.get("choices") and b3["choices"][0]["text"] == b1["choices"][0]["text"], f"a stop string in the held tokens: {st3} {str(b3)[:200]}")
+    st4, b4 = s.post("/completion", {"prompt": refs[0]["prompt"], "n_predict": 8, "temperature": 0, "logit_bias": [[2, 30]], "ignore_eos": True})
+    check(st4 == 200 and b4["tokens_predicted"] == 8 and b4["stop_type"] == "limit", f"/completion ignore_eos: {st4} {str(b4)[:200]}")
+    for bad, word in [({"min_tokens": 30}, "min_tokens"), ({"repeat_penalty": 1.1, "repetition_penalty": 1.2}, "repetition_penalty"),
+                      ({"ignore_eos": "yes"}, "ignore_eos")]:
+        status, body = complete(refs[0]["prompt"], n=24, **bad)
+        check(status == 400 and word in body["error"]["message"], f"{bad}: {status} {str(body)[:200]}")
     # response_format json_object: whatever this story model would say, the reply is a prefix of
     # one JSON object, and a whole one when it ends by itself.
     for seed in (1, 2, 3):

@@ -7,6 +7,7 @@
 
 #include "common/error.hpp"
 #include "gguf/gguf.hpp"
+#include "sampling/end_hold.hpp"
 #include "sampling/json_constraint.hpp"
 #include "sampling/sampler.hpp"
 #include "test_util.hpp"
@@ -365,6 +366,36 @@ TEST(JsonSchema, ADeadEndEndsTheReplyInsteadOfThrowing) {
     if (out.back() == 3) break;
   }
   EXPECT_EQ(out, (std::vector<int32_t>{0, 1, 1, 3})) << "the quote, two a's, then nothing fits: the end";
+}
+
+// min_tokens and ignore_eos (sampling/end_hold.hpp): the end-of-generation tokens are refused
+// until that many tokens are out, or always; the arg-max stays the choice where it is not an
+// end, and a schema's end still comes once the hold is over.
+TEST(EndHold, TheEndWaitsForMinTokensOrNeverComes) {
+  // The model wants to end at once (token 3, and 2 is another end); 0 and 1 are text.
+  const std::vector<float> logits = {1, 2, 8, 9};
+  const auto run = [&](std::shared_ptr<const minfer::sampling::TokenConstraint> c, int steps) {
+    minfer::sampling::Config cfg;
+    cfg.temperature = 0;
+    cfg.constraint = std::move(c);
+    minfer::sampling::Sampler s(cfg);
+    std::vector<int32_t> out;
+    for (int i = 0; i < steps; ++i) {
+      out.push_back(s.sample(logits.data(), 4, {}));
+      if (out.back() >= 2) break;
+    }
+    return out;
+  };
+  EXPECT_EQ(run(minfer::sampling::hold_end(nullptr, {3, 2}, 3), 10), (std::vector<int32_t>{1, 1, 1, 3}));
+  EXPECT_EQ(run(minfer::sampling::hold_end(nullptr, {3, 2}, minfer::sampling::kNeverEnd), 6), (std::vector<int32_t>(6, 1)));
+  EXPECT_EQ(run(minfer::sampling::hold_end(nullptr, {3, 2}, 0), 10), (std::vector<int32_t>{3}));
+  // Over a schema: "1" is a whole value; the hold keeps the reply going past it ("11"), then the end.
+  const std::vector<std::string> texts = {"x", "1", "", ""};
+  const auto digits = minfer::sampling::json_constraint(minfer::sampling::constraint_vocab(texts, {2, 3}), schema(R"({"type": "integer"})"));
+  EXPECT_EQ(run(minfer::sampling::hold_end(digits, {2, 3}, 2), 10), (std::vector<int32_t>{1, 1, 3}));
+  // Each sampler starts its own count (fresh()).
+  const auto shared = minfer::sampling::hold_end(nullptr, {3, 2}, 2);
+  EXPECT_EQ(run(shared, 10), run(shared, 10));
 }
 
 // Random replies drawn through the constraint over a vocabulary of JSON pieces: every one that

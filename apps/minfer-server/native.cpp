@@ -9,7 +9,7 @@ NativeRequest native_to_openai(const json &body) {
   NativeRequest r;
   r.openai = json::object();
   for (const char *k : {"prompt", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "stream", "repeat_penalty", "repeat_last_n",
-                        "presence_penalty", "frequency_penalty", "response_format"})
+                        "presence_penalty", "frequency_penalty", "response_format", "ignore_eos"})
     if (body.contains(k)) r.openai[k] = body[k];
   if (const auto s = body.find("seed"); s != body.end() && s->is_number_integer() && s->get<int64_t>() == -1)
     r.openai.erase("seed");  // llama-server's "random"
@@ -50,8 +50,6 @@ NativeRequest native_to_openai(const json &body) {
   for (const auto &[k, neutral] : off)
     if (const auto it = body.find(k); it != body.end() && it->is_number() && it->get<double>() != neutral)
       throw BadRequest(std::string("'") + k + "' is not supported: this server samples with temperature, top_k, top_p, min_p and penalties");
-  if (const auto ie = body.find("ignore_eos"); ie != body.end() && *ie == true)
-    throw BadRequest("'ignore_eos' is not supported: generation ends at the model's end of generation");
   return r;
 }
 

@@ -92,6 +92,12 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
   p.sampling.top_k = int32_t(integer(body, "top_k", defaults.top_k, 0, INT32_MAX));
   p.sampling.min_p = float(number(body, "min_p", defaults.min_p, 0.0, 1.0));
   p.sampling.repeat_penalty = float(number(body, "repeat_penalty", defaults.repeat_penalty, 0.0, 100.0));
+  if (body.contains("repetition_penalty") && !body["repetition_penalty"].is_null()) {  // vLLM's name for it
+    const float rp = float(number(body, "repetition_penalty", 1.0, 0.0, 100.0));
+    if (body.contains("repeat_penalty") && !body["repeat_penalty"].is_null() && rp != p.sampling.repeat_penalty)
+      throw BadRequest("'repeat_penalty' and 'repetition_penalty' differ; give one");
+    p.sampling.repeat_penalty = rp;
+  }
   if (p.sampling.repeat_penalty <= 0.0f) throw BadRequest("'repeat_penalty' must be above 0 (1 turns it off)");
   const auto s = body.find("seed");
   if (s != body.end() && !s->is_null()) {
@@ -127,6 +133,10 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
     p.echo = boolean(body, "echo", false);
     if (integer(body, "best_of", 1, 1, 16) > 1) throw BadRequest("'best_of' above 1 is not supported: 'n' gives several choices to pick from");
   }
+  p.ignore_eos = boolean(body, "ignore_eos", false);
+  p.min_tokens = integer(body, "min_tokens", 0, 0, INT64_MAX);
+  if (p.max_tokens >= 0 && p.min_tokens > p.max_tokens)
+    throw BadRequest("'min_tokens' (" + std::to_string(p.min_tokens) + ") is above 'max_tokens' (" + std::to_string(p.max_tokens) + ")");
   if (p.max_tokens == 0 && !p.echo)
     throw BadRequest("'max_tokens' must be at least 1 (0 only with 'echo': the prompt scored, nothing generated)");
   if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) p.response_schema = response_schema(*rf);
@@ -382,11 +392,11 @@ json embedding_json(const std::vector<float> &v, bool base64) {
   return s;
 }
 
-StopCheck check_stops(std::string &text, const std::vector<std::string> &stops) {
+StopCheck check_stops(std::string &text, const std::vector<std::string> &stops, size_t from) {
   size_t first = std::string::npos;
   std::string word;
   for (const std::string &s : stops)
-    if (const size_t at = text.find(s); at < first) first = at, word = s;
+    if (const size_t at = text.find(s, from); at < first) first = at, word = s;
   if (first != std::string::npos) {
     text.erase(first);
     return {text.size(), true, word};
@@ -394,7 +404,7 @@ StopCheck check_stops(std::string &text, const std::vector<std::string> &stops) 
   // Hold back the longest end of the text that begins some stop string.
   size_t hold = 0;
   for (const std::string &s : stops)
-    for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n)
+    for (size_t n = std::min(s.size() - 1, text.size() - std::min(from, text.size())); n > hold; --n)
       if (text.compare(text.size() - n, n, s, 0, n) == 0) {
         hold = n;
         break;

@@ -43,6 +43,10 @@ struct GenerationParams {
   // response_format json_schema (its schema) or json_object (any object): the reply is one
   // value of it, by constrained decoding. Null: free text.
   std::shared_ptr<const sampling::Schema> response_schema;
+  // vLLM's: the end-of-generation tokens are refused (and stop strings not looked for) until
+  // min_tokens tokens are out; ignore_eos refuses them throughout (a benchmark's fixed lengths).
+  int64_t min_tokens = 0;
+  bool ignore_eos = false;
 };
 
 // Which API a request came through: their fields differ where logprobs are concerned
@@ -119,13 +123,14 @@ json embedding_json(const std::vector<float> &v, bool base64);
 
 // Stop strings over a growing text. After each piece: `stopped` when a stop string occurs (the
 // text is cut where the first one begins), and `safe` bytes of the text that can be shown
-// now: the rest might be the start of a stop string.
+// now: the rest might be the start of a stop string. Only stop strings beginning at `from` or
+// after count (the text of a request's first min_tokens tokens is passed over).
 struct StopCheck {
   size_t safe = 0;
   bool stopped = false;
   std::string word;  // the stop string found
 };
-StopCheck check_stops(std::string &text, const std::vector<std::string> &stops);
+StopCheck check_stops(std::string &text, const std::vector<std::string> &stops, size_t from = 0);
 
 // Token log-probabilities as each API reports them; `bytes` gives a token's bytes (a piece of
 // UTF-8, or not one: the JSON text gets U+FFFD where it is not, `bytes` stays exact).

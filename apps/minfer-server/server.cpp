@@ -25,6 +25,7 @@
 #include "openai.hpp"
 #include "tool_constraints.hpp"
 #include "runtime/engine.hpp"
+#include "sampling/end_hold.hpp"
 #include "sampling/json_constraint.hpp"
 
 namespace minfer::server {
@@ -177,12 +178,13 @@ using OnHeld = std::function<bool(const std::string &text, size_t held_from)>;
 // calls: the format of the tool calls the reply may hold (none: no tools offered); text from
 // where a call may begin is held back, and control tokens are shown so its markers are seen.
 Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const std::shared_ptr<RequestStream> &stream,
-              const std::vector<std::string> &stops, const std::atomic<bool> &stopping, const OnDelta &on_delta,
+              const std::vector<std::string> &stops, int64_t min_tokens, const std::atomic<bool> &stopping, const OnDelta &on_delta,
               chat::ToolFormat calls = chat::ToolFormat::none, const OnHeld &on_held = {}) {
   Outcome o;
   tokenizer::StreamDecoder dec(tok, /*at_sequence_start=*/false, /*show_special=*/calls != chat::ToolFormat::none);
   const auto plain = [&] { return chat::plain_text_before_calls(calls, o.text); };
   size_t sent = 0, lp_sent = 0;
+  size_t stops_from = 0;  // where a stop string may begin: after the first min_tokens tokens' text
   // final: the last delta, which carries the log-probabilities still held even with no text.
   const auto hand_on = [&](size_t upto, bool final = false) {
     if (upto <= sent && !(final && lp_sent < o.logprobs.size())) return true;
@@ -211,7 +213,7 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
         return o;
       }
       o.text += dec.flush();
-      const StopCheck sc = check_stops(o.text, stops);
+      const StopCheck sc = check_stops(o.text, stops, stops_from);
       o.finish = ev->reason == "cancelled" ? "cancelled" : finish_reason(ev->reason);
       if (sc.stopped) o.finish = "stop", o.stop_word = sc.word;
       hand_on(plain(), true);
@@ -224,7 +226,8 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
     if (o.tokens++ == 0) o.first_token = std::chrono::steady_clock::now();
     if (ev->logprobs) o.logprobs.push_back(*ev->logprobs);
     o.text += dec.push(ev->token);
-    const StopCheck sc = check_stops(o.text, stops);
+    if (o.tokens <= min_tokens) stops_from = o.text.size();
+    const StopCheck sc = check_stops(o.text, stops, stops_from);
     if (sc.stopped) {
       engine.cancel(id);
       o.finish = "stop";
@@ -277,7 +280,7 @@ void Server::Impl::native_reply(httplib::Response &res, const std::shared_ptr<Lo
   const TokenBytes bytes = [L](int32_t t) { return L->runner->tokenizer().token_bytes(t); };
   const TokenBytes *probs = p.logprobs > 0 ? &bytes : nullptr;
   if (!p.stream) {
-    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, stopping, [](const std::string &, auto, size_t) { return true; });
+    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, p.min_tokens, stopping, [](const std::string &, auto, size_t) { return true; });
     generated += o.tokens;
     if (!o.error.empty()) return reply(res, 500, error_body(500, o.error));
     return reply(res, 200, native_result(o, prompt_only, n_prompt, model_name, start, false, probs));
@@ -291,7 +294,7 @@ void Server::Impl::native_reply(httplib::Response &res, const std::shared_ptr<Lo
       return sink.write(line.data(), line.size());
     };
     bool alive = true;
-    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, stopping,
+    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, p.min_tokens, stopping,
                             [&](const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t) {
                               if (!alive || !sink.is_writable()) return alive = false;
                               if (piece.empty() || prompt_only) return true;
@@ -523,6 +526,8 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
         echoed = f.text;
       }
     }
+    if (p.ignore_eos || p.min_tokens > 0)
+      p.sampling.constraint = sampling::hold_end(p.sampling.constraint, L->vocab->eog, p.ignore_eos ? sampling::kNeverEnd : p.min_tokens);
     if (!p.echo) echoed.clear();
   } catch (const BadRequest &e) {
     return reply(res, 400, error_body(400, e.what()));
@@ -592,7 +597,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     Outcome total;
     for (size_t i = 0; i < all.size(); ++i) {
       const auto [rid, s] = all[i];
-      const Outcome o = drive(*L->engine, tok, rid, s, p.stop, stopping, [](const std::string &, auto, size_t) { return true; }, calls);
+      const Outcome o = drive(*L->engine, tok, rid, s, p.stop, p.min_tokens, stopping, [](const std::string &, auto, size_t) { return true; }, calls);
       generated += o.tokens;
       if (!o.error.empty()) {
         for (size_t j = i + 1; j < all.size(); ++j) L->engine->cancel(all[j].first);
@@ -724,7 +729,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       if (parts.content.empty() && (!parts.reasoning.empty() || lp.is_null())) return true;
       return em.content(parts.content, lp);
     };
-    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, stopping,
+    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, p.min_tokens, stopping,
                             [&](const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t offset) {
                               if (!alive || !sink.is_writable()) return alive = false;
                               if (piece.empty() && lp.empty()) return true;
