@@ -245,8 +245,15 @@ try:
     check(st3 == 200 and b1.get("choices") and b3["choices"][0]["text"] == b1["choices"][0]["text"], f"a stop string in the held tokens: {st3} {str(b3)[:200]}")
     st4, b4 = s.post("/completion", {"prompt": refs[0]["prompt"], "n_predict": 8, "temperature": 0, "logit_bias": [[2, 30]], "ignore_eos": True})
     check(st4 == 200 and b4["tokens_predicted"] == 8 and b4["stop_type"] == "limit", f"/completion ignore_eos: {st4} {str(b4)[:200]}")
+    # stop_token_ids: the greedy text's fourth token (a first occurrence) ends it there, its text left out.
+    g = refs[0]["greedy_tokens"]
+    k = next(i for i in range(3, len(g)) if g[i] not in g[:i])
+    st5, b5 = complete(refs[0]["prompt"], n=24, stop_token_ids=[g[k]])
+    want = s.post("/detokenize", {"tokens": g[:k]})[1]["content"]
+    check(st5 == 200 and b5["choices"][0]["text"] == want and b5["choices"][0]["finish_reason"] == "stop" and b5["usage"]["completion_tokens"] == k + 1,
+          f"stop_token_ids [{g[k]}]: {st5} {str(b5)[:200]} (want {want!r})")
     for bad, word in [({"min_tokens": 30}, "min_tokens"), ({"repeat_penalty": 1.1, "repetition_penalty": 1.2}, "repetition_penalty"),
-                      ({"ignore_eos": "yes"}, "ignore_eos")]:
+                      ({"ignore_eos": "yes"}, "ignore_eos"), ({"stop_token_ids": [99999]}, "stop_token_ids"), ({"stop_token_ids": 5}, "stop_token_ids")]:
         status, body = complete(refs[0]["prompt"], n=24, **bad)
         check(status == 400 and word in body["error"]["message"], f"{bad}: {status} {str(body)[:200]}")
     # response_format json_object: whatever this story model would say, the reply is a prefix of

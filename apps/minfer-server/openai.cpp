@@ -135,6 +135,13 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
   }
   p.ignore_eos = boolean(body, "ignore_eos", false);
   p.min_tokens = integer(body, "min_tokens", 0, 0, INT64_MAX);
+  if (const auto ids = body.find("stop_token_ids"); ids != body.end() && !ids->is_null()) {
+    if (!ids->is_array() || ids->size() > 64 || !std::all_of(ids->begin(), ids->end(), [](const json &x) {
+          return x.is_number_integer() && x.get<int64_t>() >= 0 && x.get<int64_t>() <= INT32_MAX;
+        }))
+      throw BadRequest("'stop_token_ids' must be an array of at most 64 token ids");
+    for (const json &x : *ids) p.stop_token_ids.push_back(int32_t(x.get<int64_t>()));
+  }
   if (p.max_tokens >= 0 && p.min_tokens > p.max_tokens)
     throw BadRequest("'min_tokens' (" + std::to_string(p.min_tokens) + ") is above 'max_tokens' (" + std::to_string(p.max_tokens) + ")");
   if (p.max_tokens == 0 && !p.echo)

@@ -47,6 +47,9 @@ struct GenerationParams {
   // min_tokens tokens are out; ignore_eos refuses them throughout (a benchmark's fixed lengths).
   int64_t min_tokens = 0;
   bool ignore_eos = false;
+  // vLLM's stop_token_ids: sampling one of these ends the reply ("stop"; its text left out),
+  // once min_tokens are out (before, they are refused as the end is).
+  std::vector<int32_t> stop_token_ids;
 };
 
 // Which API a request came through: their fields differ where logprobs are concerned

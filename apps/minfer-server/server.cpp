@@ -178,7 +178,7 @@ using OnHeld = std::function<bool(const std::string &text, size_t held_from)>;
 // calls: the format of the tool calls the reply may hold (none: no tools offered); text from
 // where a call may begin is held back, and control tokens are shown so its markers are seen.
 Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const std::shared_ptr<RequestStream> &stream,
-              const std::vector<std::string> &stops, int64_t min_tokens, const std::atomic<bool> &stopping, const OnDelta &on_delta,
+              const GenerationParams &p, const std::atomic<bool> &stopping, const OnDelta &on_delta,
               chat::ToolFormat calls = chat::ToolFormat::none, const OnHeld &on_held = {}) {
   Outcome o;
   tokenizer::StreamDecoder dec(tok, /*at_sequence_start=*/false, /*show_special=*/calls != chat::ToolFormat::none);
@@ -213,7 +213,7 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
         return o;
       }
       o.text += dec.flush();
-      const StopCheck sc = check_stops(o.text, stops, stops_from);
+      const StopCheck sc = check_stops(o.text, p.stop, stops_from);
       o.finish = ev->reason == "cancelled" ? "cancelled" : finish_reason(ev->reason);
       if (sc.stopped) o.finish = "stop", o.stop_word = sc.word;
       hand_on(plain(), true);
@@ -225,9 +225,15 @@ Outcome drive(Engine &engine, const tokenizer::Tokenizer &tok, int64_t id, const
     }
     if (o.tokens++ == 0) o.first_token = std::chrono::steady_clock::now();
     if (ev->logprobs) o.logprobs.push_back(*ev->logprobs);
-    o.text += dec.push(ev->token);
-    if (o.tokens <= min_tokens) stops_from = o.text.size();
-    const StopCheck sc = check_stops(o.text, stops, stops_from);
+    // A stop token id (held until min_tokens by the sampling constraint) ends the reply without its text.
+    const bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), ev->token) != p.stop_token_ids.end();
+    if (!stop_id) o.text += dec.push(ev->token);
+    if (o.tokens <= p.min_tokens) stops_from = o.text.size();
+    StopCheck sc = check_stops(o.text, p.stop, stops_from);
+    if (stop_id && !sc.stopped) {
+      o.text += dec.flush();
+      sc = {o.text.size(), true, ""};
+    }
     if (sc.stopped) {
       engine.cancel(id);
       o.finish = "stop";
@@ -280,7 +286,7 @@ void Server::Impl::native_reply(httplib::Response &res, const std::shared_ptr<Lo
   const TokenBytes bytes = [L](int32_t t) { return L->runner->tokenizer().token_bytes(t); };
   const TokenBytes *probs = p.logprobs > 0 ? &bytes : nullptr;
   if (!p.stream) {
-    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, p.min_tokens, stopping, [](const std::string &, auto, size_t) { return true; });
+    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p, stopping, [](const std::string &, auto, size_t) { return true; });
     generated += o.tokens;
     if (!o.error.empty()) return reply(res, 500, error_body(500, o.error));
     return reply(res, 200, native_result(o, prompt_only, n_prompt, model_name, start, false, probs));
@@ -294,7 +300,7 @@ void Server::Impl::native_reply(httplib::Response &res, const std::shared_ptr<Lo
       return sink.write(line.data(), line.size());
     };
     bool alive = true;
-    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, p.min_tokens, stopping,
+    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p, stopping,
                             [&](const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t) {
                               if (!alive || !sink.is_writable()) return alive = false;
                               if (piece.empty() || prompt_only) return true;
@@ -526,8 +532,16 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
         echoed = f.text;
       }
     }
-    if (p.ignore_eos || p.min_tokens > 0)
-      p.sampling.constraint = sampling::hold_end(p.sampling.constraint, L->vocab->eog, p.ignore_eos ? sampling::kNeverEnd : p.min_tokens);
+    for (const int32_t t : p.stop_token_ids)
+      if (t >= tok.n_vocab())
+        throw BadRequest("'stop_token_ids' token " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");
+    // Ends held back: the end of generation throughout with ignore_eos, it and the stop token ids until min_tokens.
+    if (p.ignore_eos) p.sampling.constraint = sampling::hold_end(p.sampling.constraint, L->vocab->eog, sampling::kNeverEnd);
+    if (p.min_tokens > 0) {
+      std::vector<int32_t> ends = p.stop_token_ids;
+      if (!p.ignore_eos) ends.insert(ends.end(), L->vocab->eog.begin(), L->vocab->eog.end());
+      p.sampling.constraint = sampling::hold_end(p.sampling.constraint, std::move(ends), p.min_tokens);
+    }
     if (!p.echo) echoed.clear();
   } catch (const BadRequest &e) {
     return reply(res, 400, error_body(400, e.what()));
@@ -597,7 +611,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     Outcome total;
     for (size_t i = 0; i < all.size(); ++i) {
       const auto [rid, s] = all[i];
-      const Outcome o = drive(*L->engine, tok, rid, s, p.stop, p.min_tokens, stopping, [](const std::string &, auto, size_t) { return true; }, calls);
+      const Outcome o = drive(*L->engine, tok, rid, s, p, stopping, [](const std::string &, auto, size_t) { return true; }, calls);
       generated += o.tokens;
       if (!o.error.empty()) {
         for (size_t j = i + 1; j < all.size(); ++j) L->engine->cancel(all[j].first);
@@ -729,7 +743,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       if (parts.content.empty() && (!parts.reasoning.empty() || lp.is_null())) return true;
       return em.content(parts.content, lp);
     };
-    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p.stop, p.min_tokens, stopping,
+    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p, stopping,
                             [&](const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t offset) {
                               if (!alive || !sink.is_writable()) return alive = false;
                               if (piece.empty() && lp.empty()) return true;
