@@ -88,6 +88,9 @@ def cases():
     native = [{"prompt": "x", "n_predict": -7}, {"prompt": "x", "grammar": "root ::= x"}, {"prompt": "x", "logit_bias": [[1]]}, {"prompt": 5},
               {"prompt": "x", "n_probs": 50}, {"prompt": "x", "n_probs": "5"}, {"prompt": "x", "post_sampling_probs": True, "n_probs": 2},
               {"prompt": "x", "json_schema": {"type": "nope"}}]
+    # Broken grammars: each a 400 naming where, never a crash or a hang.
+    native += [{"prompt": "x", "grammar": g} for g in ["root ::= [", "root ::= \"\\u12\"", "root ::= \"a\"{1001}", "root ::= (\"a\"", "root ::= a\na ::= a",
+                                                      "root ::= \"\\xZZ\"", "root ::= [z-a]", "::= \"a\"", "root ::= \"a\" )"]]
     for i, b in enumerate(native):
         c.append((f"wrong /completion {i} ({json.dumps(b)[:40]})", _json("/completion", b), {400}))
     c.append(("/infill with a numeric prefix", _json("/infill", {"input_prefix": 5}), {400}))

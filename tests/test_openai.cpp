@@ -330,8 +330,18 @@ TEST(Native, FieldsMapOntoTheOpenAIOnes) {
     }
     return std::string();
   };
-  EXPECT_NE(refused(R"({"prompt": "x", "grammar": "root ::= \"a\""})").find("'grammar'"), std::string::npos);
-  EXPECT_EQ(refused(R"({"prompt": "x", "grammar": ""})"), "");
+  // grammar and ignore_eos go through to the OpenAI fields, the grammar compiled there.
+  const NativeRequest g = native_to_openai(json::parse(R"({"prompt": "x", "grammar": "root ::= \"a\" [0-9]*", "ignore_eos": true})"));
+  const GenerationParams gp = parse_generation(g.openai, minfer::sampling::Config{}, 3);
+  EXPECT_TRUE(gp.grammar);
+  EXPECT_TRUE(gp.ignore_eos);
+  EXPECT_FALSE(parse_generation(native_to_openai(json::parse(R"({"prompt": "x", "grammar": ""})")).openai, minfer::sampling::Config{}, 3).grammar);
+  try {
+    parse_generation(native_to_openai(json::parse(R"({"prompt": "x", "grammar": "root ::= [0-9"})")).openai, minfer::sampling::Config{}, 3);
+    ADD_FAILURE() << "an unclosed class is a 400";
+  } catch (const BadRequest &e) {
+    EXPECT_NE(std::string(e.what()).find("'grammar': expected the closing ']' of the class at line 1, column 10"), std::string::npos) << e.what();
+  }
   EXPECT_NE(refused(R"({"prompt": "x", "mirostat": 2})").find("'mirostat'"), std::string::npos);
   EXPECT_EQ(refused(R"({"prompt": "x", "mirostat": 0, "typical_p": 1})"), "");
   EXPECT_EQ(native_to_openai(json::parse(R"({"prompt": "x", "n_probs": 3})")).openai["logprobs"], 3) << "n_probs: the likeliest 3 a token";

@@ -9,7 +9,7 @@ NativeRequest native_to_openai(const json &body) {
   NativeRequest r;
   r.openai = json::object();
   for (const char *k : {"prompt", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "stream", "repeat_penalty", "repeat_last_n",
-                        "presence_penalty", "frequency_penalty", "response_format", "ignore_eos"})
+                        "presence_penalty", "frequency_penalty", "response_format", "ignore_eos", "grammar"})
     if (body.contains(k)) r.openai[k] = body[k];
   if (const auto s = body.find("seed"); s != body.end() && s->is_number_integer() && s->get<int64_t>() == -1)
     r.openai.erase("seed");  // llama-server's "random"
@@ -36,8 +36,6 @@ NativeRequest native_to_openai(const json &body) {
       throw BadRequest("'logit_bias' must be [[TOKEN_ID, bias or false], ...] or {\"TOKEN_ID\": bias}");
     }
   }
-  if (const auto g = body.find("grammar"); g != body.end() && !(g->is_null() || (g->is_string() && g->get<std::string>().empty())))
-    throw BadRequest("'grammar' (GBNF) is not supported: give 'json_schema' for constrained output");
   if (const auto np = body.find("n_probs"); np != body.end() && !np->is_null()) {
     if (!np->is_number_integer() || np->get<int64_t>() < 0 || np->get<int64_t>() > 20) throw BadRequest("'n_probs' must be a count from 0 to 20");
     if (np->get<int64_t>() > 0) r.openai["logprobs"] = *np;

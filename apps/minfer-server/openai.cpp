@@ -1,5 +1,6 @@
 #include "openai.hpp"
 
+#include "common/error.hpp"
 #include "common/json.hpp"
 
 #include <algorithm>
@@ -147,6 +148,17 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
   if (p.max_tokens == 0 && !p.echo)
     throw BadRequest("'max_tokens' must be at least 1 (0 only with 'echo': the prompt scored, nothing generated)");
   if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) p.response_schema = response_schema(*rf);
+  if (const auto g = body.find("grammar"); g != body.end() && !g->is_null() && !(g->is_string() && g->get<std::string>().empty())) {
+    if (!g->is_string()) throw BadRequest("'grammar' must be a GBNF grammar as text");
+    if (p.response_schema) throw BadRequest("'grammar' and 'response_format' (or 'json_schema') both constrain the reply; give one");
+    try {
+      p.grammar = sampling::Grammar::compile(g->get<std::string>());
+    } catch (const minfer::Error &e) {
+      std::string why = e.what();
+      if (why.rfind("grammar: ", 0) == 0) why.erase(0, 9);
+      throw BadRequest("'grammar': " + why);
+    }
+  }
   if (const auto st = body.find("stop"); st != body.end() && !st->is_null()) {
     if (st->is_string()) p.stop.push_back(st->get<std::string>());
     else if (st->is_array() && st->size() <= 16 && std::all_of(st->begin(), st->end(), [](const json &x) { return x.is_string(); }))

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/tool_calls.hpp"
+#include "sampling/gbnf.hpp"
 #include "sampling/json_schema.hpp"
 #include "sampling/sampler.hpp"
 
@@ -50,6 +51,8 @@ struct GenerationParams {
   // vLLM's stop_token_ids: sampling one of these ends the reply ("stop"; its text left out),
   // once min_tokens are out (before, they are refused as the end is).
   std::vector<int32_t> stop_token_ids;
+  // llama.cpp's grammar (GBNF text, compiled): the reply is root's text, by constrained decoding.
+  std::shared_ptr<const sampling::Grammar> grammar;
 };
 
 // Which API a request came through: their fields differ where logprobs are concerned

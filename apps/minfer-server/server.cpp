@@ -479,6 +479,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     // Fill-in-the-middle leaves the reply a quarter of the context unless max_tokens says.
     const int64_t reserve = p.max_tokens > 0 ? p.max_tokens : runner.n_ctx() / 4;
     if (p.response_schema) p.sampling.constraint = sampling::json_constraint(L->vocab, p.response_schema);
+    if (p.grammar) p.sampling.constraint = sampling::gbnf_constraint(L->vocab, p.grammar);
     for (const auto &[t, b] : p.sampling.logit_bias)
       if (t >= tok.n_vocab())
         throw BadRequest("'logit_bias' token " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");
@@ -492,10 +493,11 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
         refuse_unusable_tools(*L);
         extra.emplace_back("tools", chat::from_json(tools.tools));
       }
+      if (p.grammar && tools.offered) throw BadRequest("'grammar' and 'tools' both constrain the reply; give one (or 'tool_choice': \"none\")");
       if (!tools.forced.empty()) {
         if (p.response_schema) throw BadRequest("'tool_choice' forces a tool call, which 'response_format' contradicts; give one of them");
         p.sampling.constraint = forced_call(L->tool_syntax, L->call_vocab, tools);
-      } else if (tools.offered && !p.response_schema) {
+      } else if (tools.offered && !p.response_schema && !p.grammar) {
         p.sampling.constraint = opened_calls(L->tool_syntax, L->call_vocab, tools);
       }
       const std::string text = L->tmpl->render(chat::from_json(chat_messages(fields)), /*add_generation_prompt=*/true, extra);
