@@ -376,6 +376,19 @@ try:
     streamed = [p for e in events if isinstance(e, dict) and not e.get("stop") for p in e.get("completion_probabilities", [])]
     check(status == 200 and [p["token"] for p in streamed] == [p["token"] for p in probs] and all(len(p["top_logprobs"]) == 2 for p in streamed),
           f"/completion n_probs streamed: {status} {str(events[:3])[:400]}")
+    # llama.cpp's other samplers: DRY turns a greedy reply away from repeating the prompt's
+    # sentence; XTC, mirostat 2, typical and top-n-sigma are taken; mirostat 1 and tfs_z are 400s.
+    rep = "Lily and Tom went to the park. Lily and Tom went to the park. Lily and Tom went to the"
+    st_a, plain = s.post("/completion", {"prompt": rep, "n_predict": 8, "temperature": 0})
+    st_b, dry = s.post("/completion", {"prompt": rep, "n_predict": 8, "temperature": 0, "dry_multiplier": 2})
+    check(st_a == 200 and st_b == 200 and plain["content"].startswith(" park") and not dry["content"].startswith(" park"),
+          f"DRY: {st_a} {plain.get('content')!r} vs {st_b} {dry.get('content')!r}")
+    for extra in ({"xtc_probability": 0.5, "xtc_threshold": 0.1}, {"mirostat": 2, "mirostat_tau": 3}, {"typical_p": 0.9, "top_n_sigma": 1.0}):
+        status, body = s.post("/v1/completions", dict({"prompt": rep, "max_tokens": 8, "temperature": 1, "seed": 5}, **extra))
+        check(status == 200 and body["usage"]["completion_tokens"] > 0, f"{extra}: {status} {str(body)[:200]}")
+    for bad, word in [({"mirostat": 1}, "'mirostat' 1"), ({"tfs_z": 0.5}, "'tfs_z'"), ({"dry_sequence_breakers": [""]}, "dry_sequence_breakers")]:
+        status, body = s.post("/completion", dict({"prompt": "x", "n_predict": 2}, **bad))
+        check(status == 400 and word in body["error"]["message"], f"{bad}: {status} {str(body)[:200]}")
     status, nb = s.post("/completion", {"prompt": "x", "grammar": "root ::= \"a\""})
     check(status == 200 and nb["content"] == "a" and nb["stop_type"] == "eos", f"/completion with a one-text grammar: {status} {nb}")
     status, nb = s.post("/infill", {"input_prefix": "def f():", "input_suffix": "\n"})

@@ -342,8 +342,26 @@ TEST(Native, FieldsMapOntoTheOpenAIOnes) {
   } catch (const BadRequest &e) {
     EXPECT_NE(std::string(e.what()).find("'grammar': expected the closing ']' of the class at line 1, column 10"), std::string::npos) << e.what();
   }
-  EXPECT_NE(refused(R"({"prompt": "x", "mirostat": 2})").find("'mirostat'"), std::string::npos);
-  EXPECT_EQ(refused(R"({"prompt": "x", "mirostat": 0, "typical_p": 1})"), "");
+  EXPECT_NE(refused(R"({"prompt": "x", "tfs_z": 0.9})").find("'tfs_z'"), std::string::npos);
+  EXPECT_EQ(refused(R"({"prompt": "x", "mirostat": 0, "typical_p": 1, "tfs_z": 1})"), "");
+  // llama.cpp's other samplers come through to the sampling config.
+  const GenerationParams more = parse_generation(native_to_openai(json::parse(R"({"prompt": "x", "typical_p": 0.9, "top_n_sigma": 1.5,
+      "xtc_probability": 0.5, "xtc_threshold": 0.2, "dry_multiplier": 0.8, "dry_base": 2, "dry_allowed_length": 3, "dry_penalty_last_n": 64,
+      "dry_sequence_breakers": ["\n", "."], "mirostat": 2, "mirostat_tau": 4, "mirostat_eta": 0.2})")).openai, minfer::sampling::Config{}, 3);
+  EXPECT_FLOAT_EQ(more.sampling.typical_p, 0.9f);
+  EXPECT_FLOAT_EQ(more.sampling.top_n_sigma, 1.5f);
+  EXPECT_FLOAT_EQ(more.sampling.xtc_probability, 0.5f);
+  EXPECT_FLOAT_EQ(more.sampling.dry_multiplier, 0.8f);
+  EXPECT_EQ(more.sampling.dry_allowed_length, 3);
+  EXPECT_EQ(more.dry_breakers, (std::vector<std::string>{"\n", "."}));
+  EXPECT_EQ(more.sampling.mirostat, 2);
+  EXPECT_FLOAT_EQ(more.sampling.mirostat_tau, 4.0f);
+  try {
+    parse_generation(json::parse(R"({"prompt": "x", "mirostat": 1})"), minfer::sampling::Config{}, 3);
+    ADD_FAILURE() << "mirostat 1 is refused";
+  } catch (const BadRequest &e) {
+    EXPECT_NE(std::string(e.what()).find("'mirostat' 1"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(native_to_openai(json::parse(R"({"prompt": "x", "n_probs": 3})")).openai["logprobs"], 3) << "n_probs: the likeliest 3 a token";
   EXPECT_FALSE(native_to_openai(json::parse(R"({"prompt": "x", "n_probs": 0})")).openai.contains("logprobs"));
   EXPECT_NE(refused(R"({"prompt": "x", "n_probs": 21})").find("'n_probs'"), std::string::npos);

@@ -9,7 +9,9 @@ NativeRequest native_to_openai(const json &body) {
   NativeRequest r;
   r.openai = json::object();
   for (const char *k : {"prompt", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "stream", "repeat_penalty", "repeat_last_n",
-                        "presence_penalty", "frequency_penalty", "response_format", "ignore_eos", "grammar"})
+                        "presence_penalty", "frequency_penalty", "response_format", "ignore_eos", "grammar", "typical_p", "top_n_sigma",
+                        "xtc_probability", "xtc_threshold", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+                        "dry_sequence_breakers", "mirostat", "mirostat_tau", "mirostat_eta"})
     if (body.contains(k)) r.openai[k] = body[k];
   if (const auto s = body.find("seed"); s != body.end() && s->is_number_integer() && s->get<int64_t>() == -1)
     r.openai.erase("seed");  // llama-server's "random"
@@ -43,11 +45,11 @@ NativeRequest native_to_openai(const json &body) {
   if (const auto ps = body.find("post_sampling_probs"); ps != body.end() && *ps == true)
     throw BadRequest("'post_sampling_probs' is not supported: 'n_probs' gives the model's log-probabilities before sampling");
   // Samplers this engine does not have, when turned on.
-  const std::pair<const char *, double> off[] = {{"mirostat", 0}, {"typical_p", 1}, {"tfs_z", 1}, {"dynatemp_range", 0}, {"xtc_probability", 0},
-                                                 {"dry_multiplier", 0}, {"top_n_sigma", -1}};
+  const std::pair<const char *, double> off[] = {{"tfs_z", 1}, {"dynatemp_range", 0}};
   for (const auto &[k, neutral] : off)
     if (const auto it = body.find(k); it != body.end() && it->is_number() && it->get<double>() != neutral)
-      throw BadRequest(std::string("'") + k + "' is not supported: this server samples with temperature, top_k, top_p, min_p and penalties");
+      throw BadRequest(std::string("'") + k + "' is not supported: this server samples with temperature, top_k, top_p, min_p, typical_p, "
+                                               "top_n_sigma, XTC, DRY, mirostat 2 and penalties");
   return r;
 }
 

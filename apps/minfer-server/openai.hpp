@@ -53,6 +53,9 @@ struct GenerationParams {
   std::vector<int32_t> stop_token_ids;
   // llama.cpp's grammar (GBNF text, compiled): the reply is root's text, by constrained decoding.
   std::shared_ptr<const sampling::Grammar> grammar;
+  // DRY's sequence breakers as texts (llama.cpp's default: newline, colon, quote, asterisk);
+  // the server turns them into the tokens that hold one (sampling.dry_breakers).
+  std::vector<std::string> dry_breakers{"\n", ":", "\"", "*"};
 };
 
 // Which API a request came through: their fields differ where logprobs are concerned

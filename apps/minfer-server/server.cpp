@@ -534,6 +534,12 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
         echoed = f.text;
       }
     }
+    if (p.sampling.dry_multiplier > 0.0f) {  // DRY's breakers: the tokens whose text holds one
+      const auto &texts = L->vocab->texts;
+      for (size_t t = 0; t < texts.size(); ++t)
+        if (std::any_of(p.dry_breakers.begin(), p.dry_breakers.end(), [&](const std::string &b) { return texts[t].find(b) != std::string::npos; }))
+          p.sampling.dry_breakers.push_back(int32_t(t));
+    }
     for (const int32_t t : p.stop_token_ids)
       if (t >= tok.n_vocab())
         throw BadRequest("'stop_token_ids' token " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");

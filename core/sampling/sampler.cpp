@@ -11,7 +11,8 @@
 
 namespace minfer::sampling {
 
-Sampler::Sampler(const Config &c) : cfg_(c), rng_(c.seed), constraint_(c.constraint ? c.constraint->fresh() : nullptr) {}
+Sampler::Sampler(const Config &c)
+    : cfg_(c), mu_(2.0f * c.mirostat_tau), rng_(c.seed), constraint_(c.constraint ? c.constraint->fresh() : nullptr) {}
 Sampler::Sampler(Sampler &&) noexcept = default;
 Sampler &Sampler::operator=(Sampler &&) noexcept = default;
 Sampler::~Sampler() = default;
@@ -87,6 +88,7 @@ int32_t Sampler::sample(const float *logits, int64_t n, const std::vector<int32_
       l -= float(c) * cfg_.frequency_penalty + cfg_.presence_penalty;
     }
   }
+  if (cfg_.dry_multiplier > 0.0f) dry(history, n);
   if (!constraint_) return choose(n);
   // Constrained: the chain's choice when the constraint allows it, else the chain again over
   // the allowed tokens only (llama.cpp's order for grammars: each allowed token ends up with its
@@ -119,13 +121,58 @@ bool Sampler::take_argmax(int32_t t) {
   return true;
 }
 
+// DRY ("don't repeat yourself", llama.cpp's and koboldcpp's): for each position k of the
+// window, the length of the history's end that also ends just before k (a Z-array over the
+// reversed window: one pass); the token at k would extend that repeat, so it is penalized by
+// the longest such match, counted only back to the last breaker.
+void Sampler::dry(const std::vector<int32_t> &history, int64_t n) {
+  const size_t len = cfg_.dry_penalty_last_n < 0 || size_t(cfg_.dry_penalty_last_n) >= history.size()
+                         ? history.size() : size_t(cfg_.dry_penalty_last_n);
+  if (len < 2) return;
+  const int32_t *h = history.data() + (history.size() - len);
+  const auto breaker = [&](int32_t t) { return std::binary_search(cfg_.dry_breakers.begin(), cfg_.dry_breakers.end(), t); };
+  size_t tail = 0;  // tokens at the end since the last breaker: no match reaches further back
+  while (tail < len && !breaker(h[len - 1 - tail])) ++tail;
+  if (tail == 0) return;
+  // z[i]: the longest common prefix of rev and rev[i..], rev the window reversed.
+  std::vector<size_t> z(len, 0);
+  const auto rev = [&](size_t i) { return h[len - 1 - i]; };
+  for (size_t i = 1, l = 0, r = 0; i < len; ++i) {
+    if (i < r) z[i] = std::min(r - i, z[i - l]);
+    while (i + z[i] < len && rev(z[i]) == rev(i + z[i])) ++z[i];
+    if (i + z[i] > r) l = i, r = i + z[i];
+  }
+  std::unordered_map<int32_t, size_t> longest;  // token -> its longest repeat
+  for (size_t k = 1; k < len; ++k) {  // the token at k follows the window's first k tokens
+    const size_t match = std::min({z[len - k], tail, k});
+    if (match == 0 || breaker(h[k])) continue;
+    size_t &m = longest[h[k]];
+    m = std::max(m, match);
+  }
+  for (const auto &[t, m] : longest)
+    if (t >= 0 && t < n && m >= size_t(std::max(cfg_.dry_allowed_length, 0)))
+      work_[size_t(t)] -= cfg_.dry_multiplier * std::pow(cfg_.dry_base, float(m) - float(cfg_.dry_allowed_length));
+}
+
 int32_t Sampler::choose(int64_t n) {
   if (cfg_.temperature <= 0.0f) return argmax(work_.data(), n);
 
-  // Candidates, best first; top-k keeps the k best.
+  // top-n-sigma: logits more than n standard deviations below the best never come.
+  if (cfg_.top_n_sigma > 0.0f) {
+    double sum = 0, sq = 0, best = -INFINITY;
+    int64_t live = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (std::isfinite(work_[size_t(i)])) sum += work_[size_t(i)], sq += double(work_[size_t(i)]) * work_[size_t(i)], best = std::max(best, double(work_[size_t(i)])), ++live;
+    if (live > 1) {
+      const double mean = sum / double(live), sd = std::sqrt(std::max(0.0, sq / double(live) - mean * mean)), floor = best - cfg_.top_n_sigma * sd;
+      for (int64_t i = 0; i < n; ++i)
+        if (work_[size_t(i)] < floor) work_[size_t(i)] = -INFINITY;
+    }
+  }
+  // Candidates, best first; top-k keeps the k best (mirostat: all, it truncates by surprise).
   std::vector<int32_t> idx(static_cast<size_t>(n));
   std::iota(idx.begin(), idx.end(), 0);
-  const size_t k = cfg_.top_k > 0 ? std::min<size_t>(size_t(cfg_.top_k), idx.size()) : idx.size();
+  const size_t k = cfg_.top_k > 0 && cfg_.mirostat == 0 ? std::min<size_t>(size_t(cfg_.top_k), idx.size()) : idx.size();
   auto better = [&](int32_t a, int32_t b) { return work_[size_t(a)] > work_[size_t(b)] || (work_[size_t(a)] == work_[size_t(b)] && a < b); };
   std::partial_sort(idx.begin(), idx.begin() + long(k), idx.end(), better);
   idx.resize(k);
@@ -135,11 +182,42 @@ int32_t Sampler::choose(int64_t n) {
   double sum = 0;
   for (size_t i = 0; i < k; ++i) sum += p[i] = std::exp((double(work_[size_t(idx[i])]) - mx) / cfg_.temperature);
   for (double &x : p) x /= sum;
-  // top-p: the smallest prefix whose mass reaches top_p; min-p: drop the unlikely tail.
   size_t keep = k;
+  while (keep > 1 && p[keep - 1] == 0.0) --keep;  // -inf logits (top-n-sigma's, a constraint's)
+  if (cfg_.mirostat == 2) {
+    // Mirostat 2.0: the tokens whose surprise (-log2 p) is below mu, at least one; mu moves by
+    // eta toward the target surprise tau after each token.
+    size_t m = 1;
+    while (m < keep && -std::log2(p[m]) <= double(mu_)) ++m;
+    double mass = 0;
+    for (size_t i = 0; i < m; ++i) mass += p[i];
+    std::discrete_distribution<size_t> pick(p.begin(), p.begin() + long(m));
+    const size_t c = pick(rng_);
+    mu_ -= cfg_.mirostat_eta * float(-std::log2(p[c] / mass) - double(cfg_.mirostat_tau));
+    return idx[c];
+  }
+  // Locally typical: the tokens whose surprise is nearest the entropy, up to typical_p of the
+  // mass (kept in order of probability).
+  if (cfg_.typical_p < 1.0f) {
+    double entropy = 0;
+    for (size_t i = 0; i < keep; ++i)
+      if (p[i] > 0) entropy -= p[i] * std::log(p[i]);
+    std::vector<size_t> by(keep);
+    std::iota(by.begin(), by.end(), size_t(0));
+    const auto off = [&](size_t i) { return std::fabs(-std::log(p[i]) - entropy); };
+    std::stable_sort(by.begin(), by.end(), [&](size_t a, size_t b) { return off(a) < off(b); });
+    double cum = 0;
+    size_t taken = 0;
+    while (taken < keep && (taken == 0 || cum < cfg_.typical_p)) cum += p[by[taken++]];
+    std::vector<uint8_t> in(keep, 0);
+    for (size_t i = 0; i < taken; ++i) in[by[i]] = 1;
+    for (size_t i = 0; i < keep; ++i)
+      if (!in[i]) p[i] = 0;
+  }
+  // top-p: the smallest prefix whose mass reaches top_p; min-p: drop the unlikely tail.
   if (cfg_.top_p < 1.0f) {
     double cum = 0;
-    for (size_t i = 0; i < k; ++i)
+    for (size_t i = 0; i < keep; ++i)
       if ((cum += p[i]) >= cfg_.top_p) {
         keep = i + 1;
         break;
@@ -147,6 +225,13 @@ int32_t Sampler::choose(int64_t n) {
   }
   if (cfg_.min_p > 0.0f)
     while (keep > 1 && p[keep - 1] < cfg_.min_p * p[0]) --keep;
+  // XTC ("exclude top choices"): sometimes every token at or above the threshold but the least
+  // likely of them goes, where at least two are there.
+  if (cfg_.xtc_probability > 0.0f && std::uniform_real_distribution<float>(0.0f, 1.0f)(rng_) < cfg_.xtc_probability) {
+    size_t above = 0;
+    while (above < keep && p[above] >= cfg_.xtc_threshold) ++above;
+    for (size_t i = 0; above >= 2 && i + 1 < above; ++i) p[i] = 0;
+  }
   std::discrete_distribution<size_t> pick(p.begin(), p.begin() + long(keep));
   return idx[pick(rng_)];
 }

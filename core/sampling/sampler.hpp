@@ -31,6 +31,20 @@ struct Config {
   // Only tokens it allows are chosen (each sampler takes a fresh copy): response_format.
   std::shared_ptr<const TokenConstraint> constraint;
   uint64_t seed = 42;
+  // The samplers llama.cpp adds, each off at its default (llama.cpp's names and meanings):
+  float typical_p = 1.0f;     // locally typical: the tokens nearest the distribution's entropy, up to this mass
+  float top_n_sigma = -1.0f;  // > 0: only logits within n standard deviations of the best
+  float xtc_probability = 0.0f, xtc_threshold = 0.1f;  // with this chance, every token above the threshold but the least likely goes
+  // DRY: a token that would repeat a sequence already seen (its match at least allowed_length
+  // long) loses multiplier * base^(match - allowed_length); matches do not reach past a
+  // breaker token (dry_breakers: the tokens holding a breaker string). last_n: the window (-1: all).
+  float dry_multiplier = 0.0f, dry_base = 1.75f;
+  int32_t dry_allowed_length = 2, dry_penalty_last_n = -1;
+  std::vector<int32_t> dry_breakers;  // sorted
+  // Mirostat 2.0 (1: llama.cpp's mode number for the first version, not here): the tokens
+  // whose surprise is below mu, mu steered toward tau by eta; replaces top-k, top-p, min-p.
+  int32_t mirostat = 0;
+  float mirostat_tau = 5.0f, mirostat_eta = 0.1f;
 };
 
 // A sampled token's log-probability under the model (log-softmax of the raw logits: before
@@ -55,7 +69,7 @@ class Sampler {
   // The chain is the arg-max of the raw logits, whatever the history (temperature 0, no bias,
   // no penalty), though a constraint may refuse that token.
   bool argmax_chain() const {
-    return cfg_.temperature <= 0.0f && cfg_.logit_bias.empty() &&
+    return cfg_.temperature <= 0.0f && cfg_.logit_bias.empty() && cfg_.dry_multiplier == 0.0f &&
            ((cfg_.repeat_penalty == 1.0f && cfg_.presence_penalty == 0.0f && cfg_.frequency_penalty == 0.0f) || cfg_.repeat_last_n == 0);
   }
   // The arg-max of the logits, always: an argmax_chain with no constraint.
@@ -67,7 +81,9 @@ class Sampler {
 
  private:
   int32_t choose(int64_t n);  // from work_: the chain after the penalties
+  void dry(const std::vector<int32_t> &history, int64_t n);  // DRY's penalties on work_
   Config cfg_;
+  float mu_ = 0.0f;  // mirostat's running bound on surprise
   std::mt19937_64 rng_;
   std::vector<float> work_;
   std::unique_ptr<TokenConstraint> constraint_;
