@@ -10,6 +10,14 @@ if [ -f ../shared/testdata/models/stories260K.gguf ]; then
   echo "$out" | grep -q '"prompt_tokens":5' || fail "stories prompt tokens"
   echo "$out" | grep -q 'there was a little girl named Lily' || fail "stories greedy text"
   echo "$out" | grep -q '"decode_tok_s":[0-9]' || fail "timings in --json"
+  # --grammar and --json-schema hold the reply (llama-cli's flags); a broken one says where
+  out=$("$app" --config configs/cpu.yaml -n 30 --temp 0 --json --grammar 'root ::= [A-Z] [a-z]+ " " [0-9]{3}') || fail "--grammar run: $out"
+  echo "$out" | grep -Eq '"text":"[A-Z][a-z]+ [0-9]{3}"' || fail "--grammar text: $out"
+  out=$("$app" --config configs/cpu.yaml -n 60 --temp 0 --json -j '{"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}') ||
+    fail "--json-schema run: $out"
+  echo "$out" | grep -Eq '"text":"\{ ?\\"age\\" ?: ?-?[0-9]+ ?\}"' || fail "--json-schema text: $out"
+  msg=$("$app" --config configs/cpu.yaml -n 4 --grammar 'root ::= [a-' 2>&1) && fail "a broken grammar must fail"
+  echo "$msg" | grep -q "closing ']' of the class at line 1, column 10" || fail "broken grammar message: $msg"
   # a prompt longer than the context is refused with a message that says what to do
   long=$(yes "word" | head -n 300 | tr '\n' ' ')
   msg=$(printf 'model: ../shared/testdata/models/stories260K.gguf\nbackends: {cpu: {}}\ncontext: 64\n' > "$work/ctx.yaml"; "$app" --config "$work/ctx.yaml" -p "$long" 2>&1)

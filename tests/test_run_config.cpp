@@ -95,6 +95,21 @@ TEST(RunConfigValues, AKeyWrittenTwiceIsRefusedAtTheSecond) {
   EXPECT_NE(msg.find("key 'threads' appears twice"), std::string::npos) << msg;
 }
 
+// generation's grammar (inline or from a file) and JSON schema: compiled at load, their
+// errors at their key, one of them at most.
+TEST(RunConfigValues, GrammarAndJsonSchemaAreCheckedAtLoad) {
+  const minfer::RunConfig g = minfer::parse_run_config(kHead + "generation:\n  grammar: |\n    root ::= [a-z]+\n", "c.yaml");
+  EXPECT_EQ(g.generation.grammar, "root ::= [a-z]+\n");
+  const minfer::RunConfig j = minfer::parse_run_config(kHead + "generation: {json_schema: '{\"type\": \"integer\"}'}\n", "c.yaml");
+  EXPECT_EQ(j.generation.json_schema, "{\"type\": \"integer\"}");
+  EXPECT_NE(error_of(kHead + "generation: {grammar: 'root ::= [a-'}\n").find("c.yaml:2:23"), std::string::npos);
+  EXPECT_NE(error_of(kHead + "generation: {grammar: 'root ::= [a-'}\n").find("closing ']'"), std::string::npos);
+  EXPECT_NE(error_of(kHead + "generation: {grammar_file: /no/such.gbnf}\n").find("'grammar_file' /no/such.gbnf cannot be read"), std::string::npos);
+  EXPECT_NE(error_of(kHead + "generation: {json_schema: '{\"type\": 5}'}\n").find("'json_schema'"), std::string::npos);
+  EXPECT_NE(error_of(kHead + "generation: {json_schema: 'not json'}\n").find("give the schema as JSON text"), std::string::npos);
+  EXPECT_NE(error_of(kHead + "generation: {grammar: 'root ::= \"a\"', json_schema: '{}'}\n").find("not both"), std::string::npos);
+}
+
 TEST(RunConfigValues, ChatSettings) {
   const auto cfg = minfer::parse_run_config(kHead + "chat_template: t.jinja\nmessages:\n  - {role: user, content: hi}\n"
                                                     "  - {role: assistant, content: hello}\n", "c.yaml");

@@ -48,7 +48,7 @@ int run_batch(const RunConfig &cfg, const GenerateOptions &opts) {
 
   BatchSession batch(model, runner.session(), [&](int32_t t) { return tok.is_end_of_generation(t); });
   // The same seed for each: a prompt's output is the one it gets alone.
-  const sampling::Config sc = sampling_config(cfg.generation);
+  const sampling::Config sc = runner.sampling();
 
   std::vector<Job> jobs(cfg.prompts.size());
   int64_t submitted = 0, prompt_tokens = 0;

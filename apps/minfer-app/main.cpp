@@ -40,6 +40,8 @@ const char *kUsage =
     "  -n N                 tokens to generate\n"
     "  --temp T             temperature (0 = greedy)\n"
     "  --seed N             sampling seed\n"
+    "  --grammar GBNF       hold the reply to a grammar (llama.cpp's GBNF; --grammar-file FILE reads one)\n"
+    "  -j, --json-schema S  hold the reply to a JSON Schema (JSON text)\n"
     "  --threads N          CPU threads (the cpu backend's 'threads' option)\n"
     "  --json               print one JSON object (prompt_tokens, tokens, text, token ids, timings, peak_rss_mb);\n"
     "                       with many prompts, one object per line in input order (index, prompt, text, counts, stop)\n"
@@ -53,6 +55,7 @@ const char *kUsage =
 
 struct Args {
   std::string config, plugin_dir, log_level, model, prompt, prompt_file, prompt_lines, parallel, n_predict, temp, seed, threads;
+  std::string grammar, grammar_file, json_schema;
   bool explain = false, list_backends = false, json = false, have_prompt = false, interactive = false;
   bool n_predict_set = false, temp_set = false, seed_set = false, threads_set = false;  // given, even as "" (an error then)
 };
@@ -79,6 +82,9 @@ Args parse_args(int argc, char **argv) {
     else if (arg == "-n" || arg == "--n-predict") a.n_predict = value("-n"), a.n_predict_set = true;
     else if (arg == "--temp") a.temp = value("--temp"), a.temp_set = true;
     else if (arg == "--seed") a.seed = value("--seed"), a.seed_set = true;
+    else if (arg == "--grammar") a.grammar = value("--grammar");
+    else if (arg == "--grammar-file") a.grammar_file = value("--grammar-file");
+    else if (arg == "-j" || arg == "--json-schema") a.json_schema = value("--json-schema");
     else if (arg == "--threads" || arg == "-t") a.threads = value("--threads"), a.threads_set = true;
     else if (arg == "--list-backends") a.list_backends = true;
     else if (arg == "--help" || arg == "-h") { std::fputs(kUsage, stdout); std::exit(0); }
@@ -169,7 +175,17 @@ void apply_overrides(const Args &a, minfer::RunConfig &cfg) {
   if (a.n_predict_set) cfg.generation.n_predict = int32_t(minfer::flag_int("-n", a.n_predict, 0, INT32_MAX));
   if (a.seed_set) cfg.generation.seed = to_seed(a.seed);
   if (a.temp_set) cfg.generation.temperature = to_float("--temp", a.temp);
-  const std::map<std::string, std::string> flag_of = {{"n_predict", "-n"}, {"temperature", "--temp"}};
+  if (!a.grammar.empty() && !a.grammar_file.empty()) throw minfer::Error("give --grammar or --grammar-file, not both");
+  if (!a.grammar.empty() || !a.grammar_file.empty() || !a.json_schema.empty()) cfg.generation.grammar.clear(), cfg.generation.json_schema.clear();
+  if (!a.grammar.empty()) cfg.generation.grammar = a.grammar;
+  if (!a.grammar_file.empty()) {
+    std::ifstream in(a.grammar_file, std::ios::binary);
+    if (!in) throw minfer::Error("--grammar-file: " + a.grammar_file + " cannot be read");
+    cfg.generation.grammar.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (!a.json_schema.empty()) cfg.generation.json_schema = a.json_schema;
+  const std::map<std::string, std::string> flag_of = {{"n_predict", "-n"}, {"temperature", "--temp"},
+                                                      {"grammar", a.grammar_file.empty() ? "--grammar" : "--grammar-file"}, {"json_schema", "--json-schema"}};
   minfer::check_generation(cfg.generation, [&](const std::string &key, const std::string &what) {
     const auto f = flag_of.find(key);
     throw minfer::Error((f != flag_of.end() ? f->second : "'" + key + "' in " + cfg.source) + ": " + what);

@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "common/progress.hpp"
+#include "sampling/gbnf.hpp"
 #include "synth/synth.hpp"
 
 namespace fs = std::filesystem;
@@ -67,6 +68,25 @@ sampling::Config sampling_config(const GenerationConfig &g) {
   return sc;
 }
 
+std::shared_ptr<const sampling::ConstraintVocab> constraint_vocab(const tokenizer::Tokenizer &tok) {
+  std::vector<std::string> texts;
+  std::vector<int32_t> eog;
+  for (int32_t t = 0; t < tok.n_vocab(); ++t) {
+    texts.push_back(tok.token_bytes(t));
+    if (tok.is_end_of_generation(t)) eog.push_back(t);
+  }
+  return sampling::constraint_vocab(std::move(texts), std::move(eog));
+}
+
+sampling::Config ModelRunner::sampling() const {
+  sampling::Config sc = sampling_config(cfg_.generation);
+  const GenerationConfig &g = cfg_.generation;
+  if (!g.grammar.empty()) sc.constraint = sampling::gbnf_constraint(constraint_vocab(*tok_), sampling::Grammar::compile(g.grammar));
+  else if (!g.json_schema.empty())
+    sc.constraint = sampling::json_constraint(constraint_vocab(*tok_), sampling::Schema::compile(nlohmann::ordered_json::parse(g.json_schema), true));
+  return sc;
+}
+
 ModelRunner::ModelRunner(const RunConfig &cfg, int64_t max_seqs) : cfg_(cfg) {
   const auto t_load = Clock::now();
   synthesize_if_missing(cfg);
@@ -108,7 +128,7 @@ ModelRunner::ModelRunner(const RunConfig &cfg, int64_t max_seqs) : cfg_(cfg) {
   });
   if (uploaded) load_bar.done(cfg.model + ": weights copied to the backends");
   if (max_seqs == 1) gen_ = std::make_unique<Generator>(*model_, *session_);
-  if (max_seqs == 1) sampler_ = std::make_unique<sampling::Sampler>(sampling_config(cfg.generation));
+  if (max_seqs == 1) sampler_ = std::make_unique<sampling::Sampler>(sampling());
   load_s_ = seconds_since(t_load);
 }
 
@@ -139,6 +159,8 @@ Reply ModelRunner::generate(const std::vector<int32_t> &tokens, int64_t n_predic
   if (int64_t(seq_.size()) >= n_ctx())
     throw Error("the sequence has " + std::to_string(seq_.size()) + " tokens but the context holds " + std::to_string(n_ctx()) +
                 "; shorten the prompt or raise 'context' in " + cfg_.source);
+  // A grammar or schema holds each reply from its start (a chat's next turn too).
+  if (sampler_->config().constraint) sampler_ = std::make_unique<sampling::Sampler>(sampler_->config());
   const auto t_prefill = Clock::now();
   if (!feed.empty()) logits_ = &gen_->feed(feed);  // the generator's buffer: each feed refreshes it
   fed_ = int64_t(seq_.size());

@@ -14,6 +14,7 @@
 #include "runtime/generator.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/session.hpp"
+#include "sampling/json_constraint.hpp"
 #include "sampling/sampler.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "trace/trace.hpp"
@@ -29,8 +30,13 @@ struct Reply {
   double prefill_s = 0, decode_s = 0;
 };
 
-// The run config's generation settings as the sampler takes them.
+// The run config's generation settings as the sampler takes them (no constraint: see
+// ModelRunner::sampling()).
 sampling::Config sampling_config(const GenerationConfig &g);
+
+// The vocabulary as constraints read it: each token's bytes (control tokens empty) and the
+// end-of-generation tokens.
+std::shared_ptr<const sampling::ConstraintVocab> constraint_vocab(const tokenizer::Tokenizer &tok);
 
 class ModelRunner {
  public:
@@ -47,6 +53,8 @@ class ModelRunner {
   int64_t n_ctx() const { return model_->opts.n_ctx; }
   // The KV pool in words: pages, positions, bytes (for --explain and the batch summary).
   std::string kv_summary() const;
+  // sampling_config() with the run config's grammar or JSON schema as its constraint.
+  sampling::Config sampling() const;
 
   // Every token of the sequence so far: fed to the cache, plus the last sampled one (fed with
   // the next call). The cache's positions follow this order.

@@ -1002,12 +1002,8 @@ int Server::run() {
       }
       L->max_prompt_bytes = max_prompt_bytes(tok, L->runner->n_ctx());
       {
-        std::vector<std::string> texts;
-        std::vector<int32_t> eog;
-        for (int32_t t = 0; t < tok.n_vocab(); ++t) {
-          texts.push_back(tok.token_bytes(t));
-          if (tok.is_end_of_generation(t)) eog.push_back(t);
-        }
+        L->vocab = app::constraint_vocab(tok);
+        const std::vector<std::string> &texts = L->vocab->texts;
         // The tool-call constraints also see the call markers that are control tokens
         // ([TOOL_CALLS], <|tool_call|>): a call that opens with one is guarded, and a forced one
         // may write it. Only there: a JSON string of response_format may not hold them.
@@ -1018,9 +1014,7 @@ int Server::run() {
               if (call_texts.empty()) call_texts = texts;
               call_texts[size_t(t)] = m;
             }
-        if (!call_texts.empty()) L->call_vocab = sampling::constraint_vocab(std::move(call_texts), eog);
-        L->vocab = sampling::constraint_vocab(std::move(texts), std::move(eog));
-        if (!L->call_vocab) L->call_vocab = L->vocab;
+        L->call_vocab = call_texts.empty() ? L->vocab : sampling::constraint_vocab(std::move(call_texts), L->vocab->eog);
       }
       L->engine = std::make_unique<Engine>(L->runner->model(), L->runner->session(), [&tok](int32_t t) { return tok.is_end_of_generation(t); });
       {

@@ -6,12 +6,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
 #include "common/error.hpp"
+#include "sampling/gbnf.hpp"
+#include "sampling/json_schema.hpp"
 
 namespace minfer {
 namespace {
@@ -175,8 +178,18 @@ void read_demo(const Reader &r, const YAML::Node &n, DemoConfig &d) {
 
 void read_generation(const Reader &r, const YAML::Node &n, GenerationConfig &g) {
   r.expect_map(n, "'generation'");
-  r.only_keys(n, {"n_predict", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop"},
+  r.only_keys(n, {"n_predict", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop", "grammar",
+                  "grammar_file", "json_schema"},
               "'generation'");
+  if (n["grammar"] && n["grammar_file"]) r.fail(n["grammar_file"], "give 'grammar' or 'grammar_file', not both");
+  if (n["grammar"]) g.grammar = r.scalar(n["grammar"], "grammar");
+  if (n["grammar_file"]) {
+    const std::string path = r.scalar(n["grammar_file"], "grammar_file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) r.fail(n["grammar_file"], "'grammar_file' " + path + " cannot be read (paths are relative to the working directory)");
+    g.grammar.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (n["json_schema"]) g.json_schema = r.scalar(n["json_schema"], "json_schema");
   if (n["n_predict"]) g.n_predict = r.as<int32_t>(n["n_predict"], "n_predict", "a token count");
   if (n["temperature"]) g.temperature = r.as<float>(n["temperature"], "temperature", "a number (0 = greedy)");
   if (n["top_k"]) g.top_k = r.as<int32_t>(n["top_k"], "top_k", "an integer (0 = off)");
@@ -191,7 +204,9 @@ void read_generation(const Reader &r, const YAML::Node &n, GenerationConfig &g) 
       for (const auto &x : st) g.stop.push_back(r.scalar(x, "stop"));
     else r.fail(st, "'stop' must be a string or a list of strings");
   }
-  check_generation(g, [&](const std::string &key, const std::string &what) { r.fail(n[key], what); });
+  check_generation(g, [&](const std::string &key, const std::string &what) {
+    r.fail(key == "grammar" && !n["grammar"] ? n["grammar_file"] : n[key], what);  // a grammar_file's errors at that key
+  });
 }
 
 void read_server(const Reader &r, const YAML::Node &n, ServerConfig &s) {
@@ -242,6 +257,21 @@ void check_generation(const GenerationConfig &g, const std::function<void(const 
   if (g.repeat_last_n < -1)
     fail("repeat_last_n", "'repeat_last_n' is " + std::to_string(g.repeat_last_n) +
                               "; it must be a token count, 0 (off) or -1 (the whole sequence)");
+  if (!g.grammar.empty() && !g.json_schema.empty()) fail("json_schema", "give 'grammar' or 'json_schema', not both: each constrains the reply");
+  if (!g.grammar.empty()) {
+    try {
+      sampling::Grammar::compile(g.grammar);
+    } catch (const Error &e) {
+      fail("grammar", e.what());
+    }
+  }
+  if (!g.json_schema.empty()) {
+    try {
+      sampling::Schema::compile(nlohmann::ordered_json::parse(g.json_schema), /*strict=*/true);
+    } catch (const std::exception &e) {
+      fail("json_schema", std::string("'json_schema': ") + e.what() + " (give the schema as JSON text)");
+    }
+  }
 }
 
 const BackendConfig *RunConfig::backend(const std::string &name) const {

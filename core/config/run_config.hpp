@@ -44,6 +44,10 @@ struct GenerationConfig {
   int32_t top_k = 40, repeat_last_n = 64;  // repeat_last_n -1: the whole sequence
   uint64_t seed = 42;
   std::vector<std::string> stop;  // stop when the text ends with one of these
+  // The reply held to a GBNF grammar (llama.cpp's syntax; `grammar_file` reads it from a file)
+  // or to a JSON Schema (JSON text), by constrained decoding; at most one of them. minfer-app's
+  // runs; the server takes them per request.
+  std::string grammar, json_schema;
 };
 
 // minfer-server's settings (the run config's `server` section; its flags override).
