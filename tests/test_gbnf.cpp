@@ -153,13 +153,9 @@ TEST(Gbnf, MaskAgreesWithEachTokensAnswer) {
   if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
   const auto f = minfer::gguf::File::open(td + "/vocab/ggml-vocab-qwen2.gguf");
   const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*f);
-  std::vector<std::string> texts;
-  std::vector<int32_t> eog;
-  for (int32_t t = 0; t < tok->n_vocab(); ++t) {
-    texts.push_back(tok->token_bytes(t));
-    if (tok->is_end_of_generation(t)) eog.push_back(t);
-  }
-  const auto vocab = minfer::sampling::constraint_vocab(texts, eog);
+  const auto vocab = minfer::sampling::constraint_vocab(*tok);
+  const std::vector<std::string> &texts = vocab->texts;
+  const std::vector<int32_t> &eog = vocab->eog;
   auto c = minfer::sampling::gbnf_constraint(vocab, grammar(kJson))->fresh();
   const std::string reply = R"({"name": "Zoë", "tags": ["a", "b"], "n": -12.5e3})";
   double worst_ms = 0;

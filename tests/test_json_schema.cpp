@@ -454,13 +454,9 @@ TEST(JsonSchema, MaskAgreesWithEachTokensAnswer) {
   if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
   const auto f = minfer::gguf::File::open(td + "/vocab/ggml-vocab-qwen2.gguf");
   const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*f);
-  std::vector<std::string> texts;
-  std::vector<int32_t> eog;
-  for (int32_t t = 0; t < tok->n_vocab(); ++t) {
-    texts.push_back(tok->token_bytes(t));
-    if (tok->is_end_of_generation(t)) eog.push_back(t);
-  }
-  const auto vocab = minfer::sampling::constraint_vocab(texts, eog);
+  const auto vocab = minfer::sampling::constraint_vocab(*tok);
+  const std::vector<std::string> &texts = vocab->texts;
+  const std::vector<int32_t> &eog = vocab->eog;
   for (const bool typed : {false, true}) {
     const auto s = typed ? schema(R"({"type": "object", "properties": {"a": {"type": "string"}, "unit": {"enum": ["celsius", "kelvin"]},
                                      "n": {"type": "integer", "maximum": 50}}, "required": ["a", "unit", "n"]})")

@@ -68,22 +68,12 @@ sampling::Config sampling_config(const GenerationConfig &g) {
   return sc;
 }
 
-std::shared_ptr<const sampling::ConstraintVocab> constraint_vocab(const tokenizer::Tokenizer &tok) {
-  std::vector<std::string> texts;
-  std::vector<int32_t> eog;
-  for (int32_t t = 0; t < tok.n_vocab(); ++t) {
-    texts.push_back(tok.token_bytes(t));
-    if (tok.is_end_of_generation(t)) eog.push_back(t);
-  }
-  return sampling::constraint_vocab(std::move(texts), std::move(eog));
-}
-
 sampling::Config ModelRunner::sampling() const {
   sampling::Config sc = sampling_config(cfg_.generation);
   const GenerationConfig &g = cfg_.generation;
-  if (!g.grammar.empty()) sc.constraint = sampling::gbnf_constraint(constraint_vocab(*tok_), sampling::Grammar::compile(g.grammar));
+  if (!g.grammar.empty()) sc.constraint = sampling::gbnf_constraint(sampling::constraint_vocab(*tok_), sampling::Grammar::compile(g.grammar));
   else if (!g.json_schema.empty())
-    sc.constraint = sampling::json_constraint(constraint_vocab(*tok_), sampling::Schema::compile(nlohmann::ordered_json::parse(g.json_schema), true));
+    sc.constraint = sampling::json_constraint(sampling::constraint_vocab(*tok_), sampling::Schema::compile(nlohmann::ordered_json::parse(g.json_schema), true));
   return sc;
 }
 

@@ -34,10 +34,6 @@ struct Reply {
 // ModelRunner::sampling()).
 sampling::Config sampling_config(const GenerationConfig &g);
 
-// The vocabulary as constraints read it: each token's bytes (control tokens empty) and the
-// end-of-generation tokens.
-std::shared_ptr<const sampling::ConstraintVocab> constraint_vocab(const tokenizer::Tokenizer &tok);
-
 class ModelRunner {
  public:
   // Loads the model (synthesizing it when the config says so) onto the backends, built for

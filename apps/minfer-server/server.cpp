@@ -1002,7 +1002,7 @@ int Server::run() {
       }
       L->max_prompt_bytes = max_prompt_bytes(tok, L->runner->n_ctx());
       {
-        L->vocab = app::constraint_vocab(tok);
+        L->vocab = sampling::constraint_vocab(tok);
         const std::vector<std::string> &texts = L->vocab->texts;
         // The tool-call constraints also see the call markers that are control tokens
         // ([TOOL_CALLS], <|tool_call|>): a call that opens with one is guarded, and a forced one

@@ -1,5 +1,7 @@
 #include "sampling/json_constraint.hpp"
 
+#include "tokenizer/tokenizer.hpp"
+
 #include <algorithm>
 
 namespace minfer::sampling {
@@ -201,6 +203,16 @@ std::shared_ptr<const ConstraintVocab> constraint_vocab(std::vector<std::string>
   v->texts = std::move(texts);
   v->eog = std::move(eog);
   return v;
+}
+
+std::shared_ptr<const ConstraintVocab> constraint_vocab(const tokenizer::Tokenizer &tok) {
+  std::vector<std::string> texts;
+  std::vector<int32_t> eog;
+  for (int32_t t = 0; t < tok.n_vocab(); ++t) {
+    texts.push_back(tok.token_bytes(t));
+    if (tok.is_end_of_generation(t)) eog.push_back(t);
+  }
+  return constraint_vocab(std::move(texts), std::move(eog));
 }
 
 std::shared_ptr<const TokenConstraint> pattern_constraint(std::shared_ptr<const ConstraintVocab> vocab, std::vector<ReplyPart> parts) {

@@ -16,6 +16,10 @@
 
 #include "sampling/json_schema.hpp"
 
+namespace minfer::tokenizer {
+class Tokenizer;
+}
+
 namespace minfer::sampling {
 
 // What a sampler asks of a constraint; one per sequence (fresh() makes another in the
@@ -84,6 +88,8 @@ struct ConstraintVocab {
   std::vector<uint8_t> string_safe;
 };
 std::shared_ptr<const ConstraintVocab> constraint_vocab(std::vector<std::string> texts, std::vector<int32_t> eog);
+// A tokenizer's: each token's bytes (control tokens empty) and its end-of-generation tokens.
+std::shared_ptr<const ConstraintVocab> constraint_vocab(const tokenizer::Tokenizer &tok);
 
 // The reply follows the parts; json_constraint: the reply is one value of the schema.
 std::shared_ptr<const TokenConstraint> pattern_constraint(std::shared_ptr<const ConstraintVocab> vocab, std::vector<ReplyPart> parts);
