@@ -188,9 +188,32 @@ TEST(JsonSchema, IntegersAreMultiplesOfTheirStep) {
   EXPECT_TRUE(refused(num, "15"));
   EXPECT_NE(compile_error(R"({"type": "integer", "multipleOf": 7, "minimum": 15, "maximum": 20})").find("no multiple of 7"), std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "integer", "multipleOf": 0})").find("above 0"), std::string::npos);
-  EXPECT_NE(compile_error(R"({"properties": {"p": {"type": "number", "multipleOf": 0.01}}})").find("#/properties/p: 'multipleOf' is supported by a whole number"),
+  EXPECT_NE(compile_error(R"({"properties": {"p": {"type": "number", "multipleOf": 0.3333333333}}})")
+                .find("#/properties/p: 'multipleOf' is supported by a whole number or a decimal step"),
             std::string::npos);
-  EXPECT_TRUE(whole(schema(R"({"type": "number", "multipleOf": 0.01})", /*strict=*/false), "1.234")) << "tool parameters: a fractional step is left to the model";
+  EXPECT_TRUE(whole(schema(R"({"type": "number", "multipleOf": 0.3333333333})", /*strict=*/false), "1.234"))
+      << "tool parameters: a step that is no decimal is left to the model";
+}
+
+// multipleOf by a decimal step (Pydantic's condecimal(decimal_places=2) as 0.01, a half or a
+// quarter): at most that many places, and the value in those units a multiple; bounds too.
+TEST(JsonSchema, DecimalStepsLimitPlacesAndValues) {
+  const auto cents = schema(R"({"type": "number", "multipleOf": 0.01, "minimum": 0})");
+  for (const char *ok : {"12.34", "0.5", "7", "0.05", "100.10"}) EXPECT_TRUE(whole(cents, ok)) << ok;
+  EXPECT_TRUE(refused(cents, "1.234")) << "a third place";
+  EXPECT_TRUE(refused(cents, "1e2")) << "no exponent";
+  EXPECT_TRUE(refused(cents, "-1")) << "below the minimum";
+  const auto quarter = schema(R"({"type": "number", "multipleOf": 0.25, "maximum": 2})");
+  for (const char *ok : {"0.25", "1.5", "2", "-0.75", "1.50"}) EXPECT_TRUE(whole(quarter, ok)) << ok;
+  EXPECT_TRUE(refused(quarter, "0.3")) << "30 hundredths end on no quarter, and no third place";
+  EXPECT_TRUE(prefix_only(quarter, "0.2")) << "0.2 may still become 0.25";
+  EXPECT_TRUE(refused(quarter, "2.5")) << "above the maximum";
+  EXPECT_TRUE(refused(quarter, "3"));
+  const auto halves = schema(R"({"type": "integer", "multipleOf": 2.5})");
+  EXPECT_TRUE(whole(halves, "5"));
+  EXPECT_TRUE(refused(halves, "7.")) << "an integer has no fraction";
+  EXPECT_TRUE(prefix_only(halves, "7")) << "7 may still become 75";
+  EXPECT_NE(compile_error(R"({"type": "number", "multipleOf": 0.25, "minimum": 0.3, "maximum": 0.45})").find("no multiple of 0.25"), std::string::npos);
 }
 
 TEST(JsonSchema, PatternsHoldStringsCodePointByCodePoint) {

@@ -150,10 +150,23 @@ bool meets(const SchemaNode &n, long double a, bool a_in, long double b, bool b_
   }
   if (!(L < U || (L == U && L_in && U_in))) return false;
   if (n.multiple <= 0) return true;
-  // Integers: a multiple among the whole numbers from L to U (ends in or out).
+  // A multiple among the values in units of 10^-scale from L to U (ends in or out): integers
+  // (scale 0), or decimals of at most `scale` places.
+  long double s = 1;
+  for (int k = 0; k < n.scale; ++k) s *= 10;
+  L *= s, U *= s;
   const long double lo_w = L_in ? std::ceil(L) : std::floor(L) + 1, hi_w = U_in ? std::floor(U) : std::ceil(U) - 1;
   const long double m = static_cast<long double>(n.multiple);
   return std::ceil(lo_w / m) * m <= hi_w;
+}
+
+// The value written so far, in units of 10^-scale, is a multiple of the step (its fraction
+// digits at most scale: feed_number keeps them so).
+bool multiple_of_step(const SchemaNode &n, const Frame &f) {
+  unsigned __int128 u = static_cast<unsigned __int128>(f.len), frac = static_cast<unsigned __int128>(f.frac);
+  for (int k = 0; k < n.scale; ++k) u *= 10;
+  for (int k = f.frac_digits; k < n.scale; ++k) frac *= 10;
+  return (u + frac) % static_cast<unsigned __int128>(n.multiple) == 0;
 }
 
 using ld = long double;
@@ -168,6 +181,7 @@ ld pow10l_(int k) {
 bool number_feasible(const SchemaNode &n, const Frame &f) {
   if (!n.has_lo && !n.has_hi && n.multiple == 0) return true;
   const bool whole = n.kind == SchemaNode::integer;
+  if (n.multiple > 0 && f.frac_digits > n.scale) return false;  // a decimal step's places at most
   // Magnitudes [a, b) (integers: [a, b - 1]) mapped to values by the sign.
   auto fits = [&](long double a, long double b) {
     if (whole) b -= 1;
@@ -194,14 +208,14 @@ bool number_feasible(const SchemaNode &n, const Frame &f) {
 
 bool number_ends(const SchemaNode &n, const Frame &f) {
   if (f.phase != n_zero && f.phase != n_int && f.phase != n_frac && f.phase != n_exp) return false;
-  if (n.multiple > 0 && f.len % n.multiple != 0) return false;  // integers: len is the whole value
+  if (n.multiple > 0 && !multiple_of_step(n, f)) return false;
   if (f.phase == n_exp || (!n.has_lo && !n.has_hi)) return true;
   const long double v = (ld(f.len) + ld(f.frac) / pow10l_(f.frac_digits)) * (f.neg ? -1 : 1);
   return meets(n, v, true, v, true);
 }
 
 Step feed_number(const SchemaNode &n, Frame &f, char c) {
-  const bool whole = n.kind == SchemaNode::integer, bounded = n.has_lo || n.has_hi;
+  const bool whole = n.kind == SchemaNode::integer, bounded = n.has_lo || n.has_hi || n.multiple > 0;
   auto go = [&](uint8_t phase) {
     f.phase = phase;
     return number_feasible(n, f) ? Step::ok : Step::fail;

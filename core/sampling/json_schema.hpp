@@ -47,7 +47,10 @@ struct SchemaNode {
   std::shared_ptr<const Regex> pattern;  // string: its pattern, or its format's
   bool has_lo = false, has_hi = false, lo_excl = false, hi_excl = false;  // number, integer
   double lo = 0, hi = 0;
-  int64_t multiple = 0;             // integer: multipleOf, a whole number (0: none)
+  // multipleOf = multiple / 10^scale (0: none): a value is one when value * 10^scale, written
+  // with at most `scale` fraction digits, is a whole multiple of `multiple` (0.25: 25 / 10^2).
+  int64_t multiple = 0;
+  int32_t scale = 0;
 };
 
 class Schema {

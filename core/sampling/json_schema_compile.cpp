@@ -293,9 +293,11 @@ class SchemaCompiler {
       if (!m->is_number() || m->get<double>() <= 0) fail(path, "'multipleOf' must be a number above 0");
       const double v = m->get<double>();
       // A whole number: the value is written as an integer (a number too, then) whose digits so
-      // far leave room for a multiple within the bounds. Fractional steps would need decimal
-      // arithmetic the automaton does not do: refused in strict schemas, ignored in tool
-      // parameters.
+      // far leave room for a multiple within the bounds. A decimal step (0.01, 0.25, 2.5: at most
+      // six places): at most that many fraction digits, the value in those units a multiple.
+      // Others (1/3) are refused in strict schemas, left to the model in tool parameters.
+      int32_t scale = 0;
+      while (scale <= 6 && std::fabs(v * std::pow(10.0, scale) - std::round(v * std::pow(10.0, scale))) > 1e-9 * std::pow(10.0, scale)) ++scale;
       if (v == std::floor(v) && v <= 1e15) {
         if (n.kind == SchemaNode::number) {  // whole values, bounds to whole ones
           n.kind = SchemaNode::integer;
@@ -305,8 +307,13 @@ class SchemaCompiler {
         n.multiple = int64_t(v);
         if (n.has_lo && n.has_hi && std::ceil(n.lo / v) * v > n.hi)
           fail(path, "no multiple of " + m->dump() + " lies within its minimum and maximum");
+      } else if (scale <= 6 && v * std::pow(10.0, scale) <= 1e15) {
+        n.multiple = int64_t(std::llround(v * std::pow(10.0, scale)));
+        n.scale = scale;
+        if (n.has_lo && n.has_hi && std::ceil(n.lo / v - 1e-9) * v > n.hi + 1e-9 * std::fabs(v))
+          fail(path, "no multiple of " + m->dump() + " lies within its minimum and maximum");
       } else if (strict_) {
-        fail(path, "'multipleOf' is supported by a whole number, not " + m->dump() + "; leave it out");
+        fail(path, "'multipleOf' is supported by a whole number or a decimal step of up to six places, not " + m->dump() + "; leave it out");
       }
     }
   }
