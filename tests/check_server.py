@@ -445,6 +445,20 @@ try:
         status, body = k.get("/v1/models")
         check(status == 200 and body["data"][0]["id"] == "chatty", f"/v1/models needs no key; the alias from server: {status} {body}")
         check(k.request("GET", "/props", headers={"Authorization": "Bearer sekreT"})[0] == 401, "a wrong key: 401")
+        # CORS: a page on localhost (a web UI) gets its preflight answered without the key and
+        # may read the answers, a 401 too; another web site's page gets a 403 preflight and no
+        # CORS header (the browser then shows it nothing).
+        pre = {"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"}
+        st, hd, _ = k.exchange("OPTIONS", "/v1/chat/completions", headers=pre)
+        check(st == 204 and hd.get("access-control-allow-origin") == "http://localhost:3000" and "POST" in hd.get("access-control-allow-methods", "") and
+              "authorization" in hd.get("access-control-allow-headers", ""), f"preflight from localhost: {st} {hd}")
+        st, hd, body = k.exchange("OPTIONS", "/v1/chat/completions", headers=dict(pre, Origin="https://evil.example"))
+        check(st == 403 and "access-control-allow-origin" not in hd and "--cors-origins" in body, f"preflight from another site: {st} {hd} {body[:120]}")
+        st, hd, _ = k.exchange("POST", "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
+                               headers={"Origin": "http://127.0.0.1:5173", "Content-Type": "application/json"})
+        check(st == 401 and hd.get("access-control-allow-origin") == "http://127.0.0.1:5173", f"a 401 a local page can read: {st} {hd}")
+        st, hd, _ = k.exchange("GET", "/v1/models", headers={"Origin": "https://evil.example"})
+        check(st == 200 and "access-control-allow-origin" not in hd, f"no CORS header for another site: {st} {hd}")
         msgs = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Once upon"}]}],
                 "max_tokens": 16, "temperature": 0}
         status, body = k.request("POST", "/v1/chat/completions", json.dumps(msgs), headers=auth)

@@ -45,6 +45,16 @@ class Server:
         finally:
             c.close()
 
+    def exchange(self, method, path, body=None, headers=None, timeout=60):
+        """(status, headers with lower-case names, body text) of one request."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode("utf-8")
+        finally:
+            c.close()
+
     def get(self, path, **kw):
         return self.request("GET", path, **kw)
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "anthropic.hpp"
+#include "cors.hpp"
 #include "gguf/gguf.hpp"
 #include "native.hpp"
 #include "openai.hpp"
@@ -692,4 +693,21 @@ TEST(Responses, RepliesAndTheirStream) {
   failed += f.error("out of memory");
   EXPECT_NE(failed.find("event: error\ndata: {\"code\":\"server_error\",\"message\":\"out of memory\""), std::string::npos) << failed;
   EXPECT_NE(failed.find("event: response.failed"), std::string::npos);
+}
+
+// CORS origins (cors.hpp): local pages on any port, app-like schemes and extensions by prefix,
+// other sites not; "*" all; an explicit list only what it names.
+TEST(Cors, LocalPagesAndAppsByDefaultOthersByName) {
+  using minfer::server::origin_allowed;
+  const auto &d = minfer::server::default_cors_origins();
+  for (const char *ok : {"http://localhost:3000", "http://localhost", "https://127.0.0.1:8443", "http://[::1]:5173", "chrome-extension://abcdef",
+                         "vscode-webview://1234", "app://obsidian.md", "tauri://localhost"})
+    EXPECT_TRUE(origin_allowed(ok, d)) << ok;
+  for (const char *no : {"https://evil.example", "http://localhost.evil.example", "http://localhost:80x", "http://127.0.0.1.nip.io", "", "null"})
+    EXPECT_FALSE(origin_allowed(no, d)) << no;
+  EXPECT_TRUE(origin_allowed("https://evil.example", {"*"}));
+  const std::vector<std::string> mine = {"https://chat.example.org"};
+  EXPECT_TRUE(origin_allowed("https://chat.example.org", mine));
+  EXPECT_TRUE(origin_allowed("https://chat.example.org:444", mine));
+  EXPECT_FALSE(origin_allowed("http://localhost:3000", mine)) << "a list replaces the defaults";
 }

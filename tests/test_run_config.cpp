@@ -110,6 +110,13 @@ TEST(RunConfigValues, GrammarAndJsonSchemaAreCheckedAtLoad) {
   EXPECT_NE(error_of(kHead + "generation: {grammar: 'root ::= \"a\"', json_schema: '{}'}\n").find("not both"), std::string::npos);
 }
 
+TEST(RunConfigValues, CorsOrigins) {
+  EXPECT_EQ(minfer::parse_run_config(kHead + "server: {cors_origins: '*'}\n", "c.yaml").server.cors_origins, std::vector<std::string>{"*"});
+  EXPECT_EQ(minfer::parse_run_config(kHead + "server: {cors_origins: [http://a.example, 'app://*']}\n", "c.yaml").server.cors_origins,
+            (std::vector<std::string>{"http://a.example", "app://*"}));
+  EXPECT_NE(error_of(kHead + "server: {cors_origins: {a: 1}}\n").find("'cors_origins' must be an origin"), std::string::npos);
+}
+
 TEST(RunConfigValues, ChatSettings) {
   const auto cfg = minfer::parse_run_config(kHead + "chat_template: t.jinja\nmessages:\n  - {role: user, content: hi}\n"
                                                     "  - {role: assistant, content: hello}\n", "c.yaml");

@@ -15,6 +15,7 @@
 #include "common/error.hpp"
 #include "common/flags.hpp"
 #include "config/run_config.hpp"
+#include "cors.hpp"
 #include "server.hpp"
 
 namespace {
@@ -31,7 +32,9 @@ const char *kUsage =
     "  --timeout SECONDS    read/write timeout of a connection (default 600)\n"
     "  --alias NAME         the model's name in the API (default: the file's name)\n"
     "  --embeddings         serve /v1/embeddings too (the last token's hidden state after the final\n"
-    "                       norm; the model keeps that output, which costs a little decode speed)\n";
+    "                       norm; the model keeps that output, which costs a little decode speed)\n"
+    "  --cors-origins LIST  web pages' origins that may call it from a browser, comma-separated\n"
+    "                       ('*': any; default: localhost pages, apps, editors' webviews, extensions)\n";
 
 }  // namespace
 
@@ -52,7 +55,7 @@ int main(int argc, char **argv) {
     std::string config, model;
     long long ctx = 0, parallel = 0;
     // Flags first, then the run config's `server:` section under them, then the defaults.
-    std::optional<std::string> host, api_key, alias;
+    std::optional<std::string> host, api_key, alias, cors;
     std::optional<int> port, timeout;
     bool embeddings = false;
     for (int i = 1; i < argc; ++i) {
@@ -71,6 +74,7 @@ int main(int argc, char **argv) {
       else if (a == "--timeout") timeout = int(minfer::flag_int(a, value(), 1, 86400));
       else if (a == "--alias") alias = value();
       else if (a == "--embeddings") embeddings = true;
+      else if (a == "--cors-origins") cors = value();
       else if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); return 0; }
       else throw minfer::Error("unknown argument '" + a + "'\n" + kUsage);
     }
@@ -89,6 +93,19 @@ int main(int argc, char **argv) {
     const char *env_key = std::getenv("MINFER_API_KEY");
     o.api_key = api_key ? *api_key : env_key && *env_key ? std::string(env_key) : sc.api_key;
     o.parallel = parallel > 0 ? parallel : cfg.parallel > 0 ? cfg.parallel : 4;
+    o.cors_origins = sc.cors_origins;
+    if (cors) {
+      o.cors_origins.clear();
+      for (size_t at = 0; at <= cors->size();) {
+        const size_t comma = std::min(cors->find(',', at), cors->size());
+        std::string one = cors->substr(at, comma - at);
+        one.erase(0, one.find_first_not_of(' '));
+        one.erase(one.find_last_not_of(' ') + 1);
+        if (!one.empty()) o.cors_origins.push_back(one);
+        at = comma + 1;
+      }
+    }
+    if (o.cors_origins.empty()) o.cors_origins = minfer::server::default_cors_origins();
     // SIGINT/SIGTERM stop the server from a thread of its own (stop() is not for signal handlers).
     sigset_t set;
     sigemptyset(&set);

@@ -20,6 +20,7 @@
 #include "common/error.hpp"
 #include "model_runner.hpp"
 #include "anthropic.hpp"
+#include "cors.hpp"
 #include "responses.hpp"
 #include "native.hpp"
 #include "openai.hpp"
@@ -798,8 +799,28 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
 }
 
 void Server::Impl::routes() {
-  // The key, when one is set, on everything but /health (probes carry no key).
+  // CORS first (a browser's preflight carries no key, and a page must be able to read a 401),
+  // then the key, when one is set, on everything but /health (probes carry no key).
   http.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
+    const std::string origin = req.get_header_value("Origin");
+    const bool allowed = origin_allowed(origin, opts.cors_origins);
+    if (allowed) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+    }
+    if (req.method == "OPTIONS" && req.has_header("Access-Control-Request-Method")) {  // a preflight
+      if (!allowed) {
+        reply(res, 403, error_body(403, "origin '" + origin + "' may not call this server from a browser: start it with --cors-origins " +
+                                            (origin.empty() ? std::string("ORIGIN") : origin) + " (or cors_origins in the run config's server section)"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, X-Api-Key" : asked);
+      res.set_header("Access-Control-Max-Age", "600");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (opts.api_key.empty() || req.path == "/health" || req.path == "/v1/models" || req.path.starts_with("/v1/models/") || req.path == "/")
       return httplib::Server::HandlerResponse::Unhandled;
     if (same_secret(req.get_header_value("Authorization"), "Bearer " + opts.api_key) || same_secret(req.get_header_value("x-api-key"), opts.api_key))

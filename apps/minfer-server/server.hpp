@@ -19,6 +19,7 @@ struct ServerOptions {
   std::string api_key;        // empty: no key asked
   int timeout_s = 600;        // read and write timeout of a connection
   std::string alias;          // the model's name in the API; empty: the file's name
+  std::vector<std::string> cors_origins;  // browser pages' origins answered with CORS headers (cors.hpp)
 };
 
 class Server {

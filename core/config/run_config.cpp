@@ -211,7 +211,13 @@ void read_generation(const Reader &r, const YAML::Node &n, GenerationConfig &g) 
 
 void read_server(const Reader &r, const YAML::Node &n, ServerConfig &s) {
   r.expect_map(n, "'server'");
-  r.only_keys(n, {"host", "port", "api_key", "timeout", "alias", "embeddings"}, "'server'");
+  r.only_keys(n, {"host", "port", "api_key", "timeout", "alias", "embeddings", "cors_origins"}, "'server'");
+  if (const YAML::Node co = n["cors_origins"]) {
+    if (co.IsScalar()) s.cors_origins.push_back(co.Scalar());
+    else if (co.IsSequence())
+      for (const auto &x : co) s.cors_origins.push_back(r.scalar(x, "cors_origins"));
+    else r.fail(co, "'cors_origins' must be an origin (\"http://localhost:3000\", \"*\" for any) or a list of them");
+  }
   if (n["host"]) s.host = r.scalar(n["host"], "host");
   if (n["port"]) {
     s.port = r.as<int32_t>(n["port"], "port", "a port number");

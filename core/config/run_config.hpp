@@ -58,6 +58,7 @@ struct ServerConfig {
   int32_t timeout = 600;     // seconds a connection may wait to read or write
   std::string alias;         // the model's name in the API; empty: the file's name
   bool embeddings = false;   // /v1/embeddings: the model is built with its hidden states as an output
+  std::vector<std::string> cors_origins;  // web pages' origins allowed to call it (empty: local ones; "*": any)
 };
 
 // A model minfer writes itself when `model` does not exist yet (see minfer-gguf synth).
