@@ -202,6 +202,11 @@ try:
     # /tokenize and /detokenize round trip; /props.
     status, body = s.post("/tokenize", {"content": refs[0]["prompt"], "add_special": True})
     check(status == 200 and body["tokens"] == refs[0]["prompt_tokens"], f"/tokenize: {status} {body}")
+    status, body = s.post("/tokenize", {"content": refs[0]["prompt"] + " \u00e9!", "with_pieces": True})
+    pieces = body.get("tokens", []) if status == 200 else []
+    joined = b"".join(p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"]) for p in pieces)
+    check(status == 200 and all(isinstance(p["id"], int) for p in pieces) and joined.decode("utf-8", "replace").endswith(" \u00e9!") and
+          refs[0]["prompt"].split()[-1] in joined.decode("utf-8", "replace"), f"/tokenize with_pieces: {status} {str(body)[:300]}")
     status, body = s.post("/detokenize", {"tokens": refs[0]["greedy_tokens"]})
     check(status == 200 and body["content"] == refs[0]["greedy_text"], f"/detokenize: {status} {str(body)[:200]}")
     status, body = s.get("/props")

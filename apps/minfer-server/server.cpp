@@ -18,6 +18,7 @@
 #include "chat/reasoning.hpp"
 #include "chat/tool_calls.hpp"
 #include "common/error.hpp"
+#include "common/utf8.hpp"
 #include "model_runner.hpp"
 #include "anthropic.hpp"
 #include "cors.hpp"
@@ -896,8 +897,18 @@ void Server::Impl::routes() {
     }
     if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
       return reply(res, 400, error_body(400, "give {\"content\": TEXT} (and \"add_special\": true for BOS)"));
-    const bool add_special = body.value("add_special", false);
-    reply(res, 200, {{"tokens", L->runner->tokenizer().encode(body["content"].get<std::string>(), add_special, /*parse_special=*/true)}});
+    for (const char *k : {"add_special", "parse_special", "with_pieces"})
+      if (body.contains(k) && !body[k].is_boolean()) return reply(res, 400, error_body(400, std::string("'") + k + "' must be true or false"));
+    const tokenizer::Tokenizer &tok = L->runner->tokenizer();
+    const std::vector<int32_t> ids = tok.encode(body["content"].get<std::string>(), body.value("add_special", false), body.value("parse_special", true));
+    if (!body.value("with_pieces", false)) return reply(res, 200, {{"tokens", ids}});
+    // llama-server's with_pieces: each token's text, or its bytes where they are no valid UTF-8 alone.
+    json pieces = json::array();
+    for (const int32_t t : ids) {
+      const std::string b = tok.token_bytes(t, /*show_special=*/true);
+      pieces.push_back({{"id", t}, {"piece", minfer::utf8::is_valid(b) ? json(b) : byte_list(b)}});
+    }
+    reply(res, 200, {{"tokens", std::move(pieces)}});
   });
   http.Post("/detokenize", [this](const httplib::Request &req, httplib::Response &res) {
     const auto L = ready();
