@@ -18,18 +18,9 @@ namespace {
 
 std::shared_ptr<const Grammar> grammar(const std::string &text) { return Grammar::compile(text); }
 
-bool whole(const std::shared_ptr<const Grammar> &g, const std::string &text) {
-  GrammarState s(g);
-  return s.feed(text) && s.complete();
-}
-bool prefix_only(const std::shared_ptr<const Grammar> &g, const std::string &text) {
-  GrammarState s(g);
-  return s.feed(text) && !s.complete();
-}
-bool refused(const std::shared_ptr<const Grammar> &g, const std::string &text) {
-  GrammarState s(g);
-  return !s.feed(text);
-}
+bool whole(const std::shared_ptr<const Grammar> &g, const std::string &text) { return minfer::test::takes_whole<GrammarState>(g, text); }
+bool prefix_only(const std::shared_ptr<const Grammar> &g, const std::string &text) { return minfer::test::takes_prefix_only<GrammarState>(g, text); }
+bool refused(const std::shared_ptr<const Grammar> &g, const std::string &text) { return minfer::test::refuses<GrammarState>(g, text); }
 
 std::string compile_error(const std::string &text) {
   try {
@@ -101,12 +92,12 @@ TEST(Gbnf, SplitCodePointsAreHeldUntilWhole) {
   const auto g = grammar("root ::= \"\xC3\xA9\" [\xE4\xB8\x80-\xE4\xB8\xBF]\n");  // é, then U+4E00..U+4E3F
   GrammarState s(g);
   EXPECT_TRUE(s.feed("\xC3"));
-  EXPECT_FALSE(s.complete());
+  EXPECT_FALSE(s.can_end());
   EXPECT_TRUE(s.feed("\xA9\xE4"));
   EXPECT_TRUE(s.feed("\xB8"));
   EXPECT_FALSE(s.feed("\x85\xC3")) << "a second é after the class is not in the grammar";
   EXPECT_TRUE(s.feed("\x85"));
-  EXPECT_TRUE(s.complete());
+  EXPECT_TRUE(s.can_end());
   GrammarState t(g);
   EXPECT_FALSE(t.feed("\xC4")) << "no allowed character begins with this byte";
   EXPECT_FALSE(t.feed("\x80")) << "a continuation byte alone";
@@ -149,10 +140,8 @@ TEST(Gbnf, TheConstraintSteersTheSampler) {
 // The whole-vocabulary mask agrees with the constraint token by token along a reply, over
 // Qwen2's real 151,936-token vocabulary, and stays quick.
 TEST(Gbnf, MaskAgreesWithEachTokensAnswer) {
-  const std::string td = minfer::test::testdata_dir();
-  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
-  const auto f = minfer::gguf::File::open(td + "/vocab/ggml-vocab-qwen2.gguf");
-  const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*f);
+  const auto tok = minfer::test::qwen2_tokenizer();
+  if (!tok) GTEST_SKIP() << "../shared/testdata not found";
   const auto vocab = minfer::sampling::constraint_vocab(*tok);
   const std::vector<std::string> &texts = vocab->texts;
   const std::vector<int32_t> &eog = vocab->eog;

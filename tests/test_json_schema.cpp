@@ -21,20 +21,9 @@ namespace {
 
 std::shared_ptr<const Schema> schema(const char *text, bool strict = true) { return Schema::compile(ojson::parse(text), strict); }
 
-// The whole text is a value of the schema.
-bool whole(const std::shared_ptr<const Schema> &s, const std::string &text) {
-  SchemaState st(s);
-  return st.feed(text) && st.can_end();
-}
-// The text can begin a value (every character taken) but is no whole one.
-bool prefix_only(const std::shared_ptr<const Schema> &s, const std::string &text) {
-  SchemaState st(s);
-  return st.feed(text) && !st.can_end();
-}
-bool refused(const std::shared_ptr<const Schema> &s, const std::string &text) {
-  SchemaState st(s);
-  return !st.feed(text);
-}
+bool whole(const std::shared_ptr<const Schema> &s, const std::string &text) { return minfer::test::takes_whole<SchemaState>(s, text); }
+bool prefix_only(const std::shared_ptr<const Schema> &s, const std::string &text) { return minfer::test::takes_prefix_only<SchemaState>(s, text); }
+bool refused(const std::shared_ptr<const Schema> &s, const std::string &text) { return minfer::test::refuses<SchemaState>(s, text); }
 
 std::string compile_error(const char *text, bool strict = true) {
   try {
@@ -473,10 +462,8 @@ TEST(JsonSchema, RandomRepliesThatEndMeetTheSchema) {
 // The whole-vocabulary mask (first bytes tried once) agrees with the constraint token by token,
 // along a reply to a schema, over Qwen2's real 151,936-token vocabulary.
 TEST(JsonSchema, MaskAgreesWithEachTokensAnswer) {
-  const std::string td = minfer::test::testdata_dir();
-  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
-  const auto f = minfer::gguf::File::open(td + "/vocab/ggml-vocab-qwen2.gguf");
-  const auto tok = minfer::tokenizer::Tokenizer::from_gguf(*f);
+  const auto tok = minfer::test::qwen2_tokenizer();
+  if (!tok) GTEST_SKIP() << "../shared/testdata not found";
   const auto vocab = minfer::sampling::constraint_vocab(*tok);
   const std::vector<std::string> &texts = vocab->texts;
   const std::vector<int32_t> &eog = vocab->eog;

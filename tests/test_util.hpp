@@ -16,8 +16,29 @@
 #include "runtime/plugin.hpp"
 #include "minfer/dtype.h"
 #include "quant/reference.hpp"
+#include "gguf/gguf.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace minfer::test {
+
+// A constraint automaton's answers to a text (State: sampling::SchemaState or GrammarState,
+// made from its compiled definition): the whole text is a value; every character taken but no
+// whole value yet; some character refused.
+template <class State, class Def>
+bool takes_whole(const Def &d, const std::string &text) {
+  State s(d);
+  return s.feed(text) && s.can_end();
+}
+template <class State, class Def>
+bool takes_prefix_only(const Def &d, const std::string &text) {
+  State s(d);
+  return s.feed(text) && !s.can_end();
+}
+template <class State, class Def>
+bool refuses(const Def &d, const std::string &text) {
+  State s(d);
+  return !s.feed(text);
+}
 
 // ../shared/testdata: MINFER_TESTDATA if set, else the path the build saw, else a bundle's
 // copy beside the build (.gpu/testdata for .gpu/build/bin/...). "" when absent.
@@ -92,6 +113,14 @@ inline std::vector<uint8_t> random_blocks(int32_t dtype, int64_t n_blocks, uint3
     }
   }
   return out;
+}
+
+// Qwen2's tokenizer (151,936 tokens) from the test data, or null without it.
+inline std::unique_ptr<tokenizer::Tokenizer> qwen2_tokenizer() {
+  const std::string td = testdata_dir();
+  if (td.empty()) return nullptr;
+  const auto f = gguf::File::open(td + "/vocab/ggml-vocab-qwen2.gguf");
+  return tokenizer::Tokenizer::from_gguf(*f);
 }
 
 }  // namespace minfer::test

@@ -455,7 +455,7 @@ bool GrammarState::feed(const std::string &bytes) {
   return true;
 }
 
-bool GrammarState::complete() const {
+bool GrammarState::can_end() const {
   return pending_.empty() && std::any_of(stacks_.begin(), stacks_.end(), [](const Stack &s) { return s.empty(); });
 }
 
@@ -505,7 +505,7 @@ class GrammarConstraint : public TokenConstraint {
 
   bool allows(int32_t token) const override {
     if (token < 0 || size_t(token) >= vocab_->texts.size()) return false;
-    if (is_end(*vocab_, token)) return state_.complete();
+    if (is_end(*vocab_, token)) return state_.can_end();
     const std::string &x = vocab_->texts[size_t(token)];
     if (x.empty()) return false;  // a control token writes nothing the grammar could take
     GrammarState s = state_;
@@ -521,7 +521,7 @@ class GrammarConstraint : public TokenConstraint {
     if (keepable)
       if (const auto it = masks_.find(start); it != masks_.end()) return void(allowed = it->second);
     allowed.assign(size_t(n), 0);
-    const bool can_end = state_.complete();
+    const bool can_end = state_.can_end();
     for (const int32_t e : vocab_->eog)
       if (e >= 0 && e < n) allowed[size_t(e)] = can_end;
     std::vector<Frame> frames{{start, {}, uint8_t(state_.pending_.size())}};  // frames[d]: after the token's first d bytes

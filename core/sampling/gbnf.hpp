@@ -60,7 +60,7 @@ class GrammarState {
 
   explicit GrammarState(std::shared_ptr<const Grammar> g);
   bool feed(const std::string &bytes);  // false: the text cannot continue so (the state is then unchanged)
-  bool complete() const;                // the reply may end here
+  bool can_end() const;                 // the reply may end here (as SchemaState's)
   bool dead() const { return stacks_.empty(); }
 
   // The stacks that go on from `stacks` after code point cp (sorted, distinct; empty: none).
