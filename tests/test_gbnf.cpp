@@ -115,6 +115,10 @@ TEST(Gbnf, ErrorsSayWhereAndWhat) {
   EXPECT_NE(compile_error("root ::= expr\nexpr ::= expr \"+\" term | term\nterm ::= [0-9]").find("rule 'expr' is left-recursive"),
             std::string::npos);
   EXPECT_NE(compile_error("root ::= \"a\"\nroot ::= \"b\"").find("second definition"), std::string::npos);
+  EXPECT_NE(compile_error("root ::= ((\"a\")*)*").find("a group or repetition in rule 'root' can begin with itself"), std::string::npos);
+  const std::string big = "root ::= \"" + std::string(300, 'a') + "\"{1000}";  // 300,000 symbols from a 320-byte grammar
+  EXPECT_NE(compile_error(big).find("too large"), std::string::npos) << "a request cannot take the memory";
+  EXPECT_EQ(compile_error("root ::= (\"a\"{0,1000}){0,1000}"), "") << "bounded repetitions of something that may be empty are fine";
   EXPECT_NE(compile_error("root ::= \"a\" )").find("end of the line"), std::string::npos);
 }
 

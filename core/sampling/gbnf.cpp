@@ -74,6 +74,7 @@ class GrammarParser {
 
  private:
   static constexpr int kMaxRepeat = 1000;  // {m,n} bounds
+  static constexpr size_t kMaxSymbols = 200000;
 
   [[noreturn]] void fail(const std::string &want, size_t at) const {
     size_t line = 1, col = 1;
@@ -111,8 +112,11 @@ class GrammarParser {
   }
   int32_t new_rule(const std::string &base, std::vector<Grammar::Alt> alts) {
     const int32_t id = int32_t(g_.rules_.size());
+    spend(1);
     g_.rules_.push_back(std::move(alts));
-    g_.names_.push_back(base + "-" + std::to_string(id));
+    g_.names_.push_back(base);  // a group's or repetition's rule: named by the rule it is written in
+    generated_.resize(g_.rules_.size(), false);
+    generated_[size_t(id)] = true;
     defined_.push_back(true);
     used_at_.push_back(0);
     return id;
@@ -228,11 +232,20 @@ class GrammarParser {
         break;  // '|', ')', the line's end, or what the caller reports
       }
       space(nested);
+      spend(elem.size());
       repeat(rule, elem);
       space(nested);
       seq.insert(seq.end(), elem.begin(), elem.end());
     }
     return seq;
+  }
+
+  // Symbols written out so far, against kMaxSymbols (a request's grammar must not be able to
+  // take the server's memory: "300 characters"{1000} is 300,000).
+  void spend(size_t n) {
+    spent_ += n;
+    if (spent_ > kMaxSymbols)
+      throw Error("grammar: too large once its repetitions are written out (more than " + std::to_string(kMaxSymbols) + " symbols)");
   }
 
   // A repetition after an element turns it into a reference to a rule that repeats it.
@@ -261,6 +274,7 @@ class GrammarParser {
     } else {
       return;
     }
+    spend(elem.size() * size_t(std::max(lo, hi) + 1));  // before writing them out
     Grammar::Alt out;
     for (int k = 0; k < lo; ++k) out.insert(out.end(), elem.begin(), elem.end());
     if (hi < 0) {  // R ::= elem R | (nothing)
@@ -309,7 +323,11 @@ class GrammarParser {
     const auto visit = [&](auto &&self, size_t r) -> void {
       mark[r] = 1;
       for (const int32_t s : first[r]) {
-        if (mark[size_t(s)] == 1) throw Error("grammar: rule '" + g_.names_[size_t(s)] + "' is left-recursive (it can begin with itself); write the repetition with * or + instead");
+        if (mark[size_t(s)] == 1)
+          throw Error(generated_.size() > size_t(s) && generated_[size_t(s)]
+                          ? "grammar: a group or repetition in rule '" + g_.names_[size_t(s)] +
+                                "' can begin with itself (a * or + over something that may match nothing, such as (x*)*); repeat something that always takes a character"
+                          : "grammar: rule '" + g_.names_[size_t(s)] + "' is left-recursive (it can begin with itself); write the repetition with * or + instead");
         if (mark[size_t(s)] == 0) self(self, size_t(s));
       }
       mark[r] = 2;
@@ -324,6 +342,8 @@ class GrammarParser {
   std::map<std::string, int32_t> ids_;
   std::vector<bool> defined_;
   std::vector<size_t> used_at_;
+  std::vector<bool> generated_;  // rules made for groups and repetitions
+  size_t spent_ = 0;
 };
 
 std::shared_ptr<const Grammar> Grammar::compile(const std::string &text) { return GrammarParser(text).run(); }
