@@ -6,7 +6,7 @@
 # SIDES: "new" is the bundle's own plugin, any other name .gpu/alt/plugin-NAME.so; LABEL=BASE
 # runs BASE's plugin with the backend options of $OPTS_LABEL. MODELS:
 # qwen2 preset:type pairs, moe12 / moe48 for the Qwen3-30B-A3B preset's 12-layer slice or
-# whole file; each synthesized once. P and N: minfer-bench's -p and -n (512, 128).
+# whole file; each synthesized once. P, N and D: minfer-bench's -p, -n and -d (512, 128, 0).
 set -uo pipefail
 out=${1:-/tmp/minfer-ab}; rounds=${2:-2}
 mkdir -p "$out" /tmp/minfer-models
@@ -33,7 +33,7 @@ for spec in ${MODELS:-7b:q4_k_m}; do
   for r in $(seq "$rounds"); do
     for spec in ${SIDES:-main new}; do
       side=${spec%%=*}
-      "$bin/minfer-bench" -m "$f" --config "$out/$side.yaml" -p "${P:-512}" -n "${N:-128}" -r 3 2>&1 | grep -E '\| *(pp|tg)[0-9]' |
+      "$bin/minfer-bench" -m "$f" --config "$out/$side.yaml" -p "${P:-512}" -n "${N:-128}" -d "${D:-0}" -r 3 2>&1 | grep -E '\| *(pp|tg)[0-9]' |
         awk -v s="$side" -v m="$spec" -F'|' '{gsub(/ /, "", $7); split($8, v, "±"); printf "%s %s %s %s\n", m, $7, s, v[1]}' | tee -a "$out/ab.txt"
     done
   done
