@@ -110,6 +110,19 @@ TEST(RunConfigValues, GrammarAndJsonSchemaAreCheckedAtLoad) {
   EXPECT_NE(error_of(kHead + "generation: {grammar: 'root ::= \"a\"', json_schema: '{}'}\n").find("not both"), std::string::npos);
 }
 
+// llama.cpp's other samplers in generation: (minfer-app's runs, the server's defaults).
+TEST(RunConfigValues, OtherSamplers) {
+  const minfer::RunConfig c = minfer::parse_run_config(
+      kHead + "generation: {typical_p: 0.9, dry_multiplier: 0.8, dry_sequence_breakers: [':', '.'], mirostat: 2, xtc_probability: 0.5}\n", "c.yaml");
+  EXPECT_FLOAT_EQ(c.generation.typical_p, 0.9f);
+  EXPECT_FLOAT_EQ(c.generation.dry_multiplier, 0.8f);
+  EXPECT_EQ(c.generation.dry_sequence_breakers, (std::vector<std::string>{":", "."}));
+  EXPECT_EQ(c.generation.mirostat, 2);
+  EXPECT_NE(error_of(kHead + "generation: {mirostat: 1}\n").find("'mirostat' is 1; it must be 0 (off) or 2"), std::string::npos);
+  EXPECT_NE(error_of(kHead + "generation: {typical_p: 2}\n").find("c.yaml:2:25"), std::string::npos);
+  EXPECT_NE(error_of(kHead + "generation: {dry_sequence_breakers: x}\n").find("must be a list of strings"), std::string::npos);
+}
+
 TEST(RunConfigValues, CorsOrigins) {
   EXPECT_EQ(minfer::parse_run_config(kHead + "server: {cors_origins: '*'}\n", "c.yaml").server.cors_origins, std::vector<std::string>{"*"});
   EXPECT_EQ(minfer::parse_run_config(kHead + "server: {cors_origins: [http://a.example, 'app://*']}\n", "c.yaml").server.cors_origins,

@@ -65,12 +65,17 @@ sampling::Config sampling_config(const GenerationConfig &g) {
   sampling::Config sc;
   sc.temperature = g.temperature, sc.top_k = g.top_k, sc.top_p = g.top_p, sc.min_p = g.min_p;
   sc.repeat_penalty = g.repeat_penalty, sc.repeat_last_n = g.repeat_last_n, sc.seed = g.seed;
+  sc.presence_penalty = g.presence_penalty, sc.frequency_penalty = g.frequency_penalty, sc.typical_p = g.typical_p, sc.top_n_sigma = g.top_n_sigma;
+  sc.xtc_probability = g.xtc_probability, sc.xtc_threshold = g.xtc_threshold, sc.dry_multiplier = g.dry_multiplier, sc.dry_base = g.dry_base;
+  sc.dry_allowed_length = g.dry_allowed_length, sc.dry_penalty_last_n = g.dry_penalty_last_n, sc.mirostat = g.mirostat;
+  sc.mirostat_tau = g.mirostat_tau, sc.mirostat_eta = g.mirostat_eta;
   return sc;
 }
 
 sampling::Config ModelRunner::sampling() const {
   sampling::Config sc = sampling_config(cfg_.generation);
   const GenerationConfig &g = cfg_.generation;
+  if (sc.dry_multiplier > 0.0f) sc.dry_breakers = sampling::tokens_holding(sampling::constraint_vocab(*tok_)->texts, g.dry_sequence_breakers);
   if (!g.grammar.empty()) sc.constraint = sampling::gbnf_constraint(sampling::constraint_vocab(*tok_), sampling::Grammar::compile(g.grammar));
   else if (!g.json_schema.empty())
     sc.constraint = sampling::json_constraint(sampling::constraint_vocab(*tok_), sampling::Schema::compile(nlohmann::ordered_json::parse(g.json_schema), true));

@@ -135,24 +135,24 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
     if (integer(body, "best_of", 1, 1, 16) > 1) throw BadRequest("'best_of' above 1 is not supported: 'n' gives several choices to pick from");
   }
   // llama.cpp's other samplers (llama-server takes them on every route).
-  p.sampling.typical_p = float(number(body, "typical_p", 1.0, 0.0, 1.0));
-  p.sampling.top_n_sigma = float(number(body, "top_n_sigma", -1.0, -1.0, 100.0));
-  p.sampling.xtc_probability = float(number(body, "xtc_probability", 0.0, 0.0, 1.0));
-  p.sampling.xtc_threshold = float(number(body, "xtc_threshold", 0.1, 0.0, 1.0));
-  p.sampling.dry_multiplier = float(number(body, "dry_multiplier", 0.0, 0.0, 100.0));
-  p.sampling.dry_base = float(number(body, "dry_base", 1.75, 1.0, 100.0));
-  p.sampling.dry_allowed_length = int32_t(integer(body, "dry_allowed_length", 2, 0, 1 << 20));
-  p.sampling.dry_penalty_last_n = int32_t(integer(body, "dry_penalty_last_n", -1, -1, INT32_MAX));
+  p.sampling.typical_p = float(number(body, "typical_p", defaults.typical_p, 0.0, 1.0));
+  p.sampling.top_n_sigma = float(number(body, "top_n_sigma", defaults.top_n_sigma, -1.0, 100.0));
+  p.sampling.xtc_probability = float(number(body, "xtc_probability", defaults.xtc_probability, 0.0, 1.0));
+  p.sampling.xtc_threshold = float(number(body, "xtc_threshold", defaults.xtc_threshold, 0.0, 1.0));
+  p.sampling.dry_multiplier = float(number(body, "dry_multiplier", defaults.dry_multiplier, 0.0, 100.0));
+  p.sampling.dry_base = float(number(body, "dry_base", defaults.dry_base, 1.0, 100.0));
+  p.sampling.dry_allowed_length = int32_t(integer(body, "dry_allowed_length", defaults.dry_allowed_length, 0, 1 << 20));
+  p.sampling.dry_penalty_last_n = int32_t(integer(body, "dry_penalty_last_n", defaults.dry_penalty_last_n, -1, INT32_MAX));
   if (const auto br = body.find("dry_sequence_breakers"); br != body.end() && !br->is_null()) {
     if (!br->is_array() || br->size() > 64 || !std::all_of(br->begin(), br->end(), [](const json &x) { return x.is_string() && !x.get<std::string>().empty(); }))
       throw BadRequest("'dry_sequence_breakers' must be an array of at most 64 non-empty strings");
     p.dry_breakers.clear();
     for (const json &x : *br) p.dry_breakers.push_back(x.get<std::string>());
   }
-  p.sampling.mirostat = int32_t(integer(body, "mirostat", 0, 0, 2));
+  p.sampling.mirostat = int32_t(integer(body, "mirostat", defaults.mirostat, 0, 2));
   if (p.sampling.mirostat == 1) throw BadRequest("'mirostat' 1 (the first version) is not supported: give 2 (Mirostat 2.0)");
-  p.sampling.mirostat_tau = float(number(body, "mirostat_tau", 5.0, 0.0, 100.0));
-  p.sampling.mirostat_eta = float(number(body, "mirostat_eta", 0.1, 0.0, 1.0));
+  p.sampling.mirostat_tau = float(number(body, "mirostat_tau", defaults.mirostat_tau, 0.0, 100.0));
+  p.sampling.mirostat_eta = float(number(body, "mirostat_eta", defaults.mirostat_eta, 0.0, 1.0));
   p.ignore_eos = boolean(body, "ignore_eos", false);
   p.min_tokens = integer(body, "min_tokens", 0, 0, INT64_MAX);
   if (const auto ids = body.find("stop_token_ids"); ids != body.end() && !ids->is_null()) {

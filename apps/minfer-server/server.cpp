@@ -536,12 +536,9 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
         echoed = f.text;
       }
     }
-    if (p.sampling.dry_multiplier > 0.0f) {  // DRY's breakers: the tokens whose text holds one
-      const auto &texts = L->vocab->texts;
-      for (size_t t = 0; t < texts.size(); ++t)
-        if (std::any_of(p.dry_breakers.begin(), p.dry_breakers.end(), [&](const std::string &b) { return texts[t].find(b) != std::string::npos; }))
-          p.sampling.dry_breakers.push_back(int32_t(t));
-    }
+    if (p.sampling.dry_multiplier > 0.0f)  // DRY's breakers: the request's, else the run config's
+      p.sampling.dry_breakers = sampling::tokens_holding(L->vocab->texts, fields.contains("dry_sequence_breakers") ? p.dry_breakers
+                                                                                                                : cfg.generation.dry_sequence_breakers);
     for (const int32_t t : p.stop_token_ids)
       if (t >= tok.n_vocab())
         throw BadRequest("'stop_token_ids' token " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");

@@ -179,8 +179,23 @@ void read_demo(const Reader &r, const YAML::Node &n, DemoConfig &d) {
 void read_generation(const Reader &r, const YAML::Node &n, GenerationConfig &g) {
   r.expect_map(n, "'generation'");
   r.only_keys(n, {"n_predict", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop", "grammar",
-                  "grammar_file", "json_schema"},
+                  "grammar_file", "json_schema", "presence_penalty", "frequency_penalty", "typical_p", "top_n_sigma", "xtc_probability",
+                  "xtc_threshold", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "mirostat",
+                  "mirostat_tau", "mirostat_eta"},
               "'generation'");
+  for (const auto &[key, field] : std::initializer_list<std::pair<const char *, float *>>{
+           {"presence_penalty", &g.presence_penalty}, {"frequency_penalty", &g.frequency_penalty}, {"typical_p", &g.typical_p},
+           {"top_n_sigma", &g.top_n_sigma}, {"xtc_probability", &g.xtc_probability}, {"xtc_threshold", &g.xtc_threshold},
+           {"dry_multiplier", &g.dry_multiplier}, {"dry_base", &g.dry_base}, {"mirostat_tau", &g.mirostat_tau}, {"mirostat_eta", &g.mirostat_eta}})
+    if (n[key]) *field = r.as<float>(n[key], key, "a number");
+  for (const auto &[key, field] : std::initializer_list<std::pair<const char *, int32_t *>>{
+           {"dry_allowed_length", &g.dry_allowed_length}, {"dry_penalty_last_n", &g.dry_penalty_last_n}, {"mirostat", &g.mirostat}})
+    if (n[key]) *field = r.as<int32_t>(n[key], key, "an integer");
+  if (const YAML::Node b = n["dry_sequence_breakers"]) {
+    if (!b.IsSequence()) r.fail(b, "'dry_sequence_breakers' must be a list of strings");
+    g.dry_sequence_breakers.clear();
+    for (const auto &x : b) g.dry_sequence_breakers.push_back(r.scalar(x, "dry_sequence_breakers"));
+  }
   if (n["grammar"] && n["grammar_file"]) r.fail(n["grammar_file"], "give 'grammar' or 'grammar_file', not both");
   if (n["grammar"]) g.grammar = r.scalar(n["grammar"], "grammar");
   if (n["grammar_file"]) {
@@ -263,6 +278,22 @@ void check_generation(const GenerationConfig &g, const std::function<void(const 
   if (g.repeat_last_n < -1)
     fail("repeat_last_n", "'repeat_last_n' is " + std::to_string(g.repeat_last_n) +
                               "; it must be a token count, 0 (off) or -1 (the whole sequence)");
+  const auto in = [&](const char *key, float v, float lo, float hi, const char *what) {
+    if (!finite(v) || v < lo || v > hi) fail(key, std::string("'") + key + "' is " + num(v) + "; it must be " + what);
+  };
+  in("presence_penalty", g.presence_penalty, -2, 2, "from -2 to 2");
+  in("frequency_penalty", g.frequency_penalty, -2, 2, "from -2 to 2");
+  in("typical_p", g.typical_p, 0, 1, "in [0, 1] (1 = off)");
+  in("top_n_sigma", g.top_n_sigma, -1, 100, "-1 (off) or a positive number");
+  in("xtc_probability", g.xtc_probability, 0, 1, "in [0, 1] (0 = off)");
+  in("xtc_threshold", g.xtc_threshold, 0, 1, "in [0, 1]");
+  in("dry_multiplier", g.dry_multiplier, 0, 100, "0 (off) or a positive number");
+  in("dry_base", g.dry_base, 1, 100, "1 or more");
+  in("mirostat_tau", g.mirostat_tau, 0, 100, "0 or more");
+  in("mirostat_eta", g.mirostat_eta, 0, 1, "in [0, 1]");
+  if (g.dry_allowed_length < 0) fail("dry_allowed_length", "'dry_allowed_length' must be 0 or more");
+  if (g.dry_penalty_last_n < -1) fail("dry_penalty_last_n", "'dry_penalty_last_n' must be a token count or -1 (the whole sequence)");
+  if (g.mirostat != 0 && g.mirostat != 2) fail("mirostat", "'mirostat' is " + std::to_string(g.mirostat) + "; it must be 0 (off) or 2 (Mirostat 2.0)");
   if (!g.grammar.empty() && !g.json_schema.empty()) fail("json_schema", "give 'grammar' or 'json_schema', not both: each constrains the reply");
   if (!g.grammar.empty()) {
     try {

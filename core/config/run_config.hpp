@@ -48,6 +48,12 @@ struct GenerationConfig {
   // or to a JSON Schema (JSON text), by constrained decoding; at most one of them. minfer-app's
   // runs; the server takes them per request.
   std::string grammar, json_schema;
+  // The other samplers (sampling::Config's meanings), off by default; the server's defaults too.
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f, typical_p = 1.0f, top_n_sigma = -1.0f;
+  float xtc_probability = 0.0f, xtc_threshold = 0.1f, dry_multiplier = 0.0f, dry_base = 1.75f;
+  int32_t dry_allowed_length = 2, dry_penalty_last_n = -1, mirostat = 0;
+  float mirostat_tau = 5.0f, mirostat_eta = 0.1f;
+  std::vector<std::string> dry_sequence_breakers{"\n", ":", "\"", "*"};
 };
 
 // minfer-server's settings (the run config's `server` section; its flags override).

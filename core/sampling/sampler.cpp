@@ -39,6 +39,14 @@ int32_t argmax(const float *x, int64_t n) {
 
 }  // namespace
 
+std::vector<int32_t> tokens_holding(const std::vector<std::string> &texts, const std::vector<std::string> &strings) {
+  std::vector<int32_t> out;
+  for (size_t t = 0; t < texts.size(); ++t)
+    if (std::any_of(strings.begin(), strings.end(), [&](const std::string &b) { return !b.empty() && texts[t].find(b) != std::string::npos; }))
+      out.push_back(int32_t(t));
+  return out;
+}
+
 TokenLogprobs log_probs(const float *logits, int64_t n, int32_t token, int32_t top) {
   TokenLogprobs r;
   r.token = token;

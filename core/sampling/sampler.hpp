@@ -47,6 +47,9 @@ struct Config {
   float mirostat_tau = 5.0f, mirostat_eta = 0.1f;
 };
 
+// DRY's breakers from their texts: the tokens (of a vocabulary's texts) holding one, sorted.
+std::vector<int32_t> tokens_holding(const std::vector<std::string> &texts, const std::vector<std::string> &strings);
+
 // A sampled token's log-probability under the model (log-softmax of the raw logits: before
 // penalties and temperature, as OpenAI reports them), and the `n` likeliest tokens with
 // theirs, best first.
