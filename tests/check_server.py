@@ -211,6 +211,10 @@ try:
     check(status == 200 and body["content"] == refs[0]["greedy_text"], f"/detokenize: {status} {str(body)[:200]}")
     status, body = s.get("/props")
     check(status == 200 and body["total_slots"] == 4 and body["n_ctx"] > 0, f"/props: {status} {body}")
+    dgs = body.get("default_generation_settings", {}) if status == 200 else {}
+    check(dgs.get("n_ctx") == body.get("n_ctx") and "temperature" in dgs.get("params", {}) and body.get("eos_token") == "</s>" and
+          body.get("modalities") == {"vision": False, "audio": False} and body.get("build_info", "").startswith("minfer "),
+          f"/props' llama-server fields: {str(body)[:400]}")
 
     # Errors: 400s that name the field, 404 for an unknown path.
     for bad, word in [("{not json", "JSON"), ({"prompt": "x", "n": 2, "stream": True}, "'n'"), ({"prompt": "x", "n": 17}, "'n'"), ({"prompt": "x", "temperature": -1}, "temperature"),

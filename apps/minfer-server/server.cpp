@@ -928,9 +928,24 @@ void Server::Impl::routes() {
   http.Get("/props", [this](const httplib::Request &, httplib::Response &res) {
     const auto L = ready();
     if (!L) return reply(res, 503, error_body(503, "loading the model"));
+    // llama-server's fields too (its web UI and tools read default_generation_settings,
+    // modalities, the special tokens and build_info): the run config's sampling defaults.
+    const tokenizer::Tokenizer &tok = L->runner->tokenizer();
+    const auto special = [&tok](int32_t t) { return t >= 0 ? tok.token_bytes(t, /*show_special=*/true) : std::string(); };
+    const sampling::Config d = app::sampling_config(cfg.generation);
+    const json params = {{"n_predict", cfg.generation.n_predict}, {"seed", d.seed}, {"temperature", d.temperature}, {"top_k", d.top_k},
+                         {"top_p", d.top_p}, {"min_p", d.min_p}, {"typical_p", d.typical_p}, {"top_n_sigma", d.top_n_sigma},
+                         {"repeat_penalty", d.repeat_penalty}, {"repeat_last_n", d.repeat_last_n}, {"presence_penalty", d.presence_penalty},
+                         {"frequency_penalty", d.frequency_penalty}, {"xtc_probability", d.xtc_probability}, {"xtc_threshold", d.xtc_threshold},
+                         {"dry_multiplier", d.dry_multiplier}, {"dry_base", d.dry_base}, {"dry_allowed_length", d.dry_allowed_length},
+                         {"dry_penalty_last_n", d.dry_penalty_last_n}, {"dry_sequence_breakers", cfg.generation.dry_sequence_breakers},
+                         {"mirostat", d.mirostat}, {"mirostat_tau", d.mirostat_tau}, {"mirostat_eta", d.mirostat_eta}, {"stop", cfg.generation.stop}};
     reply(res, 200, {{"model", model_name}, {"model_path", cfg.model}, {"n_ctx", L->runner->n_ctx()}, {"total_slots", opts.parallel},
                      {"chat_template", L->tmpl ? L->tmpl->source() : ""}, {"kv", L->runner->kv_summary()},
-                     {"embeddings", L->runner->model().opts.embeddings}});
+                     {"embeddings", L->runner->model().opts.embeddings},
+                     {"default_generation_settings", {{"n_ctx", L->runner->n_ctx()}, {"params", params}}},
+                     {"modalities", {{"vision", false}, {"audio", false}}}, {"bos_token", special(tok.bos())}, {"eos_token", special(tok.eos())},
+                     {"build_info", std::string("minfer ") + MINFER_VERSION}});
   });
   http.Get("/metrics", [this](const httplib::Request &, httplib::Response &res) {
     const auto L = ready();
