@@ -216,8 +216,22 @@ try:
           body.get("modalities") == {"vision": False, "audio": False} and body.get("build_info", "").startswith("minfer "),
           f"/props' llama-server fields: {str(body)[:400]}")
 
+    # n > 1 streamed: each choice's chunks carry its index, the texts are the unstreamed ones
+    # (same seeds), the usage counts every choice, [DONE] last.
+    many = {"prompt": refs[1]["prompt"], "max_tokens": 12, "temperature": 1.0, "seed": 11, "n": 3}
+    status, whole_reply = s.post("/v1/completions", many)
+    status_s, _, events = s.stream("/v1/completions", dict(many, stream_options={"include_usage": True}))
+    chunks = [e for e in events if isinstance(e, dict)]
+    streamed = {}
+    for c in chunks:
+        for ch in c["choices"]:
+            streamed[ch["index"]] = streamed.get(ch["index"], "") + ch["text"]
+    finals = [ch["index"] for c in chunks for ch in c["choices"] if ch["finish_reason"]]
+    check(status == 200 and status_s == 200 and streamed == {c["index"]: c["text"] for c in whole_reply["choices"]} and sorted(finals) == [0, 1, 2] and
+          chunks[-1]["usage"]["completion_tokens"] == whole_reply["usage"]["completion_tokens"] and events[-1] == "[DONE]",
+          f"n=3 streamed: {streamed} vs {str(whole_reply)[:300]}")
     # Errors: 400s that name the field, 404 for an unknown path.
-    for bad, word in [("{not json", "JSON"), ({"prompt": "x", "n": 2, "stream": True}, "'n'"), ({"prompt": "x", "n": 17}, "'n'"), ({"prompt": "x", "temperature": -1}, "temperature"),
+    for bad, word in [("{not json", "JSON"), ({"prompt": "x", "n": 17}, "'n'"), ({"prompt": "x", "temperature": -1}, "temperature"),
                       ({"prompt": "x", "response_format": {"type": "json_schema"}}, "response_format"), ({"prompt": []}, "empty"),
                       ({"prompt": [999999]}, "vocabulary"), ({"max_tokens": 4}, "prompt"), ({"prompt": "x", "stop": 3}, "stop"),
                       ({"prompt": "x " * 3000}, "context")]:
@@ -479,6 +493,18 @@ try:
               chunks[0]["object"] == "chat.completion.chunk", f"chat stream starts with the role: {chunks[:1]}")
         text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
         check(status == 200 and text == body["choices"][0]["message"]["content"], f"chat stream text {text!r}")
+        # Two chat choices streamed: each index opens with the assistant role, then its text.
+        two = dict(msgs, n=2, temperature=1.0, seed=4)
+        status, both = k.request("POST", "/v1/chat/completions", json.dumps(two), headers=auth)
+        status_s, _, events = k.stream("/v1/chat/completions", two, headers=auth)
+        per, roles = {}, {}
+        for c in (e for e in events if isinstance(e, dict)):
+            for ch in c["choices"]:
+                if "role" in ch["delta"]:
+                    roles[ch["index"]] = ch["delta"]["role"] if ch["index"] not in per else "late"
+                per[ch["index"]] = per.get(ch["index"], "") + (ch["delta"].get("content") or "")
+        check(status == 200 and status_s == 200 and roles == {0: "assistant", 1: "assistant"} and
+              per == {c["index"]: c["message"]["content"] for c in both["choices"]}, f"chat n=2 streamed: {roles} {per} vs {str(both)[:300]}")
         status, lpb = k.request("POST", "/v1/chat/completions", json.dumps(dict(msgs, logprobs=True, top_logprobs=3)), headers=auth)
         content = lpb["choices"][0]["logprobs"]["content"] if status == 200 else []
         check(status == 200 and len(content) == lpb["usage"]["completion_tokens"] and

@@ -186,7 +186,6 @@ GenerationParams parse_generation(const json &body, const sampling::Config &defa
     std::erase_if(p.stop, [](const std::string &x) { return x.empty(); });
   }
   p.stream = boolean(body, "stream", false);
-  if (p.stream && p.n > 1) throw BadRequest("'n' above 1 is not streamed: ask without 'stream', or open one stream per choice");
   if (p.stream && p.echo && (p.logprobs >= 0 || p.max_tokens == 0))
     throw BadRequest("'echo' with 'logprobs' or 'max_tokens' 0 (scoring the prompt) is not streamed: ask without 'stream'");
   if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {

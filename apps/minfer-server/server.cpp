@@ -669,13 +669,18 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   // the usage when asked, then [DONE]. Anthropic: its named events (anthropic.hpp).
   res.set_header("Cache-Control", "no-cache");
   const bool parallel = tools.parallel;
-  res.set_chunked_content_provider("text/event-stream", [this, L, stream, p, id, cid, created, chat, route, usage, logprobs, calls, thinks, opened,
+  // n > 1 (chat and completions): the choices one after another, each chunk naming its index
+  // (they run side by side in the engine meanwhile); the usage, when asked, and [DONE] after the last.
+  std::vector<std::pair<int64_t, std::shared_ptr<RequestStream>>> all = {{id, stream}};
+  all.insert(all.end(), more.begin(), more.end());
+  res.set_chunked_content_provider("text/event-stream", [this, L, all, p, id, cid, created, chat, route, usage, logprobs, calls, thinks, opened,
                                                          n_prompt, parallel, shell, tokens_in, conversation, echoed, input_items](size_t, httplib::DataSink &sink) {
+    size_t index = 0;  // the choice being streamed
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     const auto write = [&](const std::string &text) { return text.empty() || sink.write(text.data(), text.size()); };
     const auto send = [&](const json &j) { return write("data: " + dump(j) + "\n\n"); };
     const auto chunk = [&](const json &delta_or_text, const json &finish, const json &lp = nullptr) {
-      json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", lp}};
+      json choice = {{"index", index}, {"finish_reason", finish}, {"logprobs", lp}};
       if (chat) choice["delta"] = delta_or_text;
       else choice["text"] = delta_or_text;
       return json{{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array({choice})}};
@@ -687,8 +692,10 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       std::function<bool(const std::vector<chat::ToolCall> &, size_t first)> calls;   // whole, numbered from first
       std::function<bool(size_t n, const std::string &name)> call_begin;            // streamed: a call's name,
       std::function<bool(size_t n, const std::string &piece)> call_arguments;       // then its arguments' text
-      std::function<void(const Outcome &, bool called)> end;
+      std::function<void(const Outcome &, bool called)> end;  // a choice's
+      std::function<void(const Outcome &total)> close;           // the stream's, after the last choice
       std::function<void(const std::string &)> error;
+      std::function<bool()> open;                                // a choice's first words
     } em;
     AnthropicStream as("msg_" + std::to_string(id), model_name, n_prompt, 0);
     ResponsesStream rs(shell, id);
@@ -704,6 +711,8 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
         write(rs.finish(called ? "tool_calls" : o.finish, n_prompt, o.tokens, o.cached, tokens_in(rs.reasoning_text())));
         keep_response(rs.final_response(), conversation, input_items);
       };
+      em.close = [](const Outcome &) {};
+      em.open = [] { return true; };
       em.error = [&](const std::string &m) { write(rs.error(m)); };
     } else if (route == Route::messages) {
       alive = write(as.start());
@@ -713,25 +722,29 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       em.call_begin = [&](size_t n, const std::string &name) { return write(as.tool_use_begin(id, n, name)); };
       em.call_arguments = [&](size_t, const std::string &piece) { return write(as.tool_input(piece)); };
       em.end = [&](const Outcome &o, bool called) { write(as.finish(anthropic_stop_reason(o.finish, o.stop_word, called), o.stop_word, o.tokens)); };
+      em.close = [](const Outcome &) {};
+      em.open = [] { return true; };
       em.error = [&](const std::string &m) { write(as.error(m)); };
     } else {
-      if (chat) alive = send(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr));
-      if (!echoed.empty()) alive = send(chunk(json(echoed), nullptr));  // completions with echo: the prompt first
+      em.open = [&] {
+        if (chat && !send(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr))) return false;
+        return echoed.empty() || send(chunk(json(echoed), nullptr));  // completions with echo: the prompt first
+      };
       em.reasoning = [&](const std::string &x, const json &lp) { return send(chunk(json{{"reasoning_content", x}}, nullptr, lp)); };
       em.content = [&](const std::string &x, const json &lp) { return send(chat ? chunk(json{{"content", x}}, nullptr, lp) : chunk(json(x), nullptr, lp)); };
       em.calls = [&](const std::vector<chat::ToolCall> &c, size_t first) {
-        return send(chunk(json{{"tool_calls", tool_calls_json(c, id, /*streaming=*/true, first)}}, nullptr));
+        return send(chunk(json{{"tool_calls", tool_calls_json(c, all[index].first, /*streaming=*/true, first)}}, nullptr));
       };
       em.call_begin = [&](size_t n, const std::string &name) {
-        return send(chunk(json{{"tool_calls", json::array({{{"index", n}, {"id", tool_call_id(id, n)}, {"type", "function"},
+        return send(chunk(json{{"tool_calls", json::array({{{"index", n}, {"id", tool_call_id(all[index].first, n)}, {"type", "function"},
                                                              {"function", {{"name", name}, {"arguments", ""}}}}})}}, nullptr));
       };
       em.call_arguments = [&](size_t n, const std::string &piece) {
         return send(chunk(json{{"tool_calls", json::array({{{"index", n}, {"function", {{"arguments", piece}}}}})}}, nullptr));
       };
-      em.end = [&](const Outcome &o, bool called) {
-        send(chunk(chat ? json::object() : json(""), called ? "tool_calls" : o.finish));
-        if (p.include_usage) send({{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array()}, {"usage", usage(o)}});
+      em.end = [&](const Outcome &o, bool called) { send(chunk(chat ? json::object() : json(""), called ? "tool_calls" : o.finish)); };
+      em.close = [&](const Outcome &total) {
+        if (p.include_usage) send({{"id", cid}, {"object", chunk_object}, {"created", created}, {"model", model_name}, {"choices", json::array()}, {"usage", usage(total)}});
         write("data: [DONE]\n\n");
       };
       em.error = [&](const std::string &m) {
@@ -739,58 +752,72 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
         write("data: [DONE]\n\n");
       };
     }
-    // A thinking reply's text goes out as reasoning, then content; content_sent is what went
-    // out as content (where the calls are looked for at the end).
-    chat::ReasoningSplitter splitter(opened);
-    std::string visible, content_sent;
-    chat::ToolCallStream call_stream(calls);  // calls streamed as they are written
-    const auto send_parts = [&](const chat::ReasoningSplitter::Pieces &parts, const json &lp) {
-      if (!parts.reasoning.empty() && !em.reasoning(parts.reasoning, parts.content.empty() ? lp : json(nullptr))) return false;
-      content_sent += parts.content;
-      if (parts.content.empty() && (!parts.reasoning.empty() || lp.is_null())) return true;
-      return em.content(parts.content, lp);
-    };
-    const Outcome o = drive(*L->engine, L->runner->tokenizer(), id, stream, p, stopping,
-                            [&](const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t offset) {
-                              if (!alive || !sink.is_writable()) return alive = false;
-                              if (piece.empty() && lp.empty()) return true;
-                              if (!chat) return alive = em.content(piece, logprobs(lp, offset));
-                              visible += piece;
-                              return alive = send_parts(thinks ? splitter.advance(visible, false) : chat::ReasoningSplitter::Pieces{"", piece},
-                                                        logprobs(lp, offset));
-                            },
-                            calls, [&](const std::string &text, size_t held_from) {
-                              // Calls stream from the answer only (one written while thinking is no call).
-                              if (calls == chat::ToolFormat::none || calls == chat::ToolFormat::unsupported || !alive || (thinks && !chat::in_answer(text, held_from, opened))) return alive;
-                              for (const chat::ToolCallStream::Event &e : call_stream.advance(text, held_from))
-                                if (!(alive = e.start ? em.call_begin(e.index, e.text) : em.call_arguments(e.index, e.text))) break;
-                              return alive;
-                            });
-    generated += o.tokens;
-    if (!alive || o.finish == "cancelled") return false;  // the connection is gone: nothing more to say
-    if (!o.error.empty()) {
-      em.error(o.error);
-    } else {
-      // What was held back (a tail that could still close the think block, text from where a
-      // tool call may begin): the calls, or the rest of the text.
-      // Calls streamed while they were written are not sent again: the rest follow whole.
-      std::vector<chat::ToolCall> made;
-      const size_t streamed = call_stream.streamed();
-      if (chat) {
-        visible += o.text.substr(o.shown);
-        chat::ReasoningSplitter::Pieces rest = thinks ? splitter.advance(visible, true) : chat::ReasoningSplitter::Pieces{"", o.text.substr(o.shown)};
-        if (!rest.content.empty())
-          if (chat::ParsedReply r = chat::parse_tool_calls(calls, content_sent + rest.content); !r.calls.empty()) {
-            made = std::move(r.calls);
-            if (!parallel && made.size() > 1) made.resize(1);
-            rest.content.clear();
-          }
-        if (streamed > 0) rest.content.clear();  // the held text went out as calls (a call cut off ends "length")
-        send_parts(rest, nullptr);
-        if (made.size() > streamed) em.calls(std::vector<chat::ToolCall>(made.begin() + std::ptrdiff_t(streamed), made.end()), streamed);
+    Outcome total;
+    for (; index < all.size(); ++index) {
+      const auto [rid, stream] = all[index];
+      if (alive) alive = em.open();
+      // A thinking reply's text goes out as reasoning, then content; content_sent is what went
+      // out as content (where the calls are looked for at the end).
+      chat::ReasoningSplitter splitter(opened);
+      std::string visible, content_sent;
+      chat::ToolCallStream call_stream(calls);  // calls streamed as they are written
+      const auto send_parts = [&](const chat::ReasoningSplitter::Pieces &parts, const json &lp) {
+        if (!parts.reasoning.empty() && !em.reasoning(parts.reasoning, parts.content.empty() ? lp : json(nullptr))) return false;
+        content_sent += parts.content;
+        if (parts.content.empty() && (!parts.reasoning.empty() || lp.is_null())) return true;
+        return em.content(parts.content, lp);
+      };
+      const Outcome o = drive(*L->engine, L->runner->tokenizer(), rid, stream, p, stopping,
+                              [&](const std::string &piece, std::span<const sampling::TokenLogprobs> lp, size_t offset) {
+                                if (!alive || !sink.is_writable()) return alive = false;
+                                if (piece.empty() && lp.empty()) return true;
+                                if (!chat) return alive = em.content(piece, logprobs(lp, offset));
+                                visible += piece;
+                                return alive = send_parts(thinks ? splitter.advance(visible, false) : chat::ReasoningSplitter::Pieces{"", piece},
+                                                          logprobs(lp, offset));
+                              },
+                              calls, [&](const std::string &text, size_t held_from) {
+                                // Calls stream from the answer only (one written while thinking is no call).
+                                if (calls == chat::ToolFormat::none || calls == chat::ToolFormat::unsupported || !alive || (thinks && !chat::in_answer(text, held_from, opened))) return alive;
+                                for (const chat::ToolCallStream::Event &e : call_stream.advance(text, held_from))
+                                  if (!(alive = e.start ? em.call_begin(e.index, e.text) : em.call_arguments(e.index, e.text))) break;
+                                return alive;
+                              });
+      generated += o.tokens;
+      total.tokens += o.tokens;
+      if (index == 0) total.cached = o.cached;
+      const auto cancel_rest = [&] {
+        for (size_t j = index + 1; j < all.size(); ++j) L->engine->cancel(all[j].first);
+      };
+      if (!alive || o.finish == "cancelled") return cancel_rest(), false;  // the connection is gone: nothing more to say
+      if (!o.error.empty()) {
+        em.error(o.error);
+        cancel_rest();
+        sink.done();
+        return true;
+      } else {
+        // What was held back (a tail that could still close the think block, text from where a
+        // tool call may begin): the calls, or the rest of the text.
+        // Calls streamed while they were written are not sent again: the rest follow whole.
+        std::vector<chat::ToolCall> made;
+        const size_t streamed = call_stream.streamed();
+        if (chat) {
+          visible += o.text.substr(o.shown);
+          chat::ReasoningSplitter::Pieces rest = thinks ? splitter.advance(visible, true) : chat::ReasoningSplitter::Pieces{"", o.text.substr(o.shown)};
+          if (!rest.content.empty())
+            if (chat::ParsedReply r = chat::parse_tool_calls(calls, content_sent + rest.content); !r.calls.empty()) {
+              made = std::move(r.calls);
+              if (!parallel && made.size() > 1) made.resize(1);
+              rest.content.clear();
+            }
+          if (streamed > 0) rest.content.clear();  // the held text went out as calls (a call cut off ends "length")
+          send_parts(rest, nullptr);
+          if (made.size() > streamed) em.calls(std::vector<chat::ToolCall>(made.begin() + std::ptrdiff_t(streamed), made.end()), streamed);
+        }
+        em.end(o, !made.empty());
       }
-      em.end(o, !made.empty());
     }
+    em.close(total);
     sink.done();
     return true;
   });
