@@ -216,6 +216,18 @@ try:
           body.get("modalities") == {"vision": False, "audio": False} and body.get("build_info", "").startswith("minfer "),
           f"/props' llama-server fields: {str(body)[:400]}")
 
+    # A batch of prompts (OpenAI's list form, as evaluation harnesses send it): choice i*n + j is
+    # prompt i's choice j, each the text that prompt gets alone; text and token-id prompts alike.
+    status, body = complete([refs[0]["prompt"], refs[1]["prompt"]])
+    texts = [c["text"] for c in sorted(body.get("choices", []), key=lambda c: c["index"])] if status == 200 else []
+    check(texts == [refs[0]["greedy_text"], refs[1]["greedy_text"]] and
+          body["usage"]["prompt_tokens"] == len(refs[0]["prompt_tokens"]) + len(refs[1]["prompt_tokens"]), f"a batch of two prompts: {status} {str(body)[:300]}")
+    status, body = complete([refs[1]["prompt_tokens"], refs[0]["prompt_tokens"]], n=16)
+    got = [c["text"] for c in body["choices"]] if status == 200 else []
+    check(len(got) == 2 and all(g and r["greedy_text"].startswith(g) for g, r in zip(got, [refs[1], refs[0]])),
+          f"a batch of token-id prompts (16 greedy tokens each, prefixes of their 64): {status} {str(body)[:300]}")
+    status, body = complete(["x", 5])
+    check(status == 400 and "'prompt'" in body["error"]["message"], f"a batch with a number in it: {status} {body}")
     # n > 1 streamed: each choice's chunks carry its index, the texts are the unstreamed ones
     # (same seeds), the usage counts every choice, [DONE] last.
     many = {"prompt": refs[1]["prompt"], "max_tokens": 12, "temperature": 1.0, "seed": 11, "n": 3}

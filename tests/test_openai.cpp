@@ -711,3 +711,19 @@ TEST(Cors, LocalPagesAndAppsByDefaultOthersByName) {
   EXPECT_TRUE(origin_allowed("https://chat.example.org:444", mine));
   EXPECT_FALSE(origin_allowed("http://localhost:3000", mine)) << "a list replaces the defaults";
 }
+
+// /v1/completions' prompt: one (a string, token ids, a one-string list) or a batch of them.
+TEST(OpenAI, CompletionPromptsOneOrABatch) {
+  using minfer::server::completion_prompts;
+  EXPECT_EQ(completion_prompts(json::parse(R"({"prompt": "hi"})")).size(), 1u);
+  EXPECT_EQ(completion_prompts(json::parse(R"({"prompt": [1, 2, 3]})"))[0].ids, (std::vector<int32_t>{1, 2, 3}));
+  const auto two = completion_prompts(json::parse(R"({"prompt": ["a", [7, 8]]})"));
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].text, "a");
+  EXPECT_TRUE(two[1].is_ids);
+  json big = {{"prompt", json::array()}};
+  for (int i = 0; i < 65; ++i) big["prompt"].push_back("x");
+  for (const json &bad : {json::parse(R"({"prompt": ["a", 5]})"), json::parse(R"({"prompt": [[1], [-2]]})"), big, json::parse(R"({"prompt": {}})")})
+    EXPECT_THROW(completion_prompts(bad), minfer::server::BadRequest) << bad.dump().substr(0, 60);
+  EXPECT_THROW(minfer::server::completion_prompt(json::parse(R"({"prompt": ["a", "b"]})")), minfer::server::BadRequest) << "one prompt where one is asked";
+}

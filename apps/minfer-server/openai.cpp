@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 namespace minfer::server {
 namespace {
@@ -339,29 +340,47 @@ json tool_calls_json(const std::vector<chat::ToolCall> &calls, int64_t request_i
   return out;
 }
 
-PromptField completion_prompt(const json &body) {
-  const auto it = body.find("prompt");
+namespace {
+
+// One prompt: a string or an array of token ids (an empty array counts as ids).
+std::optional<PromptField> one_prompt(const json &x) {
   PromptField p;
+  if (x.is_string()) {
+    p.text = x.get<std::string>();
+    return p;
+  }
+  if (!x.is_array() || !std::all_of(x.begin(), x.end(), [](const json &v) { return v.is_number_integer(); })) return std::nullopt;
+  p.is_ids = true;
+  for (const json &v : x) {
+    const int64_t id = v.get<int64_t>();
+    if (id < 0 || id > INT32_MAX) throw BadRequest("'prompt' token id " + v.dump() + " is not a token");
+    p.ids.push_back(int32_t(id));
+  }
+  return p;
+}
+
+}  // namespace
+
+std::vector<PromptField> completion_prompts(const json &body) {
+  const auto it = body.find("prompt");
   if (it == body.end()) throw BadRequest("'prompt' is missing: give a string or an array of token ids");
-  if (it->is_string()) {
-    p.text = it->get<std::string>();
-    return p;
-  }
-  // ["text"] (one prompt in a list) as OpenAI's clients send it.
-  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
-    p.text = (*it)[0].get<std::string>();
-    return p;
-  }
-  if (it->is_array() && std::all_of(it->begin(), it->end(), [](const json &x) { return x.is_number_integer(); })) {
-    p.is_ids = true;
+  if (std::optional<PromptField> p = one_prompt(*it)) return {std::move(*p)};
+  // A batch: ["text", ...] or [[ids], ...] (or a mix).
+  std::vector<PromptField> all;
+  if (it->is_array() && !it->empty() && it->size() <= kMaxPrompts)
     for (const json &x : *it) {
-      const int64_t id = x.get<int64_t>();
-      if (id < 0 || id > INT32_MAX) throw BadRequest("'prompt' token id " + x.dump() + " is not a token");
-      p.ids.push_back(int32_t(id));
+      std::optional<PromptField> p = x.is_array() || x.is_string() ? one_prompt(x) : std::nullopt;
+      if (!p) break;
+      all.push_back(std::move(*p));
     }
-    return p;
-  }
-  throw BadRequest("'prompt' must be a string or an array of token ids (one prompt per request)");
+  if (it->is_array() && !it->empty() && all.size() == it->size()) return all;
+  throw BadRequest("'prompt' must be a string, an array of token ids, or an array of up to " + std::to_string(kMaxPrompts) + " of those");
+}
+
+PromptField completion_prompt(const json &body) {
+  std::vector<PromptField> all = completion_prompts(body);
+  if (all.size() != 1) throw BadRequest("'prompt' must be one prompt here: a string or an array of token ids");
+  return std::move(all[0]);
 }
 
 EmbeddingRequest parse_embeddings(const json &body) {

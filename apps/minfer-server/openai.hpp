@@ -114,7 +114,11 @@ struct PromptField {
   std::vector<int32_t> ids;
   bool is_ids = false;
 };
-PromptField completion_prompt(const json &body);
+PromptField completion_prompt(const json &body);  // exactly one prompt
+// /v1/completions' prompts: a string, an array of token ids, or an array of either (OpenAI's
+// batch: each prompt its own n choices); at most kMaxPrompts.
+inline constexpr size_t kMaxPrompts = 64;
+std::vector<PromptField> completion_prompts(const json &body);
 
 // /v1/embeddings: `input` a string, an array of strings, an array of token ids or an array of
 // those (at most 2,048 inputs); `encoding_format` "float" or "base64" (little-endian f32, what

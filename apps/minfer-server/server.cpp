@@ -457,6 +457,10 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   json conversation;                    // responses: the messages a later response would continue
   json input_items;                     // responses: the request's input as items
   std::string echoed;                   // completions with echo: the prompt's text
+  // /v1/completions with a batch of prompts: each one's tokens and echo (prompt and echoed are
+  // the first's); one prompt otherwise.
+  std::vector<std::vector<int32_t>> batch;
+  std::vector<std::string> batch_echo;
   try {
     NativeRequest nr;
     if (native) nr = native_to_openai(body), prompt_only = nr.prompt_only;
@@ -520,21 +524,27 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       prompt = infill_prompt(tok, InfillInput{f.text, sx->get<std::string>(), "", {}}, runner.n_ctx(), reserve);
       echoed = f.text;
     } else {
-      const PromptField f = completion_prompt(fields);
-      if (f.is_ids) {
-        for (const int32_t t : f.ids)
-          if (t >= tok.n_vocab()) throw BadRequest("'prompt' token id " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");
-        prompt = f.ids;
-        if (p.echo) {  // the ids' text, as a sequence's start reads
-          tokenizer::StreamDecoder dec(tok, /*at_sequence_start=*/true);
-          for (const int32_t t : f.ids) echoed += dec.push(t);
-          echoed += dec.flush();
+      const std::vector<PromptField> fs = route == Route::completions ? completion_prompts(fields) : std::vector<PromptField>{completion_prompt(fields)};
+      if (fs.size() * size_t(p.n) > 128) throw BadRequest("'prompt' holds " + std::to_string(fs.size()) + " prompts of " + std::to_string(p.n) + " choices each; at most 128 in all");
+      for (const PromptField &f : fs) {
+        std::string echo;
+        if (f.is_ids) {
+          for (const int32_t t : f.ids)
+            if (t >= tok.n_vocab()) throw BadRequest("'prompt' token id " + std::to_string(t) + " is past the vocabulary (" + std::to_string(tok.n_vocab()) + " tokens)");
+          batch.push_back(f.ids);
+          if (p.echo) {  // the ids' text, as a sequence's start reads
+            tokenizer::StreamDecoder dec(tok, /*at_sequence_start=*/true);
+            for (const int32_t t : f.ids) echo += dec.push(t);
+            echo += dec.flush();
+          }
+        } else {
+          refuse_unfittable(*L, f.text);
+          batch.push_back(chat::tokenize_prompt(tok, f.text));
+          echo = f.text;
         }
-      } else {
-        refuse_unfittable(*L, f.text);
-        prompt = chat::tokenize_prompt(tok, f.text);
-        echoed = f.text;
+        batch_echo.push_back(p.echo ? std::move(echo) : std::string());
       }
+      prompt = batch[0], echoed = batch_echo[0];
     }
     if (p.sampling.dry_multiplier > 0.0f)  // DRY's breakers: the request's, else the run config's
       p.sampling.dry_breakers = sampling::tokens_holding(L->vocab->texts, fields.contains("dry_sequence_breakers") ? p.dry_breakers
@@ -555,11 +565,16 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   } catch (const Error &e) {  // a template that raised, a tokenizer error
     return reply(res, 400, error_body(400, e.what()));
   }
-  const int64_t n_ctx = runner.n_ctx(), room = n_ctx - int64_t(prompt.size());
-  if (prompt.empty()) return reply(res, 400, error_body(400, "the prompt is empty"));
-  if (room < 1)
-    return reply(res, 400, error_body(400, "the prompt has " + std::to_string(prompt.size()) + " tokens but the context holds " + std::to_string(n_ctx) +
-                                               "; shorten it or start the server with a larger -c/--ctx-size"));
+  if (batch.empty()) batch = {prompt}, batch_echo = {echoed};
+  const int64_t n_ctx = runner.n_ctx();
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const std::string which = batch.size() > 1 ? "prompt " + std::to_string(b) : "the prompt";
+    if (batch[b].empty()) return reply(res, 400, error_body(400, which + " is empty"));
+    if (n_ctx - int64_t(batch[b].size()) < 1)
+      return reply(res, 400, error_body(400, which + " has " + std::to_string(batch[b].size()) + " tokens but the context holds " + std::to_string(n_ctx) +
+                                                 "; shorten it or start the server with a larger -c/--ctx-size"));
+  }
+  const int64_t room = n_ctx - int64_t(prompt.size());
   if (route == Route::count_tokens) return reply(res, 200, {{"input_tokens", prompt.size()}});
   const int64_t id = next_id++;
   const auto start = std::chrono::steady_clock::now();
@@ -572,27 +587,41 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     res.set_header("Retry-After", "1");
     return reply(res, 503, error_body(503, "the server is busy (its queue is full); retry later"));
   }
-  // n > 1: the other choices run beside the first, each its own sequence and seed.
+  // n > 1: the other choices run beside the first, each its own sequence and seed; a batch's
+  // later prompts too, choice index = prompt * n + choice (of_prompt: each choice's prompt).
   std::vector<std::pair<int64_t, std::shared_ptr<RequestStream>>> more;
-  for (int64_t i = 1; i < p.n; ++i) {
-    SeqRequest ri = r;
-    ri.id = next_id++;
-    ri.sampling.seed = p.sampling.seed + uint64_t(i);
-    std::shared_ptr<RequestStream> s = L->engine->submit(ri);
-    if (!s) {
-      L->engine->cancel(id);
-      for (const auto &[rid, _] : more) L->engine->cancel(rid);
-      res.set_header("Retry-After", "1");
-      return reply(res, 503, error_body(503, "the server is busy (its queue is full); retry later"));
+  std::vector<size_t> of_prompt(size_t(p.n), 0);
+  for (size_t b = 0; b < batch.size(); ++b)
+    for (int64_t i = b == 0 ? 1 : 0; i < p.n; ++i) {
+      SeqRequest ri = r;
+      ri.id = next_id++;
+      ri.prompt = batch[b];
+      const int64_t room_b = n_ctx - int64_t(batch[b].size());
+      ri.max_tokens = p.max_tokens > 0 ? std::min(p.max_tokens, room_b) : p.max_tokens == 0 ? 1 : room_b;
+      ri.sampling.seed = p.sampling.seed + uint64_t(i);
+      if (const std::string why = L->engine->check(ri); !why.empty()) {
+        L->engine->cancel(id);
+        for (const auto &[rid, _] : more) L->engine->cancel(rid);
+        return reply(res, 400, error_body(400, why));
+      }
+      std::shared_ptr<RequestStream> s = L->engine->submit(ri);
+      if (!s) {
+        L->engine->cancel(id);
+        for (const auto &[rid, _] : more) L->engine->cancel(rid);
+        res.set_header("Retry-After", "1");
+        return reply(res, 503, error_body(503, "the server is busy (its queue is full); retry later"));
+      }
+      more.emplace_back(ri.id, std::move(s));
+      if (b > 0) of_prompt.push_back(b);
     }
-    more.emplace_back(ri.id, std::move(s));
-  }
   ++requests;
-  prompt_tokens += int64_t(prompt.size());
+  int64_t all_prompt_tokens = 0;
+  for (const auto &b : batch) all_prompt_tokens += int64_t(b.size());
+  prompt_tokens += all_prompt_tokens;
   if (native) return native_reply(res, L, stream, p, id, prompt_only, int64_t(prompt.size()), start);
   const std::string cid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
   const int64_t created = unix_now();
-  const int64_t n_prompt = int64_t(prompt.size());
+  const int64_t n_prompt = all_prompt_tokens;  // every prompt of a batch
   const auto usage = [n_prompt](const Outcome &o) {
     return json{{"prompt_tokens", n_prompt}, {"completion_tokens", o.tokens}, {"total_tokens", n_prompt + o.tokens},
                 {"prompt_tokens_details", {{"cached_tokens", o.cached}}}};
@@ -629,11 +658,12 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
       if (!chat) {
         const bool scored = p.max_tokens == 0;  // the prompt only: the one token run is not shown
         json lp = logprobs(o.logprobs, 0);
+        const std::string &echo = batch_echo[of_prompt[i]];
         if (p.echo && want_lp)
-          lp = echo_logprobs(prompt, o.prompt_logprobs, scored ? std::vector<sampling::TokenLogprobs>{} : o.logprobs, bytes, echoed.size());
+          lp = echo_logprobs(batch[of_prompt[i]], o.prompt_logprobs, scored ? std::vector<sampling::TokenLogprobs>{} : o.logprobs, bytes, echo.size());
         if (scored) total.tokens -= o.tokens;
         choices.push_back({{"index", i}, {"finish_reason", scored ? std::string("length") : o.finish}, {"logprobs", lp},
-                           {"text", echoed + (scored ? std::string() : o.text)}});
+                           {"text", echo + (scored ? std::string() : o.text)}});
         continue;
       }
       const chat::ReasoningSplitter::Pieces parts = thinks ? chat::split_reasoning(o.text, opened) : chat::ReasoningSplitter::Pieces{"", o.text};
@@ -674,7 +704,8 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   std::vector<std::pair<int64_t, std::shared_ptr<RequestStream>>> all = {{id, stream}};
   all.insert(all.end(), more.begin(), more.end());
   res.set_chunked_content_provider("text/event-stream", [this, L, all, p, id, cid, created, chat, route, usage, logprobs, calls, thinks, opened,
-                                                         n_prompt, parallel, shell, tokens_in, conversation, echoed, input_items](size_t, httplib::DataSink &sink) {
+                                                         n_prompt, parallel, shell, tokens_in, conversation, batch_echo, of_prompt,
+                                                         input_items](size_t, httplib::DataSink &sink) {
     size_t index = 0;  // the choice being streamed
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     const auto write = [&](const std::string &text) { return text.empty() || sink.write(text.data(), text.size()); };
@@ -728,6 +759,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
     } else {
       em.open = [&] {
         if (chat && !send(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr))) return false;
+        const std::string &echoed = batch_echo[of_prompt[index]];
         return echoed.empty() || send(chunk(json(echoed), nullptr));  // completions with echo: the prompt first
       };
       em.reasoning = [&](const std::string &x, const json &lp) { return send(chunk(json{{"reasoning_content", x}}, nullptr, lp)); };
