@@ -32,8 +32,8 @@ def cases():
         c.append((f"bad json {i} ({b[:20]!r})", _req("POST", GEN, b), {400}))
         c.append((f"bad json chat {i}", _req("POST", CHAT, b), {400}))
     c.append(("invalid utf-8 in a string", _req("POST", GEN, b'{"prompt": "\xff\xfe"}'), {400}))
-    wrong = [{"prompt": 5}, {"prompt": {}}, {"prompt": [[1, 2]]}, {"prompt": [-1]}, {"prompt": [1e10]}, {"prompt": [1.5]},
-             {"prompt": [True]}, {"prompt": ["a", "b"]}, {"prompt": "x", "max_tokens": "5"}, {"prompt": "x", "max_tokens": -1},
+    wrong = [{"prompt": 5}, {"prompt": {}}, {"prompt": [[1, -2]]}, {"prompt": [-1]}, {"prompt": [1e10]}, {"prompt": [1.5]},
+             {"prompt": [True]}, {"prompt": ["a", 5]}, {"prompt": ["x"] * 65}, {"prompt": "x", "max_tokens": "5"}, {"prompt": "x", "max_tokens": -1},
              {"prompt": "x", "max_tokens": 1e309}, {"prompt": "x", "max_tokens": 2 ** 70}, {"prompt": "x", "temperature": "hot"},
              {"prompt": "x", "temperature": 1e308}, {"prompt": "x", "top_k": 1.5}, {"prompt": "x", "top_p": -0.1},
              {"prompt": "x", "seed": 1e30}, {"prompt": "x", "seed": "s"}, {"prompt": "x", "stop": [None]}, {"prompt": "x", "stop": ["a"] * 100},
