@@ -12,14 +12,11 @@ mkdir -p "$out" /tmp/minfer-models
 bin=$PWD/.gpu/build/bin
 f=/tmp/minfer-models/${PRESET:-7b}-q4_0.gguf
 [ -f "$f" ] || "$bin/minfer-gguf" synth --arch qwen2 --preset "${PRESET:-7b}" --type q4_0 --seed 1 --vocab .gpu/testdata/vocab/ggml-vocab-qwen2.gguf -o "$f" > /dev/null 2>&1
-for spec in ${SIDES:-main new}; do
-  side=${spec%%=*}; base=${spec#*=}; opts_var=OPTS_$side
-  p=$bin/libminfer_backend_cuda.so; [ "$base" != new ] && p=$PWD/.gpu/alt/plugin-$base.so
-  printf 'backends: {cuda: {plugin: %s%s}}\n' "$p" "${!opts_var:+, ${!opts_var}}" > "$out/$side.yaml"
-done
+source scripts/gpu-sides.sh
+write_side_configs "$out" || exit 2
 for r in $(seq "$rounds"); do
   for spec in ${SIDES:-main new}; do
-    side=${spec%%=*}
+    side=$(side_label "$spec")
     # the rows: | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | ...
     "$bin/minfer-bench" -m "$f" --config "$out/$side.yaml" --parallel "${B:-4,16,64}" --npp "${NPP:-128}" --ntg "${NTG:-64}" 2>&1 |
       awk -F'|' -v s="$side" '$4 ~ /^ *[0-9]+ *$/ {gsub(/ /, "", $4); gsub(/ /, "", $9); print "B" $4, s, $9}' | tee -a "$out/ab.txt"

@@ -12,15 +12,8 @@ out=${1:-/tmp/minfer-ab}; rounds=${2:-2}
 mkdir -p "$out" /tmp/minfer-models
 [ -f .gpu/build/bin/libminfer_backend_cuda.so ] || bash .gpu/unpack.sh
 bin=$PWD/.gpu/build/bin; vocab=.gpu/testdata/vocab/ggml-vocab-qwen2.gguf
-for spec in ${SIDES:-main new}; do
-  # LABEL=BASE: BASE's plugin with the backend options in $OPTS_LABEL (e.g. SIDES="new off=new"
-  # OPTS_off="l2_prefetch_mb: 0": one plugin with an option off and on).
-  side=${spec%%=*}; base=${spec#*=}
-  p=$bin/libminfer_backend_cuda.so; [ "$base" != new ] && p=$PWD/.gpu/alt/plugin-$base.so
-  [ -f "$p" ] || { echo "no plugin for side $side: $p" >&2; exit 2; }
-  opts_var=OPTS_$side
-  printf 'backends: {cuda: {plugin: %s%s}}\n' "$p" "${!opts_var:+, ${!opts_var}}" > "$out/$side.yaml"
-done
+source scripts/gpu-sides.sh
+write_side_configs "$out" || exit 2
 for spec in ${MODELS:-7b:q4_k_m}; do
   preset=${spec%%:*}; type=${spec##*:}; f=/tmp/minfer-models/$preset-$type.gguf
   case $preset in
@@ -32,7 +25,7 @@ for spec in ${MODELS:-7b:q4_k_m}; do
   "$bin/minfer-bench" -m "$f" --config "$out/new.yaml" -p 64 -n 16 -r 1 > /dev/null 2>&1  # warm-up, not recorded
   for r in $(seq "$rounds"); do
     for spec in ${SIDES:-main new}; do
-      side=${spec%%=*}
+      side=$(side_label "$spec")
       "$bin/minfer-bench" -m "$f" --config "$out/$side.yaml" -p "${P:-512}" -n "${N:-128}" -d "${D:-0}" -r 3 2>&1 | grep -E '\| *(pp|tg)[0-9]' |
         awk -v s="$side" -v m="$spec" -F'|' '{gsub(/ /, "", $7); split($8, v, "±"); printf "%s %s %s %s\n", m, $7, s, v[1]}' | tee -a "$out/ab.txt"
     done

@@ -35,11 +35,8 @@ if command -v compute-sanitizer > /dev/null; then
   MINFER_CONFORMANCE_OPS=matmul step racecheck timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 \
     "$bin/minfer-op-conformance" --gtest_filter='Backends/Conformance.EveryOpDtypeShape/cuda'
 fi
-for spec in ${SIDES:-main new}; do  # LABEL=BASE as in scripts/gpu-ab-plugins.sh
-  side=${spec%%=*}; base=${spec#*=}; opts_var=OPTS_$side
-  p=$PWD/$bin/libminfer_backend_cuda.so; [ "$base" != new ] && p=$PWD/.gpu/alt/plugin-$base.so
-  printf 'backends: {cuda: {plugin: %s%s}}\n' "$p" "${!opts_var:+, ${!opts_var}}" > "$out/$side.yaml"
-done
+source scripts/gpu-sides.sh
+write_side_configs "$out" || echo "a side's plugin is missing: its op bench rows read '?'" >&2
 # One matmul alone, one token, a 7B gate (3584 -> 18944) and down (18944 -> 3584), sides
 # alternated twice.
 [ "${TYPES:-}" = none ] && TYPES=" "  # TYPES=none: no op bench
@@ -48,7 +45,7 @@ for t in ${TYPES-q4_0 q4_k q5_k q6_k q8_0 q3_k}; do
     set -- $shape
     for r in 1 2; do
       for spec in ${SIDES:-main new}; do
-        side=${spec%%=*}
+        side=$(side_label "$spec")
         gbs=$(timeout 60 "$bin/minfer-bench" --op matmul --type "$t" -k "$1" --rows "$2" --tokens 1 -r 300 --config "$out/$side.yaml" 2>&1 |
               grep -o 'read at [0-9.]* GB/s' | grep -o '[0-9.]*')
         echo "$t k$1 $side ${gbs:-?}" >> "$out/op.txt"
