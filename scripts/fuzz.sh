@@ -2,24 +2,30 @@
 # Fuzzes one of minfer's readers with clang's libFuzzer under ASan and UBSan.
 #   bash scripts/fuzz.sh [TARGET=gguf] [SECONDS=600]
 # TARGET: gguf (the GGUF reader), tokenizer (encode/decode with every vocabulary of the test
-# data), config (YAML -> RunConfig), template (chat-template text -> parse and render). Builds into build-fuzz/TARGET/, seeds it, keeps the
+# data), config (YAML -> RunConfig), template (chat-template text -> parse and render), grammar
+# (GBNF text -> compile, follow a reply, token masks), schema (a JSON schema -> compile, follow a
+# reply, token masks). Builds into build-fuzz/TARGET/, seeds it, keeps the
 # growing corpus in build-fuzz/TARGET/corpus (reused by the next run) and any crash there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=gguf
 if [ $# -gt 0 ] && ! [[ $1 =~ ^[0-9]+$ ]]; then target=$1; shift; fi
 secs=${1:-600}
-case $target in gguf | tokenizer | config | template) ;; *) echo "fuzz.sh: unknown target '$target' (gguf, tokenizer, config, template)" >&2; exit 2 ;; esac
+case $target in gguf | tokenizer | config | template | grammar | schema) ;; *) echo "fuzz.sh: unknown target '$target' (gguf, tokenizer, config, template, grammar, schema)" >&2; exit 2 ;; esac
 
-if ! command -v clang++ >/dev/null || ! dpkg-query -W libclang-rt-14-dev >/dev/null 2>&1 || ! dpkg-query -W libyaml-cpp-dev >/dev/null 2>&1; then
+if ! command -v clang++ >/dev/null || ! dpkg-query -W libclang-rt-14-dev >/dev/null 2>&1 || ! dpkg-query -W libyaml-cpp-dev >/dev/null 2>&1 ||
+  ! dpkg-query -W nlohmann-json3-dev >/dev/null 2>&1; then
   sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq clang libclang-rt-14-dev libyaml-cpp-dev >/dev/null
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq clang libclang-rt-14-dev libyaml-cpp-dev nlohmann-json3-dev >/dev/null
 fi
 testdata=$(cd .. && pwd)/shared/testdata
 out=build-fuzz/$target
 mkdir -p "$out/corpus" "$out/seeds"
 flags=(-std=c++20 -O1 -g -Icore -Isdk/include -Itests -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
 gguf_src=(core/gguf/gguf.cpp core/gguf/value.cpp)
+# The constraints: json_constraint.cpp also builds a vocabulary from a tokenizer.
+constraint_src=(core/sampling/gbnf.cpp core/sampling/json_constraint.cpp core/sampling/json_schema.cpp core/sampling/json_schema_compile.cpp
+  core/sampling/regex.cpp core/tokenizer/*.cpp "${gguf_src[@]}")
 max_len=65536
 case $target in
   gguf)
@@ -55,6 +61,14 @@ EOF
       tests/fuzz/template_fuzz.cpp -o "$out/fuzz"
     cp "$testdata"/templates/*.jinja "$out/seeds/" 2>/dev/null || true
     max_len=20000
+    ;;
+  grammar)
+    clang++ "${flags[@]}" "${constraint_src[@]}" tests/fuzz/grammar_fuzz.cpp -o "$out/fuzz"
+    python3 tests/fuzz/constraint_seeds.py grammar "$out/seeds"
+    ;;
+  schema)
+    clang++ "${flags[@]}" "${constraint_src[@]}" tests/fuzz/schema_fuzz.cpp -o "$out/fuzz"
+    python3 tests/fuzz/constraint_seeds.py schema "$out/seeds"
     ;;
 esac
 cd "$out"

@@ -393,8 +393,10 @@ void normalize(std::vector<Stack> &v) {
 // by the position after it (none where it ends its alternative: a tail call, so a repetition,
 // R ::= x R | (nothing), keeps the stack as deep as it was) with the referenced rule's
 // alternatives on top.
-void GrammarState::expand(const Grammar &g, Stack s, std::vector<Stack> &out) {
+void GrammarState::expand(const Grammar &g, Stack s, std::vector<Stack> &out, Expansion &x) {
+  constexpr size_t kRecordAfter = 256;  // stacks a step expands before it records them
   for (;;) {
+    if (++x.steps > kRecordAfter && !x.seen.insert(s).second) return;  // expanded before: its stacks are in out
     if (s.empty()) return out.push_back(std::move(s));
     const Pos top = s.back();
     const Grammar::Alt &alt = g.rules()[size_t(top.rule)][size_t(top.alt)];
@@ -410,7 +412,7 @@ void GrammarState::expand(const Grammar &g, Stack s, std::vector<Stack> &out) {
     for (size_t a = 1; a < alts.size(); ++a) {
       Stack t = s;
       t.push_back({sym.rule, int32_t(a), 0});
-      expand(g, std::move(t), out);
+      expand(g, std::move(t), out, x);
     }
     if (alts.empty()) return;
     s.push_back({sym.rule, 0, 0});
@@ -419,17 +421,19 @@ void GrammarState::expand(const Grammar &g, Stack s, std::vector<Stack> &out) {
 
 GrammarState::GrammarState(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
   const auto &alts = g_->rules()[size_t(g_->root())];
-  for (size_t a = 0; a < alts.size(); ++a) expand(*g_, Stack{{g_->root(), int32_t(a), 0}}, stacks_);
+  Expansion x;
+  for (size_t a = 0; a < alts.size(); ++a) expand(*g_, Stack{{g_->root(), int32_t(a), 0}}, stacks_, x);
   normalize(stacks_);
 }
 
 std::vector<GrammarState::Stack> GrammarState::advance(const Grammar &g, const std::vector<Stack> &stacks, uint32_t cp) {
   std::vector<Stack> next;
+  Expansion x;
   for (const Stack &s : stacks) {
     if (s.empty() || !top_sym(g, s)->chars.contains(cp)) continue;
     Stack t = s;
     ++t.back().idx;
-    expand(g, std::move(t), next);
+    expand(g, std::move(t), next, x);
   }
   normalize(next);
   return next;

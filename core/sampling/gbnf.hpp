@@ -14,6 +14,7 @@
 #include <compare>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -70,7 +71,15 @@ class GrammarState {
 
  private:
   friend class GrammarConstraint;
-  static void expand(const Grammar &g, Stack s, std::vector<Stack> &out);
+  // One step's expansion. Ways through rules that match nothing meet again on the same stack
+  // and would be followed once per way: exponential in a repetition of such alternatives,
+  // ("a" | "b"* | "c"*){2,50}. So past a few hundred stacks in a step (ordinary grammars take
+  // a few dozen) each stack is expanded once: `seen` holds them from there on.
+  struct Expansion {
+    size_t steps = 0;
+    std::set<Stack> seen;
+  };
+  static void expand(const Grammar &g, Stack s, std::vector<Stack> &out, Expansion &x);
   std::shared_ptr<const Grammar> g_;
   std::vector<Stack> stacks_;  // sorted, distinct
   std::string pending_;        // an unfinished UTF-8 sequence
