@@ -4,14 +4,15 @@
 # TARGET: gguf (the GGUF reader), tokenizer (encode/decode with every vocabulary of the test
 # data), config (YAML -> RunConfig), template (chat-template text -> parse and render), grammar
 # (GBNF text -> compile, follow a reply, token masks), schema (a JSON schema -> compile, follow a
-# reply, token masks). Builds into build-fuzz/TARGET/, seeds it, keeps the
+# reply, token masks), request (a request body -> the server's fields, or a BadRequest). Builds
+# into build-fuzz/TARGET/, seeds it, keeps the
 # growing corpus in build-fuzz/TARGET/corpus (reused by the next run) and any crash there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=gguf
 if [ $# -gt 0 ] && ! [[ $1 =~ ^[0-9]+$ ]]; then target=$1; shift; fi
 secs=${1:-600}
-case $target in gguf | tokenizer | config | template | grammar | schema) ;; *) echo "fuzz.sh: unknown target '$target' (gguf, tokenizer, config, template, grammar, schema)" >&2; exit 2 ;; esac
+case $target in gguf | tokenizer | config | template | grammar | schema | request) ;; *) echo "fuzz.sh: unknown target '$target' (gguf, tokenizer, config, template, grammar, schema, request)" >&2; exit 2 ;; esac
 
 if ! command -v clang++ >/dev/null || ! dpkg-query -W libclang-rt-14-dev >/dev/null 2>&1 || ! dpkg-query -W libyaml-cpp-dev >/dev/null 2>&1 ||
   ! dpkg-query -W nlohmann-json3-dev >/dev/null 2>&1; then
@@ -64,11 +65,16 @@ EOF
     ;;
   grammar)
     clang++ "${flags[@]}" "${constraint_src[@]}" tests/fuzz/grammar_fuzz.cpp -o "$out/fuzz"
-    python3 tests/fuzz/constraint_seeds.py grammar "$out/seeds"
+    python3 tests/fuzz/fuzz_seeds.py grammar "$out/seeds"
     ;;
   schema)
     clang++ "${flags[@]}" "${constraint_src[@]}" tests/fuzz/schema_fuzz.cpp -o "$out/fuzz"
-    python3 tests/fuzz/constraint_seeds.py schema "$out/seeds"
+    python3 tests/fuzz/fuzz_seeds.py schema "$out/seeds"
+    ;;
+  request)
+    clang++ "${flags[@]}" -Iapps/minfer-server apps/minfer-server/openai.cpp core/sampling/*.cpp core/chat/*.cpp core/chat/jinja/*.cpp \
+      core/tokenizer/*.cpp "${gguf_src[@]}" tests/fuzz/request_fuzz.cpp -o "$out/fuzz"
+    python3 tests/fuzz/fuzz_seeds.py request "$out/seeds"
     ;;
 esac
 cd "$out"
