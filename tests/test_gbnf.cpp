@@ -103,6 +103,27 @@ TEST(Gbnf, EmptyMatchingRepetitionsStayQuick) {
   EXPECT_LT(ms, 2000.0);
 }
 
+// Nor crash it: 100,000 nested groups and chains of 50,000 rules each beginning with the next
+// overflowed a connection thread's stack (the parser, the left-recursion check and the parse
+// state all recursed once per level; found by scripts/fuzz.sh request and grammar). Groups
+// nest at most 64 deep; a parse deeper than 4,096 rule frames is dropped.
+TEST(Gbnf, DeepGrammarsAreRefusedOrBounded) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string deep = compile_error("root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')'));
+  EXPECT_NE(deep.find("groups nested at most 64 deep"), std::string::npos) << deep;
+  EXPECT_EQ(compile_error("root ::= " + std::string(64, '(') + "\"a\"" + std::string(64, ')')), "");
+  std::string chain = "root ::= r0\n", nested = "root ::= r0\n";
+  for (int i = 0; i < 50000; ++i) {
+    chain += "r" + std::to_string(i) + " ::= \"x\" | r" + std::to_string(i + 1) + "\n";
+    nested += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " \"x\"\n";
+  }
+  chain += "r50000 ::= \"y\"\n", nested += "r50000 ::= \"y\"\n";
+  EXPECT_TRUE(whole(grammar(chain), "x"));
+  EXPECT_TRUE(GrammarState(grammar(nested)).dead()) << "50,001 frames deep before its first character";
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(ms, 5000.0);
+}
+
 // Code points split across feeds (as tokens split them) are held until whole, and a prefix
 // that no allowed character has is refused at once.
 TEST(Gbnf, SplitCodePointsAreHeldUntilWhole) {

@@ -26,7 +26,7 @@ std::string text_of(const json &content, const std::string &where) {
 
 // The input of a tool_use block as the arguments text of a call.
 json input_object(const std::string &arguments) {
-  if (minfer::json::nesting_depth(arguments) > minfer::json::kMaxNesting) return json::object();
+  if (!minfer::json::parse_refusal(arguments).empty()) return json::object();
   json v = json::parse(arguments, nullptr, false);
   return v.is_object() ? v : json::object();
 }

@@ -70,8 +70,7 @@ std::shared_ptr<const sampling::Schema> response_schema(const json &rf) {
 }  // namespace
 
 json parse_body(const std::string &text) {
-  if (minfer::json::nesting_depth(text) > minfer::json::kMaxNesting)
-    throw BadRequest("the body nests deeper than " + std::to_string(minfer::json::kMaxNesting) + " levels");
+  if (const std::string why = minfer::json::parse_refusal(text); !why.empty()) throw BadRequest("the body " + why);
   try {
     return json::parse(text);
   } catch (const std::exception &e) {
@@ -229,8 +228,8 @@ json chat_messages(const json &body) {
           throw BadRequest(cw + " must be {id, type: \"function\", function: {name, arguments}}");
         json &args = call["function"]["arguments"];
         if (args.is_string()) {
-          if (minfer::json::nesting_depth(args.get<std::string>()) > minfer::json::kMaxNesting)
-            throw BadRequest(cw + ".function.arguments nest deeper than " + std::to_string(minfer::json::kMaxNesting) + " levels");
+          if (const std::string why = minfer::json::parse_refusal(args.get<std::string>()); !why.empty())
+            throw BadRequest(cw + ".function.arguments " + why);
           json parsed = json::parse(args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
           if (!parsed.is_object()) throw BadRequest(cw + ".function.arguments must be a JSON object (as text)");
           args = std::move(parsed);

@@ -43,7 +43,7 @@ size_t json_end(const std::string &s, size_t at) {
 bool json_at(const std::string &s, size_t at, ojson &out, size_t &end) {
   end = json_end(s, at);
   if (end == std::string::npos) return false;
-  if (minfer::json::nesting_depth(std::string_view(s).substr(at, end - at)) > minfer::json::kMaxNesting) return false;  // no call: text
+  if (!minfer::json::parse_refusal(std::string_view(s).substr(at, end - at)).empty()) return false;  // no call: text
   out = ojson::parse(s.begin() + std::ptrdiff_t(at), s.begin() + std::ptrdiff_t(end), nullptr, /*allow_exceptions=*/false);
   return !out.is_discarded();
 }
@@ -53,7 +53,7 @@ bool json_at(const std::string &s, size_t at, ojson &out, size_t &end) {
 bool arguments_text(const ojson &a, std::string &out) {
   if (a.is_object()) return out = a.dump(), true;
   if (a.is_string()) {
-    if (minfer::json::nesting_depth(a.get<std::string>()) > minfer::json::kMaxNesting) return false;
+    if (!minfer::json::parse_refusal(a.get<std::string>()).empty()) return false;
     const ojson inner = ojson::parse(a.get<std::string>(), nullptr, false);
     if (inner.is_object()) return out = inner.dump(), true;
   }

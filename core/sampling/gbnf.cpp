@@ -75,6 +75,7 @@ class GrammarParser {
  private:
   static constexpr int kMaxRepeat = 1000;  // {m,n} bounds
   static constexpr size_t kMaxSymbols = 200000;
+  static constexpr int kMaxNesting = 64;  // groups open at once
 
   [[noreturn]] void fail(const std::string &want, size_t at) const {
     size_t line = 1, col = 1;
@@ -219,11 +220,15 @@ class GrammarParser {
         ++i_;
         elem.push_back({-1, {{{0, 0x10FFFF}}, false}});
       } else if (c == '(') {
+        // The parser recurses once per open group: 100,000 of them in a request took the
+        // connection thread's stack (and the server) with them.
+        if (++depth_ > kMaxNesting) fail("groups nested at most " + std::to_string(kMaxNesting) + " deep", at);
         ++i_;
         space(true);
         std::vector<Grammar::Alt> alts = alternatives(rule, true);
         if (i_ >= t_.size() || t_[i_] != ')') fail("')'", i_);
         ++i_;
+        --depth_;
         elem.push_back({new_rule(rule, std::move(alts)), {}});
       } else if (name_char(c)) {
         const std::string name = rule_name();
@@ -319,21 +324,33 @@ class GrammarParser {
           first[r].push_back(s.rule);
           if (!nullable[size_t(s.rule)]) break;
         }
+    // Depth-first over `first` with a stack of its own (a chain of 50,000 rules, each beginning
+    // with the next, recursed as deep and took a connection thread's stack).
     std::vector<int> mark(n, 0);  // 0 new, 1 on the path, 2 done
-    const auto visit = [&](auto &&self, size_t r) -> void {
-      mark[r] = 1;
-      for (const int32_t s : first[r]) {
-        if (mark[size_t(s)] == 1)
-          throw Error(generated_.size() > size_t(s) && generated_[size_t(s)]
-                          ? "grammar: a group or repetition in rule '" + g_.names_[size_t(s)] +
+    std::vector<std::pair<size_t, size_t>> path;  // (rule, the next of its first rules to visit)
+    for (size_t r0 = 0; r0 < n; ++r0) {
+      if (mark[r0] != 0) continue;
+      mark[r0] = 1;
+      path.emplace_back(r0, 0);
+      while (!path.empty()) {
+        auto &[r, next] = path.back();
+        if (next == first[r].size()) {
+          mark[r] = 2;
+          path.pop_back();
+          continue;
+        }
+        const size_t s = size_t(first[r][next++]);
+        if (mark[s] == 1)
+          throw Error(generated_.size() > s && generated_[s]
+                          ? "grammar: a group or repetition in rule '" + g_.names_[s] +
                                 "' can begin with itself (a * or + over something that may match nothing, such as (x*)*); repeat something that always takes a character"
-                          : "grammar: rule '" + g_.names_[size_t(s)] + "' is left-recursive (it can begin with itself); write the repetition with * or + instead");
-        if (mark[size_t(s)] == 0) self(self, size_t(s));
+                          : "grammar: rule '" + g_.names_[s] + "' is left-recursive (it can begin with itself); write the repetition with * or + instead");
+        if (mark[s] == 0) {
+          mark[s] = 1;
+          path.emplace_back(s, 0);
+        }
       }
-      mark[r] = 2;
-    };
-    for (size_t r = 0; r < n; ++r)
-      if (mark[r] == 0) visit(visit, r);
+    }
   }
 
   const std::string &t_;
@@ -344,6 +361,7 @@ class GrammarParser {
   std::vector<size_t> used_at_;
   std::vector<bool> generated_;  // rules made for groups and repetitions
   size_t spent_ = 0;
+  int depth_ = 0;  // groups open
 };
 
 std::shared_ptr<const Grammar> Grammar::compile(const std::string &text) { return GrammarParser(text).run(); }
@@ -354,6 +372,7 @@ namespace {
 
 using Stack = GrammarState::Stack;
 constexpr size_t kMaxStacks = 8192;  // ambiguity beyond this many parses at once is cut (the first kept)
+constexpr size_t kMaxDepth = 4096;   // rule frames of a parse (a JSON grammar takes 2-3 per nesting level)
 
 // UTF-8: the sequence length a lead byte starts (0: not a lead byte).
 int utf8_len(unsigned char c) { return c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0; }
@@ -393,29 +412,51 @@ void normalize(std::vector<Stack> &v) {
 // by the position after it (none where it ends its alternative: a tail call, so a repetition,
 // R ::= x R | (nothing), keeps the stack as deep as it was) with the referenced rule's
 // alternatives on top.
+// The other alternatives wait in a list of their own, not on the call stack (a chain of
+// 50,000 rules r ::= "x" | r' recursed as deep). Bounds, against what a request's grammar can
+// make a step do: a stack deeper than kMaxDepth frames is dropped (a chain of 50,000 rules
+// each beginning with the next built one 50,000 deep, and copied it at every step), and past
+// a few times kMaxStacks stacks the rest are not expanded (normalize keeps kMaxStacks anyway).
 void GrammarState::expand(const Grammar &g, Stack s, std::vector<Stack> &out, Expansion &x) {
-  constexpr size_t kRecordAfter = 256;  // stacks a step expands before it records them
+  constexpr size_t kRecordAfter = 256;  // steps of an expansion before it records stacks
+  std::vector<Stack> &todo = x.todo;    // empty between calls; kept for its capacity
   for (;;) {
-    if (++x.steps > kRecordAfter && !x.seen.insert(s).second) return;  // expanded before: its stacks are in out
-    if (s.empty()) return out.push_back(std::move(s));
-    const Pos top = s.back();
-    const Grammar::Alt &alt = g.rules()[size_t(top.rule)][size_t(top.alt)];
-    if (size_t(top.idx) == alt.size()) {
-      s.pop_back();
-      continue;
+    // Follow s until it ends (a character set on top, root complete, dropped or met before),
+    // then take the next waiting alternative.
+    bool ended = false;
+    ++x.steps;
+    if (s.empty()) {
+      out.push_back(std::move(s));
+      ended = true;
+    } else if (s.size() > kMaxDepth) {
+      ended = true;
+    } else {
+      const Pos top = s.back();
+      const Grammar::Alt &alt = g.rules()[size_t(top.rule)][size_t(top.alt)];
+      if (size_t(top.idx) == alt.size()) {
+        s.pop_back();
+        // Ways through alternatives that matched nothing meet here: each goes on once.
+        ended = x.steps > kRecordAfter && !x.seen.insert(s).second;
+      } else if (const Grammar::Sym &sym = alt[size_t(top.idx)]; sym.rule < 0) {
+        out.push_back(std::move(s));
+        ended = true;
+      } else {
+        s.pop_back();
+        if (size_t(top.idx) + 1 < alt.size()) s.push_back({top.rule, top.alt, top.idx + 1});
+        const auto &alts = g.rules()[size_t(sym.rule)];
+        for (size_t a = 1; a < alts.size(); ++a) {
+          todo.push_back(s);
+          todo.back().push_back({sym.rule, int32_t(a), 0});
+        }
+        if (alts.empty()) ended = true;
+        else s.push_back({sym.rule, 0, 0});
+      }
     }
-    const Grammar::Sym &sym = alt[size_t(top.idx)];
-    if (sym.rule < 0) return out.push_back(std::move(s));
-    s.pop_back();
-    if (size_t(top.idx) + 1 < alt.size()) s.push_back({top.rule, top.alt, top.idx + 1});
-    const auto &alts = g.rules()[size_t(sym.rule)];
-    for (size_t a = 1; a < alts.size(); ++a) {
-      Stack t = s;
-      t.push_back({sym.rule, int32_t(a), 0});
-      expand(g, std::move(t), out, x);
-    }
-    if (alts.empty()) return;
-    s.push_back({sym.rule, 0, 0});
+    if (!ended) continue;
+    if (todo.empty()) return;
+    if (out.size() >= 4 * kMaxStacks) return todo.clear();
+    s = std::move(todo.back());
+    todo.pop_back();
   }
 }
 

@@ -73,11 +73,13 @@ class GrammarState {
   friend class GrammarConstraint;
   // One step's expansion. Ways through rules that match nothing meet again on the same stack
   // and would be followed once per way: exponential in a repetition of such alternatives,
-  // ("a" | "b"* | "c"*){2,50}. So past a few hundred stacks in a step (ordinary grammars take
-  // a few dozen) each stack is expanded once: `seen` holds them from there on.
+  // ("a" | "b"* | "c"*){2,50}. So past a few hundred steps (ordinary grammars take a few
+  // dozen) the stacks where an alternative ended are recorded in `seen`, and each goes on once.
   struct Expansion {
     size_t steps = 0;
     std::set<Stack> seen;
+    std::vector<Stack> todo;  // alternatives waiting (a list, not the call stack: a chain of
+                              // 50,000 rules r ::= "x" | r' once recursed as deep)
   };
   static void expand(const Grammar &g, Stack s, std::vector<Stack> &out, Expansion &x);
   std::shared_ptr<const Grammar> g_;
