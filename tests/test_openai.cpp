@@ -145,6 +145,9 @@ TEST(OpenAI, MessagesAndPrompts) {
   EXPECT_EQ(m[1]["content"], "");
   EXPECT_THROW(chat_messages(json::parse(R"({"messages": []})")), BadRequest);
   EXPECT_THROW(chat_messages(json::parse(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})")), BadRequest);
+  // A field of the wrong type is a 400 naming it, not a json type_error (a 500; scripts/fuzz.sh request).
+  EXPECT_THROW(chat_messages(json::parse(R"({"messages": [{"role": "user", "content": [{"type": 1, "text": "x"}]}]})")), BadRequest);
+  EXPECT_THROW(parse_tools(json::parse(R"({"tools": [{"type": 1, "function": {"name": "f"}}]})")), BadRequest);
   EXPECT_EQ(completion_prompt(json::parse(R"({"prompt": "hi"})")).text, "hi");
   EXPECT_EQ(completion_prompt(json::parse(R"({"prompt": ["hi"]})")).text, "hi");
   const PromptField ids = completion_prompt(json::parse(R"({"prompt": [1, 2, 3]})"));

@@ -15,7 +15,7 @@ std::string text_of(const json &content, const std::string &where) {
   if (!content.is_array()) throw BadRequest(where + " must be a string or an array of content blocks");
   std::string out;
   for (const json &b : content) {
-    const std::string type = b.is_object() ? b.value("type", "") : "";
+    const std::string type = b.is_object() ? string_or(b, "type") : "";
     if (type != "text" || !b.contains("text") || !b["text"].is_string())
       throw BadRequest(where + ": a '" + type + "' block is not supported here (text blocks are)");
     if (!out.empty()) out += "\n";
@@ -48,7 +48,7 @@ json anthropic_to_openai(const json &body) {
   for (size_t i = 0; i < ms->size(); ++i) {
     const json &m = (*ms)[i];
     const std::string where = "'messages[" + std::to_string(i) + "]'";
-    const std::string role = m.is_object() ? m.value("role", "") : "";
+    const std::string role = m.is_object() ? string_or(m, "role") : "";
     if ((role != "user" && role != "assistant") || !m.contains("content"))
       throw BadRequest(where + " must be {\"role\": \"user\" or \"assistant\", \"content\": ...}");
     const json &content = m["content"];
@@ -61,17 +61,17 @@ json anthropic_to_openai(const json &body) {
     bool results = false;  // the message held tool results
     json calls = json::array();
     for (const json &b : content) {
-      const std::string type = b.is_object() ? b.value("type", "") : "";
+      const std::string type = b.is_object() ? string_or(b, "type") : "";
       if (type == "text" && b.contains("text") && b["text"].is_string()) {
         text += b["text"].get<std::string>();
       } else if (type == "tool_result" && role == "user") {
         // Each result becomes a tool message, before the user's own text (as the API orders them).
         const std::string content_text = b.contains("content") && !b["content"].is_null() ? text_of(b["content"], where + " tool_result content") : "";
-        messages.push_back({{"role", "tool"}, {"tool_call_id", b.value("tool_use_id", "")}, {"content", content_text}});
+        messages.push_back({{"role", "tool"}, {"tool_call_id", string_or(b, "tool_use_id")}, {"content", content_text}});
         results = true;
       } else if (type == "tool_use" && role == "assistant") {
         if (!b.contains("name") || !b["name"].is_string()) throw BadRequest(where + ": a tool_use block needs its name");
-        calls.push_back({{"id", b.value("id", "")}, {"type", "function"},
+        calls.push_back({{"id", string_or(b, "id")}, {"type", "function"},
                          {"function", {{"name", b["name"]}, {"arguments", dump(b.contains("input") ? b["input"] : json::object())}}}});
       } else if ((type == "thinking" || type == "redacted_thinking") && role == "assistant") {
         if (b.contains("thinking") && b["thinking"].is_string()) reasoning += b["thinking"].get<std::string>();
@@ -92,7 +92,7 @@ json anthropic_to_openai(const json &body) {
     for (const json &t : *ts) {
       if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || (t.contains("type") && t["type"] != "custom"))
         throw BadRequest("'tools' must be custom tools {name, description, input_schema}; server tools (" +
-                         (t.is_object() ? t.value("type", std::string("?")) : std::string("?")) + ") are not supported");
+                         (t.is_object() ? string_or(t, "type", "?") : std::string("?")) + ") are not supported");
       if (!t.contains("input_schema")) throw BadRequest("'tools': " + t["name"].get<std::string>() + " has no input_schema");
       json f = {{"name", t["name"]}, {"parameters", t["input_schema"]}};
       if (t.contains("description")) f["description"] = t["description"];

@@ -208,7 +208,7 @@ json chat_messages(const json &body) {
     if (c.is_array()) {  // content parts: only text ones can be rendered
       std::string text;
       for (const json &part : c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        if (!part.is_object() || string_or(part, "type") != "text" || !part.contains("text") || !part["text"].is_string())
           throw BadRequest(where + ".content: only parts of type 'text' are supported");
         text += part["text"].get<std::string>();
       }
@@ -257,7 +257,7 @@ ToolsRequest parse_tools(const json &body) {
   for (size_t i = 0; i < it->size(); ++i) {
     const json &t = (*it)[i];
     const std::string where = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+    if (!t.is_object() || string_or(t, "type") != "function" || !t.contains("function") || !t["function"].is_object())
       throw BadRequest(where + " must be {type: \"function\", function: {name, description, parameters}}");
     const json &f = t["function"];
     const std::string name = f.contains("name") && f["name"].is_string() ? f["name"].get<std::string>() : "";

@@ -27,6 +27,14 @@ struct BadRequest : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// obj[key] when it is a string, else dflt (absent, null or another type): json::value would
+// throw a type_error for {"type": 1}, which the server could only answer with a 500; callers
+// refuse a value they do not know, naming the field. obj need not be an object (then dflt).
+inline std::string string_or(const json &obj, const char *key, const std::string &dflt = "") {
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : dflt;
+}
+
 // A request body as JSON. Nesting past json::kMaxNesting (128) levels is refused before
 // parsing: copying or printing such a value recurses once per level, and 60,000 levels took a
 // connection thread's stack (and the server) with them. Throws BadRequest.

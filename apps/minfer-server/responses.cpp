@@ -14,7 +14,7 @@ std::string text_of(const json &content, const std::string &where) {
   if (!content.is_array()) throw BadRequest(where + " must be a string or an array of content parts");
   std::string out;
   for (const json &part : content) {
-    const std::string type = part.is_object() ? part.value("type", "") : "";
+    const std::string type = part.is_object() ? string_or(part, "type") : "";
     if ((type != "input_text" && type != "output_text" && type != "text") || !part.contains("text") || !part["text"].is_string())
       throw BadRequest(where + ": a '" + type + "' part is not supported (input_text and output_text are)");
     out += part["text"].get<std::string>();
@@ -95,17 +95,17 @@ ResponsesRequest responses_request(const json &body, const json &previous) {
   for (size_t i = 0; input->is_array() && i < input->size(); ++i) {
     json item = (*input)[i];
     if (item.is_object() && !item.contains("type") && item.contains("role")) item["type"] = "message";
-    if (item.is_object() && item.value("type", "") == "message" && item.contains("content") && item["content"].is_string())
-      item["content"] = json::array({{{"type", item.value("role", "") == "assistant" ? "output_text" : "input_text"}, {"text", item["content"]}}});
+    if (item.is_object() && string_or(item, "type") == "message" && item.contains("content") && item["content"].is_string())
+      item["content"] = json::array({{{"type", string_or(item, "role") == "assistant" ? "output_text" : "input_text"}, {"text", item["content"]}}});
     items.push_back(std::move(item));
   }
   for (size_t i = 0; input->is_array() && i < input->size(); ++i) {
     const json &item = (*input)[i];
     const std::string where = "'input[" + std::to_string(i) + "]'";
     if (!item.is_object()) throw BadRequest(where + " must be an object (a message or an item)");
-    const std::string type = item.value("type", item.contains("role") ? "message" : "");
+    const std::string type = string_or(item, "type", item.contains("role") ? "message" : "");
     if (type == "message") {
-      std::string role = item.value("role", "");
+      std::string role = string_or(item, "role");
       if (role == "developer") role = "system";
       if (role != "user" && role != "system" && role != "assistant") throw BadRequest(where + ".role must be user, assistant, system or developer");
       if (!item.contains("content")) throw BadRequest(where + " has no content");
@@ -149,7 +149,7 @@ ResponsesRequest responses_request(const json &body, const json &previous) {
     if (!ts->is_array()) throw BadRequest("'tools' must be an array of {type: \"function\", name, parameters}");
     json tools = json::array();
     for (const json &t : *ts) {
-      const std::string type = t.is_object() ? t.value("type", "") : "";
+      const std::string type = t.is_object() ? string_or(t, "type") : "";
       if (type != "function") throw BadRequest("'tools': only function tools are supported, not '" + type + "' (hosted tools run on OpenAI's side)");
       if (!t.contains("name") || !t["name"].is_string()) throw BadRequest("'tools': a function tool needs its name");
       json f = {{"name", t["name"]}, {"parameters", t.contains("parameters") && !t["parameters"].is_null() ? t["parameters"] : json{{"type", "object"}}}};
@@ -196,7 +196,7 @@ json input_items_page(const json &items, const std::string &order, int64_t limit
   if (order == "desc") std::reverse(all.begin(), all.end());
   size_t from = 0;
   if (!after.empty()) {
-    while (from < all.size() && all[from].value("id", "") != after) ++from;
+    while (from < all.size() && string_or(all[from], "id") != after) ++from;
     if (from == all.size()) throw BadRequest("'after': no input item '" + after + "' in this response");
     ++from;
   }
@@ -211,9 +211,9 @@ json assistant_turn(const json &output) {
   std::string text, reasoning;
   json calls = json::array();
   for (const json &item : output) {
-    const std::string type = item.value("type", "");
+    const std::string type = string_or(item, "type");
     if (type == "message" || type == "reasoning")
-      for (const json &part : item.value("content", json::array())) (type == "message" ? text : reasoning) += part.value("text", "");
+      for (const json &part : item.value("content", json::array())) (type == "message" ? text : reasoning) += string_or(part, "text");
     else if (type == "function_call")
       calls.push_back({{"id", item["call_id"]}, {"type", "function"}, {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}});
   }
