@@ -1,7 +1,6 @@
 // core/common/json.hpp — JSON for the tools' --json output and the trace, on nlohmann-json.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 #include <string_view>
@@ -76,7 +75,7 @@ inline std::string parse_refusal(std::string_view text) {
         open.pop_back();
         const uint64_t keys = o.any ? o.commas + 1 : 0;
         if (o.object && (cost += keys * keys) > kMaxKeyCost)
-          return "has objects with too many keys to read (one object may have up to 4,096; large ones count together)";
+          return "has objects with too many keys to read (one object may have up to 4,096, and large ones count together); send fewer keys";
       }
     } else if (!open.empty() && c == ',') {
       ++open.back().commas;

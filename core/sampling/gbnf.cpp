@@ -77,11 +77,12 @@ class GrammarParser {
   static constexpr size_t kMaxSymbols = 200000;
   static constexpr int kMaxNesting = 64;  // groups open at once
 
-  [[noreturn]] void fail(const std::string &want, size_t at) const {
+  std::string where(size_t at) const {  // "line L, column C" of byte at
     size_t line = 1, col = 1;
     for (size_t k = 0; k < at && k < t_.size(); ++k) t_[k] == '\n' ? (++line, col = 1) : ++col;
-    throw Error("grammar: expected " + want + " at line " + std::to_string(line) + ", column " + std::to_string(col));
+    return "line " + std::to_string(line) + ", column " + std::to_string(col);
   }
+  [[noreturn]] void fail(const std::string &want, size_t at) const { throw Error("grammar: expected " + want + " at " + where(at)); }
 
   // Blanks and # comments; newlines too where a rule goes on.
   void space(bool newlines) {
@@ -222,7 +223,8 @@ class GrammarParser {
       } else if (c == '(') {
         // The parser recurses once per open group: 100,000 of them in a request took the
         // connection thread's stack (and the server) with them.
-        if (++depth_ > kMaxNesting) fail("groups nested at most " + std::to_string(kMaxNesting) + " deep", at);
+        if (++depth_ > kMaxNesting)
+          throw Error("grammar: groups nest deeper than " + std::to_string(kMaxNesting) + " at " + where(at) + "; name the inner groups as rules of their own");
         ++i_;
         space(true);
         std::vector<Grammar::Alt> alts = alternatives(rule, true);
