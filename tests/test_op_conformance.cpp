@@ -383,6 +383,19 @@ std::vector<Case> all_cases() {
       paged("window wider than the sequence", cache, hd, nh, nkv, 16, 4, {{in_order(4), 10, 6}}, 4096);
     }
   }
+  // K-quant prompts (CUDA: f16 tensor cores on the weights dequantized in registers, 128 x
+  // 128 tiles): k split over blocks, a partial row tile and token tile; odd Q6_K blocks.
+  // Appended last: the cases before keep their seeds.
+  for (int32_t dt : {MINFER_DTYPE_Q4_K, MINFER_DTYPE_Q5_K, MINFER_DTYPE_Q6_K})
+    for (auto [k, m, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{4096, 130, 130}, {1536, 200, 300}})
+      cases.push_back({"matmul " + std::string(minfer_dtype_name(dt)) + " w[" + std::to_string(k) + "," + std::to_string(m) + "] x" + std::to_string(n),
+                       [dt, k = k, m = m, n = n] {
+                         GraphBuilder g;
+                         auto w = g.input("in0", dt, {k, m}), x = g.input("in1", MINFER_DTYPE_F32, {k, n});
+                         g.mark_output(g.matmul("node", w, x));
+                         return g.finish();
+                       },
+                       MINFER_OP_MATMUL, {dt}});
   return cases;
 }
 

@@ -272,6 +272,14 @@ TEST(Explain, CudaNamesPathsAndFusions) {
     EXPECT_NE(down.find(std::string("128: ") + (type == std::string("q3_k") ? "mmq_kernel" : "dequantized to f16 per call + f16 tensor-core GEMM")),
               std::string::npos) << lo;
   }
+  // K-quant prompts on f16 tensor cores (the weights dequantized in registers), gate and up in
+  // one launch; mmq_f16: false keeps int8 MMQ.
+  const std::string km = explain_tiny("backends: {cuda: {}}\n", "qwen2", "q4_k_m", 128);
+  EXPECT_NE(kernel_lines(km, "blk.0.ffn_gate").find("128: convert_f32_f16_kernel + mmq_f16_kernel: gate, up and SwiGLU in one launch"),
+            std::string::npos) << km;
+  EXPECT_NE(kernel_lines(km, "blk.0.attn_q").find("128: convert_f32_f16_kernel + mmq_f16_kernel: f16 tensor cores"), std::string::npos) << km;
+  const std::string ki = explain_tiny("backends: {cuda: {mmq_f16: false}}\n", "qwen2", "q4_k_m", 128);
+  EXPECT_NE(kernel_lines(ki, "blk.0.attn_q").find("128: mmq_kernel: int8 tensor cores"), std::string::npos) << ki;
   // Gemma's GELU-gated FFN fuses the same way.
   const std::string g = explain_tiny("backends: {cuda: {}}\n", "gemma2", "q4_0", 128);
   EXPECT_NE(kernel_lines(g, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and GeGLU in one launch"), std::string::npos) << g;

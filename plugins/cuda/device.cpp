@@ -413,7 +413,16 @@ void CudaDevice::matmul_group(const float *x, int64_t k, int64_t tokens, const s
   for (const MatmulPart &p : parts) matmul(p.dtype, p.w, x, p.y, k, p.m, tokens, p.add, p.add_broadcast, p.unfused);
 }
 
+bool CudaDevice::mmq_on_f16(int32_t w_dtype, int64_t k, const void *w) const {
+  return opts_.mmq_f16 && minfer_cuda_mmq_f16_supported(w_dtype, k) && (!w || minfer_cuda_mmq_f16_aligned(w_dtype, w));
+}
+
 void CudaDevice::mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const float *x, int64_t k, int64_t tokens) {
+  if (std::all_of(parts, parts + n_parts, [&](const minfer_cuda_mmq_part &p) { return mmq_on_f16(w_dtype, k, p.w); })) {
+    const size_t partial_bytes = minfer_cuda_mmq_f16_partials_bytes(w_dtype, parts, n_parts, k, tokens, sm_count_);
+    const minfer_cuda_mmq_split split{sm_count_, partial_bytes ? static_cast<float *>(scratch(5, partial_bytes)) : nullptr};
+    return check_launch(minfer_cuda_mmq_f16(&cfg_, w_dtype, parts, n_parts, nullptr, 0, to_f16(x, k * tokens), k, tokens, &split));
+  }
   const void *xq = quantize_for_mmq(x, k, tokens);
   const size_t partial_bytes = minfer_cuda_mmq_partials_bytes(w_dtype, parts, n_parts, k, tokens, sm_count_);
   const minfer_cuda_mmq_split split{sm_count_, partial_bytes ? static_cast<float *>(scratch(5, partial_bytes)) : nullptr};
@@ -436,9 +445,7 @@ void CudaDevice::few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *part
       check_launch(minfer_cuda_rms_norm_f32(&cfg_, x, norm->w, normed, tokens, k, norm->eps));
       x = normed;
     }
-    auto *x16 = static_cast<uint16_t *>(scratch(2, size_t(k * tokens) * 2));
-    check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, x16, k * tokens));
-    xin = x16;
+    xin = to_f16(x, k * tokens);
   } else if (norm) {  // activations to 8 bits once, the RMS norm folded in: its launch saved
     void *q = scratch(0, minfer_cuda_mmq_x_bytes(k, tokens));
     check_launch(minfer_cuda_rms_norm_quantize_mmq_x(&cfg_, x, norm->w, norm->eps, q, k, tokens));
@@ -449,6 +456,12 @@ void CudaDevice::few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *part
   const size_t partial_bytes = minfer_cuda_few_token_partials_bytes(w_dtype, parts, n_parts, up, k, tokens, sm_count_);
   auto *partials = static_cast<float *>(scratch(5, partial_bytes));
   check_launch(minfer_cuda_few_token_mma(&cfg_, w_dtype, parts, n_parts, up, act, xin, k, tokens, sm_count_, partials));
+}
+
+const void *CudaDevice::to_f16(const float *x, int64_t n) {
+  auto *x16 = static_cast<uint16_t *>(scratch(2, size_t(n) * 2));
+  check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, x16, n));
+  return x16;
 }
 
 const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t tokens) {
@@ -536,6 +549,10 @@ void CudaDevice::matmul_glu(int32_t act, int32_t w_dtype, const void *gate, cons
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::FewTokenMma) {  // one launch, y written once
     const minfer_cuda_mmq_part part{gate, y, nullptr, m, 0};
     return few_token_mma(w_dtype, &part, 1, up, act, x, k, tokens, norm);
+  }
+  if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq && mmq_on_f16(w_dtype, k, gate) && mmq_on_f16(w_dtype, k, up)) {  // one launch, y written once
+    const minfer_cuda_mmq_part part{gate, y, nullptr, m, 0};
+    return check_launch(minfer_cuda_mmq_f16(&cfg_, w_dtype, &part, 1, up, act, to_f16(x, k * tokens), k, tokens, nullptr));
   }
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq && minfer_cuda_mmq_glu_supported(w_dtype))  // one launch, y written once
     return check_launch(minfer_cuda_mmq_glu(&cfg_, w_dtype, act, gate, up, quantize_for_mmq(x, k, tokens), y, k, m, tokens));

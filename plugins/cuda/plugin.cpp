@@ -261,6 +261,10 @@ class CudaSegment : public sdk::Segment {
     const std::string act = plan_.fuse_glu[i] && nodes_[i + 2].node().op == MINFER_OP_GEGLU ? "GeGLU" : "SwiGLU";
     if (plan_.fuse_glu[i] && path == P::Gemv)
       return gemv_kernel(w) + ": gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)" + norm;
+    const bool on_f16 = path == P::Mmq && dev_.mmq_on_f16(w.dtype, w.shape[0], dptr(w));
+    if (plan_.fuse_glu[i] && on_f16)
+      return "convert_f32_f16_kernel + mmq_f16_kernel: gate, up and " + act + " in one launch (f16 tensor cores, the " + type +
+             " blocks dequantized in registers)";
     if (plan_.fuse_glu[i] && path == P::Mmq && minfer_cuda_mmq_glu_supported(w.dtype))
       return "mmq_kernel: gate, up and " + act + " in one launch (int8 tensor cores on the " + type + " blocks)";
     if (plan_.fuse_glu[i] && path == P::Mmvq) return "quantize_q8_act_kernel + mmvq_kernel: gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)";
@@ -274,7 +278,10 @@ class CudaSegment : public sdk::Segment {
     const bool mixed = std::any_of(plan_.group[i].begin(), plan_.group[i].end(), [&](const MatmulStep &st) { return st.matmul->inputs[0]->dtype != w.dtype; });
     std::string t;
     switch (path) {
-      case P::Mmq: t = "mmq_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " blocks"; break;
+      case P::Mmq:
+        t = on_f16 ? "convert_f32_f16_kernel + mmq_f16_kernel: f16 tensor cores (mma.m16n8k16), the " + type + " blocks dequantized in registers"
+                   : "mmq_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " blocks";
+        break;
       case P::Gemv:
         t = mixed ? (w.shape[0] / 32 <= 32 ? "gemv_mixed_kernel" : gemv_kernel(w)) + ": dp4a on the " + type + " and " +
                         minfer_dtype_name(plan_.group[i].back().matmul->inputs[0]->dtype) + " blocks, x quantized in the kernel"
@@ -419,6 +426,7 @@ struct CudaPlugin {
     o.cuda_graphs = opts.take_bool("cuda_graphs", true);
     o.pdl = opts.take_bool("pdl", true);
     o.mmq = opts.take_bool("mmq", true);
+    o.mmq_f16 = opts.take_bool("mmq_f16", true);
     o.mmq_min_tokens = opts.take_int("mmq_min_tokens", 0, 0, 4096);  // 0: by measurement (token count, k)
     o.few_token_mma = opts.take_bool("few_token_mma", true);
     o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);

@@ -129,6 +129,10 @@ __device__ __forceinline__ void run_items(const FewParts &parts, float (&acc)[kT
     cp_async_wait<kStages - 2>();
     __syncthreads();  // item ic is in; everyone is done with the buffer refilled next
     issue((n + kStages - 1) % kStages);
+    // The block's last item: all its loads have landed, the next kernel may launch (grid.cuh).
+    // Measured on an H100 (7B Q4_0 batched decode, two alternating rounds): S_TG at 16
+    // sequences +1.8%, at 4 and 64 unchanged.
+    if (ic == i1 - 1) release_dependents();
     const int64_t rb = ic / stages, s = ic - rb * stages;
     work(n, s);
     if (s == stages - 1 || ic == i1 - 1) {  // the end of this block's part of row block rb

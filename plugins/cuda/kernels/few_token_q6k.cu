@@ -22,17 +22,15 @@
 
 #include "async_copy.cuh"
 #include "few_token.cuh"
+#include "mma_f16.cuh"
 #include "minfer/blocks.h"
 
 namespace minfer::cuda::few_token {
 namespace {
 
 constexpr int kQBytes = int(sizeof(minfer_block_q6_k));
-static_assert(kQBytes == 210, "Q6_K: ql[128], qh[64], scales[16], d");
-// A half's words in shared memory (v), each piece from the block's 4-byte floor with one word
-// more for an odd block's 2-byte shift: ql's 64 bytes of the half (v 0..16), qh's 32 (17..25),
-// the eight scales (26..28), d (29).
-constexpr int kQlWord = 0, kQhWord = 17, kScWord = 26, kDWord = 29, kCopyWords = 30;
+static_assert(kQBytes == q6k_half::kBytes, "Q6_K: ql[128], qh[64], scales[16], d");
+using namespace q6k_half;
 constexpr int kRowWords = 36;  // a row's words in shared memory
 static_assert(kRowWords >= kCopyWords && kRowWords % 32 == 4, "rows g (stride 4 banks) of a warp's four-word read on distinct banks");
 constexpr int kXStride = 288;  // a token's 128 f16 values + 32 bytes
@@ -46,36 +44,6 @@ constexpr int min_blocks_for(int tiles) { return tiles <= 1 ? 3 : 2; }
 constexpr int stages_for(int tiles) { return tiles <= 1 ? 3 : tiles <= 4 ? 4 : 3; }
 constexpr size_t stage_bytes(int tiles) { return size_t(kBlockRows) * kRowWords * 4 + size_t(8 * tiles) * kXStride; }
 constexpr size_t smem_bytes(int tiles) { return stages_for(tiles) * stage_bytes(tiles); }
-
-// c += a . b, f16 in, f32 accumulated: c[2h + j] is row g + 8h, token 2q + j.
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// The 4 bytes at `byte` (a multiple of 4) of the piece at word v: an odd block sits 2 bytes
-// into its words.
-template <bool kOdd>
-__device__ __forceinline__ uint32_t piece_word(const uint32_t *row, int v, int byte) {
-  if constexpr (!kOdd) return row[v + byte / 4];
-  return __byte_perm(row[v + byte / 4], row[v + byte / 4 + 1], 0x5432);
-}
-
-// Byte offset from a block's 4-byte floor of shared word v of half h (see kQlWord).
-__device__ __forceinline__ int piece_offset(int v, int h) {
-  return v < kQhWord ? 64 * h + 4 * v : v < kScWord ? 128 + 32 * h + 4 * (v - kQhWord) : v < kDWord ? 192 + 8 * h + 4 * (v - kScWord) : 208;
-}
-
-// Four 6-bit values (bytes of u) as two f16 pairs times the sub-block's scale s: 0x64xx is
-// 1024 + xx, minus 1056 exactly q - 32.
-__device__ __forceinline__ void dequant4(uint32_t u, __half2 s, uint32_t &lo, uint32_t &hi) {
-  const __half2 bias = __float2half2_rn(1056.0f);
-  const uint32_t l = __byte_perm(u, 0x64646464u, 0x4140), h = __byte_perm(u, 0x64646464u, 0x4342);
-  const __half2 wl = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&l), bias), s);
-  const __half2 wh = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&h), bias), s);
-  lo = *reinterpret_cast<const uint32_t *>(&wl), hi = *reinterpret_cast<const uint32_t *>(&wh);
-}
 
 template <int kTiles, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, min_blocks_for(kTiles)) few_token_q6k_kernel(const __grid_constant__ FewParts parts, const __half *x,
@@ -152,8 +120,7 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks_for(kTiles)) few_token
 #pragma unroll
     for (int rr = 0; rr < 4; ++rr) {
       row[rr] = wrows + (16 * (rr >> 1) + g + 8 * (rr & 1)) * kRowWords;
-      const uint32_t dw = row[rr][kDWord];
-      d[rr] = __half2float(__ushort_as_half(uint16_t(kOdd ? dw >> 16 : dw)));
+      d[rr] = scale_d<kOdd>(row[rr]);
       sc[rr][0] = piece_word<kOdd>(row[rr], kScWord, 0), sc[rr][1] = piece_word<kOdd>(row[rr], kScWord, 4);
     }
 #pragma unroll
@@ -163,10 +130,7 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks_for(kTiles)) few_token
       for (int rr = 0; rr < 4; ++rr) {
         const uint32_t lo = piece_word<kOdd>(row[rr], kQlWord, l0 + 4 * q), hi = piece_word<kOdd>(row[rr], kQlWord, 32 + l0 + 4 * q);
         const uint32_t qh = piece_word<kOdd>(row[rr], kQhWord, l0 + 4 * q);
-        u[rr][0] = (lo & 0x0F0F0F0Fu) | ((qh << 4) & 0x30303030u);
-        u[rr][1] = (hi & 0x0F0F0F0Fu) | ((qh << 2) & 0x30303030u);
-        u[rr][2] = ((lo >> 4) & 0x0F0F0F0Fu) | (qh & 0x30303030u);
-        u[rr][3] = ((hi >> 4) & 0x0F0F0F0Fu) | ((qh >> 2) & 0x30303030u);
+        unpack(lo, hi, qh, u[rr]);
       }
 #pragma unroll
       for (int sub = 0; sub < 4; ++sub) {
@@ -175,7 +139,7 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks_for(kTiles)) few_token
 #pragma unroll
         for (int rr = 0; rr < 4; ++rr) {
           const float scale = d[rr] * float(int8_t(sc[rr][j >> 2] >> (8 * (j & 3))));
-          dequant4(u[rr][sub], __float2half2_rn(scale), a[rr >> 1][rr & 1], a[rr >> 1][2 + (rr & 1)]);
+          dequant6(u[rr][sub], __float2half2_rn(scale), a[rr >> 1][rr & 1], a[rr >> 1][2 + (rr & 1)]);
         }
 #pragma unroll
         for (int t = 0; t < kTiles; ++t) {

@@ -291,6 +291,19 @@ int minfer_cuda_mmq_glu_supported(int32_t dtype);
 cudaError_t minfer_cuda_mmq_glu(minfer_cuda_launch_cfg *cfg, int32_t dtype, int32_t act, const void *gate, const void *up, const void *xq,
                                 float *y, int64_t k, int64_t m, int64_t tokens);
 
+/* mmq_f16.cu: y = W x for many tokens with K-quant weights on f16 tensor cores, the weights
+ * dequantized in registers from their blocks, x as f16 values (minfer_cuda_convert_f32_f16,
+ * 16-byte aligned). For the types and k minfer_cuda_mmq_f16_supported names, weights as
+ * minfer_cuda_mmq_f16_aligned requires. Parts and split as minfer_cuda_mmq (partials:
+ * minfer_cuda_mmq_f16_partials_bytes); up (NULL, or with one part, the gate): y = act(gate x) *
+ * (up x) in the same launch, never split. */
+int minfer_cuda_mmq_f16_supported(int32_t dtype, int64_t k);
+int minfer_cuda_mmq_f16_aligned(int32_t dtype, const void *w);
+size_t minfer_cuda_mmq_f16_partials_bytes(int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, int64_t k, int64_t tokens,
+                                          int32_t sm_count);
+cudaError_t minfer_cuda_mmq_f16(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up,
+                                int32_t act, const void *x16, int64_t k, int64_t tokens, const minfer_cuda_mmq_split *split);
+
 /* few_token_mma.cu, few_token_q6k.cu: a few tokens (1..64; batched decode steps) on tensor
  * cores, the weights read in place: Q4_0's and Q4_K's nibbles on int8 ones with x quantized as for MMQ
  * (minfer_cuda_quantize_mmq_x), Q6_K's values on f16 ones with x as f16 values

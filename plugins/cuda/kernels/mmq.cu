@@ -27,6 +27,7 @@
 #include "mma_s8.cuh"
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
+#include "mmq_parts.cuh"
 #include "q8_act.cuh"
 #include "qblock.cuh"
 
@@ -85,34 +86,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *row) {
                : "memory");
 }
 
-// The weights of one launch, sharing x: part i's row tiles are [tiles_end[i-1], tiles_end[i])
-// of the launch's row tiles, so no tile straddles two parts.
-struct MmqParts {
-  const void *w[kMinferCudaMmqMaxParts];
-  float *y[kMinferCudaMmqMaxParts];
-  const float *add[kMinferCudaMmqMaxParts];
-  int64_t m[kMinferCudaMmqMaxParts], tiles_end[kMinferCudaMmqMaxParts];
-  int add_broadcast[kMinferCudaMmqMaxParts];
-  int n;
-  int copy8;  // every weight and its rows 8-byte aligned: the stages copy 8-byte pieces
-  // Split-K: each tile's stages are cut into `splits` ranges, one block each (units: tile *
-  // splits + split). Split z writes its partial products where part p's y would be in
-  // partials + z * partial_stride + partial_off[p]; mmq_split_sum_kernel adds them in split
-  // order (the same sum every run), then the add.
-  int splits;
-  float *partials;
-  int64_t partial_stride, partial_off[kMinferCudaMmqMaxParts];
-  int act;  // gated: the gate's activation (MINFER_CUDA_GLU_*)
-};
-
-
-// Part p's entry, by selects (a run-time index would copy the parameter to local memory).
-template <class T>
-__device__ __forceinline__ T pick(const T (&a)[kMinferCudaMmqMaxParts], int p) {
-  static_assert(kMinferCudaMmqMaxParts == 3, "pick() spells out three parts");
-  return p == 0 ? a[0] : p == 1 ? a[1] : a[2];
-}
-
 __global__ void mmq_split_sum_kernel(const __grid_constant__ MmqParts parts) {
   wait_for_inputs();
   MINFER_GRID_STRIDE(i, parts.partial_stride) {
@@ -157,13 +130,8 @@ __global__ void __launch_bounds__(kThreads, MmqLayout<Block, kTileRows, kGated ?
     const int64_t tile = unit / splits;
     const int split = int(unit - tile * splits);
     const int64_t s_begin = stages * split / splits, s_end = stages * (split + 1) / splits;
-    // Tiles in groups of group_tiles token tiles: a group's row tiles in turn, each with all of
-    // the group's token tiles one after another, so the weights are read from memory once per
-    // group and the group's activations stay in L2 (with row tiles fastest, a long prefill step
-    // read every weight again for each wave of blocks).
-    const int64_t per_group = row_tiles * group_tiles, grp = tile / per_group, in_group = tile - grp * per_group;
-    const int64_t group_size = token_tiles - grp * group_tiles < group_tiles ? token_tiles - grp * group_tiles : group_tiles;
-    const int64_t row_tile = in_group / group_size, tok0 = (grp * group_tiles + in_group % group_size) * kTileTokens;
+    const TileAt at = tile_at(tile, row_tiles, token_tiles, group_tiles);
+    const int64_t row_tile = at.row_tile, tok0 = at.token_tile * kTileTokens;
     // The tile's part, kept in shared memory: in registers through the stage loop its rows
     // and weights cost the tall tile its spill-free register budget.
     __shared__ int tile_part;
@@ -389,14 +357,12 @@ constexpr int kMaxSplits = 8, kMinSplitStages = 4;
 
 struct MmqPlan {
   int tile_rows = 64, splits = 1;
-  int64_t tiles = 0;  // row tiles x token tiles
 };
 
-// Tile height and split-K for a launch, from a wave model: a launch takes ceil(units / slots)
-// waves (slots: the blocks all SMs hold at once), each as long as its units' stages (plus
-// one for a split unit's partials) times the SM's work per stage (tile rows x blocks per SM:
-// the kernel is issue-bound). A few tiles for 132 SMs (a 7B's down projection at 512
-// tokens: 448 64-row tiles, 0.85 of a wave) leave SMs idle; splitting k fills them.
+// Tile height and split-K for a launch (plan_splits' wave model), each stage's time the SM's
+// work per stage (tile rows x blocks per SM: the kernel is issue-bound). A few tiles for 132
+// SMs (a 7B's down projection at 512 tokens: 448 64-row tiles, 0.85 of a wave) leave SMs
+// idle; splitting k fills them.
 template <class Block>
 MmqPlan plan_mmq(const minfer_cuda_mmq_part *parts, int n_parts, int64_t k, int64_t tokens, int sm_count, bool can_split) {
   const int64_t token_tiles = (tokens + kTileTokens - 1) / kTileTokens;
@@ -406,13 +372,9 @@ MmqPlan plan_mmq(const minfer_cuda_mmq_part *parts, int n_parts, int64_t k, int6
   const auto consider = [&](int rows, int blocks_per_sm, double stage_work) {
     int64_t tiles = 0;
     for (int i = 0; i < n_parts; ++i) tiles += (parts[i].m + rows - 1) / rows * token_tiles;
-    const int64_t slots = int64_t(sm_count > 0 ? sm_count : 1) * blocks_per_sm;
-    for (int ks = 1; ks <= kMaxSplits; ++ks) {
-      if (ks > 1 && (!can_split || stages / ks < kMinSplitStages)) break;
-      const int64_t waves = (tiles * ks + slots - 1) / slots;
-      const double cost = double(waves) * (double((stages + ks - 1) / ks) + (ks > 1 ? 1.0 : 0.0)) * stage_work;
-      if (best.tiles == 0 || cost < best_cost) best_cost = cost, best = {rows, ks, tiles};
-    }
+    const SplitPlan sp = plan_splits(tiles, stages, int64_t(sm_count > 0 ? sm_count : 1) * blocks_per_sm, can_split, kMaxSplits, kMinSplitStages);
+    const double cost = sp.cost * stage_work;
+    if (best_cost == 0 || cost < best_cost) best_cost = cost, best = {rows, sp.splits};
   };
   consider(64, MmqLayout<Block, 64>::kMinBlocks, 64.0 * MmqLayout<Block, 64>::kMinBlocks);
   // Tall tiles a little ahead at equal work: fewer fragment loads per product.
@@ -425,26 +387,11 @@ template <class Block, int kTileRows, bool kGated = false>
 cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part *in, int n_parts, const void *xq, int64_t k,
                          int64_t tokens, int32_t dtype, int splits = 1, const minfer_cuda_mmq_split *split = nullptr,
                          int32_t act = MINFER_CUDA_GLU_SILU) {
-  MmqParts parts{};
-  parts.act = act;
-  int64_t row_tiles = 0;
-  for (int i = 0; i < n_parts; ++i) {
-    parts.w[i] = in[i].w, parts.y[i] = in[i].y, parts.add[i] = in[i].add, parts.m[i] = in[i].m;
-    parts.add_broadcast[i] = in[i].add_broadcast;
-    if (!kGated || i == 0) row_tiles += (in[i].m + kTileRows - 1) / kTileRows;  // gated: both weights' rows in one tile
-    parts.tiles_end[i] = row_tiles;
-  }
-  for (int i = n_parts; i < kMinferCudaMmqMaxParts; ++i) parts.tiles_end[i] = row_tiles;
-  parts.n = n_parts;
+  MmqParts parts = make_mmq_parts(in, n_parts, kTileRows, kGated, tokens, splits, split ? split->partials : nullptr, act);
+  const int64_t row_tiles = parts.tiles_end[kMinferCudaMmqMaxParts - 1];
   const int64_t row_bytes = k / (32 * QBlock<Block>::kSubs) * int64_t(sizeof(Block));
   parts.copy8 = row_bytes % 8 == 0;
   for (int i = 0; i < n_parts; ++i) parts.copy8 &= reinterpret_cast<uintptr_t>(in[i].w) % 8 == 0;
-  parts.splits = splits;
-  for (int i = 0; i < kMinferCudaMmqMaxParts; ++i) {
-    parts.partial_off[i] = parts.partial_stride;
-    if (i < n_parts) parts.partial_stride += in[i].m * tokens;
-  }
-  if (splits > 1) parts.partials = split->partials;
   const int64_t token_tiles = (tokens + kTileTokens - 1) / kTileTokens, units = row_tiles * token_tiles * splits;
   // Token tiles per group (see the kernel): as many as keep their activations within ~16 MiB
   // of the L2 (minfer_cuda_q8_act4: 160 bytes per 128 values).
@@ -460,8 +407,7 @@ cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part
       parts, static_cast<const minfer_cuda_q8_act4 *>(xq), k, tokens, row_tiles, token_tiles, group_tiles);
   if (splits > 1) {
     if (const cudaError_t err = launched(cfg, "mmq_kernel (split k)", dtype); err != cudaSuccess) return err;
-    launch_kernel(cfg, mmq_split_sum_kernel, grid_for(cfg, parts.partial_stride), kBlock, 0, parts);
-    return launched(cfg, "mmq_split_sum_kernel", dtype);
+    return launch_mmq_split_sum(cfg, parts, tokens, dtype);
   }
   return launched(cfg,
                   kGated             ? (act == MINFER_CUDA_GLU_GELU ? "mmq_kernel (gate, up, gelu; 64 x 64 tiles)" : "mmq_kernel (gate, up, silu; 64 x 64 tiles)")
@@ -480,6 +426,12 @@ cudaError_t launch(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part *part
 }
 
 }  // namespace
+
+cudaError_t launch_mmq_split_sum(minfer_cuda_launch_cfg *cfg, const MmqParts &parts, int64_t, int32_t dtype) {
+  launch_kernel(cfg, mmq_split_sum_kernel, grid_for(cfg, parts.partial_stride), kBlock, 0, parts);
+  return launched(cfg, "mmq_split_sum_kernel", dtype);
+}
+
 }  // namespace minfer::cuda
 
 using namespace minfer::cuda;
@@ -517,9 +469,7 @@ extern "C" size_t minfer_cuda_mmq_partials_bytes(int32_t dtype, const minfer_cud
   size_t bytes = 0;
   visit_int8_block(dtype, [&](auto tag) {
     if constexpr (!kMmqReads<decltype(tag)>) return;
-    const MmqPlan plan = plan_mmq<decltype(tag)>(parts, n_parts, k, tokens, sm_count, true);
-    if (plan.splits == 1) return;
-    for (int i = 0; i < n_parts; ++i) bytes += size_t(parts[i].m * tokens) * plan.splits * sizeof(float);
+    bytes = mmq_partials_bytes(parts, n_parts, tokens, plan_mmq<decltype(tag)>(parts, n_parts, k, tokens, sm_count, true).splits);
   });
   return bytes;
 }
