@@ -253,16 +253,22 @@ TEST(Explain, CpuNamesQ4_0PanelsWhereItRepacks) {
 
 TEST(Explain, CudaNamesPathsAndFusions) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  // Prompt-sized steps of 128 tokens: past the few-token matmul's 2..64, so MMQ.
+  // Prompt-sized steps of 128 tokens: past the few-token matmul's 2..64, so MMQ: Q4_0 and the
+  // K-quants on f16 tensor cores, the other int8 types on int8 ones.
   const std::string e = explain_tiny("backends: {cuda: {}}\n", "qwen2", "q4_0", 128);
   const std::string q = kernel_lines(e, "blk.0.attn_q");
   EXPECT_NE(q.find("1: gemv_quantizing_kernel: dp4a on the q4_0 blocks"), std::string::npos) << e;
   EXPECT_NE(q.find("one launch with blk.0.attn_k and blk.0.attn_v"), std::string::npos) << e;
-  EXPECT_NE(q.find("128: mmq_kernel: int8 tensor cores"), std::string::npos) << e;
+  EXPECT_NE(q.find("128: convert_f32_f16_kernel + mmq_f16_kernel: f16 tensor cores (mma.m16n8k16), the q4_0 blocks dequantized in registers"),
+            std::string::npos) << e;
   EXPECT_NE(kernel_lines(e, "blk.0.attn_k").find("1: inside the kernel of blk.0.attn_q"), std::string::npos) << e;
   EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and SwiGLU in one launch"), std::string::npos)
       << e;
-  EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("128: mmq_kernel: gate, up and SwiGLU in one launch"), std::string::npos) << e;
+  EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("128: convert_f32_f16_kernel + mmq_f16_kernel: gate, up and SwiGLU in one launch"),
+            std::string::npos) << e;
+  const std::string q8 = explain_tiny("backends: {cuda: {}}\n", "qwen2", "q8_0", 128);
+  EXPECT_NE(kernel_lines(q8, "blk.0.attn_q").find("128: mmq_kernel: int8 tensor cores"), std::string::npos) << q8;
+  EXPECT_NE(kernel_lines(q8, "blk.0.ffn_gate").find("128: mmq_kernel"), std::string::npos) << q8;
   // Q2_K and Q3_K decode on the dp4a GEMV too (a matmul_kernel at ~80 GB/s before); Q3_K
   // prompts take MMQ, Q2_K's (minima per 16 values) the f16 GEMM.
   for (const char *type : {"q2_k", "q3_k"}) {
@@ -272,8 +278,7 @@ TEST(Explain, CudaNamesPathsAndFusions) {
     EXPECT_NE(down.find(std::string("128: ") + (type == std::string("q3_k") ? "mmq_kernel" : "dequantized to f16 per call + f16 tensor-core GEMM")),
               std::string::npos) << lo;
   }
-  // K-quant prompts on f16 tensor cores (the weights dequantized in registers), gate and up in
-  // one launch; mmq_f16: false keeps int8 MMQ.
+  // K-quant prompts likewise, gate and up in one launch; mmq_f16: false keeps int8 MMQ.
   const std::string km = explain_tiny("backends: {cuda: {}}\n", "qwen2", "q4_k_m", 128);
   EXPECT_NE(kernel_lines(km, "blk.0.ffn_gate").find("128: convert_f32_f16_kernel + mmq_f16_kernel: gate, up and SwiGLU in one launch"),
             std::string::npos) << km;
@@ -283,7 +288,8 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   // Gemma's GELU-gated FFN fuses the same way.
   const std::string g = explain_tiny("backends: {cuda: {}}\n", "gemma2", "q4_0", 128);
   EXPECT_NE(kernel_lines(g, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and GeGLU in one launch"), std::string::npos) << g;
-  EXPECT_NE(kernel_lines(g, "blk.0.ffn_gate").find("128: mmq_kernel: gate, up and GeGLU in one launch"), std::string::npos) << g;
+  EXPECT_NE(kernel_lines(g, "blk.0.ffn_gate").find("128: convert_f32_f16_kernel + mmq_f16_kernel: gate, up and GeGLU in one launch"),
+            std::string::npos) << g;
   const std::string q128 = q.substr(std::min(q.find("128: "), q.size()));  // the prompt-sized step's line
   EXPECT_NE(q128.find("one launch with blk.0.attn_k and blk.0.attn_v"), std::string::npos) << e;
   const std::string at = kernel_lines(e, "blk.0.attn");

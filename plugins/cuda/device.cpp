@@ -157,7 +157,7 @@ void CudaDevice::add_row_broadcast_f32(const float *a, const float *bias, float 
 }
 
 void CudaDevice::convert_f32_f16(const float *x, uint16_t *y, int64_t n) {
-  check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, y, n));
+  check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, y, n, 0));
 }
 
 void CudaDevice::get_rows(int32_t table_dtype, const void *table, int64_t table_rows, int64_t d,
@@ -357,7 +357,7 @@ void CudaDevice::matmul(int32_t w_dtype, const void *w, const float *x, float *y
     auto *x16 = static_cast<uint8_t *>(scratch(2, size_t(n_pad * k) * 2));
     auto *c = static_cast<float *>(scratch(3, size_t(n_pad * m_pad) * 4));
     if (!cached) check_launch(minfer_cuda_dequantize_f16(&cfg_, w_dtype, w, reinterpret_cast<uint16_t *>(w16), m * k));
-    check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, reinterpret_cast<uint16_t *>(x16), tokens * k));
+    check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, reinterpret_cast<uint16_t *>(x16), tokens * k, 1));
     if (m_pad > m && !cached)
       check_cuda(cudaMemsetAsync(w16 + size_t(m * k) * 2, 0, size_t((m_pad - m) * k) * 2, stream_), "padding weights");
     if (n_pad > tokens)
@@ -460,7 +460,7 @@ void CudaDevice::few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *part
 
 const void *CudaDevice::to_f16(const float *x, int64_t n) {
   auto *x16 = static_cast<uint16_t *>(scratch(2, size_t(n) * 2));
-  check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, x16, n));
+  check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, x16, n, 1));
   return x16;
 }
 

@@ -36,8 +36,8 @@ struct DeviceOptions {
   // tensor-core GEMM reading the packed blocks (mmq.cu, no f16 copy); false = weights
   // dequantized to f16 + f16 tensor-core GEMM (the path Q2_K always takes).
   bool mmq = true;
-  // Of those, the K-quant types (Q4_K, Q5_K, Q6_K) on f16 tensor cores, the weights dequantized
-  // in registers (mmq_f16.cu); false keeps them on int8 MMQ.
+  // Of those, Q4_0 and the K-quant types (Q4_K, Q5_K, Q6_K) on f16 tensor cores, the weights
+  // dequantized in registers (mmq_f16.cu); false keeps them on int8 MMQ.
   bool mmq_f16 = true;
   // Steps of at least this many tokens take MMQ; fewer (but more than one) take the few-token
   // GEMV (mmvq), whose time grows with the tokens while MMQ's stays flat at few tokens.
@@ -222,8 +222,8 @@ class CudaDevice {
   void *scratch(int slot, size_t bytes);
   // x quantized once for MMQ, then the parts in one launch, split over k where the tiles
   // would not fill the GPU.
-  // K-quant weights take f16 tensor cores (mmq_f16.cu: x converted to f16 once) where they
-  // are aligned for its copies.
+  // Q4_0 and K-quant weights take f16 tensor cores (mmq_f16.cu: x converted to f16 once)
+  // where they are aligned for its copies.
   void mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const float *x, int64_t k, int64_t tokens);
   // The few-token dp4a path (mmvq.cu): x quantized once, the parts (or a gate with its up) in one launch.
   void mmvq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up, int32_t act, const float *x, int64_t k,
@@ -235,7 +235,8 @@ class CudaDevice {
                      int64_t k, int64_t tokens, const RmsNormIn *norm = nullptr);
   // x (tokens x k) quantized for MMQ into scratch[0]; valid until the next call.
   const void *quantize_for_mmq(const float *x, int64_t k, int64_t tokens);
-  // n values of x as f16 in scratch[2] (16-byte aligned); valid until the next call.
+  // n values of x as f16 in scratch[2] (16-byte aligned; past f16's range +-65504), for the
+  // f16 matmuls; valid until the next call.
   const void *to_f16(const float *x, int64_t n);
   void *scratch_[8] = {};
   size_t scratch_bytes_[8] = {};

@@ -10,12 +10,21 @@ namespace {
 // 512-byte lines; a memory-bound copy needs wide accesses more than it needs threads.
 constexpr int kPerThread = 8;
 
+// kSaturate: values past f16's range become +-65504, not infinities, for the f16 matmuls
+// (mmq_f16.cu, few_token_q6k.cu, the f16 GEMM), where an infinity times a zero weight would be
+// a NaN in every output of its token; NaN stays NaN.
+template <bool kSaturate>
+__device__ __forceinline__ float f16_range(float v) {
+  return kSaturate && fabsf(v) > 65504.0f ? copysignf(65504.0f, v) : v;
+}
+
+template <bool kSaturate>
 __global__ void convert_f32_f16_vec8_kernel(const float4 *x, uint4 *y, int64_t n_chunks) {
   wait_for_inputs();
   MINFER_GRID_STRIDE(i, n_chunks) {
     const float4 a = x[2 * i], b = x[2 * i + 1];
-    const __half2 h0 = __floats2half2_rn(a.x, a.y), h1 = __floats2half2_rn(a.z, a.w);
-    const __half2 h2 = __floats2half2_rn(b.x, b.y), h3 = __floats2half2_rn(b.z, b.w);
+    const __half2 h0 = __floats2half2_rn(f16_range<kSaturate>(a.x), f16_range<kSaturate>(a.y)), h1 = __floats2half2_rn(f16_range<kSaturate>(a.z), f16_range<kSaturate>(a.w));
+    const __half2 h2 = __floats2half2_rn(f16_range<kSaturate>(b.x), f16_range<kSaturate>(b.y)), h3 = __floats2half2_rn(f16_range<kSaturate>(b.z), f16_range<kSaturate>(b.w));
     uint4 out;
     out.x = *reinterpret_cast<const uint32_t *>(&h0);
     out.y = *reinterpret_cast<const uint32_t *>(&h1);
@@ -26,9 +35,10 @@ __global__ void convert_f32_f16_vec8_kernel(const float4 *x, uint4 *y, int64_t n
 }
 
 // Scalar form: the tail after the last whole chunk, or unaligned tensors.
+template <bool kSaturate>
 __global__ void convert_f32_f16_kernel(const float *x, __half *y, int64_t n) {
   wait_for_inputs();
-  MINFER_GRID_STRIDE(i, n) y[i] = __float2half_rn(x[i]);
+  MINFER_GRID_STRIDE(i, n) y[i] = __float2half_rn(f16_range<kSaturate>(x[i]));
 }
 
 }  // namespace
@@ -36,23 +46,29 @@ __global__ void convert_f32_f16_kernel(const float *x, __half *y, int64_t n) {
 
 using namespace minfer::cuda;
 
-extern "C" cudaError_t minfer_cuda_convert_f32_f16(minfer_cuda_launch_cfg *cfg,
-                                                   const float *x, uint16_t *y, int64_t n) {
+namespace {
+template <bool kSaturate>
+cudaError_t convert(minfer_cuda_launch_cfg *cfg, const float *x, uint16_t *y, int64_t n) {
   const bool aligned = (reinterpret_cast<uintptr_t>(x) % 16 == 0) &&
                        (reinterpret_cast<uintptr_t>(y) % 16 == 0);
   int64_t done = 0;
   if (aligned && n >= kPerThread) {
     const int64_t chunks = n / kPerThread;
-    launch_kernel(cfg, convert_f32_f16_vec8_kernel, grid_for(cfg, chunks), kBlock, 0,
+    launch_kernel(cfg, convert_f32_f16_vec8_kernel<kSaturate>, grid_for(cfg, chunks), kBlock, 0,
         reinterpret_cast<const float4 *>(x), reinterpret_cast<uint4 *>(y), chunks);
     const cudaError_t err = launched(cfg, "convert_f32_f16_vec8_kernel");
     if (err != cudaSuccess) return err;
     done = chunks * kPerThread;
   }
   if (done < n) {
-    launch_kernel(cfg, convert_f32_f16_kernel, grid_for(cfg, n - done), kBlock, 0,
+    launch_kernel(cfg, convert_f32_f16_kernel<kSaturate>, grid_for(cfg, n - done), kBlock, 0,
         x + done, reinterpret_cast<__half *>(y) + done, n - done);
     return launched(cfg, "convert_f32_f16_kernel");
   }
   return cudaSuccess;
+}
+}  // namespace
+
+extern "C" cudaError_t minfer_cuda_convert_f32_f16(minfer_cuda_launch_cfg *cfg, const float *x, uint16_t *y, int64_t n, int32_t saturate) {
+  return saturate ? convert<true>(cfg, x, y, n) : convert<false>(cfg, x, y, n);
 }

@@ -32,9 +32,10 @@ cudaError_t minfer_cuda_silu_f32(minfer_cuda_launch_cfg *cfg, const float *x, fl
 cudaError_t minfer_cuda_add_row_broadcast_f32(minfer_cuda_launch_cfg *cfg, const float *a,
                                               const float *bias, float *y, int64_t rows, int64_t d);
 
-/* convert.cu */
-cudaError_t minfer_cuda_convert_f32_f16(minfer_cuda_launch_cfg *cfg, const float *x,
-                                        uint16_t *y, int64_t n);
+/* convert.cu: y = x as f16 (round to nearest). saturate: values past f16's range become
+ * +-65504 instead of infinities (the f16 matmuls' inputs: an infinity times a zero weight
+ * would be a NaN). */
+cudaError_t minfer_cuda_convert_f32_f16(minfer_cuda_launch_cfg *cfg, const float *x, uint16_t *y, int64_t n, int32_t saturate);
 
 /* getrows.cu: out[r] = table[ids[r]] as f32. An id outside [0, table_rows) fills its row
  * with NaN and records (error_tag, id) in error_flag[0..1] if error_flag[0] was 0. */
@@ -291,7 +292,7 @@ int minfer_cuda_mmq_glu_supported(int32_t dtype);
 cudaError_t minfer_cuda_mmq_glu(minfer_cuda_launch_cfg *cfg, int32_t dtype, int32_t act, const void *gate, const void *up, const void *xq,
                                 float *y, int64_t k, int64_t m, int64_t tokens);
 
-/* mmq_f16.cu: y = W x for many tokens with K-quant weights on f16 tensor cores, the weights
+/* mmq_f16.cu: y = W x for many tokens with Q4_0 or K-quant weights on f16 tensor cores, the weights
  * dequantized in registers from their blocks, x as f16 values (minfer_cuda_convert_f32_f16,
  * 16-byte aligned). For the types and k minfer_cuda_mmq_f16_supported names, weights as
  * minfer_cuda_mmq_f16_aligned requires. Parts and split as minfer_cuda_mmq (partials:

@@ -1,6 +1,6 @@
-// plugins/cuda/kernels/mmq_f16.cu — prompt matmuls of the K-quant weights (Q4_K, Q5_K, Q6_K:
-// what Q4_K_M and Q5_K_M files are made of) on f16 tensor cores, the weights dequantized in
-// registers from their blocks.
+// plugins/cuda/kernels/mmq_f16.cu — prompt matmuls of Q4_0 and the K-quant weights (Q4_K,
+// Q5_K, Q6_K: what Q4_K_M and Q5_K_M files are made of) on f16 tensor cores, the weights
+// dequantized in registers from their blocks.
 //
 // Why not int8 MMQ (mmq.cu): its int32 products must be scaled per 32-value sub-block, token
 // and row (two conversions, multiplies and the minimum's term per product); with the K types'
@@ -42,7 +42,8 @@ constexpr int kMaxSplits = 8, kMinSplitStages = 4;
 // alternating rounds) Q4_K_M 16,371 t/s against 14,886 with three stages at one block an SM
 // (the registers' bound then 255, not 128: no spills) and 14,845 with four; pp2048 16,449
 // against 14,997. Q5_K spills 84 bytes at 128 registers, and still gains at pp2048 (14,950
-// against 14,206), loses at pp128 (9,356 against 10,025).
+// against 14,206), loses at pp128 (9,356 against 10,025). Q4_0 on this kernel rather than
+// int8 MMQ: 7B pp512 12,523 -> 17,298, 0.5B 100,339 -> 100,564 (H100, two rounds each).
 constexpr int kStages = 2, kMinBlocks = 2;
 
 // Per type: a row's bytes of a stage in shared memory (word strides that put the 8 rows g of a
@@ -52,23 +53,35 @@ template <class Block>
 struct F16Type;
 template <>
 struct F16Type<minfer_block_q4_k> {
-  static constexpr int kRowBytes = 80, kPieces = 5, kQsAt = 16;  // header 16, the half's qs 64
+  static constexpr int kRowBytes = 80, kPieces = 5, kPieceBytes = 16, kQsAt = 16;  // header 16, the half's qs 64
   static constexpr int kAlign = 16;
+  __device__ static int64_t stage_at(int64_t s) { return (s >> 1) * 144; }  // the stage's block
   // Block offset of piece p (shared offset 16 p) of half h.
   __device__ static int piece_src(int p, int h) { return p == 0 ? 0 : 16 + 64 * h + 16 * (p - 1); }
 };
 template <>
 struct F16Type<minfer_block_q5_k> {
-  static constexpr int kRowBytes = 112, kPieces = 7, kQsAt = 48;  // header 16, qh 32, the half's qs 64
+  static constexpr int kRowBytes = 112, kPieces = 7, kPieceBytes = 16, kQsAt = 48;  // header 16, qh 32, the half's qs 64
   static constexpr int kAlign = 16;
+  __device__ static int64_t stage_at(int64_t s) { return (s >> 1) * 176; }
   __device__ static int piece_src(int p, int h) { return p < 3 ? 16 * p : 48 + 64 * h + 16 * (p - 3); }
 };
 template <>
 struct F16Type<minfer_block_q6_k> {
   static constexpr int kRowBytes = 144, kPieces = 0;  // 36 words, 30 copied (q6k_half)
   static constexpr int kAlign = 4;
-  static constexpr int kQsAt = 0;  // (the Q4_K/Q5_K members, unused)
+  static constexpr int kPieceBytes = 16, kQsAt = 0;  // (the members of the types copied in pieces, unused)
+  __device__ static int64_t stage_at(int64_t) { return 0; }
   __device__ static int piece_src(int, int) { return 0; }
+};
+// Q4_0: a stage is four whole blocks (72 bytes, rows of k a multiple of 128 keep it on 8
+// bytes), copied as nine 8-byte pieces into a row of 80.
+template <>
+struct F16Type<minfer_block_q4_0> {
+  static constexpr int kRowBytes = 80, kPieces = 9, kPieceBytes = 8, kQsAt = 0;
+  static constexpr int kAlign = 8;
+  __device__ static int64_t stage_at(int64_t s) { return s * 72; }
+  __device__ static int piece_src(int p, int) { return 8 * p; }
 };
 static_assert((F16Type<minfer_block_q4_k>::kRowBytes / 4) % 8 == 4 && (F16Type<minfer_block_q5_k>::kRowBytes / 4) % 8 == 4 &&
                   (F16Type<minfer_block_q6_k>::kRowBytes / 4) % 8 == 4,
@@ -90,13 +103,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   wait_for_inputs();
   using T = F16Type<Block>;
   constexpr bool kQ6 = std::is_same_v<Block, minfer_block_q6_k>, kQ5 = std::is_same_v<Block, minfer_block_q5_k>;
+  constexpr bool kQ40 = std::is_same_v<Block, minfer_block_q4_0>;
   constexpr int kBlockBytes = int(sizeof(Block));
   extern __shared__ __align__(16) uint8_t smem[];
   const auto wsm = [&](int buf) { return smem + buf * stage_bytes<Block>(); };
   const auto xsm = [&](int buf) { return wsm(buf) + kRows * T::kRowBytes; };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int wm = warp & 3, wn = warp >> 2;  // this warp's rows 32 wm.., tokens 64 wn..
-  const int64_t stages = k / 128, row_bytes = k / 256 * kBlockBytes;
+  const int64_t stages = k / 128, row_bytes = k / (kQ40 ? 32 : 256) * kBlockBytes;
   const int splits = parts.splits;
 
   for (int64_t unit = blockIdx.x; unit < row_tiles * token_tiles * splits; unit += gridDim.x) {
@@ -134,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       for (int j = 0; j < kCopies; ++j) {
         const int c = threadIdx.x + j * kThreads, r = c / T::kPieces, piece = c % T::kPieces;
         src[j] = c < kRows * T::kPieces ? row_src(r) : nullptr;
-        dst[j] = r * T::kRowBytes + 16 * piece;
+        dst[j] = r * T::kRowBytes + T::kPieceBytes * piece;
         off[j][0] = T::piece_src(piece, 0), off[j][1] = T::piece_src(piece, 1);
       }
     }
@@ -156,7 +170,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
           for (int j = 0; j < kCopies; ++j) {
             if (!src[j]) break;
-            cp_async16(ws + dst[j], src[j] + blk * kBlockBytes + (h ? off[j][1] : off[j][0]));
+            const uint8_t *from = src[j] + T::stage_at(s) + (h ? off[j][1] : off[j][0]);
+            if constexpr (T::kPieceBytes == 16) cp_async16(ws + dst[j], from);
+            else cp_async_zfill<8>(ws + dst[j], from, 8);
           }
         }
         uint8_t *xs = xsm(buf) + (threadIdx.x >> 4) * kXStride + 16 * (threadIdx.x & 15);
@@ -266,6 +282,37 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     };
 
+    // Q4_0: block b of the stage (its 18 bytes at 18 b) has one scale; values i and 16 + i
+    // are the nibbles of qs byte i, so a 16-value chunk is the low (c = 0) or high nibbles of
+    // the 16 bytes. Even blocks' qs start 2 bytes into a word: their words are read across two.
+    const auto work_q40 = [&](int buf) {
+      const uint8_t *ws = wsm(buf), *xs = xsm(buf);
+      const __half2 k1032 = __float2half2_rn(1032.0f);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        __half2 d2[4];
+        uint32_t wd[4];
+#pragma unroll
+        for (int rr = 0; rr < 4; ++rr) {
+          const uint8_t *row = ws + lane_row(rr) * T::kRowBytes;
+          const uint32_t *rw = reinterpret_cast<const uint32_t *>(row);
+          d2[rr] = __half2half2(*reinterpret_cast<const __half *>(row + 18 * b));
+          wd[rr] = b % 2 == 0 ? __byte_perm(rw[(18 * b) / 4 + q], rw[(18 * b) / 4 + q + 1], 0x5432) : rw[(18 * b + 2) / 4 + q];
+        }
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          uint32_t a[2][4];
+#pragma unroll
+          for (int rr = 0; rr < 4; ++rr) {
+            const uint32_t v = c ? (wd[rr] >> 4) & 0x0F0F0F0Fu : wd[rr] & 0x0F0F0F0Fu;
+            a[rr >> 1][rr & 1] = as_word(__hmul2(__hsub2(bytes_1024<false>(v), k1032), d2[rr]));
+            a[rr >> 1][2 + (rr & 1)] = as_word(__hmul2(__hsub2(bytes_1024<true>(v), k1032), d2[rr]));
+          }
+          mma_chunk(a, xs, 32 * b + 16 * c + 4 * q);
+        }
+      }
+    };
+
 #pragma unroll
     for (int i = 0; i < kStages - 1; ++i) issue(s_begin + i, i);
     for (int64_t s = s_begin; s < s_end; ++s) {
@@ -276,6 +323,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       if constexpr (kQ6) {
         if ((s >> 1) & 1) work_q6(buf, std::true_type{});  // an odd block: 2 bytes into its words
         else work_q6(buf, std::false_type{});
+      } else if constexpr (kQ40) {
+        work_q40(buf);
       } else {
         work_k(buf, int(s & 1));
       }
@@ -314,9 +363,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     __syncthreads();  // shared memory is rewritten by the next tile
   }
 }
-
-template <class Block>
-constexpr bool kReadsF16 = std::is_same_v<Block, minfer_block_q4_k> || std::is_same_v<Block, minfer_block_q5_k> || std::is_same_v<Block, minfer_block_q6_k>;
 
 int64_t row_tiles_of(const minfer_cuda_mmq_part *parts, int n_parts, bool gated) {
   int64_t tiles = 0;
@@ -363,6 +409,7 @@ cudaError_t launch(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part *in, 
 template <class F>
 void visit_f16_block(int32_t dtype, F &&f) {
   switch (dtype) {
+    case MINFER_DTYPE_Q4_0: f(minfer_block_q4_0{}); break;
     case MINFER_DTYPE_Q4_K: f(minfer_block_q4_k{}); break;
     case MINFER_DTYPE_Q5_K: f(minfer_block_q5_k{}); break;
     case MINFER_DTYPE_Q6_K: f(minfer_block_q6_k{}); break;
@@ -377,7 +424,14 @@ using namespace minfer::cuda;
 
 extern "C" int minfer_cuda_mmq_f16_supported(int32_t dtype, int64_t k) {
   // Q6_K: rows of an even number of blocks start on a 4-byte word (see mma_f16.cuh).
-  return (dtype == MINFER_DTYPE_Q4_K || dtype == MINFER_DTYPE_Q5_K) ? k % 256 == 0 && k > 0 : dtype == MINFER_DTYPE_Q6_K ? k % 512 == 0 && k > 0 : 0;
+  if (k <= 0) return 0;
+  switch (dtype) {
+    case MINFER_DTYPE_Q4_0: return k % 128 == 0;  // a stage: four whole blocks
+    case MINFER_DTYPE_Q4_K:
+    case MINFER_DTYPE_Q5_K: return k % 256 == 0;
+    case MINFER_DTYPE_Q6_K: return k % 512 == 0;
+    default: return 0;
+  }
 }
 
 extern "C" int minfer_cuda_mmq_f16_aligned(int32_t dtype, const void *w) {
