@@ -24,8 +24,8 @@ for spec in ${MODELS:-7b:q4_k_m}; do
   [ -f "$f" ] || "$bin/minfer-gguf" synth "${args[@]}" --type "$type" --seed 1 --vocab "$vocab" -o "$f" > /dev/null 2>&1
   "$bin/minfer-bench" -m "$f" --config "$out/new.yaml" -p 64 -n 16 -r 1 > /dev/null 2>&1  # warm-up, not recorded
   for r in $(seq "$rounds"); do
-    for spec in ${SIDES:-main new}; do
-      side=$(side_label "$spec")
+    for side_spec in ${SIDES:-main new}; do  # not $spec: the model's, printed below
+      side=$(side_label "$side_spec")
       "$bin/minfer-bench" -m "$f" --config "$out/$side.yaml" -p "${P:-512}" -n "${N:-128}" -d "${D:-0}" -r 3 2>&1 | grep -E '\| *(pp|tg)[0-9]' |
         awk -v s="$side" -v m="$spec" -F'|' '{gsub(/ /, "", $7); split($8, v, "±"); printf "%s %s %s %s\n", m, $7, s, v[1]}' | tee -a "$out/ab.txt"
     done

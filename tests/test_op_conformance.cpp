@@ -136,6 +136,16 @@ std::vector<Case> all_cases() {
       g.mark_output(g.scale("node", x, scale, cap)); return g.finish(); }, MINFER_OP_SCALE, {MINFER_DTYPE_F32}});
   }
   // Matmul: every weight type, one and several tokens, odd output counts.
+  const auto matmul_case = [&cases](int32_t dt, int64_t k, int64_t m, int64_t n) {
+    cases.push_back({"matmul " + std::string(minfer_dtype_name(dt)) + " w[" + std::to_string(k) + "," + std::to_string(m) + "] x" + std::to_string(n),
+                     [dt, k, m, n] {
+                       GraphBuilder g;
+                       auto w = g.input("in0", dt, {k, m}), x = g.input("in1", MINFER_DTYPE_F32, {k, n});
+                       g.mark_output(g.matmul("node", w, x));
+                       return g.finish();
+                     },
+                     MINFER_OP_MATMUL, {dt}});
+  };
   std::vector<int32_t> weight_types = {MINFER_DTYPE_F32, MINFER_DTYPE_F16, MINFER_DTYPE_BF16};
   for (int32_t dt : minfer::test::block_dtypes()) weight_types.push_back(dt);
   for (int32_t dt : weight_types) {
@@ -164,16 +174,7 @@ std::vector<Case> all_cases() {
       const int64_t kp = per == 256 ? 1024 : 896;
       shapes.push_back({kp, 64, 1}), shapes.push_back({kp, 48, 11}), shapes.push_back({1024, 128, 130});
     }
-    for (auto [k, m, n] : shapes) {
-      cases.push_back({"matmul " + std::string(minfer_dtype_name(dt)) + " w[" + std::to_string(k) + "," + std::to_string(m) + "] x" + std::to_string(n),
-                       [dt, k = k, m = m, n = n] {
-                         GraphBuilder g;
-                         auto w = g.input("in0", dt, {k, m}), x = g.input("in1", MINFER_DTYPE_F32, {k, n});
-                         g.mark_output(g.matmul("node", w, x));
-                         return g.finish();
-                       },
-                       MINFER_OP_MATMUL, {dt}});
-    }
+    for (auto [k, m, n] : shapes) matmul_case(dt, k, m, n);
   }
   for (int32_t mode : {MINFER_ROPE_NORMAL, MINFER_ROPE_NEOX})
     for (auto [hd, heads, dims, n] : std::vector<std::tuple<int, int, int, int64_t>>{{8, 8, 8, 5}, {64, 14, 64, 7}, {128, 4, 64, 3}}) {
@@ -383,19 +384,11 @@ std::vector<Case> all_cases() {
       paged("window wider than the sequence", cache, hd, nh, nkv, 16, 4, {{in_order(4), 10, 6}}, 4096);
     }
   }
-  // K-quant prompts (CUDA: f16 tensor cores on the weights dequantized in registers, 128 x
-  // 128 tiles): k split over blocks, a partial row tile and token tile; odd Q6_K blocks.
-  // Appended last: the cases before keep their seeds.
-  for (int32_t dt : {MINFER_DTYPE_Q4_K, MINFER_DTYPE_Q5_K, MINFER_DTYPE_Q6_K})
-    for (auto [k, m, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{4096, 130, 130}, {1536, 200, 300}})
-      cases.push_back({"matmul " + std::string(minfer_dtype_name(dt)) + " w[" + std::to_string(k) + "," + std::to_string(m) + "] x" + std::to_string(n),
-                       [dt, k = k, m = m, n = n] {
-                         GraphBuilder g;
-                         auto w = g.input("in0", dt, {k, m}), x = g.input("in1", MINFER_DTYPE_F32, {k, n});
-                         g.mark_output(g.matmul("node", w, x));
-                         return g.finish();
-                       },
-                       MINFER_OP_MATMUL, {dt}});
+  // Prompts of the types CUDA takes on f16 tensor cores with the weights dequantized in
+  // registers (128 x 128 tiles): k split over blocks, a partial row tile and token tile; odd
+  // Q6_K blocks. Appended last (Q4_0 and Q8_0 after the K types): the cases before keep their seeds.
+  for (int32_t dt : {MINFER_DTYPE_Q4_K, MINFER_DTYPE_Q5_K, MINFER_DTYPE_Q6_K, MINFER_DTYPE_Q4_0, MINFER_DTYPE_Q8_0})
+    for (auto [k, m, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{4096, 130, 130}, {1536, 200, 300}}) matmul_case(dt, k, m, n);
   return cases;
 }
 

@@ -253,8 +253,8 @@ TEST(Explain, CpuNamesQ4_0PanelsWhereItRepacks) {
 
 TEST(Explain, CudaNamesPathsAndFusions) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  // Prompt-sized steps of 128 tokens: past the few-token matmul's 2..64, so MMQ: Q4_0 and the
-  // K-quants on f16 tensor cores, the other int8 types on int8 ones.
+  // Prompt-sized steps of 128 tokens: past the few-token matmul's 2..64, so MMQ: Q4_0, Q8_0
+  // and the K-quants on f16 tensor cores, the other int8 types (Q5_0 here) on int8 ones.
   const std::string e = explain_tiny("backends: {cuda: {}}\n", "qwen2", "q4_0", 128);
   const std::string q = kernel_lines(e, "blk.0.attn_q");
   EXPECT_NE(q.find("1: gemv_quantizing_kernel: dp4a on the q4_0 blocks"), std::string::npos) << e;
@@ -266,9 +266,9 @@ TEST(Explain, CudaNamesPathsAndFusions) {
       << e;
   EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("128: convert_f32_f16_kernel + mmq_f16_kernel: gate, up and SwiGLU in one launch"),
             std::string::npos) << e;
-  const std::string q8 = explain_tiny("backends: {cuda: {}}\n", "qwen2", "q8_0", 128);
-  EXPECT_NE(kernel_lines(q8, "blk.0.attn_q").find("128: mmq_kernel: int8 tensor cores"), std::string::npos) << q8;
-  EXPECT_NE(kernel_lines(q8, "blk.0.ffn_gate").find("128: mmq_kernel"), std::string::npos) << q8;
+  const std::string q5 = explain_tiny("backends: {cuda: {}}\n", "qwen2", "q5_0", 128);
+  EXPECT_NE(kernel_lines(q5, "blk.0.attn_q").find("128: mmq_kernel: int8 tensor cores"), std::string::npos) << q5;
+  EXPECT_NE(kernel_lines(q5, "blk.0.ffn_gate").find("128: mmq_kernel: gate, up and SwiGLU in one launch"), std::string::npos) << q5;
   // Q2_K and Q3_K decode on the dp4a GEMV too (a matmul_kernel at ~80 GB/s before); Q3_K
   // prompts take MMQ, Q2_K's (minima per 16 values) the f16 GEMM.
   for (const char *type : {"q2_k", "q3_k"}) {

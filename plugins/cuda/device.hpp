@@ -36,7 +36,7 @@ struct DeviceOptions {
   // tensor-core GEMM reading the packed blocks (mmq.cu, no f16 copy); false = weights
   // dequantized to f16 + f16 tensor-core GEMM (the path Q2_K always takes).
   bool mmq = true;
-  // Of those, Q4_0 and the K-quant types (Q4_K, Q5_K, Q6_K) on f16 tensor cores, the weights
+  // Of those, Q4_0, Q8_0 and the K-quant types (Q4_K, Q5_K, Q6_K) on f16 tensor cores, the weights
   // dequantized in registers (mmq_f16.cu); false keeps them on int8 MMQ.
   bool mmq_f16 = true;
   // Steps of at least this many tokens take MMQ; fewer (but more than one) take the few-token
@@ -222,7 +222,7 @@ class CudaDevice {
   void *scratch(int slot, size_t bytes);
   // x quantized once for MMQ, then the parts in one launch, split over k where the tiles
   // would not fill the GPU.
-  // Q4_0 and K-quant weights take f16 tensor cores (mmq_f16.cu: x converted to f16 once)
+  // Q4_0, Q8_0 and K-quant weights take f16 tensor cores (mmq_f16.cu: x converted to f16 once)
   // where they are aligned for its copies.
   void mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const float *x, int64_t k, int64_t tokens);
   // The few-token dp4a path (mmvq.cu): x quantized once, the parts (or a gate with its up) in one launch.

@@ -292,7 +292,7 @@ int minfer_cuda_mmq_glu_supported(int32_t dtype);
 cudaError_t minfer_cuda_mmq_glu(minfer_cuda_launch_cfg *cfg, int32_t dtype, int32_t act, const void *gate, const void *up, const void *xq,
                                 float *y, int64_t k, int64_t m, int64_t tokens);
 
-/* mmq_f16.cu: y = W x for many tokens with Q4_0 or K-quant weights on f16 tensor cores, the weights
+/* mmq_f16.cu: y = W x for many tokens with Q4_0, Q8_0 or K-quant weights on f16 tensor cores, the weights
  * dequantized in registers from their blocks, x as f16 values (minfer_cuda_convert_f32_f16,
  * 16-byte aligned). For the types and k minfer_cuda_mmq_f16_supported names, weights as
  * minfer_cuda_mmq_f16_aligned requires. Parts and split as minfer_cuda_mmq (partials:

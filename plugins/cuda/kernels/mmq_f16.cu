@@ -1,6 +1,6 @@
-// plugins/cuda/kernels/mmq_f16.cu — prompt matmuls of Q4_0 and the K-quant weights (Q4_K,
-// Q5_K, Q6_K: what Q4_K_M and Q5_K_M files are made of) on f16 tensor cores, the weights
-// dequantized in registers from their blocks.
+// plugins/cuda/kernels/mmq_f16.cu — prompt matmuls of Q4_0, Q8_0 and the K-quant weights
+// (Q4_K, Q5_K, Q6_K: what Q4_K_M and Q5_K_M files are made of) on f16 tensor cores, the
+// weights dequantized in registers from their blocks.
 //
 // Why not int8 MMQ (mmq.cu): its int32 products must be scaled per 32-value sub-block, token
 // and row (two conversions, multiplies and the minimum's term per product); with the K types'
@@ -43,7 +43,8 @@ constexpr int kMaxSplits = 8, kMinSplitStages = 4;
 // (the registers' bound then 255, not 128: no spills) and 14,845 with four; pp2048 16,449
 // against 14,997. Q5_K spills 84 bytes at 128 registers, and still gains at pp2048 (14,950
 // against 14,206), loses at pp128 (9,356 against 10,025). Q4_0 on this kernel rather than
-// int8 MMQ: 7B pp512 12,523 -> 17,298, 0.5B 100,339 -> 100,564 (H100, two rounds each).
+// int8 MMQ: 7B pp512 12,523 -> 17,298, 0.5B 100,339 -> 100,564; Q8_0: 0.5B 81,764 ->
+// 91,016, 1.5B 36,818 -> 47,072 (H100, two rounds each).
 constexpr int kStages = 2, kMinBlocks = 2;
 
 // Per type: a row's bytes of a stage in shared memory (word strides that put the 8 rows g of a
@@ -70,9 +71,7 @@ template <>
 struct F16Type<minfer_block_q6_k> {
   static constexpr int kRowBytes = 144, kPieces = 0;  // 36 words, 30 copied (q6k_half)
   static constexpr int kAlign = 4;
-  static constexpr int kPieceBytes = 16, kQsAt = 0;  // (the members of the types copied in pieces, unused)
-  __device__ static int64_t stage_at(int64_t) { return 0; }
-  __device__ static int piece_src(int, int) { return 0; }
+  static constexpr int kPieceBytes = 4, kQsAt = 0;  // (kQsAt: Q4_K's and Q5_K's, unused)
 };
 // Q4_0: a stage is four whole blocks (72 bytes, rows of k a multiple of 128 keep it on 8
 // bytes), copied as nine 8-byte pieces into a row of 80.
@@ -81,10 +80,17 @@ struct F16Type<minfer_block_q4_0> {
   static constexpr int kRowBytes = 80, kPieces = 9, kPieceBytes = 8, kQsAt = 0;
   static constexpr int kAlign = 8;
   __device__ static int64_t stage_at(int64_t s) { return s * 72; }
-  __device__ static int piece_src(int p, int) { return 8 * p; }
+};
+// Q8_0 likewise: four blocks of 34 bytes, seventeen 8-byte pieces into a row of 144.
+template <>
+struct F16Type<minfer_block_q8_0> {
+  static constexpr int kRowBytes = 144, kPieces = 17, kPieceBytes = 8, kQsAt = 0;
+  static constexpr int kAlign = 8;
+  __device__ static int64_t stage_at(int64_t s) { return s * 136; }
 };
 static_assert((F16Type<minfer_block_q4_k>::kRowBytes / 4) % 8 == 4 && (F16Type<minfer_block_q5_k>::kRowBytes / 4) % 8 == 4 &&
-                  (F16Type<minfer_block_q6_k>::kRowBytes / 4) % 8 == 4,
+                  (F16Type<minfer_block_q6_k>::kRowBytes / 4) % 8 == 4 && (F16Type<minfer_block_q4_0>::kRowBytes / 4) % 8 == 4 &&
+                  (F16Type<minfer_block_q8_0>::kRowBytes / 4) % 8 == 4,
               "rows g of a warp's word loads on distinct banks");
 
 template <class Block>
@@ -103,14 +109,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   wait_for_inputs();
   using T = F16Type<Block>;
   constexpr bool kQ6 = std::is_same_v<Block, minfer_block_q6_k>, kQ5 = std::is_same_v<Block, minfer_block_q5_k>;
-  constexpr bool kQ40 = std::is_same_v<Block, minfer_block_q4_0>;
+  constexpr bool kQ40 = std::is_same_v<Block, minfer_block_q4_0>, kQ80 = std::is_same_v<Block, minfer_block_q8_0>;
   constexpr int kBlockBytes = int(sizeof(Block));
   extern __shared__ __align__(16) uint8_t smem[];
   const auto wsm = [&](int buf) { return smem + buf * stage_bytes<Block>(); };
   const auto xsm = [&](int buf) { return wsm(buf) + kRows * T::kRowBytes; };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int wm = warp & 3, wn = warp >> 2;  // this warp's rows 32 wm.., tokens 64 wn..
-  const int64_t stages = k / 128, row_bytes = k / (kQ40 ? 32 : 256) * kBlockBytes;
+  const int64_t stages = k / 128, row_bytes = k / (kQ40 || kQ80 ? 32 : 256) * kBlockBytes;
   const int splits = parts.splits;
 
   for (int64_t unit = blockIdx.x; unit < row_tiles * token_tiles * splits; unit += gridDim.x) {
@@ -132,16 +138,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // The copies of one stage into buffer `buf`: the weights' pieces (the assignment of pieces
     // to threads is the same every stage: their rows' addresses are kept), then x's 16 pieces
     // of each token (zeros past the tokens).
-    constexpr int kCopies = kQ6 ? 4 : (kRows * T::kPieces + kThreads - 1) / kThreads;
+    // Q6_K and the 8-byte pieces (Q4_0, Q8_0): eight lanes a row, four rows a thread (warp w's
+    // rows 16 w.. for Q6_K's words; rows t / 8 + 32 i for pieces); the 16-byte pieces (Q4_K,
+    // Q5_K): consecutive threads on consecutive pieces, up to three a thread. Either way a
+    // thread keeps four or fewer rows' addresses across the stages.
+    constexpr bool kEight = kQ6 || T::kPieceBytes == 8;
+    constexpr int kCopies = kEight ? 4 : (kRows * T::kPieces + kThreads - 1) / kThreads;
     const uint8_t *src[kCopies];
     int dst[kCopies], off[kCopies][2];  // shared offset; source offset in the block of halves 0, 1
-    if constexpr (kQ6) {  // warp w: rows 16 w.., eight lanes a row (words lane % 8 + 8 i), four rows a copy
+    if constexpr (kQ6) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int r = 16 * warp + 4 * j + (lane >> 3);
         src[j] = row_src(r), dst[j] = r * T::kRowBytes + 4 * (lane & 7);
         // off[i]: the source offsets of word lane % 8 + 8 i (four rounds i, as there are four rows j)
         off[j][0] = q6k_half::piece_offset((lane & 7) + 8 * j, 0), off[j][1] = q6k_half::piece_offset((lane & 7) + 8 * j, 1);
+      }
+    } else if constexpr (kEight) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = (threadIdx.x >> 3) + 32 * j;
+        src[j] = row_src(r) + 8 * (threadIdx.x & 7), dst[j] = r * T::kRowBytes + 8 * (threadIdx.x & 7);
       }
     } else {
 #pragma unroll
@@ -166,13 +183,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
             for (int i = 0; i < 4; ++i)
               if (i < 3 || (lane & 7) < q6k_half::kCopyWords - 24) cp_async_zfill<4>(ws + dst[j] + 32 * i, src[j] + floor4 + (h ? off[i][1] : off[i][0]), 4);
+        } else if constexpr (kEight) {  // row j's pieces lane % 8 + 8 p
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int p = 0; p < (T::kPieces + 7) / 8; ++p)
+              if ((T::kPieces % 8 == 0 || p < T::kPieces / 8 || int(threadIdx.x & 7) < T::kPieces % 8))
+                cp_async_zfill<8>(ws + dst[j] + 64 * p, src[j] + T::stage_at(s) + 64 * p, 8);
         } else {
 #pragma unroll
           for (int j = 0; j < kCopies; ++j) {
             if (!src[j]) break;
-            const uint8_t *from = src[j] + T::stage_at(s) + (h ? off[j][1] : off[j][0]);
-            if constexpr (T::kPieceBytes == 16) cp_async16(ws + dst[j], from);
-            else cp_async_zfill<8>(ws + dst[j], from, 8);
+            cp_async16(ws + dst[j], src[j] + T::stage_at(s) + (h ? off[j][1] : off[j][0]));
           }
         }
         uint8_t *xs = xsm(buf) + (threadIdx.x >> 4) * kXStride + 16 * (threadIdx.x & 15);
@@ -313,6 +335,33 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     };
 
+    // Q8_0: block b of the stage (34 bytes at 34 b) has one scale; a 16-value chunk c is qs
+    // bytes 16 c.., a lane's four values one word (even blocks' qs 2 bytes into a word, as
+    // Q4_0's), int8 + 128 through the 0x6400 trick.
+    const auto work_q80 = [&](int buf) {
+      const uint8_t *ws = wsm(buf), *xs = xsm(buf);
+      const __half2 k1152 = __float2half2_rn(1152.0f);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        __half2 d2[4];
+#pragma unroll
+        for (int rr = 0; rr < 4; ++rr) d2[rr] = __half2half2(*reinterpret_cast<const __half *>(ws + lane_row(rr) * T::kRowBytes + 34 * b));
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          uint32_t a[2][4];
+#pragma unroll
+          for (int rr = 0; rr < 4; ++rr) {
+            const uint32_t *rw = reinterpret_cast<const uint32_t *>(ws + lane_row(rr) * T::kRowBytes);
+            const int at = 34 * b + 2 + 16 * c + 4 * q;  // the lane's first value byte
+            const uint32_t w = (b % 2 == 0 ? __byte_perm(rw[at / 4], rw[at / 4 + 1], 0x5432) : rw[at / 4]) ^ 0x80808080u;
+            a[rr >> 1][rr & 1] = as_word(__hmul2(__hsub2(bytes_1024<false>(w), k1152), d2[rr]));
+            a[rr >> 1][2 + (rr & 1)] = as_word(__hmul2(__hsub2(bytes_1024<true>(w), k1152), d2[rr]));
+          }
+          mma_chunk(a, xs, 32 * b + 16 * c + 4 * q);
+        }
+      }
+    };
+
 #pragma unroll
     for (int i = 0; i < kStages - 1; ++i) issue(s_begin + i, i);
     for (int64_t s = s_begin; s < s_end; ++s) {
@@ -325,6 +374,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         else work_q6(buf, std::false_type{});
       } else if constexpr (kQ40) {
         work_q40(buf);
+      } else if constexpr (kQ80) {
+        work_q80(buf);
       } else {
         work_k(buf, int(s & 1));
       }
@@ -410,6 +461,7 @@ template <class F>
 void visit_f16_block(int32_t dtype, F &&f) {
   switch (dtype) {
     case MINFER_DTYPE_Q4_0: f(minfer_block_q4_0{}); break;
+    case MINFER_DTYPE_Q8_0: f(minfer_block_q8_0{}); break;
     case MINFER_DTYPE_Q4_K: f(minfer_block_q4_k{}); break;
     case MINFER_DTYPE_Q5_K: f(minfer_block_q5_k{}); break;
     case MINFER_DTYPE_Q6_K: f(minfer_block_q6_k{}); break;
@@ -426,7 +478,8 @@ extern "C" int minfer_cuda_mmq_f16_supported(int32_t dtype, int64_t k) {
   // Q6_K: rows of an even number of blocks start on a 4-byte word (see mma_f16.cuh).
   if (k <= 0) return 0;
   switch (dtype) {
-    case MINFER_DTYPE_Q4_0: return k % 128 == 0;  // a stage: four whole blocks
+    case MINFER_DTYPE_Q4_0:
+    case MINFER_DTYPE_Q8_0: return k % 128 == 0;  // a stage: four whole blocks
     case MINFER_DTYPE_Q4_K:
     case MINFER_DTYPE_Q5_K: return k % 256 == 0;
     case MINFER_DTYPE_Q6_K: return k % 512 == 0;
