@@ -188,7 +188,9 @@ int main(int argc, char **argv) {
     const int64_t max_p = ps.empty() ? 0 : *std::max_element(ps.begin(), ps.end()), max_n = ns.empty() ? 0 : *std::max_element(ns.begin(), ns.end());
     const int64_t max_d = *std::max_element(depths.begin(), depths.end());
     bo.n_ctx = std::max(max_p, max_n) + max_d + 16;
-    bo.max_batch = std::max<int64_t>(max_p, 1);  // the depth's tokens go in steps of this many too
+    // The depth's tokens go in steps of this many too: at least 512 (llama-bench's ubatch), else
+    // `-p 0 -d 16384` filled the cache a token a step (minutes on a 7B).
+    bo.max_batch = std::max<int64_t>({max_p, std::min<int64_t>(max_d, 512), 1});
     bo.kv_type = kv == "f32" ? MINFER_DTYPE_F32 : MINFER_DTYPE_F16;
     bo.tensor_parallel = cfg.tensor_ranks();
     const auto model = minfer::models::load_model(file, bo);
