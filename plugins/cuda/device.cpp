@@ -413,12 +413,14 @@ void CudaDevice::matmul_group(const float *x, int64_t k, int64_t tokens, const s
   for (const MatmulPart &p : parts) matmul(p.dtype, p.w, x, p.y, k, p.m, tokens, p.add, p.add_broadcast, p.unfused);
 }
 
-bool CudaDevice::mmq_on_f16(int32_t w_dtype, int64_t k, const void *w) const {
-  return opts_.mmq_f16 && minfer_cuda_mmq_f16_supported(w_dtype, k) && (!w || minfer_cuda_mmq_f16_aligned(w_dtype, w));
+// Only past 64 tokens, where it was measured (pp128 and up): its 128-token tiles would run a
+// batched decode step of Q8_0 or Q5_K (the types without a few-token kernel) mostly empty.
+bool CudaDevice::mmq_on_f16(int32_t w_dtype, int64_t k, int64_t tokens, const void *w) const {
+  return opts_.mmq_f16 && tokens > 64 && minfer_cuda_mmq_f16_supported(w_dtype, k) && (!w || minfer_cuda_mmq_f16_aligned(w_dtype, w));
 }
 
 void CudaDevice::mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const float *x, int64_t k, int64_t tokens) {
-  if (std::all_of(parts, parts + n_parts, [&](const minfer_cuda_mmq_part &p) { return mmq_on_f16(w_dtype, k, p.w); })) {
+  if (std::all_of(parts, parts + n_parts, [&](const minfer_cuda_mmq_part &p) { return mmq_on_f16(w_dtype, k, tokens, p.w); })) {
     const size_t partial_bytes = minfer_cuda_mmq_f16_partials_bytes(w_dtype, parts, n_parts, k, tokens, sm_count_);
     const minfer_cuda_mmq_split split{sm_count_, partial_bytes ? static_cast<float *>(scratch(5, partial_bytes)) : nullptr};
     return check_launch(minfer_cuda_mmq_f16(&cfg_, w_dtype, parts, n_parts, nullptr, 0, to_f16(x, k * tokens), k, tokens, &split));
@@ -550,7 +552,7 @@ void CudaDevice::matmul_glu(int32_t act, int32_t w_dtype, const void *gate, cons
     const minfer_cuda_mmq_part part{gate, y, nullptr, m, 0};
     return few_token_mma(w_dtype, &part, 1, up, act, x, k, tokens, norm);
   }
-  if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq && mmq_on_f16(w_dtype, k, gate) && mmq_on_f16(w_dtype, k, up)) {  // one launch, y written once
+  if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq && mmq_on_f16(w_dtype, k, tokens, gate) && mmq_on_f16(w_dtype, k, tokens, up)) {  // one launch, y written once
     const minfer_cuda_mmq_part part{gate, y, nullptr, m, 0};
     return check_launch(minfer_cuda_mmq_f16(&cfg_, w_dtype, &part, 1, up, act, to_f16(x, k * tokens), k, tokens, nullptr));
   }

@@ -115,9 +115,9 @@ class CudaDevice {
   enum class MatmulPath { Mmq, Gemv, F16Gemm, Mmvq, FewTokenMma, Generic };
   MatmulPath matmul_path(int32_t w_dtype, int64_t k, int64_t tokens) const;
   const void *f16_copy(const void *w) const;  // w's copy in the f16 weight cache, or nullptr
-  // Whether an MMQ-path step of these weights (w: nullptr for any aligned one) runs on f16
-  // tensor cores (mmq_f16.cu) rather than int8 MMQ.
-  bool mmq_on_f16(int32_t w_dtype, int64_t k, const void *w = nullptr) const;
+  // Whether an MMQ-path step of these weights (w: nullptr for any aligned one) and this many
+  // tokens runs on f16 tensor cores (mmq_f16.cu) rather than int8 MMQ.
+  bool mmq_on_f16(int32_t w_dtype, int64_t k, int64_t tokens, const void *w = nullptr) const;
   // y = W x (+ add: m values per token, or m values for every token when add_broadcast). The
   // fast paths add in their epilogue; the others write W x to `unfused` and then add.
   void matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens,

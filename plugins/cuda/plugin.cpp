@@ -261,7 +261,7 @@ class CudaSegment : public sdk::Segment {
     const std::string act = plan_.fuse_glu[i] && nodes_[i + 2].node().op == MINFER_OP_GEGLU ? "GeGLU" : "SwiGLU";
     if (plan_.fuse_glu[i] && path == P::Gemv)
       return gemv_kernel(w) + ": gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)" + norm;
-    const bool on_f16 = path == P::Mmq && dev_.mmq_on_f16(w.dtype, w.shape[0], dptr(w));
+    const bool on_f16 = path == P::Mmq && dev_.mmq_on_f16(w.dtype, w.shape[0], tokens, dptr(w));
     if (plan_.fuse_glu[i] && on_f16)
       return "convert_f32_f16_kernel + mmq_f16_kernel: gate, up and " + act + " in one launch (f16 tensor cores, the " + type +
              " blocks dequantized in registers)";
