@@ -52,7 +52,8 @@ EOF
     max_len=4096
     ;;
   config)
-    clang++ "${flags[@]}" core/config/run_config.cpp tests/fuzz/run_config_fuzz.cpp -lyaml-cpp -o "$out/fuzz"
+    # A config's grammar or json_schema is compiled while it is read: the constraints' sources too.
+    clang++ "${flags[@]}" core/config/run_config.cpp "${constraint_src[@]}" tests/fuzz/run_config_fuzz.cpp -lyaml-cpp -o "$out/fuzz"
     i=0
     for f in configs/*.yaml examples/*/*.yaml tests/data/*.yaml; do cp "$f" "$out/seeds/s$i.yaml"; i=$((i + 1)); done
     max_len=4096
