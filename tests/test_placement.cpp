@@ -255,7 +255,9 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
   // Prompt-sized steps of 128 tokens: past the few-token matmul's 2..64, so MMQ: Q4_0, Q8_0
   // and the K-quants on f16 tensor cores, the other int8 types (Q5_0 here) on int8 ones.
-  const std::string e = explain_tiny("backends: {cuda: {}}\n", "qwen2", "q4_0", 128);
+  // mmq_wgmma: false (the default) names mma.sync's kernel on any GPU (wgmma's below, on Hopper).
+  const char *sync = "backends: {cuda: {mmq_wgmma: false}}\n";
+  const std::string e = explain_tiny(sync, "qwen2", "q4_0", 128);
   const std::string q = kernel_lines(e, "blk.0.attn_q");
   EXPECT_NE(q.find("1: gemv_quantizing_kernel: dp4a on the q4_0 blocks"), std::string::npos) << e;
   EXPECT_NE(q.find("one launch with blk.0.attn_k and blk.0.attn_v"), std::string::npos) << e;
@@ -279,14 +281,27 @@ TEST(Explain, CudaNamesPathsAndFusions) {
               std::string::npos) << lo;
   }
   // K-quant prompts likewise, gate and up in one launch; mmq_f16: false keeps int8 MMQ.
-  const std::string km = explain_tiny("backends: {cuda: {}}\n", "qwen2", "q4_k_m", 128);
+  const std::string km = explain_tiny(sync, "qwen2", "q4_k_m", 128);
   EXPECT_NE(kernel_lines(km, "blk.0.ffn_gate").find("128: convert_f32_f16_kernel + mmq_f16_kernel: gate, up and SwiGLU in one launch"),
             std::string::npos) << km;
   EXPECT_NE(kernel_lines(km, "blk.0.attn_q").find("128: convert_f32_f16_kernel + mmq_f16_kernel: f16 tensor cores"), std::string::npos) << km;
   const std::string ki = explain_tiny("backends: {cuda: {mmq_f16: false}}\n", "qwen2", "q4_k_m", 128);
   EXPECT_NE(kernel_lines(ki, "blk.0.attn_q").find("128: mmq_kernel: int8 tensor cores"), std::string::npos) << ki;
+  // mmq_wgmma on Hopper (compute capability 9.0, the sm_90a code): the same kernel on warpgroup
+  // MMA, x converted in its k order.
+  const auto plugin = minfer::find_plugin("cuda", "", minfer::plugin_search_dirs(""));
+  const std::string gpu = plugin->device_info(0).name;
+  if (gpu.find("H100") != std::string::npos || gpu.find("H200") != std::string::npos || gpu.find("H800") != std::string::npos) {
+    const std::string wk = explain_tiny("backends: {cuda: {mmq_wgmma: true}}\n", "qwen2", "q4_k_m", 128);
+    EXPECT_NE(kernel_lines(wk, "blk.0.attn_q")
+                  .find("128: convert_f32_f16_mma_order_kernel + mmq_f16_kernel: f16 tensor cores (warpgroup MMA (wgmma.m64n128k16)), the q4_k "
+                        "blocks dequantized in registers"),
+              std::string::npos) << wk;
+    EXPECT_NE(kernel_lines(wk, "blk.0.ffn_gate").find("128: convert_f32_f16_mma_order_kernel + mmq_f16_kernel: gate, up and SwiGLU in one launch"),
+              std::string::npos) << wk;
+  }
   // Gemma's GELU-gated FFN fuses the same way.
-  const std::string g = explain_tiny("backends: {cuda: {}}\n", "gemma2", "q4_0", 128);
+  const std::string g = explain_tiny(sync, "gemma2", "q4_0", 128);
   EXPECT_NE(kernel_lines(g, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and GeGLU in one launch"), std::string::npos) << g;
   EXPECT_NE(kernel_lines(g, "blk.0.ffn_gate").find("128: convert_f32_f16_kernel + mmq_f16_kernel: gate, up and GeGLU in one launch"),
             std::string::npos) << g;

@@ -35,6 +35,7 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   int cc_major = 0;
   check_cuda(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device_), "reading the device's compute capability");
   cfg_.pdl = opts_.pdl && cc_major >= 9 ? 1 : 0;
+  wgmma_ = opts_.mmq_wgmma && cc_major == 9 && minfer_cuda_wgmma_available();
   error_flag_ = static_cast<int32_t *>(alloc(2 * sizeof(int32_t)));
   check_cuda(cudaMemset(error_flag_, 0, 2 * sizeof(int32_t)), "clearing the error flag");
   check_cuda(cudaMallocHost(&error_flag_host_, 2 * sizeof(int32_t)), "allocating the error flag's host copy");
@@ -421,9 +422,9 @@ bool CudaDevice::mmq_on_f16(int32_t w_dtype, int64_t k, int64_t tokens, const vo
 
 void CudaDevice::mmq(int32_t w_dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const float *x, int64_t k, int64_t tokens) {
   if (std::all_of(parts, parts + n_parts, [&](const minfer_cuda_mmq_part &p) { return mmq_on_f16(w_dtype, k, tokens, p.w); })) {
-    const size_t partial_bytes = minfer_cuda_mmq_f16_partials_bytes(w_dtype, parts, n_parts, k, tokens, sm_count_);
+    const size_t partial_bytes = minfer_cuda_mmq_f16_partials_bytes(w_dtype, parts, n_parts, k, tokens, sm_count_, wgmma_);
     const minfer_cuda_mmq_split split{sm_count_, partial_bytes ? static_cast<float *>(scratch(5, partial_bytes)) : nullptr};
-    return check_launch(minfer_cuda_mmq_f16(&cfg_, w_dtype, parts, n_parts, nullptr, 0, to_f16(x, k * tokens), k, tokens, &split));
+    return check_launch(minfer_cuda_mmq_f16(&cfg_, w_dtype, parts, n_parts, nullptr, 0, x_for_mmq_f16(x, k * tokens), k, tokens, &split, wgmma_));
   }
   const void *xq = quantize_for_mmq(x, k, tokens);
   const size_t partial_bytes = minfer_cuda_mmq_partials_bytes(w_dtype, parts, n_parts, k, tokens, sm_count_);
@@ -463,6 +464,13 @@ void CudaDevice::few_token_mma(int32_t w_dtype, const minfer_cuda_mmq_part *part
 const void *CudaDevice::to_f16(const float *x, int64_t n) {
   auto *x16 = static_cast<uint16_t *>(scratch(2, size_t(n) * 2));
   check_launch(minfer_cuda_convert_f32_f16(&cfg_, x, x16, n, 1));
+  return x16;
+}
+
+const void *CudaDevice::x_for_mmq_f16(const float *x, int64_t n) {
+  if (!wgmma_) return to_f16(x, n);
+  auto *x16 = static_cast<uint16_t *>(scratch(2, size_t(n) * 2));
+  check_launch(minfer_cuda_convert_f32_f16_mma_order(&cfg_, x, x16, n));
   return x16;
 }
 
@@ -554,7 +562,7 @@ void CudaDevice::matmul_glu(int32_t act, int32_t w_dtype, const void *gate, cons
   }
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq && mmq_on_f16(w_dtype, k, tokens, gate) && mmq_on_f16(w_dtype, k, tokens, up)) {  // one launch, y written once
     const minfer_cuda_mmq_part part{gate, y, nullptr, m, 0};
-    return check_launch(minfer_cuda_mmq_f16(&cfg_, w_dtype, &part, 1, up, act, to_f16(x, k * tokens), k, tokens, nullptr));
+    return check_launch(minfer_cuda_mmq_f16(&cfg_, w_dtype, &part, 1, up, act, x_for_mmq_f16(x, k * tokens), k, tokens, nullptr, wgmma_));
   }
   if (matmul_path(w_dtype, k, tokens) == MatmulPath::Mmq && minfer_cuda_mmq_glu_supported(w_dtype))  // one launch, y written once
     return check_launch(minfer_cuda_mmq_glu(&cfg_, w_dtype, act, gate, up, quantize_for_mmq(x, k, tokens), y, k, m, tokens));

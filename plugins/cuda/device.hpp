@@ -39,6 +39,10 @@ struct DeviceOptions {
   // Of those, Q4_0, Q8_0 and the K-quant types (Q4_K, Q5_K, Q6_K) on f16 tensor cores, the weights
   // dequantized in registers (mmq_f16.cu); false keeps them on int8 MMQ.
   bool mmq_f16 = true;
+  // Those on Hopper's warpgroup MMA (wgmma, sm_90a) where the GPU runs the plugin's sm_90a
+  // code (compute capability 9.0); false, or any other GPU: mma.sync. Off by default: correct
+  // on an H100 but slower than mma.sync so far (7B pp512 Q4_K_M 13,115 against 16,506 t/s).
+  bool mmq_wgmma = false;
   // Steps of at least this many tokens take MMQ; fewer (but more than one) take the few-token
   // GEMV (mmvq), whose time grows with the tokens while MMQ's stays flat at few tokens.
   // 0: the measured crossover (mmvq_beats_mmq: by token count and k).
@@ -118,6 +122,8 @@ class CudaDevice {
   // Whether an MMQ-path step of these weights (w: nullptr for any aligned one) and this many
   // tokens runs on f16 tensor cores (mmq_f16.cu) rather than int8 MMQ.
   bool mmq_on_f16(int32_t w_dtype, int64_t k, int64_t tokens, const void *w = nullptr) const;
+  // Whether those f16 steps run on warpgroup MMA (wgmma) rather than mma.sync.
+  bool mmq_wgmma() const { return wgmma_; }
   // y = W x (+ add: m values per token, or m values for every token when add_broadcast). The
   // fast paths add in their epilogue; the others write W x to `unfused` and then add.
   void matmul(int32_t w_dtype, const void *w, const float *x, float *y, int64_t k, int64_t m, int64_t tokens,
@@ -238,9 +244,12 @@ class CudaDevice {
   // n values of x as f16 in scratch[2] (16-byte aligned; past f16's range +-65504), for the
   // f16 matmuls; valid until the next call.
   const void *to_f16(const float *x, int64_t n);
+  // x as the f16 prompt kernel takes it: to_f16's values, in the wgmma kernel's k order there.
+  const void *x_for_mmq_f16(const float *x, int64_t n);
   void *scratch_[8] = {};
   size_t scratch_bytes_[8] = {};
   int32_t sm_count_ = 0;
+  bool wgmma_ = false;  // mmq_wgmma and the GPU runs the sm_90a code
   unsigned *router_counter_ = nullptr;  // the fused router's blocks done (moe.cu)
   int *attention_counters_ = nullptr;  // per (token, KV head): blocks of a split decode step done (flash_attention.cu)
   std::vector<std::pair<const void *, void *>> w16_cache_;  // weight -> its f16 copy (rows padded to 128)

@@ -262,8 +262,10 @@ class CudaSegment : public sdk::Segment {
     if (plan_.fuse_glu[i] && path == P::Gemv)
       return gemv_kernel(w) + ": gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)" + norm;
     const bool on_f16 = path == P::Mmq && dev_.mmq_on_f16(w.dtype, w.shape[0], tokens, dptr(w));
+    const std::string f16_kernels = dev_.mmq_wgmma() ? "convert_f32_f16_mma_order_kernel + mmq_f16_kernel" : "convert_f32_f16_kernel + mmq_f16_kernel";
+    const std::string f16_mma = dev_.mmq_wgmma() ? "warpgroup MMA (wgmma.m64n128k16)" : "mma.m16n8k16";
     if (plan_.fuse_glu[i] && on_f16)
-      return "convert_f32_f16_kernel + mmq_f16_kernel: gate, up and " + act + " in one launch (f16 tensor cores, the " + type +
+      return f16_kernels + ": gate, up and " + act + " in one launch (f16 tensor cores, " + f16_mma + ", the " + type +
              " blocks dequantized in registers)";
     if (plan_.fuse_glu[i] && path == P::Mmq && minfer_cuda_mmq_glu_supported(w.dtype))
       return "mmq_kernel: gate, up and " + act + " in one launch (int8 tensor cores on the " + type + " blocks)";
@@ -279,7 +281,7 @@ class CudaSegment : public sdk::Segment {
     std::string t;
     switch (path) {
       case P::Mmq:
-        t = on_f16 ? "convert_f32_f16_kernel + mmq_f16_kernel: f16 tensor cores (mma.m16n8k16), the " + type + " blocks dequantized in registers"
+        t = on_f16 ? f16_kernels + ": f16 tensor cores (" + f16_mma + "), the " + type + " blocks dequantized in registers"
                    : "mmq_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " blocks";
         break;
       case P::Gemv:
@@ -427,6 +429,7 @@ struct CudaPlugin {
     o.pdl = opts.take_bool("pdl", true);
     o.mmq = opts.take_bool("mmq", true);
     o.mmq_f16 = opts.take_bool("mmq_f16", true);
+    o.mmq_wgmma = opts.take_bool("mmq_wgmma", false);
     o.mmq_min_tokens = opts.take_int("mmq_min_tokens", 0, 0, 4096);  // 0: by measurement (token count, k)
     o.few_token_mma = opts.take_bool("few_token_mma", true);
     o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);

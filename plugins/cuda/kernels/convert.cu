@@ -41,10 +41,52 @@ __global__ void convert_f32_f16_kernel(const float *x, __half *y, int64_t n) {
   MINFER_GRID_STRIDE(i, n) y[i] = __float2half_rn(f16_range<kSaturate>(x[i]));
 }
 
+// A run of 16 values in mma_f16.cuh's k order: the pairs (0 1) (4 5) (8 9) (12 13) in the first
+// 16 bytes, (2 3) (6 7) (10 11) (14 15) in the second, so that wgmma, which reads a run's
+// positions in order, meets the values the A fragment's lanes put there.
+__global__ void convert_f32_f16_mma_order_kernel(const float4 *x, uint4 *y, int64_t runs) {
+  wait_for_inputs();
+  MINFER_GRID_STRIDE(i, runs) {
+    float4 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = x[4 * i + j];
+    uint4 lo, hi;
+    uint32_t *l = &lo.x, *h = &hi.x;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const __half2 a = __floats2half2_rn(f16_range<true>(v[j].x), f16_range<true>(v[j].y));
+      const __half2 b = __floats2half2_rn(f16_range<true>(v[j].z), f16_range<true>(v[j].w));
+      l[j] = *reinterpret_cast<const uint32_t *>(&a), h[j] = *reinterpret_cast<const uint32_t *>(&b);
+    }
+    y[2 * i] = lo, y[2 * i + 1] = hi;
+  }
+}
+
+// Scalar form for tensors off 16 bytes: output position p of a run takes value 4 (p / 2 % 4) +
+// p % 2, plus 2 in the second half.
+__global__ void convert_f32_f16_mma_order_scalar_kernel(const float *x, __half *y, int64_t n) {
+  wait_for_inputs();
+  MINFER_GRID_STRIDE(i, n) {
+    const int p = int(i & 15);
+    y[i] = __float2half_rn(f16_range<true>(x[(i & ~int64_t(15)) + 4 * ((p >> 1) & 3) + (p & 1) + (p >> 3) * 2]));
+  }
+}
+
 }  // namespace
 }  // namespace minfer::cuda
 
 using namespace minfer::cuda;
+
+extern "C" cudaError_t minfer_cuda_convert_f32_f16_mma_order(minfer_cuda_launch_cfg *cfg, const float *x, uint16_t *y, int64_t n) {
+  if (n % 16) return cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(y) % 16) {
+    launch_kernel(cfg, convert_f32_f16_mma_order_scalar_kernel, grid_for(cfg, n), kBlock, 0, x, reinterpret_cast<__half *>(y), n);
+    return launched(cfg, "convert_f32_f16_mma_order_scalar_kernel");
+  }
+  launch_kernel(cfg, convert_f32_f16_mma_order_kernel, grid_for(cfg, n / 16), kBlock, 0, reinterpret_cast<const float4 *>(x),
+                reinterpret_cast<uint4 *>(y), n / 16);
+  return launched(cfg, "convert_f32_f16_mma_order_kernel");
+}
 
 namespace {
 template <bool kSaturate>

@@ -36,6 +36,10 @@ cudaError_t minfer_cuda_add_row_broadcast_f32(minfer_cuda_launch_cfg *cfg, const
  * +-65504 instead of infinities (the f16 matmuls' inputs: an infinity times a zero weight
  * would be a NaN). */
 cudaError_t minfer_cuda_convert_f32_f16(minfer_cuda_launch_cfg *cfg, const float *x, uint16_t *y, int64_t n, int32_t saturate);
+/* The same saturating conversion with each run of 16 values in mma_f16.cuh's k order (values
+ * 0 1 4 5 8 9 12 13, then 2 3 6 7 10 11 14 15), as the wgmma prompt kernel reads x: n a
+ * multiple of 16. */
+cudaError_t minfer_cuda_convert_f32_f16_mma_order(minfer_cuda_launch_cfg *cfg, const float *x, uint16_t *y, int64_t n);
 
 /* getrows.cu: out[r] = table[ids[r]] as f32. An id outside [0, table_rows) fills its row
  * with NaN and records (error_tag, id) in error_flag[0..1] if error_flag[0] was 0. */
@@ -301,9 +305,13 @@ cudaError_t minfer_cuda_mmq_glu(minfer_cuda_launch_cfg *cfg, int32_t dtype, int3
 int minfer_cuda_mmq_f16_supported(int32_t dtype, int64_t k);
 int minfer_cuda_mmq_f16_aligned(int32_t dtype, const void *w);
 size_t minfer_cuda_mmq_f16_partials_bytes(int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, int64_t k, int64_t tokens,
-                                          int32_t sm_count);
+                                          int32_t sm_count, int32_t wgmma);
+/* wgmma non-zero: on Hopper's warpgroup MMA (only where minfer_cuda_wgmma_available), x16 then in
+ * the k order of minfer_cuda_convert_f32_f16_mma_order; zero: mma.sync, x16 in order. */
 cudaError_t minfer_cuda_mmq_f16(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, const void *up,
-                                int32_t act, const void *x16, int64_t k, int64_t tokens, const minfer_cuda_mmq_split *split);
+                                int32_t act, const void *x16, int64_t k, int64_t tokens, const minfer_cuda_mmq_split *split, int32_t wgmma);
+/* 1 where this GPU runs the plugin's sm_90a code (wgmma): a synchronous probe launch, before any capture. */
+int minfer_cuda_wgmma_available(void);
 
 /* few_token_mma.cu, few_token_q6k.cu: a few tokens (1..64; batched decode steps) on tensor
  * cores, the weights read in place: Q4_0's and Q4_K's nibbles on int8 ones with x quantized as for MMQ

@@ -29,11 +29,12 @@
 #include "minfer/dtype.h"
 #include "mma_f16.cuh"
 #include "mmq_parts.cuh"
+#include "wgmma.cuh"
 
 namespace minfer::cuda {
 namespace {
 
-constexpr int kRows = 128, kTokens = 128, kThreads = 256;
+constexpr int kRows = 128, kThreads = 256;
 constexpr int kXStride = 288;  // a token's 128 f16 values of a stage + 32 bytes
 static_assert((kXStride / 4) % 32 == 8, "tokens g of a half-warp's 8-byte loads on distinct banks");
 constexpr int kOutStride = kRows + 4;  // the write-out's floats per token: tokens 2q of a warp's stores on distinct banks
@@ -46,6 +47,16 @@ constexpr int kMaxSplits = 8, kMinSplitStages = 4;
 // int8 MMQ: 7B pp512 12,523 -> 17,298, 0.5B 100,339 -> 100,564; Q8_0: 0.5B 81,764 ->
 // 91,016, 1.5B 36,818 -> 47,072 (H100, two rounds each).
 constexpr int kStages = 2, kMinBlocks = 2;
+// The wgmma tile: 128 rows x kWgTokens tokens, a warpgroup's m64nNk16 all of them. 128 (64
+// accumulators a thread, two blocks an SM) is what ran on an H100 (correct; 7B pp512 Q4_K_M
+// 13,115 t/s against mma.sync's 16,506: see mmq_wgmma); 256 (m64n256k16, 128 accumulators,
+// one block an SM: each dequantized value serving twice the tokens) compiles without spills,
+// not yet measured.
+constexpr int kWgTokens = 128;
+template <bool kWg>
+constexpr int kTileTokens = kWg ? kWgTokens : 128;
+template <bool kWg>
+constexpr int kTileBlocks = kWg && kWgTokens == 256 ? 1 : kMinBlocks;
 
 // Per type: a row's bytes of a stage in shared memory (word strides that put the 8 rows g of a
 // warp's word loads on distinct banks) and how the stage is copied: 16-byte pieces at block
@@ -93,29 +104,42 @@ static_assert((F16Type<minfer_block_q4_k>::kRowBytes / 4) % 8 == 4 && (F16Type<m
                   (F16Type<minfer_block_q8_0>::kRowBytes / 4) % 8 == 4,
               "rows g of a warp's word loads on distinct banks");
 
-template <class Block>
+// kWg (warpgroup MMA, sm_90a): a stage's x as wgmma's core matrices, 8 tokens x 8 values each
+// (128 contiguous bytes: token t, value v at (t / 8) kWgTokenStride + (v / 8) 128 + (t % 8) 16
+// + (v % 8) 2), no padding: the tensor cores read them, not lanes.
+constexpr int kWgTokenStride = 16 * 128;  // eight tokens' 128 values
+template <class Block, bool kWg>
 constexpr int stage_bytes() {
-  return kRows * F16Type<Block>::kRowBytes + kTokens * kXStride;
+  return kRows * F16Type<Block>::kRowBytes + (kWg ? kTileTokens<kWg> / 8 * kWgTokenStride : kTileTokens<kWg> * kXStride);
 }
-template <class Block>
+template <class Block, bool kWg>
 constexpr int smem_bytes() {
-  return std::max(kStages * stage_bytes<Block>(), kTokens * kOutStride * 4);
+  return std::max(kStages * stage_bytes<Block, kWg>(), kTileTokens<kWg> * kOutStride * 4);
 }
 
-template <class Block, bool kGated>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+// kWg false: mma.sync, each warp 32 rows x 64 tokens (x read by the lanes, 8 bytes a B
+// fragment). kWg true (Hopper): two warpgroups of 64 rows x all 128 tokens on
+// wgmma.m64n128k16, A the same dequantized fragments (each warp 16 rows: half the dequantizing
+// of mma.sync's tile, where two token warps dequantized each row), B read from shared memory
+// by the tensor cores; x must then come in mma_f16.cuh's k order
+// (minfer_cuda_convert_f32_f16_mma_order), since wgmma reads a 16-value run in order.
+template <class Block, bool kGated, bool kWg>
+__global__ void __launch_bounds__(kThreads, kTileBlocks<kWg>)
     mmq_f16_kernel(const __grid_constant__ MmqParts parts, const __half *x, int64_t k, int64_t tokens, int64_t row_tiles, int64_t token_tiles,
                    int64_t group_tiles) {
   wait_for_inputs();
+  constexpr int kRR = kWg ? 2 : 4;  // a lane's rows (g, g + 8 of each of the warp's 16-row groups)
+  constexpr int kG = kRR / 2;       // the warp's 16-row groups: A fragments per 16-value run
+  constexpr int kTokens = kTileTokens<kWg>;
   using T = F16Type<Block>;
   constexpr bool kQ6 = std::is_same_v<Block, minfer_block_q6_k>, kQ5 = std::is_same_v<Block, minfer_block_q5_k>;
   constexpr bool kQ40 = std::is_same_v<Block, minfer_block_q4_0>, kQ80 = std::is_same_v<Block, minfer_block_q8_0>;
   constexpr int kBlockBytes = int(sizeof(Block));
   extern __shared__ __align__(16) uint8_t smem[];
-  const auto wsm = [&](int buf) { return smem + buf * stage_bytes<Block>(); };
+  const auto wsm = [&](int buf) { return smem + buf * stage_bytes<Block, kWg>(); };
   const auto xsm = [&](int buf) { return wsm(buf) + kRows * T::kRowBytes; };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int wm = warp & 3, wn = warp >> 2;  // this warp's rows 32 wm.., tokens 64 wn..
+  const int wm = warp & 3, wn = warp >> 2;  // mma.sync: this warp's rows 32 wm.., tokens 64 wn..; wgmma: rows 64 wn + 16 wm..
   const int64_t stages = k / 128, row_bytes = k / (kQ40 || kQ80 ? 32 : 256) * kBlockBytes;
   const int splits = parts.splits;
 
@@ -169,7 +193,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         off[j][0] = T::piece_src(piece, 0), off[j][1] = T::piece_src(piece, 1);
       }
     }
-    const __half *xrow = x + (tok0 + (threadIdx.x >> 4)) * k + 8 * (threadIdx.x & 15);
+    // x: the thread's 16-byte piece xp of tokens xt + 16 j. mma.sync: a token's pieces on
+    // consecutive threads; wgmma: eight tokens' same piece on consecutive threads (a core
+    // matrix row each: 128 contiguous bytes of shared memory).
+    const int xt = kWg ? 8 * (threadIdx.x >> 7) + (threadIdx.x & 7) : threadIdx.x >> 4, xp = kWg ? (threadIdx.x >> 3) & 15 : threadIdx.x & 15;
+    const auto x_dst = [&](int t) { return kWg ? (t >> 3) * kWgTokenStride + 128 * xp + 16 * (t & 7) : t * kXStride + 16 * xp; };
+    const __half *xrow = x + (tok0 + xt) * k + 8 * xp;
     const auto issue = [&](int64_t s, int buf) {
       if (s < s_end) {
         const int64_t blk = s >> 1;
@@ -197,25 +226,36 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
             cp_async16(ws + dst[j], src[j] + T::stage_at(s) + (h ? off[j][1] : off[j][0]));
           }
         }
-        uint8_t *xs = xsm(buf) + (threadIdx.x >> 4) * kXStride + 16 * (threadIdx.x & 15);
+        uint8_t *xs = xsm(buf);
 #pragma unroll
         for (int j = 0; j < kTokens / 16; ++j) {
-          const bool live = tok0 + (threadIdx.x >> 4) + 16 * j < tokens;
-          cp_async16_zfill(xs + 16 * j * kXStride, live ? xrow + 16 * j * k + s * 128 : x, live ? 16 : 0);
+          const bool live = tok0 + xt + 16 * j < tokens;
+          cp_async16_zfill(xs + x_dst(xt + 16 * j), live ? xrow + 16 * j * k + s * 128 : x, live ? 16 : 0);
         }
       }
       cp_async_commit();  // empty groups past the range keep the wait count simple
     };
 
-    float acc[2][8][4] = {};
-    // The lane's rows: rr = 2 ri + hh is row 32 wm + 16 ri + g + 8 hh.
-    const auto lane_row = [&](int rr) { return 32 * wm + 16 * (rr >> 1) + g + 8 * (rr & 1); };
-    const auto mma_chunk = [&](const uint32_t (&a)[2][4], const uint8_t *xs, int value) {  // value: the chunk's lane value in the stage
+    // mma.sync: acc[4 (8 ri + tj) + e] is row 32 wm + 16 ri + g + 8 (e / 2), token 64 wn + 8 tj + 2 q + e % 2;
+    // wgmma: acc[4 tj + e] is row 64 wn + 16 wm + g + 8 (e / 2), token 8 tj + 2 q + e % 2.
+    float acc[kWg ? kTokens / 2 : 64] = {};
+    // The lane's rows: rr = 2 ri + hh is row 32 wm + 16 ri + g + 8 hh (wgmma: 64 wn + 16 wm + g + 8 hh).
+    const auto lane_row = [&](int rr) { return (kWg ? 64 * wn + 16 * wm : 32 * wm + 16 * (rr >> 1)) + g + 8 * (rr & 1); };
+    const auto mma_chunk = [&](const uint32_t (&a)[kG][4], const uint8_t *xs, int value) {  // value: the chunk's lane value in the stage
+      if constexpr (kWg) {
+        wgmma_fence();  // a was just written
+        const uint64_t b = wgmma_desc(xs + (value >> 4) * 256, 128, kWgTokenStride);
+        if constexpr (kTokens == 256) wgmma_m64n256k16(acc, a[0], b);
+        else wgmma_m64n128k16(acc, a[0], b);
+        wgmma_commit();
+        wgmma_wait<1>();  // the one before is done: its A registers are free (two in flight, not a stage's eight)
+      } else {
 #pragma unroll
-      for (int tj = 0; tj < 8; ++tj) {
-        const uint2 b = *reinterpret_cast<const uint2 *>(xs + (64 * wn + 8 * tj + g) * kXStride + 2 * value);
-        mma_f16(acc[0][tj], a[0], b.x, b.y);
-        mma_f16(acc[1][tj], a[1], b.x, b.y);
+        for (int tj = 0; tj < 8; ++tj) {
+          const uint2 b = *reinterpret_cast<const uint2 *>(xs + (64 * wn + 8 * tj + g) * kXStride + 2 * value);
+#pragma unroll
+          for (int ri = 0; ri < kG; ++ri) mma_f16(*reinterpret_cast<float(*)[4]>(acc + 4 * (8 * ri + tj)), a[ri], b.x, b.y);
+        }
       }
     };
 
@@ -224,10 +264,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     const auto work_k = [&](int buf, int h) {
       const uint8_t *ws = wsm(buf), *xs = xsm(buf);
       const __half2 k1024 = __float2half2_rn(1024.0f);
-      __half2 sc[4][2], mn[4][2];  // [rr][pair]: d sc and -dmin m of sub-blocks (0, 1), (2, 3)
-      uint32_t qh[4][2];           // Q5_K: the lane's qh words (chunks 0, 1)
+      __half2 sc[kRR][2], mn[kRR][2];  // [rr][pair]: d sc and -dmin m of sub-blocks (0, 1), (2, 3)
+      uint32_t qh[kRR][2];             // Q5_K: the lane's qh words (chunks 0, 1)
 #pragma unroll
-      for (int rr = 0; rr < 4; ++rr) {
+      for (int rr = 0; rr < kRR; ++rr) {
         const uint32_t *hw = reinterpret_cast<const uint32_t *>(ws + lane_row(rr) * T::kRowBytes);
         const uint32_t dd = hw[0], s0 = hw[1], s1 = hw[2], s2 = hw[3];
         // The half's four 6-bit scales and minima, a byte each (get_scale_min_k4's packing).
@@ -240,9 +280,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
 #pragma unroll
       for (int jj = 0; jj < 2; ++jj) {
-        uint32_t wd[4][2];
+        uint32_t wd[kRR][2];
 #pragma unroll
-        for (int rr = 0; rr < 4; ++rr)
+        for (int rr = 0; rr < kRR; ++rr)
 #pragma unroll
           for (int c = 0; c < 2; ++c) wd[rr][c] = *reinterpret_cast<const uint32_t *>(ws + lane_row(rr) * T::kRowBytes + T::kQsAt + 32 * jj + 16 * c + 4 * q);
 #pragma unroll
@@ -250,9 +290,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           const int i = 2 * jj + nib;
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            uint32_t a[2][4];
+            uint32_t a[kG][4];
 #pragma unroll
-            for (int rr = 0; rr < 4; ++rr) {
+            for (int rr = 0; rr < kRR; ++rr) {
               uint32_t v = nib ? (wd[rr][c] >> 4) & 0x0F0F0F0Fu : wd[rr][c] & 0x0F0F0F0Fu;
               if constexpr (kQ5) v |= ((qh[rr][c] >> (4 * h + i)) & 0x01010101u) << 4;
               const __half2 s = i & 1 ? __high2half2(sc[rr][i >> 1]) : __low2half2(sc[rr][i >> 1]);
@@ -273,10 +313,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       constexpr bool kOdd = decltype(odd)::value;
       const uint8_t *ws = wsm(buf), *xs = xsm(buf);
       const __half2 k1152 = __float2half2_rn(1152.0f);
-      const uint32_t *row[4];
-      __half2 sc[4][4];  // [rr][pair]: d sc of scales (0, 1), (2, 3), ...
+      const uint32_t *row[kRR];
+      __half2 sc[kRR][4];  // [rr][pair]: d sc of scales (0, 1), (2, 3), ...
 #pragma unroll
-      for (int rr = 0; rr < 4; ++rr) {
+      for (int rr = 0; rr < kRR; ++rr) {
         row[rr] = reinterpret_cast<const uint32_t *>(ws + lane_row(rr) * T::kRowBytes);
         const __half2 d2 = __float2half2_rn(scale_d<kOdd>(row[rr]));
 #pragma unroll
@@ -288,16 +328,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
 #pragma unroll
       for (int l0 = 0; l0 < 32; l0 += 16) {
-        uint32_t u[4][4];
+        uint32_t u[kRR][4];
 #pragma unroll
-        for (int rr = 0; rr < 4; ++rr)
+        for (int rr = 0; rr < kRR; ++rr)
           unpack(piece_word<kOdd>(row[rr], kQlWord, l0 + 4 * q), piece_word<kOdd>(row[rr], kQlWord, 32 + l0 + 4 * q),
                  piece_word<kOdd>(row[rr], kQhWord, l0 + 4 * q), u[rr]);
 #pragma unroll
         for (int sub = 0; sub < 4; ++sub) {  // scale l0 / 16 + 2 sub: pair sub, its low or high half
-          uint32_t a[2][4];
+          uint32_t a[kG][4];
 #pragma unroll
-          for (int rr = 0; rr < 4; ++rr)
+          for (int rr = 0; rr < kRR; ++rr)
             dequant6(u[rr][sub], l0 ? __high2half2(sc[rr][sub]) : __low2half2(sc[rr][sub]), a[rr >> 1][rr & 1], a[rr >> 1][2 + (rr & 1)]);
           mma_chunk(a, xs, 32 * sub + l0 + 4 * q);
         }
@@ -312,10 +352,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       const __half2 k1032 = __float2half2_rn(1032.0f);
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
-        __half2 d2[4];
-        uint32_t wd[4];
+        __half2 d2[kRR];
+        uint32_t wd[kRR];
 #pragma unroll
-        for (int rr = 0; rr < 4; ++rr) {
+        for (int rr = 0; rr < kRR; ++rr) {
           const uint8_t *row = ws + lane_row(rr) * T::kRowBytes;
           const uint32_t *rw = reinterpret_cast<const uint32_t *>(row);
           d2[rr] = __half2half2(*reinterpret_cast<const __half *>(row + 18 * b));
@@ -323,9 +363,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         }
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          uint32_t a[2][4];
+          uint32_t a[kG][4];
 #pragma unroll
-          for (int rr = 0; rr < 4; ++rr) {
+          for (int rr = 0; rr < kRR; ++rr) {
             const uint32_t v = c ? (wd[rr] >> 4) & 0x0F0F0F0Fu : wd[rr] & 0x0F0F0F0Fu;
             a[rr >> 1][rr & 1] = as_word(__hmul2(__hsub2(bytes_1024<false>(v), k1032), d2[rr]));
             a[rr >> 1][2 + (rr & 1)] = as_word(__hmul2(__hsub2(bytes_1024<true>(v), k1032), d2[rr]));
@@ -343,14 +383,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       const __half2 k1152 = __float2half2_rn(1152.0f);
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
-        __half2 d2[4];
+        __half2 d2[kRR];
 #pragma unroll
-        for (int rr = 0; rr < 4; ++rr) d2[rr] = __half2half2(*reinterpret_cast<const __half *>(ws + lane_row(rr) * T::kRowBytes + 34 * b));
+        for (int rr = 0; rr < kRR; ++rr) d2[rr] = __half2half2(*reinterpret_cast<const __half *>(ws + lane_row(rr) * T::kRowBytes + 34 * b));
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          uint32_t a[2][4];
+          uint32_t a[kG][4];
 #pragma unroll
-          for (int rr = 0; rr < 4; ++rr) {
+          for (int rr = 0; rr < kRR; ++rr) {
             const uint32_t *rw = reinterpret_cast<const uint32_t *>(ws + lane_row(rr) * T::kRowBytes);
             const int at = 34 * b + 2 + 16 * c + 4 * q;  // the lane's first value byte
             const uint32_t w = (b % 2 == 0 ? __byte_perm(rw[at / 4], rw[at / 4 + 1], 0x5432) : rw[at / 4]) ^ 0x80808080u;
@@ -367,6 +407,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     for (int64_t s = s_begin; s < s_end; ++s) {
       const int buf = int((s - s_begin) % kStages);
       cp_async_wait<kStages - 2>();  // stage s has landed (this thread's copies) ...
+      if constexpr (kWg) fence_proxy_async_shared();  // ... visible to wgmma's reads too
       __syncthreads();               // ... everyone's; and stage s - 1's buffer is free again
       issue(s + kStages - 1, int((s - s_begin + kStages - 1) % kStages));
       if constexpr (kQ6) {
@@ -379,6 +420,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       } else {
         work_k(buf, int(s & 1));
       }
+      if constexpr (kWg) wgmma_wait<0>();  // the stage's products are done with its buffer (and acc is written)
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -387,11 +429,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // token: out[token][row] (c0, c1: row g, tokens 2q, 2q + 1; c2, c3: row g + 8).
     float *out = reinterpret_cast<float *>(smem);
 #pragma unroll
-    for (int ri = 0; ri < 2; ++ri)
+    for (int i = 0; i < (kWg ? kTokens / 8 : 16); ++i)  // mma.sync: i = 8 ri + tj; wgmma: i = tj
 #pragma unroll
-      for (int tj = 0; tj < 8; ++tj)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) out[(64 * wn + 8 * tj + 2 * q + (e & 1)) * kOutStride + 32 * wm + 16 * ri + g + 8 * (e >> 1)] = acc[ri][tj][e];
+      for (int e = 0; e < 4; ++e) {
+        const int t = (kWg ? 8 * i : 64 * wn + 8 * (i & 7)) + 2 * q + (e & 1), r = lane_row(kWg ? (e >> 1) : 2 * (i >> 3) + (e >> 1));
+        out[t * kOutStride + r] = acc[4 * i + e];
+      }
     __syncthreads();
     if constexpr (kGated) {
       float *y = parts.y[0];
@@ -421,16 +464,18 @@ int64_t row_tiles_of(const minfer_cuda_mmq_part *parts, int n_parts, bool gated)
   return tiles;
 }
 
-int plan_f16_splits(const minfer_cuda_mmq_part *parts, int n_parts, int64_t k, int64_t tokens, int sm_count, bool can_split) {
-  const int64_t tiles = row_tiles_of(parts, n_parts, false) * ((tokens + kTokens - 1) / kTokens);
-  return plan_splits(tiles, k / 128, int64_t(sm_count > 0 ? sm_count : 1) * kMinBlocks, can_split, kMaxSplits, kMinSplitStages).splits;
+int plan_f16_splits(const minfer_cuda_mmq_part *parts, int n_parts, int64_t k, int64_t tokens, int sm_count, bool can_split, bool wg) {
+  const int tile_tokens = wg ? kTileTokens<true> : kTileTokens<false>;
+  const int64_t tiles = row_tiles_of(parts, n_parts, false) * ((tokens + tile_tokens - 1) / tile_tokens);
+  return plan_splits(tiles, k / 128, int64_t(sm_count > 0 ? sm_count : 1) * (wg ? kTileBlocks<true> : kTileBlocks<false>), can_split, kMaxSplits,
+                     kMinSplitStages).splits;
 }
 
-template <class Block, bool kGated>
+template <class Block, bool kGated, bool kWg>
 cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const MmqParts &parts, const __half *x, int64_t k, int64_t tokens, int64_t row_tiles,
                          int64_t token_tiles, int64_t group_tiles) {
-  const auto kernel = mmq_f16_kernel<Block, kGated>;
-  constexpr int smem = smem_bytes<Block>();
+  const auto kernel = mmq_f16_kernel<Block, kGated, kWg>;
+  constexpr int smem = smem_bytes<Block, kWg>();
   if (const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem); err != cudaSuccess) return err;
   const int64_t units = row_tiles * token_tiles * parts.splits;
   launch_kernel(cfg, kernel, unsigned(units < cfg->max_blocks ? units : cfg->max_blocks), kThreads, smem, parts, x, k, tokens, row_tiles,
@@ -440,21 +485,30 @@ cudaError_t launch_tiles(minfer_cuda_launch_cfg *cfg, const MmqParts &parts, con
 
 template <class Block>
 cudaError_t launch(minfer_cuda_launch_cfg *cfg, const minfer_cuda_mmq_part *in, int n_parts, bool gated, int32_t act, const void *x16, int64_t k,
-                   int64_t tokens, int32_t dtype, const minfer_cuda_mmq_split *split) {
-  const int splits = gated ? 1 : plan_f16_splits(in, n_parts, k, tokens, split ? split->sm_count : 0, split && split->partials);
+                   int64_t tokens, int32_t dtype, const minfer_cuda_mmq_split *split, bool wg) {
+  const int splits = gated ? 1 : plan_f16_splits(in, n_parts, k, tokens, split ? split->sm_count : 0, split && split->partials, wg);
+  const int64_t kTokens = wg ? kTileTokens<true> : kTileTokens<false>;
   const MmqParts parts = make_mmq_parts(in, n_parts, gated ? kRows / 2 : kRows, gated, tokens, splits, split ? split->partials : nullptr, act);
   const int64_t row_tiles = row_tiles_of(in, n_parts, gated), token_tiles = (tokens + kTokens - 1) / kTokens;
   // Token tiles per group: as many as keep their x within ~16 MiB of the L2.
   const int64_t group_tiles = std::max<int64_t>(1, std::min<int64_t>(token_tiles, (int64_t(16) << 20) / (kTokens * k * 2)));
   const auto *x = static_cast<const __half *>(x16);
-  const cudaError_t err = gated ? launch_tiles<Block, true>(cfg, parts, x, k, tokens, row_tiles, token_tiles, group_tiles)
-                                : launch_tiles<Block, false>(cfg, parts, x, k, tokens, row_tiles, token_tiles, group_tiles);
+  const auto run = [&](auto wg_tag) {
+    constexpr bool kWg = decltype(wg_tag)::value;
+    return gated ? launch_tiles<Block, true, kWg>(cfg, parts, x, k, tokens, row_tiles, token_tiles, group_tiles)
+                 : launch_tiles<Block, false, kWg>(cfg, parts, x, k, tokens, row_tiles, token_tiles, group_tiles);
+  };
+  const cudaError_t err = wg ? run(std::true_type{}) : run(std::false_type{});
   if (err != cudaSuccess) return err;
+  static const char *const names[2][4] = {
+      {"mmq_f16_kernel", "mmq_f16_kernel (split k)", "mmq_f16_kernel (gate, up, silu)", "mmq_f16_kernel (gate, up, gelu)"},
+      {"mmq_f16_kernel (wgmma)", "mmq_f16_kernel (wgmma, split k)", "mmq_f16_kernel (wgmma; gate, up, silu)", "mmq_f16_kernel (wgmma; gate, up, gelu)"}};
+  const char *name = names[wg][gated ? (act == MINFER_CUDA_GLU_GELU ? 3 : 2) : splits > 1 ? 1 : 0];
   if (splits > 1) {
-    if (const cudaError_t e = launched(cfg, "mmq_f16_kernel (split k)", dtype); e != cudaSuccess) return e;
+    if (const cudaError_t e = launched(cfg, name, dtype); e != cudaSuccess) return e;
     return launch_mmq_split_sum(cfg, parts, tokens, dtype);
   }
-  return launched(cfg, gated ? (act == MINFER_CUDA_GLU_GELU ? "mmq_f16_kernel (gate, up, gelu)" : "mmq_f16_kernel (gate, up, silu)") : "mmq_f16_kernel", dtype);
+  return launched(cfg, name, dtype);
 }
 
 template <class F>
@@ -494,14 +548,27 @@ extern "C" int minfer_cuda_mmq_f16_aligned(int32_t dtype, const void *w) {
 }
 
 extern "C" size_t minfer_cuda_mmq_f16_partials_bytes(int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts, int64_t k, int64_t tokens,
-                                                     int32_t sm_count) {
+                                                     int32_t sm_count, int32_t wgmma) {
   if (!minfer_cuda_mmq_f16_supported(dtype, k)) return 0;
-  return mmq_partials_bytes(parts, n_parts, tokens, plan_f16_splits(parts, n_parts, k, tokens, sm_count, true));
+  return mmq_partials_bytes(parts, n_parts, tokens, plan_f16_splits(parts, n_parts, k, tokens, sm_count, true, wgmma != 0));
+}
+
+// Whether this GPU runs the sm_90a code (a Hopper GPU, and the plugin built for sm_90a):
+// one probe launch, synchronous, so call it before any graph capture.
+__global__ void wgmma_probe_kernel(int *out) { *out = MINFER_WGMMA; }
+
+extern "C" int minfer_cuda_wgmma_available(void) {
+  int *flag = nullptr, got = 0;
+  if (cudaMalloc(&flag, sizeof(int)) != cudaSuccess) return 0;
+  wgmma_probe_kernel<<<1, 1>>>(flag);
+  const bool ok = cudaGetLastError() == cudaSuccess && cudaMemcpy(&got, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+  cudaFree(flag);
+  return ok && got == 1;
 }
 
 extern "C" cudaError_t minfer_cuda_mmq_f16(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_mmq_part *parts, int32_t n_parts,
                                            const void *up, int32_t act, const void *x16, int64_t k, int64_t tokens,
-                                           const minfer_cuda_mmq_split *split) {
+                                           const minfer_cuda_mmq_split *split, int32_t wgmma) {
   if (!minfer_cuda_mmq_f16_supported(dtype, k) || n_parts < 1 || n_parts > kMinferCudaMmqMaxParts || (up && n_parts != 1) || tokens < 1)
     return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(x16) % 16 || (up && !minfer_cuda_mmq_f16_aligned(dtype, up))) return cudaErrorMisalignedAddress;
@@ -512,9 +579,9 @@ extern "C" cudaError_t minfer_cuda_mmq_f16(minfer_cuda_launch_cfg *cfg, int32_t 
     using Block = decltype(tag);
     if (up) {
       const minfer_cuda_mmq_part gated[2] = {parts[0], {up, parts[0].y, nullptr, parts[0].m, 0}};
-      err = launch<Block>(cfg, gated, 2, true, act, x16, k, tokens, dtype, nullptr);
+      err = launch<Block>(cfg, gated, 2, true, act, x16, k, tokens, dtype, nullptr, wgmma != 0);
     } else {
-      err = launch<Block>(cfg, parts, n_parts, false, act, x16, k, tokens, dtype, split);
+      err = launch<Block>(cfg, parts, n_parts, false, act, x16, k, tokens, dtype, split, wgmma != 0);
     }
   });
   return err;
