@@ -25,7 +25,8 @@ inline constexpr int64_t kAmxMinTokens = 10;
 
 // y[t * m + o] = W row o . x[t] for o < m, t < tokens. W: m rows of row_bytes, k values each
 // (a multiple of 32) of a block dtype, or (w_in_panels) the same bytes as 16-row panels
-// (panels.hpp), turned back into rows a panel at a time; x: tokens rows of k f32.
+// (panels.hpp): Q4_0, Q4_K and Q6_K decoded from them, the others turned back into rows a
+// panel at a time; x: tokens rows of k f32.
 void amx_matmul(int32_t weight_dtype, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t m, const float *x, int64_t tokens, float *y,
                 ThreadPool &pool, bool w_in_panels = false);
 

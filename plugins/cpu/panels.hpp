@@ -146,7 +146,8 @@ inline bool panel_dtype(int32_t dtype) {
          dtype == MINFER_DTYPE_Q5_K || dtype == MINFER_DTYPE_Q6_K;
 }
 // AMX machines read the panels with the AVX-512 VNNI kernels below kAmxMinTokens tokens and
-// turn them back into rows, a panel at a time, for the tiles above it (amx_matmul).
+// with the tiles above it (amx_matmul: Q4_0, Q4_K and Q6_K decoded from the panels, the other
+// types turned back into rows a panel at a time).
 inline Isa panel_isa(Isa isa) { return isa == Isa::Amx ? Isa::Avx512Vnni : isa; }
 inline bool panels_take(int32_t dtype, Isa isa) {
   isa = panel_isa(isa);
