@@ -380,8 +380,11 @@ __global__ void flash_merge_kernel(const float *partials, float *out, int64_t to
 // warp's shared memory asynchronously (cp.async) while the scores are formed; one memory
 // latency per tile instead of one per key. For P·V lane j owns dims D*j..D*j+D-1. The warps'
 // running (max, sum, output) are merged in shared memory.
-// Split over chunks, the partials go to global memory and the last block of a KV head to
-// finish (an atomic counter per head, reset by it) merges them: one launch per step. The
+// Split over chunks, the partials go to global memory (each row's HD sums, then all rows'
+// (max, sum) pairs) and the last block of a KV head to finish (an atomic counter per head,
+// reset by it) merges them: one launch per step. The plan splits the cache's capacity; chunks
+// past a token's position leave at once, so a short sequence in a long context is one block
+// a KV head that writes its output itself. The
 // blocks whose chunk holds the token's own key (its position) first write it from
 // k_new/v_new into the caches (the same values from each of a KV head's blocks) and then read
 // it back like any other: no separate KV write. Tokens are items like the KV heads: token t's
@@ -423,6 +426,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks) flash_decode
   __shared__ int last_block;
   __shared__ float2 rope_cs[HD / 2];  // (cos, sin) of each rotated pair at the item's token's position
   __shared__ float norm_scale[kRows + 1];  // rope.norms: the rows' and the new key's 1 / rms
+  __shared__ float merge_den[kRows];  // the last block's merge: each row's denominator
   extern __shared__ uint4 vtiles[];
   const int64_t kvd = int64_t(n_kv) * HD;
   const int group = n_head / n_kv, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -463,6 +467,13 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks) flash_decode
     const int64_t qh0 = t * n_head + h0;  // their rows of q and out
     const int64_t tally = (t * n_kv + kvh) * row_blocks + rb;  // its counter
     const int64_t n_past = kv.positions[t];  // the token's position: keys 0..n_past
+    // The chunks that hold keys of this token (the plan splits the cache's capacity): a chunk
+    // past its position takes no part, not even in the count or the merge.
+    const int used = n_past / chunk + 1 < splits ? int(n_past / chunk + 1) : splits;
+    if (z >= used) {
+      if (item + gridDim.x >= tokens * n_kv * row_blocks * splits) release_dependents();
+      continue;
+    }
     const int32_t slot = kv.slots[t];
     const float *kt = k_new + t * kvd, *vt_new = v_new + t * kvd;
     __syncthreads();  // the previous item's shared state is consumed
@@ -595,35 +606,58 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks) flash_decode
           const float e = expf(wm[w][r] - mx);
           num += e * wacc(w, r)[d], den += e * wl[w][r];
         }
-      if (splits == 1) {
+      if (used == 1) {
         out[(qh0 + r) * HD + d] = den > 0 ? num / den : 0.0f;
       } else {
-        float *p = partials + (int64_t(z) * tokens * n_head + qh0 + r) * (HD + 2);
-        p[d] = num;
-        if (d == 0) p[HD] = mx, p[HD + 1] = den;
+        const int64_t prow = int64_t(z) * tokens * n_head + qh0 + r;
+        partials[prow * HD + d] = num;
+        if (d == 0) reinterpret_cast<float2 *>(partials + int64_t(splits) * tokens * n_head * HD)[prow] = make_float2(mx, den);
       }
     }
-    if (splits == 1) continue;
+    if (used == 1) continue;
     __threadfence();  // this block's partials are visible before it counts itself done
     __syncthreads();
-    if (threadIdx.x == 0) last_block = atomicAdd(&counters[tally], 1) == splits - 1;
+    if (threadIdx.x == 0) last_block = atomicAdd(&counters[tally], 1) == used - 1;
     __syncthreads();
     if (!last_block) continue;
     __threadfence();
-    for (int i = threadIdx.x; i < nrows * HD; i += kDecodeThreads) {
-      const int r = i / HD, d = i % HD;
-      // __ldcg: other SMs wrote these; skip this SM's L1, which may hold an earlier step's.
-      // One pass with a running max: every split's loads can be in flight together.
-      float mx = -INFINITY, num = 0, den = 0;
-      for (int zz = 0; zz < splits; ++zz) {
-        const float *p = partials + (int64_t(zz) * tokens * n_head + qh0 + r) * (HD + 2);
-        const float mz = __ldcg(p + HD), lz = __ldcg(p + HD + 1), az = __ldcg(p + d);
-        if (lz > 0) {
-          const float m_new = fmaxf(mx, mz), a = expf(mx - m_new), b = expf(mz - m_new);
-          num = num * a + az * b, den = den * a + lz * b, mx = m_new;
-        }
+    // The merge, in three passes so that every load is independent of the others (a running
+    // max over the splits made each output element's loads a chain: at 64 splits, 16,384
+    // cached keys, that chain was most of the step's attention time). __ldcg: other SMs wrote
+    // the partials; skip this SM's L1, which may hold an earlier step's. The V tiles' shared
+    // memory is free now: each row's split maxima (then weights) and sums go there.
+    float *split_w = reinterpret_cast<float *>(vtiles), *split_l = split_w + kRows * used;
+    const float2 *ml = reinterpret_cast<const float2 *>(partials + int64_t(splits) * tokens * n_head * HD);
+    for (int i = threadIdx.x; i < nrows * used; i += kDecodeThreads) {
+      const int r = i / used, zz = i % used;
+      const float2 v = __ldcg(ml + int64_t(zz) * tokens * n_head + qh0 + r);
+      split_w[i] = v.x, split_l[i] = v.y;
+    }
+    __syncthreads();
+    for (int r = warp; r < nrows; r += kDecodeWarps) {  // a warp a row: its max, weights and denominator
+      float mx = -INFINITY, den = 0;
+      for (int zz = lane; zz < used; zz += 32)
+        if (split_l[r * used + zz] > 0) mx = fmaxf(mx, split_w[r * used + zz]);
+      mx = warp_max(mx);
+      for (int zz = lane; zz < used; zz += 32) {
+        const float lz = split_l[r * used + zz], wz = lz > 0 ? expf(split_w[r * used + zz] - mx) : 0.0f;
+        split_w[r * used + zz] = wz, den += wz * lz;
       }
-      out[(qh0 + r) * HD + d] = den > 0 ? num / den : 0.0f;
+      den = warp_sum(den);
+      if (lane == 0) merge_den[r] = den;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nrows * HD / 4; i += kDecodeThreads) {
+      const int r = i / (HD / 4), d4 = i % (HD / 4);
+      float4 num = make_float4(0, 0, 0, 0);
+#pragma unroll 8
+      for (int zz = 0; zz < used; ++zz) {
+        const float wz = split_w[r * used + zz];
+        const float4 v = __ldcg(reinterpret_cast<const float4 *>(partials + (int64_t(zz) * tokens * n_head + qh0 + r) * HD) + d4);
+        num.x += wz * v.x, num.y += wz * v.y, num.z += wz * v.z, num.w += wz * v.w;
+      }
+      const float den = merge_den[r], inv = den > 0 ? 1.0f / den : 0.0f;
+      reinterpret_cast<float4 *>(out + (qh0 + r) * HD)[d4] = make_float4(num.x * inv, num.y * inv, num.z * inv, num.w * inv);
     }
     if (threadIdx.x == 0) counters[tally] = 0;  // ready for the next step (and graph replay)
   }
