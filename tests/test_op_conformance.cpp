@@ -284,7 +284,7 @@ std::vector<Case> all_cases() {
   struct Seq { std::vector<int32_t> pages; int64_t from, count; };
   // window / softcap: Gemma's sliding-window layers and capped scores (ABI 1.6).
   auto paged = [&](const std::string &what, int32_t cache, int hd, int nh, int nkv, int32_t page_size, int64_t pool,
-                   std::vector<Seq> seqs, int32_t window = 0, float softcap = 0) {
+                   std::vector<Seq> seqs, int32_t window = 0, float softcap = 0, bool depth_said = true) {
     minfer_attention_params p{};
     p.head_dim = hd, p.n_head = nh, p.n_kv_head = nkv, p.scale = 1.0f / std::sqrt(float(hd)), p.page_size = page_size;
     p.window = window, p.softcap = softcap;
@@ -310,7 +310,9 @@ std::vector<Case> all_cases() {
              return g.finish();
            },
            MINFER_OP_ATTENTION, {cache}};
-    c.step = {n, 0, n, int64_t(seqs.size())};
+    int64_t depth = 0;  // the step's max_positions, as the host says it (ABI 1.9)
+    for (const Seq &q : seqs) depth = std::max(depth, q.from + q.count);
+    c.step = {n, 0, n, int64_t(seqs.size()), depth_said ? depth : 0};
     c.fixed = {{5, pos}, {6, slot}, {7, table}};
     cases.push_back(std::move(c));
   };
@@ -389,6 +391,14 @@ std::vector<Case> all_cases() {
   // Q6_K blocks. Appended last (Q4_0 and Q8_0 after the K types): the cases before keep their seeds.
   for (int32_t dt : {MINFER_DTYPE_Q4_K, MINFER_DTYPE_Q5_K, MINFER_DTYPE_Q6_K, MINFER_DTYPE_Q4_0, MINFER_DTYPE_Q8_0})
     for (auto [k, m, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{4096, 130, 130}, {1536, 200, 300}}) matmul_case(dt, k, m, n);
+  // The step's max_positions (ABI 1.9): a short sequence in a long cache told and not told
+  // (CUDA's one-token kernel plans by it: a query head a block over one chunk, or the cache's
+  // capacity split with the chunks past the token left at once), and a long one not told.
+  for (int32_t cache : {MINFER_DTYPE_F32, MINFER_DTYPE_F16}) {
+    paged("one sequence, n1 past 100 of 8192", cache, 128, 28, 4, 16, 512, {{in_order(512), 100, 1}});
+    paged("one sequence, n1 past 100 of 8192, depth not said", cache, 128, 28, 4, 16, 512, {{in_order(512), 100, 1}}, 0, 0, false);
+    paged("one sequence, n1 past 3000, depth not said", cache, 128, 28, 4, 16, 256, {{in_order(256), 3000, 1}}, 0, 0, false);
+  }
   return cases;
 }
 

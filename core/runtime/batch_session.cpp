@@ -66,8 +66,9 @@ std::vector<SeqToken> BatchSession::step() {
   if (plan.empty()) return {};
   tokens_.clear(), positions_.clear(), slots_.clear(), rows_.clear(), row_of_.clear();
   const int64_t width = model_.opts.pages_per_seq(), prefill_before = stats_.prefill_tokens;
-  int64_t sampled_items = 0;
+  int64_t sampled_items = 0, max_positions = 0;
   for (const sched::StepItem &item : plan.items) {
+    max_positions = std::max(max_positions, item.pos + int64_t(item.tokens.size()));
     const int32_t slot = slot_for(item.seq);
     const int64_t first = int64_t(tokens_.size());
     for (size_t i = 0; i < item.tokens.size(); ++i) {
@@ -93,7 +94,7 @@ std::vector<SeqToken> BatchSession::step() {
   session_.set_input(models::Model::kLogitRows, rows_.data(), rows_.size() * 4);
   auto t0 = Clock::now();
   const int64_t prefill_here = stats_.prefill_tokens - prefill_before, decode_here = n - prefill_here;
-  session_.run({n, 0, int64_t(rows_.size()), int64_t(plan.items.size())});
+  session_.run({n, 0, int64_t(rows_.size()), int64_t(plan.items.size()), max_positions});
   const double took = seconds_since(t0);
   stats_.run_s += took;
   if (prefill_here > 0) stats_.prefill_step_s += took;

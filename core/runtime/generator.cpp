@@ -38,7 +38,7 @@ const std::vector<float> &Generator::feed(const std::vector<int32_t> &tokens) {
       const int32_t last = int32_t(n - 1);
       session_.set_input(models::Model::kLogitRows, &last, 4);
     }
-    session_.run({n, n_past_, model_.opts.all_logits ? n : 1, 1});
+    session_.run({n, n_past_, model_.opts.all_logits ? n : 1, 1, n_past_ + n});
     n_past_ += n;
     const bool want = model_.opts.all_logits || start + size_t(n) == tokens.size();
     if (!want) continue;

@@ -292,6 +292,7 @@ void BackendHandle::execute(CompiledSegment &seg, int64_t step, const StepShape 
   args.n_past = shape.n_past;
   args.n_outputs = shape.n_outputs;
   args.n_seqs = shape.n_seqs;
+  args.max_positions = shape.max_positions;
   args.node_times = node_times ? 1 : 0;
   plugin_->check(plugin_->api().execute(backend_, seg.raw(), &args), "execute");
 }

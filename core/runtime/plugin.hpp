@@ -112,6 +112,7 @@ struct SupportAnswer {
 // sequences its tokens belong to (n_seqs == n_tokens: one token of each, a decode step).
 struct StepShape {
   int64_t n_tokens = 0, n_past = 0, n_outputs = 0, n_seqs = 1;
+  int64_t max_positions = 0;  // every token's position is below it (0: not said; minfer_step_args)
 };
 
 // One opened device of a plugin.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <vector>
 
@@ -132,7 +133,7 @@ class CudaSegment : public sdk::Segment {
   }
 
   // Decode steps (one token of each of n_seqs sequences) replay a CUDA Graph captured for their
-  // shape (tokens, output rows): the same kernels on the same buffers every time, positions,
+  // shape (tokens, output rows, the bucket of positions attention plans for): the same kernels on the same buffers every time, positions,
   // slots and page tables read from device memory. A shape's first step runs directly (so
   // scratch buffers reach their size), its second is captured.
   void execute(const minfer_step_args &args) override {
@@ -149,7 +150,7 @@ class CudaSegment : public sdk::Segment {
       drop_graphs();
       graph_generation_ = dev_.layout_generation();
     }
-    Captured &c = graphs_[{args.n_tokens, sdk::step_outputs(args)}];
+    Captured &c = graphs_[{args.n_tokens, sdk::step_outputs(args), positions_bucket(args)}];
     if (c.exec) return dev_.launch_graph(c.exec);
     if (c.runs++ == 0) return run_nodes(args);
     dev_.begin_capture();
@@ -351,7 +352,7 @@ class CudaSegment : public sdk::Segment {
       if (c.exec) cudaGraphExecDestroy(c.exec);
     graphs_.clear();
   }
-  std::map<std::pair<int64_t, int64_t>, Captured> graphs_;  // by (tokens, output rows)
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Captured> graphs_;  // by (tokens, output rows, positions_bucket)
   uint64_t graph_generation_ = 0;
   std::vector<sdk::OwnedNode> nodes_;
   std::vector<void (*)(CudaDevice &, const minfer_node &, const minfer_step_args &, int32_t)> run_;

@@ -77,7 +77,7 @@ void attend(CudaDevice &dev, const minfer_node &n, const minfer_step_args &args,
   const auto &p = sdk::params_of<minfer_attention_params>(n);
   const int64_t tokens = sdk::run_rows(*n.inputs[0], args);
   dev.attention(q, k, dptr<float>(*n.inputs[2]), dptr(*n.inputs[3]), dptr(*n.inputs[4]), n.inputs[3]->dtype, dptr<float>(*n.output), tokens,
-                is_decode(args, tokens), p, kv_pages(n), max_positions(n), rope_pos, rope, factors, norms);
+                is_decode(args, tokens), p, kv_pages(n), attention_positions(args, max_positions(n)), rope_pos, rope, factors, norms);
 }
 
 // The per-head norms of the q rope (norm_q) and k rope (norm_k) as kernels take them.

@@ -26,6 +26,23 @@ struct CudaOp {
 // one-token attention kernel needs.
 inline bool is_decode(const minfer_step_args &args, int64_t tokens) { return sdk::step_seqs(args) == tokens; }
 
+// The positions the step's attention plans for: the host's max_positions (ABI 1.9) rounded up
+// to a power of two from 256 (so a captured decode graph serves every step up to it: the
+// graphs are keyed by this bucket), or 0 where the host did not say.
+inline int64_t positions_bucket(const minfer_step_args &args) {
+  const int64_t said = sdk::step_max_positions(args);
+  if (said <= 0) return 0;
+  int64_t b = 256;
+  while (b < said) b *= 2;
+  return b;
+}
+// ... at most the cache's capacity (a sequence's page table row: `capacity` positions), which
+// is the plan where the host did not say.
+inline int64_t attention_positions(const minfer_step_args &args, int64_t capacity) {
+  const int64_t b = positions_bucket(args);
+  return b > 0 && b < capacity ? b : capacity;
+}
+
 // A matmul fused with the add that follows it (plugin.cpp finds the pairs at compile): the
 // add's other input (a bias or a residual) goes into the matmul's epilogue and the add's
 // output is written directly; the matmul's own output, read by nothing else, is scratch.

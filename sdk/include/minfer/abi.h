@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 #define MINFER_ABI_MAJOR 1 /* changes only when something is removed, reordered or retyped */
-#define MINFER_ABI_MINOR 8 /* grows when a field or an entry is appended */
+#define MINFER_ABI_MINOR 9 /* grows when a field or an entry is appended */
 
 /* The one symbol a plugin exports. */
 #define MINFER_ENTRY_SYMBOL "minfer_backend_entry"
@@ -129,6 +129,12 @@ typedef struct minfer_step_args {
    * tokens belong to; n_seqs == n_tokens means one token of each (a decode step). */
   int64_t n_outputs;
   int64_t n_seqs;
+  /* ABI 1.9 (a reader whose struct_size does not reach it takes 0; sdk::step_max_positions):
+   * every token of the step has its position below this (the most positions any of its
+   * sequences holds once the step's tokens are in), at most the page table's width times the
+   * page size; 0: not said. A backend may size its attention work by it (CUDA: the one-token
+   * kernel's splits follow the sequences' depth, not the cache's capacity). */
+  int64_t max_positions;
 } minfer_step_args;
 
 typedef struct minfer_backend_api {

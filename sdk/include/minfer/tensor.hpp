@@ -48,6 +48,10 @@ inline bool is_contiguous(const minfer_tensor &t) {
 inline int64_t step_outputs(const minfer_step_args &a) {
   return a.struct_size >= MINFER_SIZE_UP_TO(minfer_step_args, n_outputs) ? a.n_outputs : a.n_tokens;
 }
+// 1.9: every token's position is below it; 0 where the host did not say (an older host).
+inline int64_t step_max_positions(const minfer_step_args &a) {
+  return a.struct_size >= MINFER_SIZE_UP_TO(minfer_step_args, max_positions) && a.max_positions > 0 ? a.max_positions : 0;
+}
 inline int64_t step_seqs(const minfer_step_args &a) {
   return a.struct_size >= MINFER_SIZE_UP_TO(minfer_step_args, n_seqs) && a.n_seqs > 0 ? a.n_seqs : 1;
 }
