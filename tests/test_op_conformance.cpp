@@ -399,6 +399,9 @@ std::vector<Case> all_cases() {
     paged("one sequence, n1 past 100 of 8192, depth not said", cache, 128, 28, 4, 16, 512, {{in_order(512), 100, 1}}, 0, 0, false);
     paged("one sequence, n1 past 3000, depth not said", cache, 128, 28, 4, 16, 256, {{in_order(256), 3000, 1}}, 0, 0, false);
   }
+  // One token over rows longer than 8192 values (CUDA: the one-token GEMV's sixteen-warp
+  // blocks, a 7B's ffn_down), for every block type.
+  for (int32_t dt : minfer::test::block_dtypes()) matmul_case(dt, 9216, 37, 1);
   return cases;
 }
 

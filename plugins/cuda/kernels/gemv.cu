@@ -188,12 +188,22 @@ template <class Block>
 struct ChunkShape {
   static constexpr int kBlocks = kChunkBytes / int(sizeof(Block));
   static constexpr int kBytes = kBlocks * int(sizeof(Block));
-  static constexpr int kPieces = (kBytes / 16 + 1 + 31) / 32;  // 16-byte loads per lane (a misaligned chunk takes one more)
+  // 16-byte loads per lane: a chunk starting up to 15 bytes past a boundary spans up to
+  // (kBytes + 30) / 16 pieces (Q5_0's 2,046 bytes at 14 past: 129, one more than 2,048 / 16).
+  static constexpr int kPieces = ((kBytes + 30) / 16 + 31) / 32;
+  static_assert((kBytes + 30) / 16 * 16 <= kSlotBytes, "a ring buffer holds a chunk at any lead");
 };
 
 // The warps' rings follow x's blocks in the dynamic shared memory.
 __host__ __device__ constexpr size_t staged_buffers_offset(int64_t ns) { return (size_t(ns) * sizeof(minfer_cuda_q8_act) + 15) / 16 * 16; }
-__host__ __device__ constexpr size_t staged_smem_bytes(int64_t ns) { return staged_buffers_offset(ns) + size_t(kWarps) * kStages * kSlotBytes; }
+__host__ __device__ constexpr size_t staged_smem_bytes(int64_t ns, int warps = kWarps) { return staged_buffers_offset(ns) + size_t(warps) * kStages * kSlotBytes; }
+
+// Rows longer than kWideFrom values take blocks of kWideWarps warps, one an SM: every block
+// quantizes all of x (a 7B's ffn_down: 18,944 values, ten passes at 256 threads), so half as
+// many blocks do that half as often, each in half the passes, with as many warps an SM as two
+// blocks of eight.
+constexpr int64_t kWideFrom = 8192;
+constexpr int kWideWarps = 16;
 
 // The chunk's blocks times x: this lane's share added to acc (subs sub-blocks, x's from xc,
 // read as load_act's 8-byte pieces: 4-byte ones of consecutive lanes' 40-byte blocks meet two
@@ -213,13 +223,13 @@ __device__ __forceinline__ void chunk_dot(const Block *blocks, int subs, const m
   }
 }
 
-template <class Block, bool kGated, class BlockB = Block>
+template <class Block, bool kGated, class BlockB = Block, int kW = kWarps>
 __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const Block *up, const float *x, int64_t ns, minfer_cuda_q8_act *xs,
                                                  uint8_t *ring) {
   constexpr bool kMixed = !std::is_same_v<Block, BlockB>;
   const int lane = threadIdx.x & 31;
   const int64_t nb = ns / QBlock<Block>::kSubs, nb_b = ns / QBlock<BlockB>::kSubs;
-  const int64_t rows = parts.end[parts.n - 1], stride = int64_t(gridDim.x) * kWarps;
+  const int64_t rows = parts.end[parts.n - 1], stride = int64_t(gridDim.x) * kW;
   struct Cursor {
     int64_t o, r, off;  // row of the launch, its part's row, the chunk's byte offset in it
     int p;
@@ -264,7 +274,7 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
     }
     cp_async_commit();
   };
-  start_row(load_at, int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5));
+  start_row(load_at, int64_t(blockIdx.x) * kW + (threadIdx.x >> 5));
   use_at = load_at;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
@@ -349,12 +359,12 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvBlocksPerSm<Block>) gemv_qua
 // the rings of a 3584-value row fit in shared memory.
 constexpr int kStagedBlocksPerSm = 3;
 
-template <class Block, bool kGated, class BlockB = Block>
-__global__ void __launch_bounds__(kWarps * 32, kStagedBlocksPerSm) gemv_staged_kernel(const __grid_constant__ GemvParts parts, const Block *up,
-                                                                                     const float *x, int64_t k) {
+template <class Block, bool kGated, class BlockB = Block, int kW = kWarps>
+__global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStagedBlocksPerSm : 1) gemv_staged_kernel(const __grid_constant__ GemvParts parts,
+                                                                                                     const Block *up, const float *x, int64_t k) {
   extern __shared__ __align__(16) minfer_cuda_q8_act xs[];  // the rings take 16-byte copies and loads
   const int64_t ns = k / 32;
-  gemv_staged_rows<Block, kGated, BlockB>(parts, up, x, ns, xs,
+  gemv_staged_rows<Block, kGated, BlockB, kW>(parts, up, x, ns, xs,
                                           reinterpret_cast<uint8_t *>(xs) + staged_buffers_offset(ns) + (threadIdx.x >> 5) * kStages * kSlotBytes);
 }
 
@@ -391,8 +401,8 @@ GemvParts gemv_parts(const minfer_cuda_gemv_part *parts, int32_t n_parts, const 
 
 // One wave of the kernel's resident blocks (measured against eight an SM, and against no early
 // first-row loads at 71 registers: tg128 0.5B Q4_0 757 vs 732 vs 699 t/s, 7B 237 vs 219 vs 212).
-int64_t gemv_blocks(minfer_cuda_launch_cfg *cfg, int64_t m, int64_t rows_per_warp, int32_t sm_count, int per_sm = 2) {
-  const int64_t want = (m + kWarps * rows_per_warp - 1) / (kWarps * rows_per_warp), most = int64_t(sm_count > 0 ? sm_count : 132) * per_sm;
+int64_t gemv_blocks(minfer_cuda_launch_cfg *cfg, int64_t m, int64_t rows_per_warp, int32_t sm_count, int per_sm = 2, int warps = kWarps) {
+  const int64_t want = (m + warps * rows_per_warp - 1) / (warps * rows_per_warp), most = int64_t(sm_count > 0 ? sm_count : 132) * per_sm;
   const int64_t blocks = want < most ? want : most;
   return blocks < cfg->max_blocks ? blocks : cfg->max_blocks;
 }
@@ -421,8 +431,11 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
   GemvParts gp = gemv_parts(parts, n_parts, norm_w, eps, m);
   gp.act = act;
   const int64_t per_warp = k / 32 <= 32 ? (up ? kShortRows / 2 : kShortRows) : 1;  // rows a warp takes at once
-  int device = 0, per_sm_smem = 228 * 1024;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  int device = 0, per_sm_smem = 228 * 1024, optin = 48 * 1024;
+  if (cudaGetDevice(&device) == cudaSuccess) {
+    cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  }
   cudaError_t e = cudaSuccess;
   bool staged = false;
   const bool known = visit_int8_block(dtype, [&](auto tag) {
@@ -431,16 +444,21 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
     // chunk's first piece may start up to 15 bytes before it, still inside the weights'
     // allocation, whose start the driver aligns far more).
     staged = minfer_cuda_gemv_staged(k);
-    const size_t smem = staged ? staged_smem_bytes(k / 32) : size_t(k / 32) * sizeof(minfer_cuda_q8_act);
+    const bool wide = staged && k > kWideFrom && staged_smem_bytes(k / 32, kWideWarps) <= size_t(optin);
+    const int warps = wide ? kWideWarps : kWarps;
+    const size_t smem = staged ? staged_smem_bytes(k / 32, warps) : size_t(k / 32) * sizeof(minfer_cuda_q8_act);
     // As many blocks an SM as the registers allow and the shared memory holds (the runtime keeps 1 KiB a block).
-    const int per_sm = int(std::max<size_t>(1, std::min<size_t>(staged ? kStagedBlocksPerSm : kGemvBlocksPerSm<Block>, size_t(per_sm_smem) / (smem + 1024))));
-    const int64_t blocks = gemv_blocks(cfg, m, per_warp, sm_count, per_sm);
+    const int most_per_sm = wide ? 1 : staged ? kStagedBlocksPerSm : kGemvBlocksPerSm<Block>;
+    const int per_sm = int(std::max<size_t>(1, std::min<size_t>(most_per_sm, size_t(per_sm_smem) / (smem + 1024))));
+    const int64_t blocks = gemv_blocks(cfg, m, per_warp, sm_count, per_sm, warps);
     const auto run = [&](auto kernel, const Block *up_w) {
       if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-      if (e == cudaSuccess) launch_kernel(cfg, kernel, unsigned(blocks), kWarps * 32, smem, gp, up_w, x, k);
+      if (e == cudaSuccess) launch_kernel(cfg, kernel, unsigned(blocks), warps * 32, smem, gp, up_w, x, k);
     };
-    if (staged) up ? run(gemv_staged_kernel<Block, true>, static_cast<const Block *>(up)) : run(gemv_staged_kernel<Block, false>, nullptr);
-    else up ? run(gemv_quantizing_kernel<Block, true>, static_cast<const Block *>(up)) : run(gemv_quantizing_kernel<Block, false>, nullptr);
+    const Block *up_w = static_cast<const Block *>(up);
+    if (wide) up ? run(gemv_staged_kernel<Block, true, Block, kWideWarps>, up_w) : run(gemv_staged_kernel<Block, false, Block, kWideWarps>, nullptr);
+    else if (staged) up ? run(gemv_staged_kernel<Block, true>, up_w) : run(gemv_staged_kernel<Block, false>, nullptr);
+    else up ? run(gemv_quantizing_kernel<Block, true>, up_w) : run(gemv_quantizing_kernel<Block, false>, nullptr);
   });
   if (e != cudaSuccess) return e;
   if (!known) return cudaErrorNotSupported;
