@@ -34,6 +34,31 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// The `bytes` bytes at src copied into dst (16-byte aligned) by the warp's lanes, 16-byte
+// pieces in turn from the 16-byte boundary at or below src: the run lies at dst + the
+// returned lead (src & 15), and the last piece reads nothing past the run (zero-filled). The
+// bytes before src read with the first piece must be readable (a weight's row inside its
+// allocation). A run takes up to (bytes + 30) / 16 pieces of dst; kMaxPieces > 0: at most
+// kMaxPieces a lane (an unrolled loop), 0: any number.
+template <int kMaxPieces = 0>
+__device__ __forceinline__ int copy_run_async(void *dst, const void *src, int bytes, int lane) {
+  const int lead = int(reinterpret_cast<uintptr_t>(src) & 15), end = lead + bytes, n = (end + 15) / 16;
+  const uint4 *from = reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(src) - lead);
+  uint4 *to = static_cast<uint4 *>(dst);
+  const auto piece = [&](int i) { cp_async16_zfill(to + i, from + i, end - 16 * i < 16 ? end - 16 * i : 16); };
+  if constexpr (kMaxPieces > 0) {
+#pragma unroll
+    for (int u = 0; u < kMaxPieces; ++u)
+      if (lane + 32 * u < n) piece(lane + 32 * u);
+  } else {
+    for (int i = lane; i < n; i += 32) piece(i);
+  }
+  return lead;
+}
+
+// Shared memory for a run of `bytes` bytes at any lead (copy_run_async).
+__host__ __device__ constexpr int run_slot_bytes(int64_t bytes) { return int((bytes + 30) / 16 * 16); }
+
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\n" ::);
   asm volatile("cp.async.wait_group 0;\n" ::);

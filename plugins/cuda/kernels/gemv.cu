@@ -190,13 +190,12 @@ struct ChunkShape {
   static constexpr int kBytes = kBlocks * int(sizeof(Block));
   // 16-byte loads per lane: a chunk starting up to 15 bytes past a boundary spans up to
   // (kBytes + 30) / 16 pieces (Q5_0's 2,046 bytes at 14 past: 129, one more than 2,048 / 16).
-  static constexpr int kPieces = ((kBytes + 30) / 16 + 31) / 32;
-  static_assert((kBytes + 30) / 16 * 16 <= kSlotBytes, "a ring buffer holds a chunk at any lead");
+  static constexpr int kPieces = (run_slot_bytes(kBytes) / 16 + 31) / 32;
+  static_assert(run_slot_bytes(kBytes) <= kSlotBytes, "a ring buffer holds a chunk at any lead");
 };
 
-// The warps' rings follow x's blocks in the dynamic shared memory.
-__host__ __device__ constexpr size_t staged_buffers_offset(int64_t ns) { return (size_t(ns) * sizeof(minfer_cuda_q8_act) + 15) / 16 * 16; }
-__host__ __device__ constexpr size_t staged_smem_bytes(int64_t ns, int warps = kWarps) { return staged_buffers_offset(ns) + size_t(warps) * kStages * kSlotBytes; }
+// The warps' rings follow x's blocks in the dynamic shared memory (q8_blocks_bytes16).
+__host__ __device__ constexpr size_t staged_smem_bytes(int64_t ns, int warps = kWarps) { return q8_blocks_bytes16(ns) + size_t(warps) * kStages * kSlotBytes; }
 
 // Rows longer than kWideFrom values take blocks of kWideWarps warps, one an SM: every block
 // quantizes all of x (a 7B's ffn_down: 18,944 values, ten passes at 256 threads), so half as
@@ -261,15 +260,8 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
   Cursor load_at{}, use_at{};
   const auto issue = [&](int slot) {
     if (load_at.o < rows) {
-      const int from = lead(load_at), end = from + chunk_bytes(load_at), n = (end + 15) / 16;
-      const uint4 *src = reinterpret_cast<const uint4 *>(load_at.row + load_at.off - from);
-      uint4 *dst = reinterpret_cast<uint4 *>(ring + slot * kSlotBytes);
       constexpr int kPieces = ChunkShape<Block>::kPieces > ChunkShape<BlockB>::kPieces ? ChunkShape<Block>::kPieces : ChunkShape<BlockB>::kPieces;
-#pragma unroll
-      for (int u = 0; u < kPieces; ++u) {
-        const int i = lane + 32 * u;
-        if (i < n) cp_async16_zfill(dst + i, src + i, end - 16 * i < 16 ? end - 16 * i : 16);
-      }
+      copy_run_async<kPieces>(ring + slot * kSlotBytes, load_at.row + load_at.off, chunk_bytes(load_at), lane);
       advance(load_at);
     }
     cp_async_commit();
@@ -365,7 +357,7 @@ __global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStagedBlocksPerSm : 1
   extern __shared__ __align__(16) minfer_cuda_q8_act xs[];  // the rings take 16-byte copies and loads
   const int64_t ns = k / 32;
   gemv_staged_rows<Block, kGated, BlockB, kW>(parts, up, x, ns, xs,
-                                          reinterpret_cast<uint8_t *>(xs) + staged_buffers_offset(ns) + (threadIdx.x >> 5) * kStages * kSlotBytes);
+                                          reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(ns) + (threadIdx.x >> 5) * kStages * kSlotBytes);
 }
 
 // Parts of two block types in one launch (gemv_short_rows with BlockB); short rows only.

@@ -10,6 +10,10 @@ struct minfer_cuda_q8_act {  // one block of 32 quantized activations
   int32_t qs[8];             // the 32 int8 values, as words for dp4a
 };
 
+// Bytes of ns blocks in shared memory rounded up to 16: where the 16-byte copies that follow
+// them (the GEMVs' weight chunks and rows) start.
+__host__ __device__ constexpr size_t q8_blocks_bytes16(int64_t ns) { return (size_t(ns) * sizeof(minfer_cuda_q8_act) + 15) / 16 * 16; }
+
 // MMQ's layout: a token's blocks in runs of four, scales first, so a stage of 128 values is
 // whole 16-byte pieces (two of scales, eight of values) that cp.async copies as they are. A
 // token's row is ceil(k / 128) runs; the last run's blocks past k are zeros.
