@@ -71,11 +71,13 @@ struct Span {
 };
 
 // A block of up to kBlockTokens consecutive tokens of one slot with every query head of one
-// KV head, over their keys in tiles of kKeyTile (flash-attention order, AVX-512, head_dim a
-// multiple of 16): each tile's K and V rows are read from the cache once for the block's
-// tokens x heads, and each (token, head) keeps a running max, sum and output. Reading the keys
-// once per (token, head) instead streamed the whole cache per query: a 16,384-token prompt of
-// Qwen2-0.5B spent over ten minutes in attention on a 2-core Xeon.
+// KV head, over their keys in tiles of kKeyTile (flash-attention order): each tile's K and V
+// rows are read from the cache once for the block's tokens x heads, and each (token, head)
+// keeps a running max, sum and output. Reading the keys once per (token, head) instead
+// streamed the whole cache per query: a 16,384-token prompt of Qwen2-0.5B spent over ten
+// minutes in attention on a 2-core Xeon. The walk is written once (block_attention); the
+// vector work on a tile is each instruction set's (TileAvx512, TileAvx2: a call does a whole
+// tile, so the calls across targets cost nothing that shows).
 constexpr int kBlockTokens = 8, kKeyTile = 32;
 
 struct TokenBlock {
@@ -87,9 +89,96 @@ struct BlockState {
   float *m, *l, *acc;
 };
 
-template <class T>
-MINFER_AVX512 void block_avx512(const float *q, int64_t n_head, int64_t h0, int64_t group, const T *kbase, const T *vbase, int64_t stride,
-                                const PageWalk &walk, const Span *spans, const TokenBlock &b, int64_t hd, BlockState st, float *out) {
+// A tile's work for one (token, head), keys lo..hi of the tile (s: kKeyTile scores):
+// scores() the capped, scaled q.k into s[lo..hi] and returns their max; weigh() replaces s
+// by exp(s - m) on lo..hi and 0 elsewhere and returns their sum; accumulate() sets acc to
+// acc * scale + sum_j s[j] V_j; finish() writes acc * inv.
+struct TileAvx512 {  // head_dim a multiple of 16
+  template <class T>
+  MINFER_AVX512 static float scores(const float *qv, const T *const *kr, int lo, int hi, int64_t hd, const Span &sp, float *s) {
+    float mt = -INFINITY;
+    for (int j = lo; j <= hi; ++j) {
+      __m512 a = _mm512_setzero_ps();
+      for (int64_t d = 0; d < hd; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(qv + d), load16(kr[j] + d), a);
+      s[j] = sp.score(_mm512_reduce_add_ps(a));
+      mt = std::max(mt, s[j]);
+    }
+    return mt;
+  }
+  MINFER_AVX512 static float weigh(float *s, int lo, int hi, float m) {
+    const __mmask32 live = __mmask32(((uint64_t(1) << (hi + 1)) - 1) & ~((uint64_t(1) << lo) - 1));
+    __m512 sum = _mm512_setzero_ps();
+    for (int h = 0; h < kKeyTile; h += 16) {
+      const __mmask16 lane = __mmask16(live >> h);
+      const __m512 e = _mm512_maskz_mov_ps(lane, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(lane, s + h), _mm512_set1_ps(m))));
+      _mm512_storeu_ps(s + h, e);
+      sum = _mm512_add_ps(sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+  }
+  template <class T>
+  MINFER_AVX512 static void accumulate(float *acc, const T *const *vr, const float *s, int lo, int hi, int64_t hd, float scale) {
+    for (int64_t d = 0; d < hd; d += 16) {  // the tile's weighted V rows summed, then added to the rescaled output
+      __m512 part = _mm512_setzero_ps();
+      for (int j = lo; j <= hi; ++j) part = _mm512_fmadd_ps(_mm512_set1_ps(s[j]), load16(vr[j] + d), part);
+      _mm512_storeu_ps(acc + d, _mm512_fmadd_ps(_mm512_loadu_ps(acc + d), _mm512_set1_ps(scale), part));
+    }
+  }
+  MINFER_AVX512 static void finish(float *o, const float *acc, float inv, int64_t hd) {
+    for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), _mm512_set1_ps(inv)));
+  }
+};
+
+MINFER_AVX2_FMA inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
+MINFER_AVX2_FMA inline __m256 load8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+MINFER_AVX2_FMA inline float hsum8(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+struct TileAvx2 {  // head_dim a multiple of 8
+  template <class T>
+  MINFER_AVX2_FMA static float scores(const float *qv, const T *const *kr, int lo, int hi, int64_t hd, const Span &sp, float *s) {
+    float mt = -INFINITY;
+    for (int j = lo; j <= hi; ++j) {
+      __m256 a = _mm256_setzero_ps();
+      for (int64_t d = 0; d < hd; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(qv + d), load8(kr[j] + d), a);
+      s[j] = sp.score(hsum8(a));
+      mt = std::max(mt, s[j]);
+    }
+    return mt;
+  }
+  MINFER_AVX2_FMA static float weigh(float *s, int lo, int hi, float m) {
+    __m256 sum = _mm256_setzero_ps();
+    const __m256 first = _mm256_set1_ps(float(lo)), last = _mm256_set1_ps(float(hi));
+    for (int h = 0; h < kKeyTile; h += 8) {
+      const __m256 j = _mm256_add_ps(_mm256_set1_ps(float(h)), _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7));
+      const __m256 live = _mm256_and_ps(_mm256_cmp_ps(j, first, _CMP_GE_OQ), _mm256_cmp_ps(j, last, _CMP_LE_OQ));
+      // Lanes off the span may hold stale scores: only the live ones go through exp.
+      const __m256 x = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(s + h), live);
+      const __m256 e = _mm256_and_ps(exp256(_mm256_sub_ps(x, _mm256_set1_ps(m))), live);
+      _mm256_storeu_ps(s + h, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    return hsum8(sum);
+  }
+  template <class T>
+  MINFER_AVX2_FMA static void accumulate(float *acc, const T *const *vr, const float *s, int lo, int hi, int64_t hd, float scale) {
+    for (int64_t d = 0; d < hd; d += 8) {
+      __m256 part = _mm256_setzero_ps();
+      for (int j = lo; j <= hi; ++j) part = _mm256_fmadd_ps(_mm256_set1_ps(s[j]), load8(vr[j] + d), part);
+      _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(acc + d), _mm256_set1_ps(scale), part));
+    }
+  }
+  MINFER_AVX2_FMA static void finish(float *o, const float *acc, float inv, int64_t hd) {
+    for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), _mm256_set1_ps(inv)));
+  }
+};
+
+template <class Tile, class T>
+void block_attention(const float *q, int64_t n_head, int64_t h0, int64_t group, const T *kbase, const T *vbase, int64_t stride,
+                     const PageWalk &walk, const Span *spans, const TokenBlock &b, int64_t hd, BlockState st, float *out) {
   const int64_t pairs = b.nt * group, P = walk.page_size;
   for (int64_t i = 0; i < pairs; ++i) {
     st.m[i] = -INFINITY, st.l[i] = 0;
@@ -109,93 +198,21 @@ MINFER_AVX512 void block_avx512(const float *q, int64_t n_head, int64_t h0, int6
       const Span &sp = spans[i];
       const int lo = int(std::max<int64_t>(0, sp.first - k0)), hi = int(std::min<int64_t>(nk - 1, sp.last - k0));
       if (lo > hi) continue;  // none of this token's keys in the tile
-      const __mmask32 live = __mmask32(((uint64_t(1) << (hi + 1)) - 1) & ~((uint64_t(1) << lo) - 1));
       for (int64_t g = 0; g < group; ++g) {
-        const float *qv = q + ((b.t0 + i) * n_head + h0 + g) * hd;
         const int64_t pi = i * group + g;
-        float mt = -INFINITY;
-        for (int j = lo; j <= hi; ++j) {
-          __m512 a = _mm512_setzero_ps();
-          for (int64_t d = 0; d < hd; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(qv + d), load16(kr[j] + d), a);
-          s[j] = sp.score(_mm512_reduce_add_ps(a));
-          mt = std::max(mt, s[j]);
-        }
+        const float mt = Tile::scores(q + ((b.t0 + i) * n_head + h0 + g) * hd, kr, lo, hi, hd, sp, s);
         const float m_new = std::max(st.m[pi], mt), scale = std::exp(st.m[pi] - m_new);  // exp(-inf) = 0 at the first tile
-        __m512 sum = _mm512_setzero_ps();
-        for (int h = 0; h < kKeyTile; h += 16) {
-          const __mmask16 lane = __mmask16(live >> h);
-          const __m512 e = _mm512_maskz_mov_ps(lane, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(lane, s + h), _mm512_set1_ps(m_new))));
-          _mm512_store_ps(s + h, e);
-          sum = _mm512_add_ps(sum, e);
-        }
-        st.l[pi] = st.l[pi] * scale + _mm512_reduce_add_ps(sum);
+        st.l[pi] = st.l[pi] * scale + Tile::weigh(s, lo, hi, m_new);
         st.m[pi] = m_new;
-        float *acc = st.acc + pi * hd;
-        for (int64_t d = 0; d < hd; d += 16) {  // the tile's weighted V rows summed, then added to the rescaled output
-          __m512 part = _mm512_setzero_ps();
-          for (int j = lo; j <= hi; ++j) part = _mm512_fmadd_ps(_mm512_set1_ps(s[j]), load16(vr[j] + d), part);
-          _mm512_storeu_ps(acc + d, _mm512_fmadd_ps(_mm512_loadu_ps(acc + d), _mm512_set1_ps(scale), part));
-        }
+        Tile::accumulate(st.acc + pi * hd, vr, s, lo, hi, hd, scale);
       }
     }
   }
   for (int64_t i = 0; i < b.nt; ++i)
     for (int64_t g = 0; g < group; ++g) {
       const int64_t pi = i * group + g;
-      const __m512 inv = _mm512_set1_ps(1.0f / st.l[pi]);
-      float *o = out + ((b.t0 + i) * n_head + h0 + g) * hd;
-      for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(st.acc + pi * hd + d), inv));
+      Tile::finish(out + ((b.t0 + i) * n_head + h0 + g) * hd, st.acc + pi * hd, 1.0f / st.l[pi], hd);
     }
-}
-
-// One query head over positions first..last of its KV head (AVX2, head_dim a multiple of 8):
-// scores, softmax, then the weighted V rows, reading K and V in their cache type.
-MINFER_AVX2_FMA inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
-MINFER_AVX2_FMA inline __m256 load8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
-MINFER_AVX2_FMA inline float hsum8(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
-template <class T>
-MINFER_AVX2_FMA void head_avx2(const float *qv, const T *kbase, const T *vbase, int64_t stride, const PageWalk &walk, const Span &span,
-                               int64_t hd, float *score, float *out) {
-  const int64_t P = walk.page_size, first = span.first, last = span.last;
-  float mx = -INFINITY;
-  for (int64_t j0 = first; j0 <= last;) {
-    const int64_t row = int64_t(walk.pages[j0 / P]) * P + j0 % P, count = std::min(P - j0 % P, last + 1 - j0);
-    for (int64_t j = 0; j < count; ++j) {
-      const T *kr = kbase + (row + j) * stride;
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t d = 0; d < hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qv + d), load8(kr + d), acc);
-      const float s = span.score(hsum8(acc));
-      score[j0 - first + j] = s;
-      mx = std::max(mx, s);
-    }
-    j0 += count;
-  }
-  const int64_t rows = last + 1 - first;
-  __m256 sum = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 8 <= rows; j += 8) {
-    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(score + j), _mm256_set1_ps(mx)));
-    _mm256_storeu_ps(score + j, e);
-    sum = _mm256_add_ps(sum, e);
-  }
-  float total = hsum8(sum);
-  for (; j < rows; ++j) total += score[j] = std::exp(score[j] - mx);
-  const __m256 inv = _mm256_set1_ps(1.0f / total);
-  for (int64_t d = 0; d < hd; d += 8) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t j0 = first; j0 <= last;) {
-      const int64_t row = int64_t(walk.pages[j0 / P]) * P + j0 % P, count = std::min(P - j0 % P, last + 1 - j0);
-      for (int64_t i = 0; i < count; ++i)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(score[j0 - first + i]), load8(vbase + (row + i) * stride + d), acc);
-      j0 += count;
-    }
-    _mm256_storeu_ps(out + d, _mm256_mul_ps(acc, inv));
-  }
 }
 
 template <class T>
@@ -243,9 +260,10 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
   // Later tokens of a slot attend over more rows; pairing early with late tokens gives each
   // thread's contiguous range about the same work.
   auto token_of = [&](int64_t ti) { return ti % 2 == 0 ? ti / 2 : tokens - 1 - ti / 2; };
-  // AVX-512: blocks of a slot's consecutive tokens (block_avx512), paired early with late so
-  // each thread's contiguous range of items gets about the same keys.
-  if (ctx.isa >= Isa::Avx512Vnni && hd % 16 == 0) {
+  // AVX-512 and AVX2: blocks of a slot's consecutive tokens (block_attention), paired early
+  // with late so each thread's contiguous range of items gets about the same keys.
+  const bool wide = ctx.isa >= Isa::Avx512Vnni && hd % 16 == 0, narrow = avx2_family(ctx.isa) && hd % 8 == 0;
+  if (wide || narrow) {
     std::vector<TokenBlock> blocks;
     for (int64_t t = 0; t < tokens; ++t) {
       TokenBlock *last = blocks.empty() ? nullptr : &blocks.back();
@@ -263,23 +281,9 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
         const int64_t kvh = w % p.n_kv_head;
         Span spans[kBlockTokens];
         for (int64_t i = 0; i < b.nt; ++i) spans[i] = span_of(b.t0 + i);
-        block_avx512<T>(q, p.n_head, kvh * group, group, kc + kvh * hd, vc + kvh * hd, kvd, walk_of(b.t0), spans, b, hd,
-                        {s.score.data(), s.score.data() + kBlockTokens * group, s.acc.data()}, out);
-      }
-    });
-    return;
-  }
-  // AVX2: a (token, KV head) an item, its query heads one at a time, K and V read in place.
-  if (avx2_family(ctx.isa) && hd % 8 == 0) {
-    ctx.pool.run(tokens * p.n_kv_head, [&](int64_t w0, int64_t w1, int) {
-      Scratch &s = scratch();
-      s.score.resize(size_t(longest));
-      for (int64_t w = w0; w < w1; ++w) {
-        const int64_t t = token_of(w / p.n_kv_head), kvh = w % p.n_kv_head;
-        const PageWalk walk = walk_of(t);
-        const Span span = span_of(t);
-        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-          head_avx2<T>(q + (t * p.n_head + h) * hd, kc + kvh * hd, vc + kvh * hd, kvd, walk, span, hd, s.score.data(), out + (t * p.n_head + h) * hd);
+        const BlockState st{s.score.data(), s.score.data() + kBlockTokens * group, s.acc.data()};
+        if (wide) block_attention<TileAvx512, T>(q, p.n_head, kvh * group, group, kc + kvh * hd, vc + kvh * hd, kvd, walk_of(b.t0), spans, b, hd, st, out);
+        else block_attention<TileAvx2, T>(q, p.n_head, kvh * group, group, kc + kvh * hd, vc + kvh * hd, kvd, walk_of(b.t0), spans, b, hd, st, out);
       }
     });
     return;
