@@ -4,8 +4,8 @@
 // f16 for an f16 cache), then each (token, head) pair computes softmax(q.K^T * scale) V over
 // positions 0..its own of its slot (the last `window` of them on sliding-window layers; each
 // score capped by softcap * tanh(s / softcap) where the params say), reading K and V back from the cache so both cache types
-// see exactly what later steps will see. A page's rows are contiguous: the loops walk the
-// sequence page by page.
+// see exactly what later steps will see: blocks of a slot's consecutive tokens over tiles of
+// 32 keys, each key's row found through the slot's page table (block_attention).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -37,26 +37,17 @@ inline float dot(const float *a, const float *b, int64_t n) {
 
 // Per-thread scratch, grown on first use and then reused: no allocation per step.
 struct Scratch {
-  std::vector<float> k, v, score, acc, part;
+  std::vector<float> k, v, score, acc;  // k, v: a tile converted to f32 (TileScalar)
 };
 Scratch &scratch() {
   thread_local Scratch s;
   return s;
 }
 
-// Where a token's positions live: the rows of its slot's pages, page_size at a time.
+// Where a token's positions live: position j is row pages[j / page_size] * page_size + j % page_size.
 struct PageWalk {
   const int32_t *pages;  // the slot's page table row
   int64_t page_size;
-  // Calls f(first position, its cache row, count) for each page's part of first..last.
-  template <class F>
-  void each(int64_t first, int64_t last, F &&f) const {
-    for (int64_t j0 = first; j0 <= last;) {
-      const int64_t count = std::min(page_size - j0 % page_size, last + 1 - j0);
-      f(j0, int64_t(pages[j0 / page_size]) * page_size + j0 % page_size, count);
-      j0 += count;
-    }
-  }
 };
 
 // The positions a token attends to, and how its scores are shaped (ABI 1.6: Gemma's cap and
@@ -94,6 +85,7 @@ struct BlockState {
 // by exp(s - m) on lo..hi and 0 elsewhere and returns their sum; accumulate() sets acc to
 // acc * scale + sum_j s[j] V_j; finish() writes acc * inv.
 struct TileAvx512 {  // head_dim a multiple of 16
+  static constexpr bool kFloatRows = false;  // reads f16 rows as they are
   template <class T>
   MINFER_AVX512 static float scores(const float *qv, const T *const *kr, int lo, int hi, int64_t hd, const Span &sp, float *s) {
     float mt = -INFINITY;
@@ -138,6 +130,7 @@ MINFER_AVX2_FMA inline float hsum8(__m256 v) {
 }
 
 struct TileAvx2 {  // head_dim a multiple of 8
+  static constexpr bool kFloatRows = false;
   template <class T>
   MINFER_AVX2_FMA static float scores(const float *qv, const T *const *kr, int lo, int hi, int64_t hd, const Span &sp, float *s) {
     float mt = -INFINITY;
@@ -176,6 +169,31 @@ struct TileAvx2 {  // head_dim a multiple of 8
   }
 };
 
+// Plain C for any head_dim (other CPUs, or the isa option's `scalar`): the loops are simple
+// enough for the compiler to vectorize; an f16 tile is converted once for the block
+// (kFloatRows).
+struct TileScalar {
+  static constexpr bool kFloatRows = true;
+  static float scores(const float *qv, const float *const *kr, int lo, int hi, int64_t hd, const Span &sp, float *s) {
+    float mt = -INFINITY;
+    for (int j = lo; j <= hi; ++j) mt = std::max(mt, s[j] = sp.score(dot(qv, kr[j], hd)));
+    return mt;
+  }
+  static float weigh(float *s, int lo, int hi, float m) {
+    float sum = 0;
+    for (int j = 0; j < kKeyTile; ++j) sum += s[j] = j >= lo && j <= hi ? std::exp(s[j] - m) : 0.0f;
+    return sum;
+  }
+  static void accumulate(float *acc, const float *const *vr, const float *s, int lo, int hi, int64_t hd, float scale) {
+    for (int64_t d = 0; d < hd; ++d) acc[d] *= scale;
+    for (int j = lo; j <= hi; ++j)
+      for (int64_t d = 0; d < hd; ++d) acc[d] += s[j] * vr[j][d];
+  }
+  static void finish(float *o, const float *acc, float inv, int64_t hd) {
+    for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
+  }
+};
+
 template <class Tile, class T>
 void block_attention(const float *q, int64_t n_head, int64_t h0, int64_t group, const T *kbase, const T *vbase, int64_t stride,
                      const PageWalk &walk, const Span *spans, const TokenBlock &b, int64_t hd, BlockState st, float *out) {
@@ -186,13 +204,23 @@ void block_attention(const float *q, int64_t n_head, int64_t h0, int64_t group, 
   }
   int64_t key_first = spans[0].first, key_last = spans[0].last;
   for (int64_t i = 1; i < b.nt; ++i) key_first = std::min(key_first, spans[i].first), key_last = std::max(key_last, spans[i].last);
-  const T *kr[kKeyTile], *vr[kKeyTile];
+  constexpr bool kConvert = Tile::kFloatRows && sizeof(T) == 2;
+  using Row = std::conditional_t<kConvert, float, T>;
+  const Row *kr[kKeyTile], *vr[kKeyTile];
   alignas(64) float s[kKeyTile];
+  std::vector<float> &kf = scratch().k, &vf = scratch().v;
+  if constexpr (kConvert) kf.resize(size_t(kKeyTile * hd)), vf.resize(size_t(kKeyTile * hd));
   for (int64_t k0 = key_first; k0 <= key_last; k0 += kKeyTile) {
     const int nk = int(std::min<int64_t>(kKeyTile, key_last + 1 - k0));
     for (int j = 0; j < nk; ++j) {
       const int64_t row = int64_t(walk.pages[(k0 + j) / P]) * P + (k0 + j) % P;
-      kr[j] = kbase + row * stride, vr[j] = vbase + row * stride;
+      if constexpr (kConvert) {
+        for (int64_t d = 0; d < hd; ++d)
+          kf[size_t(j * hd + d)] = sdk::half_to_float(kbase[row * stride + d]), vf[size_t(j * hd + d)] = sdk::half_to_float(vbase[row * stride + d]);
+        kr[j] = kf.data() + j * hd, vr[j] = vf.data() + j * hd;
+      } else {
+        kr[j] = kbase + row * stride, vr[j] = vbase + row * stride;
+      }
     }
     for (int64_t i = 0; i < b.nt; ++i) {
       const Span &sp = spans[i];
@@ -227,7 +255,6 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
   const int64_t n_pages = n.inputs[3]->shape[1] / P, max_pages = n.inputs[7]->shape[0], n_slots = n.inputs[7]->shape[1];
   // Every index the step gives is checked before anything is written: a bad one is the host's
   // error, never a write outside the caches.
-  int64_t longest = 0;
   for (int64_t t = 0; t < tokens; ++t) {
     if (slot[t] < 0 || slot[t] >= n_slots || pos[t] < 0 || pos[t] / P >= max_pages)
       throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "token " + std::to_string(t) + ": slot " + std::to_string(slot[t]) + " position " +
@@ -238,7 +265,6 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
       if (row[j] < 0 || row[j] >= n_pages)
         throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "slot " + std::to_string(slot[t]) + ": page " + std::to_string(row[j]) +
                                                           " is outside the pool of " + std::to_string(n_pages));
-    longest = std::max<int64_t>(longest, pos[t] + 1);
   }
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t at = (int64_t(table[slot[t] * max_pages + pos[t] / P]) * P + pos[t] % P) * kvd;
@@ -257,88 +283,33 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
   auto span_of = [&](int64_t t) {
     return Span{window > 0 ? std::max<int64_t>(0, pos[t] - window + 1) : 0, pos[t], p.scale, sdk::attention_softcap(p)};
   };
-  // Later tokens of a slot attend over more rows; pairing early with late tokens gives each
-  // thread's contiguous range about the same work.
-  auto token_of = [&](int64_t ti) { return ti % 2 == 0 ? ti / 2 : tokens - 1 - ti / 2; };
-  // AVX-512 and AVX2: blocks of a slot's consecutive tokens (block_attention), paired early
-  // with late so each thread's contiguous range of items gets about the same keys.
-  const bool wide = ctx.isa >= Isa::Avx512Vnni && hd % 16 == 0, narrow = avx2_family(ctx.isa) && hd % 8 == 0;
-  if (wide || narrow) {
-    std::vector<TokenBlock> blocks;
-    for (int64_t t = 0; t < tokens; ++t) {
-      TokenBlock *last = blocks.empty() ? nullptr : &blocks.back();
-      if (last && last->nt < kBlockTokens && slot[t] == slot[last->t0] && pos[t] == pos[last->t0] + last->nt) ++last->nt;
-      else blocks.push_back({t, 1});
-    }
-    const int64_t nblk = int64_t(blocks.size());
-    auto block_of = [&](int64_t bi) { return blocks[size_t(bi % 2 == 0 ? bi / 2 : nblk - 1 - bi / 2)]; };
-    ctx.pool.run(nblk * p.n_kv_head, [&](int64_t w0, int64_t w1, int) {
-      Scratch &s = scratch();
-      s.score.resize(size_t(2 * kBlockTokens * group));
-      s.acc.resize(size_t(kBlockTokens * group * hd));
-      for (int64_t w = w0; w < w1; ++w) {
-        const TokenBlock b = block_of(w / p.n_kv_head);
-        const int64_t kvh = w % p.n_kv_head;
-        Span spans[kBlockTokens];
-        for (int64_t i = 0; i < b.nt; ++i) spans[i] = span_of(b.t0 + i);
-        const BlockState st{s.score.data(), s.score.data() + kBlockTokens * group, s.acc.data()};
-        if (wide) block_attention<TileAvx512, T>(q, p.n_head, kvh * group, group, kc + kvh * hd, vc + kvh * hd, kvd, walk_of(b.t0), spans, b, hd, st, out);
-        else block_attention<TileAvx2, T>(q, p.n_head, kvh * group, group, kc + kvh * hd, vc + kvh * hd, kvd, walk_of(b.t0), spans, b, hd, st, out);
-      }
-    });
-    return;
+  // Blocks of a slot's consecutive tokens (block_attention), paired early with late so each
+  // thread's contiguous range of items gets about the same keys.
+  std::vector<TokenBlock> blocks;
+  for (int64_t t = 0; t < tokens; ++t) {
+    TokenBlock *last = blocks.empty() ? nullptr : &blocks.back();
+    if (last && last->nt < kBlockTokens && slot[t] == slot[last->t0] && pos[t] == pos[last->t0] + last->nt) ++last->nt;
+    else blocks.push_back({t, 1});
   }
-  // One work item per (token, KV head): the `group` query heads sharing a KV head use one
-  // f32 copy of its K and V rows, gathered from the pages (an f16 cache converted once per
-  // item, not per head).
-  ctx.pool.run(tokens * p.n_kv_head, [&](int64_t w0, int64_t w1, int) {
+  const int64_t nblk = int64_t(blocks.size());
+  auto block_of = [&](int64_t bi) { return blocks[size_t(bi % 2 == 0 ? bi / 2 : nblk - 1 - bi / 2)]; };
+  const bool wide = ctx.isa >= Isa::Avx512Vnni && hd % 16 == 0, narrow = avx2_family(ctx.isa) && hd % 8 == 0;
+  ctx.pool.run(nblk * p.n_kv_head, [&](int64_t w0, int64_t w1, int) {
     Scratch &s = scratch();
-    s.score.resize(size_t(longest));
-    s.acc.resize(size_t(hd));
-    s.part.resize(size_t(hd));
-    s.k.resize(size_t(longest * hd));
-    s.v.resize(size_t(longest * hd));
+    s.score.resize(size_t(2 * kBlockTokens * group));
+    s.acc.resize(size_t(kBlockTokens * group * hd));
     for (int64_t w = w0; w < w1; ++w) {
-      const int64_t t = token_of(w / p.n_kv_head), kvh = w % p.n_kv_head;
-      const Span span = span_of(t);
-      const int64_t n_keys = span.last + 1 - span.first;
-      walk_of(t).each(span.first, span.last, [&](int64_t j0, int64_t row, int64_t count) {
-        for (int64_t j = 0; j < count; ++j) {
-          const T *kr = kc + (row + j) * kvd + kvh * hd, *vr = vc + (row + j) * kvd + kvh * hd;
-          float *kd = s.k.data() + (j0 - span.first + j) * hd, *vd = s.v.data() + (j0 - span.first + j) * hd;
-          if constexpr (sizeof(T) == 2) {
-            halves_to_floats(kr, kd, hd, ctx.isa);
-            halves_to_floats(vr, vd, hd, ctx.isa);
-          } else {
-            std::copy(kr, kr + hd, kd);
-            std::copy(vr, vr + hd, vd);
-          }
-        }
-      });
-      const float *krows = s.k.data(), *vrows = s.v.data();
-      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-        const float *qv = q + (t * p.n_head + h) * hd;
-        float *score = s.score.data(), *acc = s.acc.data(), *part = s.part.data(), mx = -INFINITY;
-        for (int64_t j = 0; j < n_keys; ++j) {
-          score[j] = span.score(dot(qv, krows + j * hd, hd));
-          mx = std::max(mx, score[j]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < n_keys; ++j) sum += score[j] = std::exp(score[j] - mx);
-        // Weighted sums of V in blocks of 128 keys, each block's sum then added: one running
-        // float sum over thousands of keys loses digits (1e-5 of the output at 3000).
-        std::fill(acc, acc + hd, 0.0f);
-        for (int64_t j0 = 0; j0 < n_keys; j0 += 128) {
-          std::fill(part, part + hd, 0.0f);
-          for (int64_t j = j0; j < std::min<int64_t>(n_keys, j0 + 128); ++j) {
-            const float wj = score[j], *vr = vrows + j * hd;
-            for (int64_t d = 0; d < hd; ++d) part[d] += wj * vr[d];
-          }
-          for (int64_t d = 0; d < hd; ++d) acc[d] += part[d];
-        }
-        const float inv = float(1.0 / sum);
-        for (int64_t d = 0; d < hd; ++d) out[(t * p.n_head + h) * hd + d] = acc[d] * inv;
-      }
+      const TokenBlock b = block_of(w / p.n_kv_head);
+      const int64_t kvh = w % p.n_kv_head;
+      Span spans[kBlockTokens];
+      for (int64_t i = 0; i < b.nt; ++i) spans[i] = span_of(b.t0 + i);
+      const BlockState st{s.score.data(), s.score.data() + kBlockTokens * group, s.acc.data()};
+      const auto run = [&](auto tile) {
+        block_attention<decltype(tile), T>(q, p.n_head, kvh * group, group, kc + kvh * hd, vc + kvh * hd, kvd, walk_of(b.t0), spans, b, hd, st, out);
+      };
+      if (wide) run(TileAvx512{});
+      else if (narrow) run(TileAvx2{});
+      else run(TileScalar{});
     }
   });
 }
