@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <tuple>
 #include <memory>
+#include <regex>
 #include <vector>
 
 #include "cuda_buffer.hpp"
@@ -45,6 +47,7 @@ class CudaSegment : public sdk::Segment {
     dev_.add_matmul_weights(weights);
     plan_ = plan_fusions(nodes_);
     if (const std::string summary = plan_.summary(); !summary.empty()) dev_.host().log(MINFER_LOG_INFO, summary);
+    mark_skipped();
   }
 
   ~CudaSegment() override {
@@ -177,7 +180,7 @@ class CudaSegment : public sdk::Segment {
     norm_ran_ = nullptr;
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (timed_) check_cuda(cudaEventRecord(events_[i], dev_.stream()), "recording a timing event");
-      if (plan_.fused_away[i]) continue;  // its matmul wrote its output
+      if (plan_.fused_away[i] || skip_[i]) continue;  // its matmul wrote its output, or left out (MINFER_CUDA_SKIP_NODES)
       try {
         const StepNorm norm{plan_.norm_of[i], &norm_ran_};
         if (plan_.fuse_router[i]) run_router(i, args);
@@ -357,6 +360,28 @@ class CudaSegment : public sdk::Segment {
   std::vector<sdk::OwnedNode> nodes_;
   std::vector<void (*)(CudaDevice &, const minfer_node &, const minfer_step_args &, int32_t)> run_;
   std::vector<int32_t> tags_;
+  std::vector<bool> skip_;  // MINFER_CUDA_SKIP_NODES: not run (diagnostics only)
+
+  // MINFER_CUDA_SKIP_NODES=REGEX leaves out every node (or fused group, by its first node) whose
+  // name matches: its outputs keep whatever they held, so results are wrong. It exists to time
+  // a stage inside the real decode step (CUDA graph, PDL overlap) by the step's change without
+  // it — what ncu's one-kernel-at-a-time times cannot show (scripts/gpu-stage-costs.sh).
+  void mark_skipped() {
+    skip_.assign(nodes_.size(), false);
+    const char *env = std::getenv("MINFER_CUDA_SKIP_NODES");
+    if (!env || !*env) return;
+    std::regex re;
+    try {
+      re = std::regex(env);
+    } catch (const std::regex_error &e) {
+      throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, std::string("MINFER_CUDA_SKIP_NODES: '") + env + "' is not a regular expression (" + e.what() +
+                                                        "); unset it to run every node");
+    }
+    int64_t n = 0;
+    for (size_t i = 0; i < nodes_.size(); ++i) n += skip_[i] = std::regex_search(nodes_[i].name(), re);
+    dev_.host().log(MINFER_LOG_WARN, "MINFER_CUDA_SKIP_NODES='" + std::string(env) + "': " + std::to_string(n) +
+                                         " nodes of this segment are not run; its results are wrong (a diagnostic for timing stages)");
+  }
   int64_t max_tokens_ = INT64_MAX;
 };
 
