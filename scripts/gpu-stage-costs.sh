@@ -4,14 +4,16 @@
 # (MINFER_CUDA_SKIP_NODES, the CUDA plugin's diagnostic: the results are wrong, the timing is
 # the point) against the whole step, alternated over ROUNDS rounds:
 #   export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64
-#   bash scripts/gpu-stage-costs.sh 7b:q4_0 moe12:q4_k_m      # ROUNDS=2 P=512 N=128 CONFIG=run.yaml
+#   bash scripts/gpu-stage-costs.sh 7b:q4_0 moe12:q4_k_m      # ROUNDS=2 P=512 N=128 CONFIG=run.yaml (default: cuda)
 # MODELS as scripts/gpu-ab-plugins.sh's (qwen2 preset:type, moe12 / moe48 for the 30B-A3B
 # preset). Prints per model and stage: us a layer = (1000 / tg_without - 1000 / tg_whole) ms
 # a token over the layers; "all" leaves every node out (graph launch and host time).
 set -uo pipefail
 bin=${BIN:-$PWD/.gpu/build/bin}; vocab=${VOCAB:-.gpu/testdata/vocab/ggml-vocab-qwen2.gguf}
 mkdir -p /tmp/minfer-models
-config=(); [ -n "${CONFIG:-}" ] && config=(--config "$CONFIG")
+# The CUDA backend with its defaults unless CONFIG names a run config (minfer-bench's own default is the CPU).
+[ -n "${CONFIG:-}" ] || { CONFIG=/tmp/minfer-stage-costs.yaml; printf 'backends: {cuda: {}}\n' > "$CONFIG"; }
+config=(--config "$CONFIG")
 tg() {  # tg MODEL REGEX: the tg rate with the matching nodes left out
   MINFER_CUDA_SKIP_NODES="$2" "$bin/minfer-bench" -m "$1" "${config[@]}" -p "${P:-512}" -n "${N:-128}" -r 1 2>/dev/null |
     grep -E '\| *tg[0-9]' | awk -F'|' '{split($8, v, "±"); gsub(/ /, "", v[1]); print v[1]}'
