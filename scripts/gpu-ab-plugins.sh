@@ -15,13 +15,7 @@ bin=$PWD/.gpu/build/bin; vocab=.gpu/testdata/vocab/ggml-vocab-qwen2.gguf
 source scripts/gpu-sides.sh
 write_side_configs "$out" || exit 2
 for spec in ${MODELS:-7b:q4_k_m}; do
-  preset=${spec%%:*}; type=${spec##*:}; f=/tmp/minfer-models/$preset-$type.gguf
-  case $preset in
-    moe12) args=(--arch qwen3moe --preset 30b-a3b --layers 12) ;;
-    moe48) args=(--arch qwen3moe --preset 30b-a3b) ;;
-    *) args=(--arch qwen2 --preset "$preset") ;;
-  esac
-  [ -f "$f" ] || "$bin/minfer-gguf" synth "${args[@]}" --type "$type" --seed 1 --vocab "$vocab" -o "$f" > /dev/null 2>&1
+  f=$(model_file "$spec" "$bin" "$vocab")
   "$bin/minfer-bench" -m "$f" --config "$out/new.yaml" -p 64 -n 16 -r 1 > /dev/null 2>&1  # warm-up, not recorded
   for r in $(seq "$rounds"); do
     for side_spec in ${SIDES:-main new}; do  # not $spec: the model's, printed below

@@ -4,6 +4,21 @@
 # options in $OPTS_LABEL (SIDES="new off=new" OPTS_off="l2_prefetch_mb: 0": one plugin with an
 # option on and off). side_label SPEC prints a side's label.
 side_label() { echo "${1%%=*}"; }
+# model_file SPEC BIN VOCAB: prints the synthetic model of SPEC (a qwen2 preset:type, or moe12 /
+# moe48 for the Qwen3-30B-A3B preset's 12-layer slice or whole file), synthesized into
+# /tmp/minfer-models once.
+model_file() {
+  local spec=$1 bin=$2 vocab=$3 preset type f args
+  preset=${spec%%:*}; type=${spec##*:}; f=/tmp/minfer-models/$preset-$type.gguf
+  case $preset in
+    moe12) args=(--arch qwen3moe --preset 30b-a3b --layers 12) ;;
+    moe48) args=(--arch qwen3moe --preset 30b-a3b) ;;
+    *) args=(--arch qwen2 --preset "$preset") ;;
+  esac
+  mkdir -p /tmp/minfer-models
+  [ -f "$f" ] || "$bin/minfer-gguf" synth "${args[@]}" --type "$type" --seed 1 --vocab "$vocab" -o "$f" > /dev/null 2>&1
+  echo "$f"
+}
 write_side_configs() {  # write_side_configs OUT: returns 2 when a side's plugin is missing
   local out=$1 spec side base p opts_var
   for spec in ${SIDES:-main new}; do

@@ -10,7 +10,7 @@
 # a token over the layers; "all" leaves every node out (graph launch and host time).
 set -uo pipefail
 bin=${BIN:-$PWD/.gpu/build/bin}; vocab=${VOCAB:-.gpu/testdata/vocab/ggml-vocab-qwen2.gguf}
-mkdir -p /tmp/minfer-models
+source scripts/gpu-sides.sh
 # The CUDA backend with its defaults unless CONFIG names a run config (minfer-bench's own default is the CPU).
 [ -n "${CONFIG:-}" ] || { CONFIG=/tmp/minfer-stage-costs.yaml; printf 'backends: {cuda: {}}\n' > "$CONFIG"; }
 config=(--config "$CONFIG")
@@ -19,13 +19,7 @@ tg() {  # tg MODEL REGEX: the tg rate with the matching nodes left out
     grep -E '\| *tg[0-9]' | awk -F'|' '{split($8, v, "±"); gsub(/ /, "", v[1]); print v[1]}'
 }
 for spec in "$@"; do
-  preset=${spec%%:*}; type=${spec##*:}; f=/tmp/minfer-models/$preset-$type.gguf
-  case $preset in
-    moe12) args=(--arch qwen3moe --preset 30b-a3b --layers 12) ;;
-    moe48) args=(--arch qwen3moe --preset 30b-a3b) ;;
-    *) args=(--arch qwen2 --preset "$preset") ;;
-  esac
-  [ -f "$f" ] || "$bin/minfer-gguf" synth "${args[@]}" --type "$type" --seed 1 --vocab "$vocab" -o "$f" > /dev/null 2>&1
+  preset=${spec%%:*}; f=$(model_file "$spec" "$bin" "$vocab")
   layers=$("$bin/minfer-gguf" info "$f" | sed -n 's/.*layers \([0-9]*\),.*/\1/p' | head -1)
   # Stages by their nodes' names (a fused group by its first node).
   stages=("qkv=attn_q\$" "attn=attn_q_norm\$|attn_k_norm\$|_rope\$|\\.attn\$" "o=attn_output\$" "out=^output")
