@@ -324,12 +324,13 @@ __global__ void __launch_bounds__(kWarps * 32) mmvq_id_kernel(const Block *w, co
 // from the ids, no route launch. The block quantizes its pair's f32 activations into shared
 // memory itself (no quantize launch before it: a row is at most a few KiB, read from L2),
 // then each warp dots its rows with them. The ids are known only once the kernel before has
-// finished, so no weight byte can load early: with `slot` > 0 each warp first copies its
-// rows whole into its shared memory (cp.async, slot bytes a row), quantizes, and reads them
+// finished, so no weight byte can load early: kStaged, each warp first copies its rows whole
+// into its shared memory (cp.async, slot bytes a row), quantizes, and reads them
 // there — one memory latency for all its rows, under the quantizing, instead of a round of
 // loads per sub-block a lane holds. A bad id fills its pair's rows with NaN and is recorded
 // as the route kernel records it.
-template <class Block, int kRowsT, int kUnrollT, int kMinBlocks, bool kGated>
+// (kStaged a template parameter: the unstaged kernel stays the one measured without it.)
+template <class Block, int kRowsT, int kUnrollT, int kMinBlocks, bool kGated, bool kStaged>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     mmvq_id_decode_kernel(const Block *w, const Block *up, int act, const float *x, float *y, int64_t k, int64_t m,
                           int64_t choices, int x_per_pair, const int32_t *ids, int64_t n_pairs, int32_t n_expert, int32_t *error_flag,
@@ -352,8 +353,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       continue;
     }
     const Block *row[kRowsT];
-    expert_rows<Block, kRowsT, kPart, kGated>(row, w, up, e, m, o0, live, nb);
-    if (slot && live) {
+    if (kStaged && live) {
+      expert_rows<Block, kRowsT, kPart, kGated>(row, w, up, e, m, o0, live, nb);
       uint8_t *mine = reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(ns) + (threadIdx.x >> 5) * kRowsT * slot;
       __syncwarp();  // the previous item's rows are read before they are overwritten
 #pragma unroll
@@ -372,9 +373,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       in_xs = xrow;
     }
     if (!live) continue;
-    if (slot) {
+    if constexpr (kStaged) {
       cp_async_wait<0>();
       __syncwarp();  // every lane's pieces have landed
+    } else {
+      expert_rows<Block, kRowsT, kPart, kGated>(row, w, up, e, m, o0, live, nb);  // after the quantizing: fewer registers held across it
     }
     float acc[kRowsT];
     rows_dot_acts<Block, kRowsT, 1, kUnrollT, kPart>(row, live, xs, ns, 1, acc);
@@ -391,8 +394,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // sub-blocks of them (choices * ns), each product scaled by its pair's weight before it joins
 // the lane's one sum (a fixed order) — so the sum's launch and the choices x m expert outputs
 // between the two are gone. The block first quantizes every pair's activations into shared
-// memory as one row (pair p's x follows pair p-1's; a sub-block never straddles two). With
-// `slot` > 0 a warp first copies its row of every chosen expert into its shared memory
+// memory as one row (pair p's x follows pair p-1's; a sub-block never straddles two).
+// kStaged: a warp first copies its row of every chosen expert into its shared memory
 // (cp.async, slot bytes each) and reads them there: the rows load during the quantizing, in
 // one memory latency. A bad id makes every output row NaN and is recorded as the route
 // kernel records it.
@@ -404,7 +407,7 @@ constexpr int kSumUnroll = 4;  // sub-blocks a lane has in flight
 // alternating rounds: tg128 1,293 against 1,265 t/s).
 constexpr int kSumWarps = 16;
 
-template <class Block>
+template <class Block, bool kStaged>
 __global__ void __launch_bounds__(kSumWarps * 32, 1)
     mmvq_id_sum_decode_kernel(const Block *w, const float *x, const int32_t *ids, const float *wts, const float *add, float *out, int64_t k,
                               int64_t m, int32_t choices, int32_t n_expert, int32_t *error_flag, int32_t error_tag, int slot) {
@@ -427,10 +430,10 @@ __global__ void __launch_bounds__(kSumWarps * 32, 1)
     expert[threadIdx.x] = w + (ok ? int64_t(e) : 0) * m * nb;
     weight[threadIdx.x] = wts[threadIdx.x];
   }
-  __syncthreads();
+  if constexpr (kStaged) __syncthreads();  // expert[] before the copies (else the quantizing's barrier)
   uint8_t *mine = reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(total) + (threadIdx.x >> 5) * choices * slot;
   const auto stage_row = [&](int64_t o) {  // row o of every chosen expert into the warp's slots
-    if (!slot || o >= m) return;
+    if (!kStaged || o >= m) return;
     __syncwarp();  // the previous row's slots are read
     for (int p = 0; p < choices; ++p) copy_run_async(mine + p * slot, expert[p] + o * nb, int(nb * sizeof(Block)), lane);
     cp_async_commit();
@@ -441,14 +444,14 @@ __global__ void __launch_bounds__(kSumWarps * 32, 1)
   __syncthreads();
   for (int64_t o = o0; o < m; o += int64_t(gridDim.x) * kSumWarps) {
     if (o != o0) stage_row(o);
-    if (slot) {
+    if constexpr (kStaged) {
       cp_async_wait<0>();
       __syncwarp();  // every lane's pieces have landed
     }
     // Expert p's row o: in the warp's slot p at the row's own offset from 16 bytes, or in global memory.
     const auto row_of = [&](int p) {
       const Block *g = expert[p] + o * nb;
-      return slot ? reinterpret_cast<const Block *>(mine + p * slot + (reinterpret_cast<uintptr_t>(g) & 15)) : g;
+      return kStaged ? reinterpret_cast<const Block *>(mine + p * slot + (reinterpret_cast<uintptr_t>(g) & 15)) : g;
     };
     float acc = 0;
     for (int64_t j0 = lane; j0 < total && !bad; j0 += 32 * kSumUnroll) {
@@ -566,13 +569,16 @@ cudaError_t launch_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, const Block *w, c
   const size_t staged = q8_blocks_bytes16(k / 32) + size_t(kWarps) * kRowsPerWarp * slot;
   const bool stage = stage_rows && staged + 1024 <= size_t(per_sm_smem) / kBlocksPerSm;
   const size_t smem = stage ? staged : size_t(k / 32) * sizeof(minfer_cuda_q8_act);
-  const auto kernel = mmvq_id_decode_kernel<Block, kRowsPerWarp, 1, kBlocksPerSm, kGated>;
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return e;
-  }
-  launch_kernel(cfg, kernel, unsigned(blocks), kWarps * 32, smem, w, up, int(act), x, y, k, m, choices, int(x_per_pair), ids, n_pairs,
-                int32_t(n_expert), error_flag, error_tag, stage ? slot : 0);
+  cudaError_t e = cudaSuccess;
+  const auto run = [&](auto kernel) {
+    if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e == cudaSuccess)
+      launch_kernel(cfg, kernel, unsigned(blocks), kWarps * 32, smem, w, up, int(act), x, y, k, m, choices, int(x_per_pair), ids, n_pairs,
+                    int32_t(n_expert), error_flag, error_tag, slot);
+  };
+  if (stage) run(mmvq_id_decode_kernel<Block, kRowsPerWarp, 1, kBlocksPerSm, kGated, true>);
+  else run(mmvq_id_decode_kernel<Block, kRowsPerWarp, 1, kBlocksPerSm, kGated, false>);
+  if (e != cudaSuccess) return e;
   return launched(cfg, kGated ? "mmvq_id_decode_kernel (gate, up, glu)" : "mmvq_id_decode_kernel", dtype);
 }
 
@@ -659,11 +665,14 @@ extern "C" cudaError_t minfer_cuda_mmvq_id_sum_decode(minfer_cuda_launch_cfg *cf
     const size_t staged = q8_blocks_bytes16(choices * (k / 32)) + size_t(kSumWarps) * choices * slot;
     const bool stage = stage_rows && staged + 1024 <= size_t(optin);
     const size_t smem = stage ? staged : size_t(choices * (k / 32)) * sizeof(minfer_cuda_q8_act);
-    const auto kernel = mmvq_id_sum_decode_kernel<Block>;
-    if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e == cudaSuccess)
-      launch_kernel(cfg, kernel, unsigned(blocks), kSumWarps * 32, smem, static_cast<const Block *>(w), x, ids, wts, add, out, k, m,
-                    int32_t(choices), int32_t(n_expert), error_flag, error_tag, stage ? slot : 0);
+    const auto run = [&](auto kernel) {
+      if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      if (e == cudaSuccess)
+        launch_kernel(cfg, kernel, unsigned(blocks), kSumWarps * 32, smem, static_cast<const Block *>(w), x, ids, wts, add, out, k, m,
+                      int32_t(choices), int32_t(n_expert), error_flag, error_tag, slot);
+    };
+    if (stage) run(mmvq_id_sum_decode_kernel<Block, true>);
+    else run(mmvq_id_sum_decode_kernel<Block, false>);
   });
   if (e != cudaSuccess) return e;
   return launched(cfg, add ? "mmvq_id_sum_decode_kernel (with the residual add)" : "mmvq_id_sum_decode_kernel", dtype);
