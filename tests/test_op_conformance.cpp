@@ -573,8 +573,6 @@ std::vector<Target> targets() {
                            {"cuda_clamped_grid", "cuda", "", {{"max_grid_blocks", "3"}}, {}},
                            // The prompt matmuls on Hopper's warpgroup MMA (mma.sync elsewhere).
                            {"cuda_wgmma", "cuda", "", {{"mmq_wgmma", "true"}}, {}},
-                           // A decode token's expert rows staged in shared memory (opt-in so far).
-                           {"cuda_moe_stage_rows", "cuda", "", {{"moe_stage_rows", "true"}}, {}},
                            // The example plugin (ctest builds it from the installed SDK): runs
                            // add/mul, and must say "unsupported" for the rest, never crash.
                            {"template", "template", "", {}, {MINFER_OP_ADD, MINFER_OP_MUL, MINFER_OP_ATTENTION}}};

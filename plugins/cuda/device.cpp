@@ -515,7 +515,7 @@ void CudaDevice::matmul_id(const ExpertMatmul &e, const float *x, const int32_t 
   const int32_t per_pair = e.x_per_pair ? 1 : 0;
   if (direct)
     return check_launch(minfer_cuda_mmvq_id_decode(&cfg_, e.dtype, e.w, e.up, e.act, x, y, e.k, e.m, e.n_expert, pairs, e.choices, per_pair,
-                                                   ids, error_flag_, node_tag, sm_count_, opts_.moe_stage_rows));
+                                                   ids, error_flag_, node_tag, sm_count_));
   if (int8_experts(e)) {
     const int64_t x_rows = e.x_per_pair ? pairs : e.rows;
     void *q = scratch(0, minfer_cuda_q8_act_bytes(e.k, x_rows));  // activations to 8 bits once
@@ -539,7 +539,7 @@ bool CudaDevice::matmul_id_sum(const ExpertMatmul &e, const float *x, const int3
                                int32_t node_tag) {
   if (e.up || !e.x_per_pair || !expert_sum_fusable(e.dtype, e.k, e.choices, e.rows)) return false;
   check_launch(minfer_cuda_mmvq_id_sum_decode(&cfg_, e.dtype, e.w, x, ids, wts, add, out, e.k, e.m, e.n_expert, e.choices, error_flag_, node_tag,
-                                              sm_count_, opts_.moe_stage_rows));
+                                              sm_count_));
   return true;
 }
 

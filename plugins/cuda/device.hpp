@@ -54,11 +54,6 @@ struct DeviceOptions {
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
   int64_t w16_cache_min_bytes = int64_t(2) << 30;
-  // A decode token's expert kernels (moe.cu: gate/up, and down with the weighted sum) copy each
-  // warp's expert rows whole into shared memory (cp.async) before quantizing x, one memory
-  // latency for all of them, where those fit. Off by default until measured on a GPU (written
-  // in a session whose device time ran out; conformance target cuda_moe_stage_rows).
-  bool moe_stage_rows = false;
 };
 
 class CudaDevice {

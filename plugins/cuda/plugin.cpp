@@ -459,7 +459,6 @@ struct CudaPlugin {
     o.mmq_min_tokens = opts.take_int("mmq_min_tokens", 0, 0, 4096);  // 0: by measurement (token count, k)
     o.few_token_mma = opts.take_bool("few_token_mma", true);
     o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);
-    o.moe_stage_rows = opts.take_bool("moe_stage_rows", false);
     opts.finish();  // reject unknown keys before touching the device
     minfer_device_info info{};
     device_info(device, info);  // a clear error for a bad device id

@@ -141,23 +141,20 @@ cudaError_t minfer_cuda_mmvq_id(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, co
                                 const void *route, int32_t sm_count);
 /* The same for one row of choices (a decode token, where minfer_cuda_mmvq_id_decode_supported):
  * no route; the kernel reads the ids itself, a bad id handled as the route kernel does
- * (error_flag, NaN rows), and quantizes its pair's f32 x itself (no quantize launch).
- * stage_rows: each warp copies its expert rows into shared memory first where they fit (the
- * backend option moe_stage_rows). */
+ * (error_flag, NaN rows), and quantizes its pair's f32 x itself (no quantize launch). */
 int32_t minfer_cuda_mmvq_id_decode_supported(int64_t n_pairs, int64_t choices, int64_t k);
 cudaError_t minfer_cuda_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const void *up, int32_t act,
                                        const float *x, float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices,
-                                       int32_t x_per_pair, const int32_t *ids, int32_t *error_flag, int32_t error_tag, int32_t sm_count,
-                                       int32_t stage_rows);
+                                       int32_t x_per_pair, const int32_t *ids, int32_t *error_flag, int32_t error_tag, int32_t sm_count);
 
 /* A decode token's expert down matmul and the weighted sum of its choices in one launch:
  * out[o] = add[o] (when add is non-NULL) + sum_p wts[p] * (W_ids[p] x_p)[o], x the choices' rows
  * of k values one after another (f32, quantized by the kernel). A bad id: NaN rows and
- * error_flag, as minfer_cuda_mmvq_id_decode; stage_rows as there. */
+ * error_flag, as minfer_cuda_mmvq_id_decode. */
 int32_t minfer_cuda_mmvq_id_sum_decode_supported(int32_t w_dtype, int64_t choices, int64_t k);
 cudaError_t minfer_cuda_mmvq_id_sum_decode(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x, const int32_t *ids,
                                            const float *wts, const float *add, float *out, int64_t k, int64_t m, int64_t n_expert,
-                                           int64_t choices, int32_t *error_flag, int32_t error_tag, int32_t sm_count, int32_t stage_rows);
+                                           int64_t choices, int32_t *error_flag, int32_t error_tag, int32_t sm_count);
 
 /* A gated FFN's activation of the gate (glu.cuh): SwiGLU's silu, GeGLU's GELU (tanh form). */
 enum { MINFER_CUDA_GLU_SILU = 0, MINFER_CUDA_GLU_GELU = 1 };

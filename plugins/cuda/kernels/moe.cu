@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "async_copy.cuh"
 #include "glu.cuh"
 #include "grid.cuh"
 #include "int8_dot.cuh"
@@ -321,21 +320,16 @@ __global__ void __launch_bounds__(kWarps * 32) mmvq_id_kernel(const Block *w, co
 }
 
 // One row of choices (a decode token; its experts are distinct): slot = pair, read straight
-// from the ids, no route launch. The block quantizes its pair's f32 activations into shared
-// memory itself (no quantize launch before it: a row is at most a few KiB, read from L2),
-// then each warp dots its rows with them. The ids are known only once the kernel before has
-// finished, so no weight byte can load early: kStaged, each warp first copies its rows whole
-// into its shared memory (cp.async, slot bytes a row), quantizes, and reads them
-// there — one memory latency for all its rows, under the quantizing, instead of a round of
-// loads per sub-block a lane holds. A bad id fills its pair's rows with NaN and is recorded
-// as the route kernel records it.
-// (kStaged a template parameter: the unstaged kernel stays the one measured without it.)
-template <class Block, int kRowsT, int kUnrollT, int kMinBlocks, bool kGated, bool kStaged>
+// from the ids, no route launch, no staging. The block quantizes its pair's f32 activations
+// into shared memory itself (no quantize launch before it: a row is at most a few KiB, read
+// from L2), then each warp dots its rows with them. A bad id fills its pair's rows with NaN
+// and is recorded as the route kernel records it.
+template <class Block, int kRowsT, int kUnrollT, int kMinBlocks, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     mmvq_id_decode_kernel(const Block *w, const Block *up, int act, const float *x, float *y, int64_t k, int64_t m,
                           int64_t choices, int x_per_pair, const int32_t *ids, int64_t n_pairs, int32_t n_expert, int32_t *error_flag,
-                          int32_t error_tag, int slot) {
-  extern __shared__ __align__(16) minfer_cuda_q8_act xs[];  // then each warp's kRowsT row slots
+                          int32_t error_tag) {
+  extern __shared__ minfer_cuda_q8_act xs[];
   wait_for_inputs();
   constexpr int kPart = kGated ? kRowsT / 2 : kRowsT;
   const int lane = threadIdx.x & 31;
@@ -352,19 +346,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       if (threadIdx.x == 0 && gb == 0 && atomicCAS(error_flag, 0, error_tag) == 0) error_flag[1] = e;
       continue;
     }
-    const Block *row[kRowsT];
-    if (kStaged && live) {
-      expert_rows<Block, kRowsT, kPart, kGated>(row, w, up, e, m, o0, live, nb);
-      uint8_t *mine = reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(ns) + (threadIdx.x >> 5) * kRowsT * slot;
-      __syncwarp();  // the previous item's rows are read before they are overwritten
-#pragma unroll
-      for (int r = 0; r < kRowsT; ++r) {
-        if (r % kPart >= live) continue;  // a row past the end: not read
-        const int lead = copy_run_async(mine + r * slot, row[r], int(nb * sizeof(Block)), lane);
-        row[r] = reinterpret_cast<const Block *>(mine + r * slot + lead);
-      }
-      cp_async_commit();
-    }
     const int64_t xrow = x_per_pair ? pair : pair / choices;
     if (xrow != in_xs) {
       __syncthreads();  // the previous row is read
@@ -373,12 +354,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       in_xs = xrow;
     }
     if (!live) continue;
-    if constexpr (kStaged) {
-      cp_async_wait<0>();
-      __syncwarp();  // every lane's pieces have landed
-    } else {
-      expert_rows<Block, kRowsT, kPart, kGated>(row, w, up, e, m, o0, live, nb);  // after the quantizing: fewer registers held across it
-    }
+    const Block *row[kRowsT];
+    expert_rows<Block, kRowsT, kPart, kGated>(row, w, up, e, m, o0, live, nb);
     float acc[kRowsT];
     rows_dot_acts<Block, kRowsT, 1, kUnrollT, kPart>(row, live, xs, ns, 1, acc);
     if (item + gridDim.x >= n_pairs * gblocks) release_dependents();  // the block's last rows are read (grid.cuh)
@@ -394,11 +371,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // sub-blocks of them (choices * ns), each product scaled by its pair's weight before it joins
 // the lane's one sum (a fixed order) — so the sum's launch and the choices x m expert outputs
 // between the two are gone. The block first quantizes every pair's activations into shared
-// memory as one row (pair p's x follows pair p-1's; a sub-block never straddles two).
-// kStaged: a warp first copies its row of every chosen expert into its shared memory
-// (cp.async, slot bytes each) and reads them there: the rows load during the quantizing, in
-// one memory latency. A bad id makes every output row NaN and is recorded as the route
-// kernel records it.
+// memory as one row (pair p's x follows pair p-1's; a sub-block never straddles two). A bad id
+// makes every output row NaN and is recorded as the route kernel records it.
 constexpr int kSumMaxChoices = 32;
 constexpr int kSumUnroll = 4;  // sub-blocks a lane has in flight
 // Sixteen warps a block, one block an SM: every block quantizes all the pairs' activations
@@ -407,11 +381,11 @@ constexpr int kSumUnroll = 4;  // sub-blocks a lane has in flight
 // alternating rounds: tg128 1,293 against 1,265 t/s).
 constexpr int kSumWarps = 16;
 
-template <class Block, bool kStaged>
+template <class Block>
 __global__ void __launch_bounds__(kSumWarps * 32, 1)
     mmvq_id_sum_decode_kernel(const Block *w, const float *x, const int32_t *ids, const float *wts, const float *add, float *out, int64_t k,
-                              int64_t m, int32_t choices, int32_t n_expert, int32_t *error_flag, int32_t error_tag, int slot) {
-  extern __shared__ __align__(16) minfer_cuda_q8_act xs[];  // then each warp's `choices` row slots
+                              int64_t m, int32_t choices, int32_t n_expert, int32_t *error_flag, int32_t error_tag) {
+  extern __shared__ minfer_cuda_q8_act xs[];
   __shared__ const Block *expert[kSumMaxChoices];
   __shared__ float weight[kSumMaxChoices];
   __shared__ int bad;
@@ -430,29 +404,9 @@ __global__ void __launch_bounds__(kSumWarps * 32, 1)
     expert[threadIdx.x] = w + (ok ? int64_t(e) : 0) * m * nb;
     weight[threadIdx.x] = wts[threadIdx.x];
   }
-  if constexpr (kStaged) __syncthreads();  // expert[] before the copies (else the quantizing's barrier)
-  uint8_t *mine = reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(total) + (threadIdx.x >> 5) * choices * slot;
-  const auto stage_row = [&](int64_t o) {  // row o of every chosen expert into the warp's slots
-    if (!kStaged || o >= m) return;
-    __syncwarp();  // the previous row's slots are read
-    for (int p = 0; p < choices; ++p) copy_run_async(mine + p * slot, expert[p] + o * nb, int(nb * sizeof(Block)), lane);
-    cp_async_commit();
-  };
-  const int64_t o0 = int64_t(blockIdx.x) * kSumWarps + (threadIdx.x >> 5);
-  stage_row(o0);
   quantize_to_shared(x, nullptr, total, xs);
   __syncthreads();
-  for (int64_t o = o0; o < m; o += int64_t(gridDim.x) * kSumWarps) {
-    if (o != o0) stage_row(o);
-    if constexpr (kStaged) {
-      cp_async_wait<0>();
-      __syncwarp();  // every lane's pieces have landed
-    }
-    // Expert p's row o: in the warp's slot p at the row's own offset from 16 bytes, or in global memory.
-    const auto row_of = [&](int p) {
-      const Block *g = expert[p] + o * nb;
-      return kStaged ? reinterpret_cast<const Block *>(mine + p * slot + (reinterpret_cast<uintptr_t>(g) & 15)) : g;
-    };
+  for (int64_t o = int64_t(blockIdx.x) * kSumWarps + (threadIdx.x >> 5); o < m; o += int64_t(gridDim.x) * kSumWarps) {
     float acc = 0;
     for (int64_t j0 = lane; j0 < total && !bad; j0 += 32 * kSumUnroll) {
       SubBlock sb[kSumUnroll];
@@ -461,7 +415,7 @@ __global__ void __launch_bounds__(kSumWarps * 32, 1)
       for (int u = 0; u < kSumUnroll; ++u) {
         const int64_t j = j0 + 32 * u;
         pair[u] = int(j / ns);
-        if (j < total) unpack_sub(row_of(pair[u]), j - pair[u] * ns, sb[u]);
+        if (j < total) unpack_sub(expert[pair[u]] + o * nb, j - pair[u] * ns, sb[u]);
       }
 #pragma unroll
       for (int u = 0; u < kSumUnroll; ++u)
@@ -552,8 +506,7 @@ namespace {
 template <class Block, bool kGated>
 cudaError_t launch_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, const Block *w, const Block *up, int32_t act, const float *x,
                                   float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices, int32_t x_per_pair,
-                                  const int32_t *ids, int32_t *error_flag, int32_t error_tag, int32_t sm_count, int32_t dtype,
-                                  bool stage_rows) {
+                                  const int32_t *ids, int32_t *error_flag, int32_t error_tag, int32_t sm_count, int32_t dtype) {
   // Four rows a warp (two gate + two up where gated), one sub-block of each in flight a lane,
   // three blocks an SM: measured against two rows and two sub-blocks (at two and at three
   // blocks an SM) and four rows with two sub-blocks, it took 1,079 us of kernel time against
@@ -561,24 +514,9 @@ cudaError_t launch_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, const Block *w, c
   constexpr int kRowsPerWarp = 4, kBlocksPerSm = 3;
   const int64_t part = kGated ? kRowsPerWarp / 2 : kRowsPerWarp, groups = (m + part - 1) / part, gblocks = (groups + kWarps - 1) / kWarps;
   const int64_t blocks = std::min<int64_t>({n_pairs * gblocks, int64_t(sm_count > 0 ? sm_count : 132) * kBlocksPerSm * 4, cfg->max_blocks});
-  // The rows staged in shared memory where three blocks still fit an SM (a 30B-A3B's 2048-value
-  // Q4_K rows: 40 KiB a block), else read from global memory as the lanes use them.
-  int device = 0, per_sm_smem = 0;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-  const int slot = run_slot_bytes(k / (32 * QBlock<Block>::kSubs) * int64_t(sizeof(Block)));
-  const size_t staged = q8_blocks_bytes16(k / 32) + size_t(kWarps) * kRowsPerWarp * slot;
-  const bool stage = stage_rows && staged + 1024 <= size_t(per_sm_smem) / kBlocksPerSm;
-  const size_t smem = stage ? staged : size_t(k / 32) * sizeof(minfer_cuda_q8_act);
-  cudaError_t e = cudaSuccess;
-  const auto run = [&](auto kernel) {
-    if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e == cudaSuccess)
-      launch_kernel(cfg, kernel, unsigned(blocks), kWarps * 32, smem, w, up, int(act), x, y, k, m, choices, int(x_per_pair), ids, n_pairs,
-                    int32_t(n_expert), error_flag, error_tag, slot);
-  };
-  if (stage) run(mmvq_id_decode_kernel<Block, kRowsPerWarp, 1, kBlocksPerSm, kGated, true>);
-  else run(mmvq_id_decode_kernel<Block, kRowsPerWarp, 1, kBlocksPerSm, kGated, false>);
-  if (e != cudaSuccess) return e;
+  const size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
+  launch_kernel(cfg, mmvq_id_decode_kernel<Block, kRowsPerWarp, 1, kBlocksPerSm, kGated>, unsigned(blocks), kWarps * 32, smem, w, up, int(act),
+                x, y, k, m, choices, int(x_per_pair), ids, n_pairs, int32_t(n_expert), error_flag, error_tag);
   return launched(cfg, kGated ? "mmvq_id_decode_kernel (gate, up, glu)" : "mmvq_id_decode_kernel", dtype);
 }
 
@@ -591,16 +529,16 @@ extern "C" int32_t minfer_cuda_mmvq_id_decode_supported(int64_t n_pairs, int64_t
 extern "C" cudaError_t minfer_cuda_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *up, int32_t act,
                                                   const float *x, float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs,
                                                   int64_t choices, int32_t x_per_pair, const int32_t *ids, int32_t *error_flag,
-                                                  int32_t error_tag, int32_t sm_count, int32_t stage_rows) {
+                                                  int32_t error_tag, int32_t sm_count) {
   if (n_pairs < 1) return cudaSuccess;
   if (!minfer_cuda_mmvq_id_decode_supported(n_pairs, choices, k) || !ids) return cudaErrorInvalidValue;
   cudaError_t e = cudaErrorNotSupported;
   visit_int8_block(dtype, [&](auto tag) {
     using Block = decltype(tag);
     e = up ? launch_mmvq_id_decode<Block, true>(cfg, static_cast<const Block *>(w), static_cast<const Block *>(up), act, x, y, k, m, n_expert,
-                                                n_pairs, choices, x_per_pair, ids, error_flag, error_tag, sm_count, dtype, stage_rows != 0)
+                                                n_pairs, choices, x_per_pair, ids, error_flag, error_tag, sm_count, dtype)
            : launch_mmvq_id_decode<Block, false>(cfg, static_cast<const Block *>(w), nullptr, act, x, y, k, m, n_expert, n_pairs, choices,
-                                                 x_per_pair, ids, error_flag, error_tag, sm_count, dtype, stage_rows != 0);
+                                                 x_per_pair, ids, error_flag, error_tag, sm_count, dtype);
   });
   return e;
 }
@@ -649,31 +587,15 @@ extern "C" int32_t minfer_cuda_mmvq_id_sum_decode_supported(int32_t dtype, int64
 
 extern "C" cudaError_t minfer_cuda_mmvq_id_sum_decode(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const float *x, const int32_t *ids,
                                                       const float *wts, const float *add, float *out, int64_t k, int64_t m, int64_t n_expert,
-                                                      int64_t choices, int32_t *error_flag, int32_t error_tag, int32_t sm_count,
-                                                      int32_t stage_rows) {
+                                                      int64_t choices, int32_t *error_flag, int32_t error_tag, int32_t sm_count) {
   if (!minfer_cuda_mmvq_id_sum_decode_supported(dtype, choices, k) || !ids || !wts) return cudaErrorInvalidValue;
+  const size_t smem = size_t(choices * (k / 32)) * sizeof(minfer_cuda_q8_act);
   // A row a warp: m / 16 blocks (2048 rows: 128), capped at one wave.
   const int64_t blocks = std::min<int64_t>({(m + kSumWarps - 1) / kSumWarps, int64_t(sm_count > 0 ? sm_count : 132), cfg->max_blocks});
-  int device = 0, optin = 48 * 1024;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  cudaError_t e = cudaSuccess;
   visit_int8_block(dtype, [&](auto tag) {
     using Block = decltype(tag);
-    // The warps' rows staged in shared memory where they fit beside x (a 30B-A3B's eight
-    // 768-value Q4_K rows: 67 KiB a block), else read from global memory as the lanes use them.
-    const int slot = run_slot_bytes(k / (32 * QBlock<Block>::kSubs) * int64_t(sizeof(Block)));
-    const size_t staged = q8_blocks_bytes16(choices * (k / 32)) + size_t(kSumWarps) * choices * slot;
-    const bool stage = stage_rows && staged + 1024 <= size_t(optin);
-    const size_t smem = stage ? staged : size_t(choices * (k / 32)) * sizeof(minfer_cuda_q8_act);
-    const auto run = [&](auto kernel) {
-      if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-      if (e == cudaSuccess)
-        launch_kernel(cfg, kernel, unsigned(blocks), kSumWarps * 32, smem, static_cast<const Block *>(w), x, ids, wts, add, out, k, m,
-                      int32_t(choices), int32_t(n_expert), error_flag, error_tag, slot);
-    };
-    if (stage) run(mmvq_id_sum_decode_kernel<Block, true>);
-    else run(mmvq_id_sum_decode_kernel<Block, false>);
+    launch_kernel(cfg, mmvq_id_sum_decode_kernel<Block>, unsigned(blocks), kSumWarps * 32, smem, static_cast<const Block *>(w), x, ids, wts, add,
+                  out, k, m, int32_t(choices), int32_t(n_expert), error_flag, error_tag);
   });
-  if (e != cudaSuccess) return e;
   return launched(cfg, add ? "mmvq_id_sum_decode_kernel (with the residual add)" : "mmvq_id_sum_decode_kernel", dtype);
 }
