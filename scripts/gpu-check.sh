@@ -20,7 +20,7 @@ mkdir -p ../shared && [ -e ../shared/testdata ] || ln -s "$PWD/$bundle/testdata"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
 step list_backends "$bin/minfer-app" --list-backends
 step conformance "$bin/minfer-op-conformance" --gtest_filter='Backends/*cuda*:ConformanceCoverage.*'
-step tests "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.*:KvTypes*:AllTypes/CudaVsCpu*:CudaVsCpuWide.*:CudaVsCpuArchs.*:Explain.*:Files/ArchReference*cuda*:*StoriesBatch*:*SynthBatch*cuda*'
+step tests "$bin/minfer-tests" --gtest_filter='Placement.*:Loader.*:KvTypes*:GeneratorLogits.*:AllTypes/CudaVsCpu*:CudaVsCpuWide.*:CudaVsCpuArchs.*:Explain.*:Files/ArchReference*cuda*:*StoriesBatch*:*SynthBatch*cuda*'
 command -v python3 >/dev/null && step app_batch_cuda python3 tests/check_app_batch.py "$bin/minfer-app" /tmp/minfer-app-batch configs/cuda.yaml
 command -v python3 >/dev/null && step server_cuda python3 tests/check_server.py "$bin/minfer-server" configs/cuda.yaml
 command -v python3 >/dev/null && step server_corpus_cuda python3 tests/check_server_corpus.py "$bin/minfer-server" configs/cuda.yaml

@@ -72,6 +72,10 @@ TEST_P(Stories, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
   if (!minfer::test::backends_usable(cfg, why)) GTEST_SKIP() << c.label << ": " << why;
   minfer::BackendSet backends = minfer::open_backends(cfg);
   minfer::Session session(model->graph, cfg, backends);
+  // The logits land in memory of the backend that computes them where it has some (CUDA:
+  // page-locked, ABI 1.10 host_alloc); the CPU's are ordinary.
+  const bool logits_on_cuda = backends.count("cuda") && session.placement().home[size_t(model->graph.find_tensor(minfer::models::Model::kLogits))] == "cuda";
+  EXPECT_EQ(session.output_host_memory(minfer::models::Model::kLogits, 64).backend_owned(), logits_on_cuda) << c.label;
 
   for (const Reference &r : refs) {
     const auto ids = tok->encode(r.prompt, true, false);
@@ -129,5 +133,51 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"stories260K.greedy.jsonl", MINFER_DTYPE_F16, 2e-2, kMixed, "mixed"},
                       Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kMixed, "mixed"}),
     [](const auto &info) { return std::string(info.param.label) + "_" + minfer_dtype_name(info.param.kv_type) + "_kv"; });
+
+// A prompt longer than a step (all_logits: every token's row, over three steps) gives the rows
+// that feeding its tokens one at a time gives, and the next feed its one row; on each backend.
+TEST(GeneratorLogits, EveryRowOfAPromptOverSeveralStepsMatchesOneTokenFeeds) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
+  const std::vector<int32_t> prompt = {1, 403, 261, 142, 117, 400, 291, 422, 272, 306};
+  for (const char *backends_yaml : {kCpu, kCuda}) {
+    SCOPED_TRACE(backends_yaml);
+    const minfer::RunConfig cfg = minfer::parse_run_config(backends_yaml, "test.yaml");
+    std::string why;
+    if (!minfer::test::backends_usable(cfg, why)) {
+      std::printf("skipped %s: %s\n", backends_yaml, why.c_str());
+      continue;
+    }
+    minfer::BackendSet backends = minfer::open_backends(cfg);
+    const auto run = [&](bool all_logits, int64_t max_batch, bool one_by_one) {
+      minfer::models::BuildOptions bo;
+      bo.kv_type = MINFER_DTYPE_F32;
+      bo.n_ctx = 64;
+      bo.max_batch = max_batch;
+      bo.all_logits = all_logits;
+      const auto model = minfer::models::load_model(file, bo);
+      minfer::Session session(model->graph, cfg, backends);
+      minfer::Generator gen(*model, session);
+      std::vector<float> rows;
+      if (one_by_one) {
+        for (int32_t t : prompt) {
+          const minfer::Logits l = gen.feed({t});
+          EXPECT_EQ(l.size(), size_t(model->hp.n_vocab));
+          rows.insert(rows.end(), l.begin(), l.end());
+        }
+      } else {
+        rows = gen.feed(prompt);
+        EXPECT_EQ(gen.feed({prompt[0]}).size(), size_t(model->hp.n_vocab)) << "a decode step after the prompt: one row";
+      }
+      return rows;
+    };
+    const std::vector<float> batched = run(true, 4, false), single = run(false, 4, true);
+    ASSERT_EQ(batched.size(), single.size());
+    double max_err = 0;
+    for (size_t i = 0; i < batched.size(); ++i) max_err = std::max(max_err, std::fabs(double(batched[i]) - single[i]));
+    EXPECT_LE(max_err, 1e-3) << "the prompt's rows fed four tokens a step against one token a step";
+  }
+}
 
 }  // namespace

@@ -141,7 +141,7 @@ void ModelRunner::rewind(int64_t n) {
   seq_.resize(size_t(n));
   fed_ = std::min(fed_, n);
   gen_->rewind(fed_);
-  logits_ = nullptr;
+  logits_ = {};
 }
 
 Reply ModelRunner::generate(const std::vector<int32_t> &tokens, int64_t n_predict, const std::function<void(const std::string &)> &on_text) {
@@ -150,14 +150,14 @@ Reply ModelRunner::generate(const std::vector<int32_t> &tokens, int64_t n_predic
   std::vector<int32_t> feed(seq_.begin() + fed_, seq_.end());
   feed.insert(feed.end(), tokens.begin(), tokens.end());
   seq_.insert(seq_.end(), tokens.begin(), tokens.end());
-  if (feed.empty() && !logits_) throw Error("nothing to generate from: the sequence is empty");
+  if (feed.empty() && logits_.empty()) throw Error("nothing to generate from: the sequence is empty");
   if (int64_t(seq_.size()) >= n_ctx())
     throw Error("the sequence has " + std::to_string(seq_.size()) + " tokens but the context holds " + std::to_string(n_ctx()) +
                 "; shorten the prompt or raise 'context' in " + cfg_.source);
   // A grammar or schema holds each reply from its start (a chat's next turn too).
   if (sampler_->config().constraint) sampler_ = std::make_unique<sampling::Sampler>(sampler_->config());
   const auto t_prefill = Clock::now();
-  if (!feed.empty()) logits_ = &gen_->feed(feed);  // the generator's buffer: each feed refreshes it
+  if (!feed.empty()) logits_ = gen_->feed(feed);  // the generator's buffer: each feed refreshes it
   fed_ = int64_t(seq_.size());
   r.prefilled = int64_t(feed.size());
   r.prefill_s = seconds_since(t_prefill);
@@ -182,7 +182,7 @@ Reply ModelRunner::generate(const std::vector<int32_t> &tokens, int64_t n_predic
     return r.text.size() - hold;
   };
   while (int64_t(r.ids.size()) < n_predict) {
-    const std::vector<float> &logits = *logits_;
+    const Logits &logits = logits_;
     const int32_t next = sampler_->sample(logits.data(), int64_t(logits.size()), seq_);
     if (trace_) trace_->sample(logits.data(), int64_t(logits.size()), next, token_texts_);
     if (tok_->is_end_of_generation(next)) {
@@ -211,7 +211,7 @@ Reply ModelRunner::generate(const std::vector<int32_t> &tokens, int64_t n_predic
       break;
     }
     if (int64_t(r.ids.size()) < n_predict) {
-      logits_ = &gen_->feed({next});
+      logits_ = gen_->feed({next});
       fed_ = int64_t(seq_.size());
     }
   }

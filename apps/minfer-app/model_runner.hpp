@@ -79,7 +79,7 @@ class ModelRunner {
   std::vector<std::string> token_texts_;  // for the trace's top-k lists
   std::vector<int32_t> seq_;
   int64_t fed_ = 0;  // tokens of seq_ in the cache
-  const std::vector<float> *logits_ = nullptr;  // after the last feed, valid until the next
+  Logits logits_;  // after the last feed, valid until the next (empty: none yet)
   double load_s_ = 0;
 };
 

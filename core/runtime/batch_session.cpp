@@ -169,20 +169,23 @@ std::vector<SeqToken> BatchSession::step() {
     std::vector<int64_t> at(size_t(outputs), -1);  // a read row's place in logits_
     for (size_t j = 0; j < read.size(); ++j) at[read[j]] = int64_t(j);
     const int64_t vocab = int64_t(session_.output_bytes(models::Model::kLogits) / 4) / outputs;
-    logits_.resize(size_t(int64_t(read.size()) * vocab));
+    const uint64_t read_bytes = uint64_t(read.size()) * uint64_t(vocab) * 4;
+    if (logits_.size() < read_bytes)  // doubling: page-locked memory is slow to get (milliseconds)
+      logits_ = session_.output_host_memory(models::Model::kLogits, std::max(read_bytes, 2 * logits_.size()));
+    float *const logits = static_cast<float *>(logits_.data());
     if (int64_t(read.size()) == outputs) {
-      session_.read_output(models::Model::kLogits, logits_.data(), logits_.size() * 4);
+      session_.read_output(models::Model::kLogits, logits, read_bytes);
     } else {
       for (size_t j = 0; j < read.size();) {  // runs of consecutive rows, one read each
         size_t e = j + 1;
         while (e < read.size() && read[e] == read[e - 1] + 1) ++e;
-        session_.read_output_rows(models::Model::kLogits, int64_t(read[j]), int64_t(e - j), logits_.data() + int64_t(j) * vocab);
+        session_.read_output_rows(models::Model::kLogits, int64_t(read[j]), int64_t(e - j), logits + int64_t(j) * vocab);
         j = e;
       }
     }
     stats_.logits_s += seconds_since(t0);
     t0 = Clock::now();
-    const auto row = [&](size_t r) { return logits_.data() + at[r] * vocab; };
+    const auto row = [&](size_t r) { return logits + at[r] * vocab; };
     if (on_logits_)
       for (size_t i : need) on_logits_(id_of[i], {row(sample_row[i]), size_t(vocab)});
     // Each sequence samples its own row; many rows are sampled on several threads (a sampler

@@ -115,7 +115,8 @@ class BatchSession {
   BatchStats stats_;
   // The step's inputs, reused from step to step (no allocation once they reached their size).
   std::vector<int32_t> tokens_, positions_, slots_, rows_, table_;
-  std::vector<float> logits_, hidden_;
+  HostMemory logits_;  // the rows read in a step, in the backend's own memory where it has some (grows)
+  std::vector<float> hidden_;
   std::vector<int32_t> argmax_;  // the backend's arg-max of each output row
   // Each output row's owner: the sampled item's index among those that want logits, or, for a
   // prompt row (prompt_rows), -1 with the sequence and the position it stands at.

@@ -1,5 +1,6 @@
 #include "runtime/generator.hpp"
 
+#include <cstring>
 
 #include "common/error.hpp"
 
@@ -13,13 +14,13 @@ Generator::Generator(const models::Model &model, Session &session) : model_(mode
                 " positions (" + std::to_string(model.opts.pages_per_seq()) + " pages)");
 }
 
-const std::vector<float> &Generator::feed(const std::vector<int32_t> &tokens) {
+Logits Generator::feed(const std::vector<int32_t> &tokens) {
   if (tokens.empty()) throw Error("feed: no tokens");
   if (n_past_ + int64_t(tokens.size()) > n_ctx())
     throw Error("the sequence needs " + std::to_string(n_past_ + int64_t(tokens.size())) + " positions but the context holds " +
                 std::to_string(n_ctx()) + "; shorten the prompt or raise 'context' in the run config");
   const int64_t batch = session_.max_tokens();
-  size_t used = 0;  // floats of logits_ written by this feed; growing it is the only initialization
+  uint64_t used = 0;  // bytes of logits_ written by this feed
   // One sequence in slot 0 of a model built for one: its pages are the pool in order.
   if (identity_pages_.empty()) {
     identity_pages_.resize(size_t(model_.opts.pages_per_seq()));
@@ -43,12 +44,17 @@ const std::vector<float> &Generator::feed(const std::vector<int32_t> &tokens) {
     const bool want = model_.opts.all_logits || start + size_t(n) == tokens.size();
     if (!want) continue;
     const uint64_t bytes = session_.output_bytes(models::Model::kLogits);
-    if (logits_.size() < used + bytes / 4) logits_.resize(used + bytes / 4);
-    session_.read_output(models::Model::kLogits, logits_.data() + used, bytes);
-    used += bytes / 4;
+    if (logits_.size() < used + bytes) {
+      // Room for every row this feed may still read, so a long all_logits prompt grows it once.
+      const uint64_t rest = model_.opts.all_logits ? (tokens.size() - start) * bytes / uint64_t(n) : bytes;
+      HostMemory more = session_.output_host_memory(models::Model::kLogits, used + rest);
+      if (used) std::memcpy(more.data(), logits_.data(), used);
+      logits_ = std::move(more);
+    }
+    session_.read_output(models::Model::kLogits, static_cast<uint8_t *>(logits_.data()) + used, bytes);
+    used += bytes;
   }
-  logits_.resize(used);
-  return logits_;
+  return {static_cast<const float *>(logits_.data()), size_t(used / 4)};
 }
 
 }  // namespace minfer

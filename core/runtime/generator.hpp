@@ -11,16 +11,35 @@
 
 namespace minfer {
 
+// The logits of a feed, in the generator's own host memory: valid until the next feed.
+class Logits {
+ public:
+  Logits() = default;
+  Logits(const float *data, size_t size) : data_(data), size_(size) {}
+  const float *data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const float &operator[](size_t i) const { return data_[i]; }
+  const float *begin() const { return data_; }
+  const float *end() const { return data_ + size_; }
+  operator std::vector<float>() const { return {begin(), end()}; }  // a copy that outlives the next feed
+
+ private:
+  const float *data_ = nullptr;
+  size_t size_ = 0;
+};
+
 class Generator {
  public:
   // The model is built for one sequence (max_seqs 1); the batched session runs many.
   Generator(const models::Model &model, Session &session);
 
   // Runs tokens (any count) after those already fed; returns the logits after the last one
-  // (n_vocab floats). With a model built with all_logits, every token's logits, in order. The
-  // vector is the generator's own, overwritten by the next feed (a decode step then costs one
-  // copy of the logits, straight from the backend, and no allocation).
-  const std::vector<float> &feed(const std::vector<int32_t> &tokens);
+  // (n_vocab floats). With a model built with all_logits, every token's logits, in order. They
+  // are in the generator's own memory, overwritten by the next feed: a decode step costs one
+  // copy of the logits, straight from the backend into memory it reaches fastest (the
+  // backend's own, Session::output_host_memory), and no allocation.
+  Logits feed(const std::vector<int32_t> &tokens);
 
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return model_.opts.n_ctx; }
@@ -32,7 +51,7 @@ class Generator {
   const models::Model &model_;
   Session &session_;
   int64_t n_past_ = 0;
-  std::vector<float> logits_;
+  HostMemory logits_;  // grows, never shrinks
   std::vector<int32_t> identity_pages_;  // the page table of slot 0: pages 0, 1, 2, ...
 };
 

@@ -1,6 +1,8 @@
 #include "runtime/plugin.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <new>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -262,6 +264,41 @@ std::unique_ptr<DeviceBuffer> BackendHandle::wrap_host(const void *host, uint64_
   }
   plugin_->check(st, "buffer_wrap_host");
   return std::make_unique<DeviceBuffer>(plugin_, b, bytes);
+}
+
+HostMemory BackendHandle::host_alloc(uint64_t bytes) {
+  HostMemory m;
+  m.bytes_ = bytes;
+  const minfer_backend_api &a = plugin_->api();
+  if (a.struct_size >= MINFER_SIZE_UP_TO(minfer_backend_api, host_free) && a.host_alloc && a.host_free) {
+    void *p = nullptr;
+    minfer_status *st = a.host_alloc(backend_, bytes, &p);
+    if (!st) {
+      m.plugin_ = plugin_, m.backend_ = backend_, m.data_ = p;
+      return m;
+    }
+    if (a.status_code(st) != MINFER_ERR_UNSUPPORTED) plugin_->check(st, "host_alloc(" + std::to_string(bytes) + " bytes)");
+    a.status_free(st);
+  }
+  m.data_ = ::operator new(std::max<uint64_t>(bytes, 1), std::align_val_t(64));
+  return m;
+}
+
+void HostMemory::release() noexcept {
+  if (data_ && backend_) plugin_->api().host_free(backend_, data_);
+  else if (data_) ::operator delete(data_, std::align_val_t(64));
+  data_ = nullptr, backend_ = nullptr, bytes_ = 0;
+}
+
+HostMemory &HostMemory::operator=(HostMemory &&other) noexcept {
+  if (this != &other) {
+    release();
+    plugin_ = std::move(other.plugin_);
+    backend_ = std::exchange(other.backend_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
 }
 
 SupportAnswer BackendHandle::supports(const minfer_node &node) {

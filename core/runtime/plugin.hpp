@@ -87,6 +87,31 @@ class DeviceBuffer {
   uint64_t bytes_;
 };
 
+// Host memory for reading a backend's outputs into: its own (ABI 1.10 host_alloc; CUDA:
+// page-locked, which its copies reach directly) or, where it has none, ordinary memory.
+// Freed on destruction, which must come before the backend closes.
+class HostMemory {
+ public:
+  HostMemory() = default;
+  ~HostMemory() { release(); }
+  HostMemory(HostMemory &&other) noexcept { *this = std::move(other); }
+  HostMemory &operator=(HostMemory &&other) noexcept;
+  HostMemory(const HostMemory &) = delete;
+  HostMemory &operator=(const HostMemory &) = delete;
+
+  void *data() const { return data_; }
+  uint64_t size() const { return bytes_; }
+  bool backend_owned() const { return backend_ != nullptr; }  // the backend's own memory, not ordinary
+
+ private:
+  friend class BackendHandle;
+  void release() noexcept;
+  std::shared_ptr<Plugin> plugin_;
+  minfer_backend *backend_ = nullptr;  // null: ordinary memory
+  void *data_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
 // A compiled segment; freed on destruction.
 class CompiledSegment {
  public:
@@ -132,6 +157,8 @@ class BackendHandle {
   std::unique_ptr<DeviceBuffer> alloc(uint64_t bytes);
   // Host memory used in place, or nullptr when the plugin cannot (ABI < 1.1, or it declines).
   std::unique_ptr<DeviceBuffer> wrap_host(const void *host, uint64_t bytes);
+  // bytes of host memory that this backend's reads move fastest (ABI 1.10), else ordinary.
+  HostMemory host_alloc(uint64_t bytes);
   SupportAnswer supports(const minfer_node &node);
   std::unique_ptr<CompiledSegment> compile(const std::vector<const minfer_node *> &nodes);
   void execute(CompiledSegment &seg, int64_t step, const StepShape &shape, bool node_times = false);

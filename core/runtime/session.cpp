@@ -384,6 +384,10 @@ void Session::read_output(const std::string &name, void *dst, uint64_t bytes) co
   l.buffer->read(l.offset, dst, bytes);
 }
 
+HostMemory Session::output_host_memory(const std::string &name, uint64_t bytes) const {
+  return backends_.at(placement_.home[size_t(output_id(name))])->host_alloc(bytes);
+}
+
 void Session::read_output_rows(const std::string &name, int64_t first, int64_t count, void *dst) const {
   const TensorId id = output_id(name);
   const Tensor &t = graph_.tensor(id);

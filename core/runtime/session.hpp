@@ -40,6 +40,9 @@ class Session {
   uint64_t output_bytes(const std::string &name) const;
   bool has_output(const std::string &name) const;
   void read_output(const std::string &name, void *dst, uint64_t bytes) const;
+  // Host memory to read output `name` into: that of the backend holding it (CUDA:
+  // page-locked, a step's logits in a quarter of the time), else ordinary.
+  HostMemory output_host_memory(const std::string &name, uint64_t bytes) const;
   // Rows [first, first + count) of a token-dim output after the last run (a few sequences'
   // logits of a step whose other rows need only their arg-max), into dst.
   void read_output_rows(const std::string &name, int64_t first, int64_t count, void *dst) const;

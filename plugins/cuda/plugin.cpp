@@ -400,6 +400,15 @@ class CudaBackend : public sdk::Backend {
     return std::make_unique<CudaSegment>(dev_, std::move(nodes));
   }
   void synchronize() override { dev_.synchronize(); }
+  // Page-locked: the copy engines move it directly (a decode step's 600 KB of logits in ~25
+  // instead of ~95 us through the driver's staging of ordinary memory).
+  void *host_alloc(uint64_t bytes) override {
+    DeviceScope scope(dev_.id());
+    void *p = nullptr;
+    check_cuda(cudaHostAlloc(&p, std::max<uint64_t>(bytes, 1), cudaHostAllocPortable), "page-locked host memory (" + std::to_string(bytes) + " bytes)");
+    return p;
+  }
+  void host_free(void *host) override { cudaFreeHost(host); }
   std::unique_ptr<sdk::Group> open_group(const std::vector<sdk::Backend *> &ranks) override {
     std::vector<CudaDevice *> devices;
     for (sdk::Backend *b : ranks) devices.push_back(&static_cast<CudaBackend *>(b)->dev_);  // one plugin's: the host checks

@@ -312,6 +312,10 @@ class Backend {
   virtual Support supports(const minfer_node &node) = 0;
   virtual std::unique_ptr<Segment> compile(std::vector<OwnedNode> nodes) = 0;
   virtual void synchronize() {}
+  // Host memory that read and write move fastest (ABI 1.10; CUDA: page-locked). The default
+  // says there is none, and the host uses its own.
+  virtual void *host_alloc(uint64_t /*bytes*/) { throw Error(MINFER_ERR_UNSUPPORTED, "this backend has no host memory of its own"); }
+  virtual void host_free(void * /*host*/) {}
   // A group of ranks (ABI 1.8 group_open), asked of rank 0's backend; ranks[0] is this one and
   // every rank is a backend of this plugin. The default says the plugin has no collectives.
   virtual std::unique_ptr<Group> open_group(const std::vector<Backend *> & /*ranks*/) {
@@ -473,6 +477,18 @@ struct Api {
         if (!dst || !src || !dst->impl || !src->impl) throw Error(MINFER_ERR_INVALID_ARGUMENT, "buffer_copy: NULL buffer");
         dst->impl->copy_from(*src->impl, src_off, dst_off, bytes);
       });
+    };
+    a.host_alloc = [](minfer_backend *b, uint64_t bytes, void **out) {
+      return guard("host_alloc", [&] {
+        if (!b || !out) throw Error(MINFER_ERR_INVALID_ARGUMENT, "host_alloc: NULL argument");
+        *out = b->impl->host_alloc(bytes);
+      });
+    };
+    a.host_free = [](minfer_backend *b, void *host) {
+      try {
+        if (b && host) b->impl->host_free(host);
+      } catch (...) {  // nothing crosses the ABI; a free has no one to report to
+      }
     };
     a.group_open = [](minfer_backend *const *backends, int32_t n, minfer_group **out) {
       return guard("group_open", [&] {
