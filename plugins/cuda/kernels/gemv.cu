@@ -50,7 +50,7 @@ template <class Block>
 __device__ __forceinline__ void load_subs(const Block *row, int64_t s0, int64_t ns, SubBlock (&s)[kUnroll]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u)
-    if (s0 + 32 * u < ns) unpack_sub(row, s0 + 32 * u, s[u]);
+    if (s0 + 32 * u < ns) gemv_unpack_sub(row, s0 + 32 * u, s[u]);
 }
 
 // W[o] . xs for one row, kUnroll sub-blocks per lane in flight; `first` holds the lane's
@@ -61,13 +61,13 @@ __device__ __forceinline__ float row_dot(const Block *row, const minfer_cuda_q8_
   float acc = 0;
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u)
-    if (lane + 32 * u < ns) acc += sub_dot<Block>(first[u], xs[lane + 32 * u]);
+    if (lane + 32 * u < ns) acc += gemv_dot<Block>(first[u], xs[lane + 32 * u]);
   for (int64_t s0 = lane + 32 * kUnroll; s0 < ns; s0 += 32 * kUnroll) {
     SubBlock s[kUnroll];
     load_subs(row, s0, ns, s);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (s0 + 32 * u < ns) acc += sub_dot<Block>(s[u], xs[s0 + 32 * u]);
+      if (s0 + 32 * u < ns) acc += gemv_dot<Block>(s[u], xs[s0 + 32 * u]);
   }
   return warp_sum(acc);
 }
@@ -141,8 +141,9 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
       const Block *row = part_row<Block>(parts, t * R + u, nb, pr[u], rr[u]);
       if (lane < ns) {
         if (kMixed && pr[u] >= parts.first_b) unpack_sub(part_row_as<BlockB>(parts, pr[u], rr[u], nb), lane, s[u]);
-        else unpack_sub(row, lane, s[u]);
-        if (kGated) unpack_sub(up + rr[u] * nb, lane, s[R + u]);
+        else if (kMixed) unpack_sub(row, lane, s[u]);  // two types: both signed (sub_dot_as)
+        else gemv_unpack_sub(row, lane, s[u]);
+        if (kGated) gemv_unpack_sub(up + rr[u] * nb, lane, s[R + u]);
       }
     }
   };
@@ -157,8 +158,8 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
       const bool live = t * R + u < rows;
       float a = 0, b = 0;
       if (live && lane < ns) {
-        a = sub_dot_as<kTwo, kOff, kHalfOff>(s[u], xs[lane]);
-        if (kGated) b = sub_dot<Block>(s[R + u], xs[lane]);
+        a = kMixed ? sub_dot_as<kTwo, kOff, kHalfOff>(s[u], xs[lane]) : gemv_dot<Block>(s[u], xs[lane]);
+        if (kGated) b = gemv_dot<Block>(s[R + u], xs[lane]);
       }
       float v = scale * warp_sum(a);
       if (kGated) v = glu(parts.act, v, scale * warp_sum(b));
@@ -216,8 +217,8 @@ __device__ __forceinline__ void chunk_dot(const Block *blocks, int subs, const m
     if (j < subs) {
       SubBlock sb;
       if constexpr (kAligned16) QBlock<Block>::unpack16(blocks[j / kSubs], j % kSubs, sb);
-      else QBlock<Block>::unpack(blocks[j / kSubs], j % kSubs, sb);
-      acc += sub_dot<Block>(sb, load_act(&xc[j]));
+      else GemvUnpack<Block>::unpack(blocks[j / kSubs], j % kSubs, sb);
+      acc += gemv_dot<Block>(sb, load_act(&xc[j]));
     }
   }
 }

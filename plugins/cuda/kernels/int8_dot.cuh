@@ -101,6 +101,13 @@ template <class Block>
 __device__ __forceinline__ float sub_dot(const SubBlock &w, const minfer_cuda_q8_act &a) {
   return sub_dot_as<QBlock<Block>::kTwoScales, QBlock<Block>::kOffset, kTwoOffsets<Block>>(w, a);
 }
+// A sub-block as the one-token GEMVs unpack it (GemvUnpack: its bias still in) times activations.
+template <class Block>
+__device__ __forceinline__ float gemv_dot(const SubBlock &w, const minfer_cuda_q8_act &a) {
+  const float v = sub_dot<Block>(w, a);
+  if constexpr (GemvUnpack<Block>::kBias != 0) return fmaf(-GemvUnpack<Block>::kBias * w.d[0], a.s, v);
+  return v;
+}
 
 // One activation block from shared memory as five 8-byte loads: the 40-byte blocks of
 // consecutive lanes then fall in distinct banks (4-byte loads meet two to a bank).

@@ -226,6 +226,45 @@ template <> struct QBlock<minfer_block_q3_k> {
   }
 };
 
+// The one-token GEMVs' unpacking (gemv.cu): Q4_0's and Q5_0's quants as they are stored
+// (0..15, 0..31), their bias (kBias: 8, 16) taken off once a block by gemv_dot (-bias * d_w *
+// s_x, s_x = d_x * sum(q_x)) instead of three instructions a word (Q4_0's GEMV loop is bound
+// by instruction issue); MMQ keeps QBlock::unpack's signed bytes. The same dot up to float
+// rounding.
+template <class Block>
+struct GemvUnpack {
+  static constexpr float kBias = 0;
+  __device__ static void unpack(const Block &b, int j, SubBlock &s) { QBlock<Block>::unpack(b, j, s); }
+};
+template <>
+struct GemvUnpack<minfer_block_q4_0> {
+  static constexpr float kBias = 8;
+  __device__ static void unpack(const minfer_block_q4_0 &b, int, SubBlock &s) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = load_u32_a2(b.qs + 4 * i);
+      s.q[i] = w & 0x0f0f0f0fu, s.q[i + 4] = (w >> 4) & 0x0f0f0f0fu;
+    }
+    s.d[0] = s.d[1] = f16_bits(b.d);
+    s.m = 0;
+  }
+};
+template <>
+struct GemvUnpack<minfer_block_q5_0> {
+  static constexpr float kBias = 16;
+  __device__ static void unpack(const minfer_block_q5_0 &b, int, SubBlock &s) {
+    const uint32_t qh = load_u32_a2(b.qh);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = load_u32_a2(b.qs + 4 * i);
+      s.q[i] = (w & 0x0f0f0f0fu) | high_bits4(qh >> (4 * i));
+      s.q[i + 4] = ((w >> 4) & 0x0f0f0f0fu) | high_bits4(qh >> (16 + 4 * i));
+    }
+    s.d[0] = s.d[1] = f16_bits(b.d);
+    s.m = 0;
+  }
+};
+
 // Whether a type has unpack16, QBlock::unpack for a block that starts on 16 bytes.
 template <class Block>
 constexpr bool kUnpack16 = false;
@@ -245,6 +284,12 @@ template <class Block>
 __device__ __forceinline__ void unpack_sub(const Block *row, int64_t sb, SubBlock &s) {
   constexpr int n = QBlock<Block>::kSubs;
   QBlock<Block>::unpack(row[sb / n], int(sb % n), s);
+}
+
+template <class Block>
+__device__ __forceinline__ void gemv_unpack_sub(const Block *row, int64_t sb, SubBlock &s) {
+  constexpr int n = QBlock<Block>::kSubs;
+  GemvUnpack<Block>::unpack(row[sb / n], int(sb % n), s);
 }
 
 // Calls f(Block{}) for the types above; returns false for any other dtype.
