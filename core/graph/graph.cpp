@@ -67,9 +67,8 @@ AbiNode::AbiNode(const Graph &g, const Node &n) {
 }
 
 TensorId Graph::find_tensor(const std::string &name) const {
-  for (size_t i = 0; i < tensors_.size(); ++i)
-    if (tensors_[i].name == name) return TensorId(i);
-  return -1;
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
 }
 
 namespace {
@@ -114,8 +113,10 @@ TensorId GraphBuilder::new_tensor(Tensor tensor) {
   if (g_.find_tensor(tensor.name) >= 0)
     throw Error("tensor name '" + tensor.name + "' is used twice; names must be unique");
   (void)tensor.n_bytes();  // validates dtype and whole blocks
+  const TensorId id = TensorId(g_.tensors_.size());
+  g_.by_name_.emplace(tensor.name, id);
   g_.tensors_.push_back(std::move(tensor));
-  return TensorId(g_.tensors_.size() - 1);
+  return id;
 }
 
 TensorId GraphBuilder::input(const std::string &name, int32_t dtype, std::vector<int64_t> shape) {

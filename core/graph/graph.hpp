@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "minfer/abi.h"
@@ -76,6 +77,9 @@ class Graph {
   friend class GraphBuilder;
   std::vector<Tensor> tensors_;
   std::vector<Node> nodes_;
+  // Names are unique and never change: every decode step looks its inputs and outputs up by
+  // name (a scan of a 0.5B graph's 779 tensors took microseconds a lookup).
+  std::unordered_map<std::string, TensorId> by_name_;
 };
 
 // Builds a Graph; each method validates its node and throws minfer::Error naming it.

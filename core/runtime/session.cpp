@@ -279,9 +279,9 @@ void Session::set_input(const std::string &name, const void *data, uint64_t byte
                 (t.token_dim >= 0 ? "whole tokens of " + std::to_string(per_token) + " bytes, at most " + std::to_string(t.n_bytes())
                                   : std::to_string(t.n_bytes())) +
                 " bytes; got " + std::to_string(bytes));
-  bool any = false;
-  for (const auto &[k, loc] : where_)
-    if (k.first == id) loc.buffer->write(loc.offset, data, bytes), any = true;
+  bool any = false;  // its copy on each backend that reads it (where_ is ordered by tensor first)
+  for (auto it = where_.lower_bound({id, std::string()}); it != where_.end() && it->first.first == id; ++it)
+    it->second.buffer->write(it->second.offset, data, bytes), any = true;
   if (!any) spdlog::warn("input '{}' is not used by any node", name);
 }
 
