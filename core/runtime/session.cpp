@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <set>
@@ -101,14 +102,17 @@ int64_t fused_reach(int32_t op) {
 void Session::plan_memory() {
   // Positions: one per node and per copy, in execution order.
   std::map<Key, Lifetime> life;
-  std::set<Key> weights, states;
+  std::set<Key> weights, states, inputs;
   int64_t pos = 0;
   const int64_t end = std::numeric_limits<int64_t>::max();
   auto use = [&](const Key &k, int64_t at) {
+    if (graph_.tensor(k.first).role == TensorRole::Input) {
+      inputs.insert(k);
+      return;
+    }
     auto it = life.find(k);
     if (it == life.end()) {
-      const Tensor &t = graph_.tensor(k.first);
-      life[k] = {t.n_bytes(), t.role == TensorRole::Input ? -1 : at, at};
+      life[k] = {graph_.tensor(k.first).n_bytes(), at, at};
     } else {
       it->second.last = std::max(it->second.last, at);
     }
@@ -176,6 +180,10 @@ void Session::plan_memory() {
     }
     pack(to_copy, mem.weights, mem.weight_bytes);
     pack(states, mem.states, mem.state_bytes);
+    // Inputs: packed together and mirrored on the host, so a step's inputs reach the backend
+    // as one write (run) instead of one each (a CUDA copy costs ~2 us of the host's time).
+    pack(inputs, mem.inputs, mem.input_bytes);
+    mem.input_mirror.assign(mem.input_bytes, 0);
   }
 }
 
@@ -280,8 +288,13 @@ void Session::set_input(const std::string &name, const void *data, uint64_t byte
                                   : std::to_string(t.n_bytes())) +
                 " bytes; got " + std::to_string(bytes));
   bool any = false;  // its copy on each backend that reads it (where_ is ordered by tensor first)
-  for (auto it = where_.lower_bound({id, std::string()}); it != where_.end() && it->first.first == id; ++it)
-    it->second.buffer->write(it->second.offset, data, bytes), any = true;
+  for (auto it = where_.lower_bound({id, std::string()}); it != where_.end() && it->first.first == id; ++it) {
+    BackendMemory &mem = memory_.at(it->first.second);  // into the mirror; run() writes it
+    std::memcpy(mem.input_mirror.data() + it->second.offset, data, bytes);
+    mem.inputs_dirty_begin = std::min(mem.inputs_dirty_begin, it->second.offset);
+    mem.inputs_dirty_end = std::max(mem.inputs_dirty_end, it->second.offset + bytes);
+    any = true;
+  }
   if (!any) spdlog::warn("input '{}' is not used by any node", name);
 }
 
@@ -295,6 +308,12 @@ void Session::run(const StepShape &shape) {
                 " tokens; this graph gives at most " + std::to_string(max_outputs_));
   if (shape.n_seqs < 1 || (n_tokens > 0 && shape.n_seqs > n_tokens))
     throw Error("run: " + std::to_string(shape.n_seqs) + " sequences in a step of " + std::to_string(n_tokens) + " tokens");
+  // The inputs set since the last step: one write a backend, their span in its inputs region.
+  for (auto &[name, mem] : memory_)
+    if (mem.inputs_dirty_begin < mem.inputs_dirty_end) {
+      mem.inputs->write(mem.inputs_dirty_begin, mem.input_mirror.data() + mem.inputs_dirty_begin, mem.inputs_dirty_end - mem.inputs_dirty_begin);
+      mem.inputs_dirty_begin = UINT64_MAX, mem.inputs_dirty_end = 0;
+    }
   const int64_t step = step_counter_++;
   last_ = shape;
   using Clock = std::chrono::steady_clock;
@@ -482,7 +501,7 @@ std::string Session::explain() const {
   for (const auto &[name, m] : memory_) {
     out += "  " + name + ": weights " + human_bytes(m.weight_bytes + m.mapped_bytes) +
            (m.mapped_bytes ? " (" + human_bytes(m.mapped_bytes) + " used in place from the file)" : "") + ", state " +
-           human_bytes(m.state_bytes) + ", activations " +
+           human_bytes(m.state_bytes) + ", inputs " + human_bytes(m.input_bytes) + ", activations " +
            human_bytes(m.activation_bytes) + " (" + human_bytes(m.unshared_bytes) +
            " without reuse)\n";
   }

@@ -28,7 +28,7 @@ class Session {
   ~Session();
 
   // For an input with a token dim, bytes may cover fewer tokens than the maximum: as many as
-  // the next run's n_tokens.
+  // the next run's n_tokens. The bytes reach the backends with the next run (one write each).
   void set_input(const std::string &name, const void *data, uint64_t bytes);
   // Runs every step in order, then waits for all backends (StepShape: its tokens, output rows
   // and sequences; all 0 = the graph's full shapes).
@@ -60,9 +60,12 @@ class Session {
     uint64_t offset = 0;
   };
   struct BackendMemory {
-    std::unique_ptr<DeviceBuffer> weights, states, activations;
+    std::unique_ptr<DeviceBuffer> weights, states, activations, inputs;
     std::vector<std::unique_ptr<DeviceBuffer>> mapped;  // weights used in place from host memory
-    uint64_t weight_bytes = 0, mapped_bytes = 0, state_bytes = 0, activation_bytes = 0, unshared_bytes = 0;
+    uint64_t weight_bytes = 0, mapped_bytes = 0, state_bytes = 0, activation_bytes = 0, unshared_bytes = 0, input_bytes = 0;
+    // The inputs region's host copy; set_input writes here and marks the span run() uploads.
+    std::vector<uint8_t> input_mirror;
+    uint64_t inputs_dirty_begin = UINT64_MAX, inputs_dirty_end = 0;
   };
   using Key = std::pair<TensorId, std::string>;  // a tensor as it exists on one backend
 
