@@ -277,7 +277,11 @@ HostMemory BackendHandle::host_alloc(uint64_t bytes) {
       m.plugin_ = plugin_, m.backend_ = backend_, m.data_ = p;
       return m;
     }
-    if (a.status_code(st) != MINFER_ERR_UNSUPPORTED) plugin_->check(st, "host_alloc(" + std::to_string(bytes) + " bytes)");
+    // Its own memory only speeds copies up: where the backend cannot give it (page-locked
+    // memory is limited, e.g. by RLIMIT_MEMLOCK in a container), ordinary memory does.
+    if (a.status_code(st) != MINFER_ERR_UNSUPPORTED)
+      spdlog::warn("[{}] host_alloc({} bytes) failed ({}); reading outputs into ordinary memory, which copies slower", plugin_->name(),
+                   bytes, a.status_message(st) ? a.status_message(st) : "?");
     a.status_free(st);
   }
   m.data_ = ::operator new(std::max<uint64_t>(bytes, 1), std::align_val_t(64));

@@ -157,7 +157,8 @@ class BackendHandle {
   std::unique_ptr<DeviceBuffer> alloc(uint64_t bytes);
   // Host memory used in place, or nullptr when the plugin cannot (ABI < 1.1, or it declines).
   std::unique_ptr<DeviceBuffer> wrap_host(const void *host, uint64_t bytes);
-  // bytes of host memory that this backend's reads move fastest (ABI 1.10), else ordinary.
+  // bytes of host memory that this backend's reads move fastest (ABI 1.10), else (the plugin
+  // has none, or could not give it: a warning says why) ordinary memory.
   HostMemory host_alloc(uint64_t bytes);
   SupportAnswer supports(const minfer_node &node);
   std::unique_ptr<CompiledSegment> compile(const std::vector<const minfer_node *> &nodes);
