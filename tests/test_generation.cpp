@@ -180,4 +180,44 @@ TEST(GeneratorLogits, EveryRowOfAPromptOverSeveralStepsMatchesOneTokenFeeds) {
   }
 }
 
+// The generator asks for each step's logits before the step runs (read with the step's own
+// wait where the backend can): they are the bytes read_output gives after it, and a request
+// with too little room fails that run with the output's name, and only that run.
+TEST(GeneratorLogits, ReadWithTheStepAreTheOutputsBytesAndItsRoomIsChecked) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
+  for (const char *backends_yaml : {kCpu, kCuda}) {
+    SCOPED_TRACE(backends_yaml);
+    const minfer::RunConfig cfg = minfer::parse_run_config(backends_yaml, "test.yaml");
+    std::string why;
+    if (!minfer::test::backends_usable(cfg, why)) {
+      std::printf("skipped %s: %s\n", backends_yaml, why.c_str());
+      continue;
+    }
+    minfer::BackendSet backends = minfer::open_backends(cfg);
+    minfer::models::BuildOptions bo;
+    bo.n_ctx = 64;
+    bo.max_batch = 8;
+    const auto model = minfer::models::load_model(file, bo);
+    minfer::Session session(model->graph, cfg, backends);
+    minfer::Generator gen(*model, session);
+    for (int32_t t : {1, 403, 261}) {
+      const std::vector<float> got = gen.feed({t});
+      std::vector<float> after(session.output_bytes(minfer::models::Model::kLogits) / 4);
+      session.read_output(minfer::models::Model::kLogits, after.data(), after.size() * 4);
+      EXPECT_EQ(got, after) << "token " << t;
+    }
+    float small[1];
+    session.read_output_after_next_run(minfer::models::Model::kLogits, small, sizeof small);
+    try {
+      gen.feed({5});
+      ADD_FAILURE() << "a 4-byte room for a row of logits was taken";
+    } catch (const minfer::Error &e) {
+      EXPECT_NE(std::string(e.what()).find("'logits' holds"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(gen.feed({5}).size(), size_t(model->hp.n_vocab)) << "the next run reads as before";
+  }
+}
+
 }  // namespace

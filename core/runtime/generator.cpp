@@ -7,6 +7,9 @@
 namespace minfer {
 
 Generator::Generator(const models::Model &model, Session &session) : model_(model), session_(session) {
+  const Tensor &logits = model.graph.tensor(model.graph.find_tensor(models::Model::kLogits));
+  if (logits.token_dim < 0) throw Error("Generator: the model's logits have no token dim");
+  logit_row_bytes_ = logits.n_bytes() / uint64_t(logits.shape[size_t(logits.token_dim)]);
   if (model.opts.max_seqs != 1)
     throw Error("Generator runs one sequence; this model is built for " + std::to_string(model.opts.max_seqs) + " (use the batched session)");
   if (model.opts.kv_pages < model.opts.pages_per_seq())
@@ -39,20 +42,23 @@ Logits Generator::feed(const std::vector<int32_t> &tokens) {
       const int32_t last = int32_t(n - 1);
       session_.set_input(models::Model::kLogitRows, &last, 4);
     }
-    session_.run({n, n_past_, model_.opts.all_logits ? n : 1, 1, n_past_ + n});
-    n_past_ += n;
+    const int64_t rows = model_.opts.all_logits ? n : 1;
     const bool want = model_.opts.all_logits || start + size_t(n) == tokens.size();
-    if (!want) continue;
-    const uint64_t bytes = session_.output_bytes(models::Model::kLogits);
-    if (logits_.size() < used + bytes) {
-      // Room for every row this feed may still read, so a long all_logits prompt grows it once.
-      const uint64_t rest = model_.opts.all_logits ? (tokens.size() - start) * bytes / uint64_t(n) : bytes;
-      HostMemory more = session_.output_host_memory(models::Model::kLogits, used + rest);
-      if (used) std::memcpy(more.data(), logits_.data(), used);
-      logits_ = std::move(more);
+    const uint64_t bytes = uint64_t(rows) * logit_row_bytes_;
+    if (want) {
+      if (logits_.size() < used + bytes) {
+        // Room for every row this feed may still read, so a long all_logits prompt grows it once.
+        const uint64_t rest = model_.opts.all_logits ? (tokens.size() - start) * logit_row_bytes_ : bytes;
+        HostMemory more = session_.output_host_memory(models::Model::kLogits, used + rest);
+        if (used) std::memcpy(more.data(), logits_.data(), used);
+        logits_ = std::move(more);
+      }
+      // Queued behind the step: the logits come back in the step's own wait.
+      session_.read_output_after_next_run(models::Model::kLogits, static_cast<uint8_t *>(logits_.data()) + used, bytes);
     }
-    session_.read_output(models::Model::kLogits, static_cast<uint8_t *>(logits_.data()) + used, bytes);
-    used += bytes;
+    session_.run({n, n_past_, rows, 1, n_past_ + n});
+    n_past_ += n;
+    if (want) used += bytes;
   }
   return {static_cast<const float *>(logits_.data()), size_t(used / 4)};
 }

@@ -52,6 +52,7 @@ class Generator {
   Session &session_;
   int64_t n_past_ = 0;
   HostMemory logits_;  // grows, never shrinks
+  uint64_t logit_row_bytes_ = 0;  // one token's logits
   std::vector<int32_t> identity_pages_;  // the page table of slot 0: pages 0, 1, 2, ...
 };
 

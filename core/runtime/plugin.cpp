@@ -189,6 +189,18 @@ void DeviceBuffer::read(uint64_t offset, void *dst, uint64_t bytes) const {
   plugin_->check(plugin_->api().buffer_read(buf_, offset, dst, bytes), "buffer_read");
 }
 
+bool DeviceBuffer::read_async(uint64_t offset, void *dst, uint64_t bytes) const {
+  const minfer_backend_api &a = plugin_->api();
+  if (a.struct_size < MINFER_SIZE_UP_TO(minfer_backend_api, buffer_read_async) || !a.buffer_read_async) return false;
+  minfer_status *st = a.buffer_read_async(buf_, offset, dst, bytes);
+  if (st && a.status_code(st) == MINFER_ERR_UNSUPPORTED) {
+    a.status_free(st);
+    return false;
+  }
+  plugin_->check(st, "buffer_read_async");
+  return true;
+}
+
 bool DeviceBuffer::copies_directly_from(const DeviceBuffer &src) const {
   const minfer_backend_api &a = plugin_->api();
   return src.plugin_ == plugin_ && a.struct_size >= MINFER_SIZE_UP_TO(minfer_backend_api, buffer_copy) && a.buffer_copy;

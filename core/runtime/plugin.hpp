@@ -74,6 +74,9 @@ class DeviceBuffer {
   uint64_t size() const { return bytes_; }
   void write(uint64_t offset, const void *src, uint64_t bytes);
   void read(uint64_t offset, void *dst, uint64_t bytes) const;
+  // read, only enqueued (ABI 1.10): done when the backend's next synchronize returns. false
+  // when the plugin cannot; nothing was read then.
+  bool read_async(uint64_t offset, void *dst, uint64_t bytes) const;
   // Whether copy_from can take src without host memory: both buffers are one plugin's and it
   // has buffer_copy (ABI 1.8).
   bool copies_directly_from(const DeviceBuffer &src) const;

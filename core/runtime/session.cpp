@@ -299,6 +299,8 @@ void Session::set_input(const std::string &name, const void *data, uint64_t byte
 }
 
 void Session::run(const StepShape &shape) {
+  std::vector<PendingRead> reads;
+  reads.swap(pending_reads_);  // asked for this run only, whatever happens to it
   const int64_t n_tokens = shape.n_tokens, n_past = shape.n_past;
   if (n_tokens < 0 || (max_tokens_ && n_tokens > max_tokens_) || n_past < 0)
     throw Error("run: " + std::to_string(n_tokens) + " tokens at position " + std::to_string(n_past) +
@@ -308,6 +310,10 @@ void Session::run(const StepShape &shape) {
                 " tokens; this graph gives at most " + std::to_string(max_outputs_));
   if (shape.n_seqs < 1 || (n_tokens > 0 && shape.n_seqs > n_tokens))
     throw Error("run: " + std::to_string(shape.n_seqs) + " sequences in a step of " + std::to_string(n_tokens) + " tokens");
+  for (const PendingRead &r : reads)  // before anything runs
+    if (const uint64_t bytes = bytes_for(graph_.tensor(r.id), shape); bytes > r.capacity)
+      throw Error("read_output_after_next_run: '" + graph_.tensor(r.id).name + "' holds " + std::to_string(bytes) + " bytes after this step; " +
+                  std::to_string(r.capacity) + " were given for it");
   // The inputs set since the last step: one write a backend, their span in its inputs region.
   for (auto &[name, mem] : memory_)
     if (mem.inputs_dirty_begin < mem.inputs_dirty_end) {
@@ -376,7 +382,18 @@ void Session::run(const StepShape &shape) {
     src.buffer->read(src.offset, staging_.data(), staging_.size());
     dst.buffer->write(dst.offset, staging_.data(), staging_.size());
   }
+  // The outputs asked for, queued behind the step where their backend can (done by its wait).
+  std::vector<std::pair<const PendingRead *, uint64_t>> after_wait;
+  for (const PendingRead &r : reads) {
+    const uint64_t bytes = bytes_for(graph_.tensor(r.id), shape);
+    const Location &l = at(r.id, placement_.home[size_t(r.id)]);
+    if (!l.buffer->read_async(l.offset, r.dst, bytes)) after_wait.emplace_back(&r, bytes);
+  }
   for (auto &[name, b] : backends_) b->synchronize();
+  for (const auto &[r, bytes] : after_wait) {
+    const Location &l = at(r->id, placement_.home[size_t(r->id)]);
+    l.buffer->read(l.offset, r->dst, bytes);
+  }
   if (trace_) trace_->end_step(std::chrono::duration<double, std::milli>(Clock::now() - step_start).count());
 }
 
@@ -401,6 +418,10 @@ void Session::read_output(const std::string &name, void *dst, uint64_t bytes) co
     throw Error("read_output: '" + name + "' holds " + std::to_string(have) + " bytes after the last step, not " + std::to_string(bytes));
   const Location &l = at(id, placement_.home[size_t(id)]);
   l.buffer->read(l.offset, dst, bytes);
+}
+
+void Session::read_output_after_next_run(const std::string &name, void *dst, uint64_t capacity) {
+  pending_reads_.push_back({output_id(name), dst, capacity});
 }
 
 HostMemory Session::output_host_memory(const std::string &name, uint64_t bytes) const {

@@ -40,6 +40,11 @@ class Session {
   uint64_t output_bytes(const std::string &name) const;
   bool has_output(const std::string &name) const;
   void read_output(const std::string &name, void *dst, uint64_t bytes) const;
+  // Output `name` of the next run into dst (at most capacity bytes; output_bytes of them after
+  // it): copied within the run where the backend can (ABI 1.10 buffer_read_async, queued
+  // before the run's wait, so the per-step logits come back in the same wait), else read right
+  // after the wait. For the next run only.
+  void read_output_after_next_run(const std::string &name, void *dst, uint64_t capacity);
   // Host memory to read output `name` into: that of the backend holding it (CUDA:
   // page-locked, a step's logits in a quarter of the time), else ordinary.
   HostMemory output_host_memory(const std::string &name, uint64_t bytes) const;
@@ -90,6 +95,12 @@ class Session {
   int64_t max_tokens_ = 0;   // 0 when no tensor follows the token count
   int64_t max_outputs_ = 0;
   StepShape last_{};  // the last run's
+  struct PendingRead {
+    TensorId id;
+    void *dst;
+    uint64_t capacity;
+  };
+  std::vector<PendingRead> pending_reads_;  // read_output_after_next_run's, for the next run
   Trace *trace_ = nullptr;
   std::function<void(double, const std::string &)> progress_;
 };

@@ -31,6 +31,14 @@ class CudaBuffer : public sdk::Buffer {
     check_cuda(cudaMemcpyAsync(dst, data_ + offset, bytes, cudaMemcpyDeviceToHost, dev_.stream()), "buffer read");
     check_cuda(cudaStreamSynchronize(dev_.stream()), "buffer read");
   }
+  // The same copy queued behind the step's kernels: the step's synchronize waits for both
+  // (into page-locked memory, host_alloc's, it does not block; into ordinary memory CUDA
+  // finishes it before returning).
+  void read_async(uint64_t offset, void *dst, uint64_t bytes) override {
+    check_range(offset, bytes, "read");
+    DeviceScope scope(dev_.id());
+    check_cuda(cudaMemcpyAsync(dst, data_ + offset, bytes, cudaMemcpyDeviceToHost, dev_.stream()), "buffer read");
+  }
   // Another buffer of this plugin (the host checks): of this device, or of another one.
   void copy_from(sdk::Buffer &src, uint64_t src_offset, uint64_t offset, uint64_t bytes) override {
     auto &from = static_cast<CudaBuffer &>(src);

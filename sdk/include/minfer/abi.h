@@ -228,6 +228,12 @@ typedef struct minfer_backend_api {
    * frees all of it before closing the backend. */
   minfer_status *(*host_alloc)(minfer_backend *backend, uint64_t bytes, void **out);
   void (*host_free)(minfer_backend *backend, void *host);
+  /* ABI 1.10 (optional: may be NULL). buffer_read without its wait: ordered after the work
+   * enqueued so far on the buffer's backend and done when that backend's next synchronize
+   * returns; dst stays valid and unread until then. The host asks for a step's logits this way
+   * before the step's synchronize, so they come back in the same wait. MINFER_ERR_UNSUPPORTED:
+   * the host reads after synchronize instead. */
+  minfer_status *(*buffer_read_async)(minfer_buffer *buffer, uint64_t offset, void *dst, uint64_t bytes);
 } minfer_backend_api;
 
 /* The entry symbol's type. The plugin returns its table (static storage) whatever the host's

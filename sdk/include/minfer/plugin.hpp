@@ -137,6 +137,11 @@ class Buffer {
   uint64_t size() const { return bytes_; }
   virtual void write(uint64_t offset, const void *src, uint64_t bytes) = 0;
   virtual void read(uint64_t offset, void *dst, uint64_t bytes) = 0;
+  // read, only enqueued: done when the backend's next synchronize returns (ABI 1.10). The
+  // default says the plugin cannot, and the host reads after synchronize.
+  virtual void read_async(uint64_t /*offset*/, void * /*dst*/, uint64_t /*bytes*/) {
+    throw Error(MINFER_ERR_UNSUPPORTED, "this backend has no reads that do not wait");
+  }
   // [offset, offset + bytes) = src's [src_offset, src_offset + bytes), src a buffer of this
   // plugin (ABI 1.8 buffer_copy; the host checks that both are one plugin's), ordered after the
   // work enqueued on both buffers' backends. The default says the plugin cannot: the host
@@ -470,6 +475,12 @@ struct Api {
       return guard("buffer_read", [&] {
         if (!buf || (!dst && bytes)) throw Error(MINFER_ERR_INVALID_ARGUMENT, "buffer_read: NULL");
         buf->impl->read(off, dst, bytes);
+      });
+    };
+    a.buffer_read_async = [](minfer_buffer *buf, uint64_t off, void *dst, uint64_t bytes) {
+      return guard("buffer_read_async", [&] {
+        if (!buf || (!dst && bytes)) throw Error(MINFER_ERR_INVALID_ARGUMENT, "buffer_read_async: NULL");
+        buf->impl->read_async(off, dst, bytes);
       });
     };
     a.buffer_copy = [](minfer_buffer *dst, uint64_t dst_off, minfer_buffer *src, uint64_t src_off, uint64_t bytes) {
