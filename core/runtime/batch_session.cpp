@@ -92,6 +92,19 @@ std::vector<SeqToken> BatchSession::step() {
   // its output head); its logits are not read.
   if (outputs == 0) rows_.push_back(0);
   session_.set_input(models::Model::kLogitRows, rows_.data(), rows_.size() * 4);
+  // The backend's arg-max rows, where some sampled row may take its own (greedy, no logprobs):
+  // asked for before the step, so they come back in the step's own wait.
+  bool argmax_wanted = false;
+  if (outputs > 0 && !on_logits_ && session_.has_output(models::Model::kGreedy))
+    for (const sched::StepItem &item : plan.items) {
+      const Seq &q = seqs_.at(item.seq);
+      argmax_wanted = argmax_wanted || (item.wants_logits && q.sampler.argmax_chain() && q.logprobs < 0);
+    }
+  if (argmax_wanted) {
+    if (argmax_.size() < uint64_t(outputs) * 4)  // doubling: the backend's own memory is slow to get
+      argmax_ = session_.output_host_memory(models::Model::kGreedy, std::max(uint64_t(outputs) * 4, 2 * argmax_.size()));
+    session_.read_output_after_next_run(models::Model::kGreedy, argmax_.data(), uint64_t(outputs) * 4);
+  }
   auto t0 = Clock::now();
   const int64_t prefill_here = stats_.prefill_tokens - prefill_before, decode_here = n - prefill_here;
   session_.run({n, 0, int64_t(rows_.size()), int64_t(plan.items.size()), max_positions});
@@ -138,17 +151,10 @@ std::vector<SeqToken> BatchSession::step() {
   sampled.assign(seq_of.size(), -1);
   std::vector<size_t> need;  // sampled items whose logits rows are read
   if (outputs > 0 && !on_logits_ && session_.has_output(models::Model::kGreedy)) {
-    bool any = false;
-    for (Seq *q : seq_of) any = any || (q->sampler.argmax_chain() && q->logprobs < 0);
-    if (any) {
-      t0 = Clock::now();
-      argmax_.resize(size_t(outputs));
-      session_.read_output(models::Model::kGreedy, argmax_.data(), argmax_.size() * 4);
-      stats_.logits_s += seconds_since(t0);
-    }
+    const int32_t *argmax = static_cast<const int32_t *>(argmax_.data());
     for (size_t i = 0; i < seq_of.size(); ++i) {
       Seq &q = *seq_of[i];
-      if (any && q.logprobs < 0 && q.sampler.take_argmax(argmax_[sample_row[i]])) sampled[i] = argmax_[sample_row[i]];
+      if (argmax_wanted && q.logprobs < 0 && q.sampler.take_argmax(argmax[sample_row[i]])) sampled[i] = argmax[sample_row[i]];
       else need.push_back(i);
     }
   } else if (outputs > 0) {

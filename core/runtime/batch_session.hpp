@@ -117,7 +117,7 @@ class BatchSession {
   std::vector<int32_t> tokens_, positions_, slots_, rows_, table_;
   HostMemory logits_;  // the rows read in a step, in the backend's own memory where it has some (grows)
   std::vector<float> hidden_;
-  std::vector<int32_t> argmax_;  // the backend's arg-max of each output row
+  HostMemory argmax_;  // the backend's arg-max of each output row, read with the step (grows)
   // Each output row's owner: the sampled item's index among those that want logits, or, for a
   // prompt row (prompt_rows), -1 with the sequence and the position it stands at.
   struct Row {
