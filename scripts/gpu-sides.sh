@@ -2,7 +2,10 @@
 # $SIDES (default "main new"), written as OUT/LABEL.yaml. A side is "new" (the bundle's own
 # CUDA plugin), NAME (.gpu/alt/plugin-NAME.so) or LABEL=BASE: BASE's plugin with the backend
 # options in $OPTS_LABEL (SIDES="new off=new" OPTS_off="l2_prefetch_mb: 0": one plugin with an
-# option on and off). side_label SPEC prints a side's label.
+# option on and off). $BENCH_LABEL, where set, is the minfer-bench that side runs (a host-side
+# change: SIDES="old=new new" BENCH_old=.gpu/alt/minfer-bench-old, one plugin, two hosts);
+# side_bench LABEL BIN prints it. side_label SPEC prints a side's label.
+side_bench() { local v=BENCH_$1; echo "${!v:-$2/minfer-bench}"; }
 side_label() { echo "${1%%=*}"; }
 # model_file SPEC BIN VOCAB: prints the synthetic model of SPEC (a qwen2 preset:type, or moe12 /
 # moe48 for the Qwen3-30B-A3B preset's 12-layer slice or whole file), synthesized into
