@@ -134,13 +134,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"stories260K.greedy-f32kv.jsonl", MINFER_DTYPE_F32, 1e-4, kMixed, "mixed"}),
     [](const auto &info) { return std::string(info.param.label) + "_" + minfer_dtype_name(info.param.kv_type) + "_kv"; });
 
-// A prompt longer than a step (all_logits: every token's row, over three steps) gives the rows
-// that feeding its tokens one at a time gives, and the next feed its one row; on each backend.
-TEST(GeneratorLogits, EveryRowOfAPromptOverSeveralStepsMatchesOneTokenFeeds) {
-  const std::string td = minfer::test::testdata_dir();
-  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
-  auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
-  const std::vector<int32_t> prompt = {1, 403, 261, 142, 117, 400, 291, 422, 272, 306};
+// f(cfg, backends) on the CPU, then on CUDA where it is usable (a line says why not).
+template <class F>
+void for_each_usable_backend(F &&f) {
   for (const char *backends_yaml : {kCpu, kCuda}) {
     SCOPED_TRACE(backends_yaml);
     const minfer::RunConfig cfg = minfer::parse_run_config(backends_yaml, "test.yaml");
@@ -150,6 +146,18 @@ TEST(GeneratorLogits, EveryRowOfAPromptOverSeveralStepsMatchesOneTokenFeeds) {
       continue;
     }
     minfer::BackendSet backends = minfer::open_backends(cfg);
+    f(cfg, backends);
+  }
+}
+
+// A prompt longer than a step (all_logits: every token's row, over three steps) gives the rows
+// that feeding its tokens one at a time gives, and the next feed its one row; on each backend.
+TEST(GeneratorLogits, EveryRowOfAPromptOverSeveralStepsMatchesOneTokenFeeds) {
+  const std::string td = minfer::test::testdata_dir();
+  if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
+  auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
+  const std::vector<int32_t> prompt = {1, 403, 261, 142, 117, 400, 291, 422, 272, 306};
+  for_each_usable_backend([&](const minfer::RunConfig &cfg, minfer::BackendSet &backends) {
     const auto run = [&](bool all_logits, int64_t max_batch, bool one_by_one) {
       minfer::models::BuildOptions bo;
       bo.kv_type = MINFER_DTYPE_F32;
@@ -177,7 +185,7 @@ TEST(GeneratorLogits, EveryRowOfAPromptOverSeveralStepsMatchesOneTokenFeeds) {
     double max_err = 0;
     for (size_t i = 0; i < batched.size(); ++i) max_err = std::max(max_err, std::fabs(double(batched[i]) - single[i]));
     EXPECT_LE(max_err, 1e-3) << "the prompt's rows fed four tokens a step against one token a step";
-  }
+  });
 }
 
 // The generator asks for each step's logits before the step runs (read with the step's own
@@ -187,15 +195,7 @@ TEST(GeneratorLogits, ReadWithTheStepAreTheOutputsBytesAndItsRoomIsChecked) {
   const std::string td = minfer::test::testdata_dir();
   if (td.empty()) GTEST_SKIP() << "../shared/testdata not found";
   auto file = minfer::gguf::File::open(td + "/models/stories260K.gguf");
-  for (const char *backends_yaml : {kCpu, kCuda}) {
-    SCOPED_TRACE(backends_yaml);
-    const minfer::RunConfig cfg = minfer::parse_run_config(backends_yaml, "test.yaml");
-    std::string why;
-    if (!minfer::test::backends_usable(cfg, why)) {
-      std::printf("skipped %s: %s\n", backends_yaml, why.c_str());
-      continue;
-    }
-    minfer::BackendSet backends = minfer::open_backends(cfg);
+  for_each_usable_backend([&](const minfer::RunConfig &cfg, minfer::BackendSet &backends) {
     minfer::models::BuildOptions bo;
     bo.n_ctx = 64;
     bo.max_batch = 8;
@@ -217,7 +217,7 @@ TEST(GeneratorLogits, ReadWithTheStepAreTheOutputsBytesAndItsRoomIsChecked) {
       EXPECT_NE(std::string(e.what()).find("'logits' holds"), std::string::npos) << e.what();
     }
     EXPECT_EQ(gen.feed({5}).size(), size_t(model->hp.n_vocab)) << "the next run reads as before";
-  }
+  });
 }
 
 }  // namespace
