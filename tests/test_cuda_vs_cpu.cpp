@@ -143,6 +143,14 @@ TEST(CudaVsCpuWide, DecodeStepsAgree) {
   for (const char *type : {"q8_0", "q4_0", "q4_k_m"}) expect_backends_agree("1.5b", type, 16, 8, 0.2, 2);
 }
 
+// Rows of more than one 2 KiB chunk of the staged GEMVs' rings (LLaMA-7B's 4096 values: Q4_0
+// 2,304 bytes, Q8_0 4,352, Q4_K 2,304), chunks starting off 16 bytes (Q4_0, Q8_0) and on them
+// (Q4_K's aligned unpacking), in the gate and up rows taken as pairs; down's 11,008 values.
+TEST(CudaVsCpuWide, MultiChunkRowsAgree) {
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  for (const char *type : {"q8_0", "q4_0", "q4_k_m"}) expect_backends_agree("7b", type, 16, 8, 0.2, 2, "llama");
+}
+
 // The other architectures' tiny presets (Qwen3: per-head norms, 128-value heads; Phi-3: fused
 // weights read as row ranges; Gemma 2/3: GELU, caps, sliding windows) through the quantized
 // paths, and Phi-3's LongRoPE one (partial rotary, long/short factors, the attention factor).

@@ -177,8 +177,8 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
 // and the K-quants at two blocks an SM). A chunk is whole blocks; where it does not start on
 // 16 bytes (Q6_K's 210-byte blocks, Q4_0's 18) its pieces start at the 16-byte boundary below
 // it, and its blocks lie in the buffer at the same offset from 16 bytes as in memory; its last
-// piece reads nothing past the chunk (zero-filled). The next chunk may be across a row end, or
-// from the gate's row to the up row. BlockB: the block type of parts first_b.. (a layer's V
+// piece reads nothing past the chunk (zero-filled). The next chunk may be across a row end
+// (gated rows: gemv_staged_pairs). BlockB: the block type of parts first_b.. (a layer's V
 // stored in another type than its Q and K, as the _M mixes do), BlockA's otherwise; each
 // part's rows are whole blocks of its type, so a chunk is of one type.
 constexpr int kChunkBytes = 2048;               // the most bytes of blocks in a chunk
@@ -205,27 +205,31 @@ __host__ __device__ constexpr size_t staged_smem_bytes(int64_t ns, int warps = k
 constexpr int64_t kWideFrom = 8192;
 constexpr int kWideWarps = 16;
 
-// The chunk's blocks times x: this lane's share added to acc (subs sub-blocks, x's from xc,
-// read as load_act's 8-byte pieces: 4-byte ones of consecutive lanes' 40-byte blocks meet two
-// to a bank). kAligned16: the chunk starts on 16 bytes, for the types with QBlock::unpack16.
-template <class Block, bool kAligned16 = false>
-__device__ __forceinline__ void chunk_dot(const Block *blocks, int subs, const minfer_cuda_q8_act *xc, int lane, float &acc) {
+// N chunks of blocks at the same columns times x: this lane's share of chunk n added to
+// acc[n] (subs sub-blocks, x's from xc, read once for all N as load_act's 8-byte pieces: 4-byte
+// ones of consecutive lanes' 40-byte blocks meet two to a bank). kAligned16: the chunks start
+// on 16 bytes, for the types with QBlock::unpack16.
+template <class Block, int N, bool kAligned16 = false>
+__device__ __forceinline__ void chunk_dot(const Block *const (&blocks)[N], int subs, const minfer_cuda_q8_act *xc, int lane, float (&acc)[N]) {
   constexpr int kSubs = QBlock<Block>::kSubs;
 #pragma unroll
   for (int u = 0; u < (ChunkShape<Block>::kBlocks * kSubs + 31) / 32; ++u) {
     const int j = lane + 32 * u;
     if (j < subs) {
-      SubBlock sb;
-      if constexpr (kAligned16) QBlock<Block>::unpack16(blocks[j / kSubs], j % kSubs, sb);
-      else GemvUnpack<Block>::unpack(blocks[j / kSubs], j % kSubs, sb);
-      acc += gemv_dot<Block>(sb, load_act(&xc[j]));
+      const minfer_cuda_q8_act a = load_act(&xc[j]);
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        SubBlock sb;
+        if constexpr (kAligned16) QBlock<Block>::unpack16(blocks[n][j / kSubs], j % kSubs, sb);
+        else GemvUnpack<Block>::unpack(blocks[n][j / kSubs], j % kSubs, sb);
+        acc[n] += gemv_dot<Block>(sb, a);
+      }
     }
   }
 }
 
-template <class Block, bool kGated, class BlockB = Block, int kW = kWarps>
-__device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const Block *up, const float *x, int64_t ns, minfer_cuda_q8_act *xs,
-                                                 uint8_t *ring) {
+template <class Block, class BlockB = Block, int kW = kWarps>
+__device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const float *x, int64_t ns, minfer_cuda_q8_act *xs, uint8_t *ring) {
   constexpr bool kMixed = !std::is_same_v<Block, BlockB>;
   const int lane = threadIdx.x & 31;
   const int64_t nb = ns / QBlock<Block>::kSubs, nb_b = ns / QBlock<BlockB>::kSubs;
@@ -233,26 +237,20 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
   struct Cursor {
     int64_t o, r, off;  // row of the launch, its part's row, the chunk's byte offset in it
     int p;
-    bool second;  // the up weight's row (gated)
-    bool b;       // a row of BlockB
+    bool b;  // a row of BlockB
     const uint8_t *row;
   };
   const auto row_bytes = [&](const Cursor &c) { return kMixed && c.b ? nb_b * int64_t(sizeof(BlockB)) : nb * int64_t(sizeof(Block)); };
   const auto full_chunk = [&](const Cursor &c) { return kMixed && c.b ? ChunkShape<BlockB>::kBytes : ChunkShape<Block>::kBytes; };
   const auto start_row = [&](Cursor &c, int64_t o) {
-    c.o = o, c.off = 0, c.second = false, c.b = false;
+    c.o = o, c.off = 0, c.b = false;
     if (o >= rows) return;
     c.row = reinterpret_cast<const uint8_t *>(part_row<Block>(parts, o, nb, c.p, c.r));
     if (kMixed && c.p >= parts.first_b) c.b = true, c.row = reinterpret_cast<const uint8_t *>(part_row_as<BlockB>(parts, c.p, c.r, nb_b));
   };
   const auto advance = [&](Cursor &c) {
     c.off += full_chunk(c);
-    if (c.off < row_bytes(c)) return;
-    if (kGated && !c.second) {
-      c.off = 0, c.second = true, c.row = reinterpret_cast<const uint8_t *>(up + c.r * nb);
-      return;
-    }
-    start_row(c, c.o + stride);
+    if (c.off >= row_bytes(c)) start_row(c, c.o + stride);
   };
   const auto chunk_bytes = [&](const Cursor &c) { return int(row_bytes(c) - c.off < full_chunk(c) ? row_bytes(c) - c.off : full_chunk(c)); };
   const auto lead = [](const Cursor &c) { return int(reinterpret_cast<uintptr_t>(c.row + c.off) & 15); };  // bytes above the 16-byte boundary
@@ -273,7 +271,7 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
   for (int s = 0; s < kStages - 1; ++s) issue(s);
   wait_for_inputs();  // the first chunks (weights: no kernel writes them) load during the previous kernel's tail
   const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
-  float acc = 0, gate = 0;
+  float acc[1] = {0};
   for (int slot = 0; use_at.o < rows; slot = slot == kStages - 1 ? 0 : slot + 1) {
     cp_async_wait<kStages - 2>();  // this lane's pieces of the chunk at use_at have landed
     __syncwarp();                  // ... and every lane's; the buffer used last round is free
@@ -285,23 +283,84 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const B
       constexpr int kSubs = QBlock<T>::kSubs;
       const int subs = chunk_bytes(use_at) / int(sizeof(T)) * kSubs;
       const minfer_cuda_q8_act *xc = xs + use_at.off / int64_t(sizeof(T)) * kSubs;
+      const T *const blocks[1] = {reinterpret_cast<const T *>(chunk)};
       if constexpr (kUnpack16<T>) {
-        if (lead(use_at) == 0) return chunk_dot<T, true>(reinterpret_cast<const T *>(chunk), subs, xc, lane, acc);
+        if (lead(use_at) == 0) return chunk_dot<T, 1, true>(blocks, subs, xc, lane, acc);
       }
-      chunk_dot<T>(reinterpret_cast<const T *>(chunk), subs, xc, lane, acc);
+      chunk_dot<T, 1>(blocks, subs, xc, lane, acc);
     };
     if (kMixed && use_at.b) dot(BlockB{});
     else dot(Block{});
     const Cursor done = use_at;
     advance(use_at);
-    if (use_at.o == done.o && use_at.second == done.second) continue;  // the row goes on
-    const float v = scale * warp_sum(acc);
-    acc = 0;
-    if (kGated && !done.second) {
-      gate = v;
-      continue;
+    if (use_at.o == done.o) continue;  // the row goes on
+    const float v = scale * warp_sum(acc[0]);
+    acc[0] = 0;
+    if (lane == 0) store_row(parts, done.p, done.r, v);
+  }
+}
+
+// Gated rows (one part: the gate W and `up`, y[r] = act(W[r].x) * up[r].x): the gate's and the
+// up row's chunks at the same columns go into the ring as a pair, two of its buffers, and the
+// warp multiplies both at once, so every block of x read from shared memory serves two weight
+// blocks, and both rows' sums take one reduction. kStages / 2 pairs: one lands while the warp
+// multiplies the other.
+template <class Block, int kW = kWarps>
+__device__ __forceinline__ void gemv_staged_pairs(const GemvParts &parts, const Block *up, const float *x, int64_t ns, minfer_cuda_q8_act *xs,
+                                                  uint8_t *ring) {
+  constexpr int kPairs = kStages / 2, kSubs = QBlock<Block>::kSubs, kFull = ChunkShape<Block>::kBytes;
+  static_assert(kStages % 2 == 0, "the ring holds whole pairs");
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = parts.end[0], stride = int64_t(gridDim.x) * kW, row_bytes = ns / kSubs * int64_t(sizeof(Block));
+  const uint8_t *const w[2] = {static_cast<const uint8_t *>(parts.w[0]), reinterpret_cast<const uint8_t *>(up)};
+  struct Cursor {
+    int64_t o, off;  // the row, the pair's byte offset in it
+  };
+  const auto pair_bytes = [&](const Cursor &c) { return int(row_bytes - c.off < kFull ? row_bytes - c.off : kFull); };
+  const auto advance = [&](Cursor &c) {
+    c.off += kFull;
+    if (c.off >= row_bytes) c.off = 0, c.o += stride;
+  };
+  const auto lead = [&](const Cursor &c, int n) { return int(reinterpret_cast<uintptr_t>(w[n] + c.o * row_bytes + c.off) & 15); };
+  // The pair at load_at into buffers 2 * pair and 2 * pair + 1 (nothing past the last row) as
+  // one copy group: every lane commits a group per pair, empty or not.
+  Cursor load_at{int64_t(blockIdx.x) * kW + (threadIdx.x >> 5), 0}, use_at = load_at;
+  const auto issue = [&](int pair) {
+    if (load_at.o < rows) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+        copy_run_async<ChunkShape<Block>::kPieces>(ring + (2 * pair + n) * kSlotBytes, w[n] + load_at.o * row_bytes + load_at.off,
+                                                   pair_bytes(load_at), lane);
+      advance(load_at);
     }
-    if (lane == 0) store_row(parts, done.p, done.r, kGated ? glu(parts.act, gate, v) : v);
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int p = 0; p < kPairs; ++p) issue(p);
+  wait_for_inputs();  // the first pairs (weights: no kernel writes them) load during the previous kernel's tail
+  const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
+  float acc[2] = {0, 0};  // this lane's parts of the gate's and the up row's sums
+  for (int pair = 0; use_at.o < rows; pair = pair == kPairs - 1 ? 0 : pair + 1) {
+    cp_async_wait<kPairs - 1>();  // this lane's pieces of the pair at use_at have landed
+    __syncwarp();                 // ... and every lane's
+    const Block *const chunks[2] = {reinterpret_cast<const Block *>(ring + 2 * pair * kSlotBytes + lead(use_at, 0)),
+                                    reinterpret_cast<const Block *>(ring + (2 * pair + 1) * kSlotBytes + lead(use_at, 1))};
+    const int subs = pair_bytes(use_at) / int(sizeof(Block)) * kSubs;
+    const minfer_cuda_q8_act *xc = xs + use_at.off / int64_t(sizeof(Block)) * kSubs;  // x from the chunks' first sub-block on
+    bool aligned = false;
+    if constexpr (kUnpack16<Block>) aligned = (lead(use_at, 0) | lead(use_at, 1)) == 0;
+    if (aligned) chunk_dot<Block, 2, kUnpack16<Block>>(chunks, subs, xc, lane, acc);
+    else chunk_dot<Block, 2>(chunks, subs, xc, lane, acc);
+    const Cursor done = use_at;
+    advance(use_at);
+    __syncwarp();  // every lane is done with the pair's buffers: refill them
+    issue(pair);
+    if (load_at.o >= rows) release_dependents();  // this warp's last pairs are in flight
+    if (use_at.o == done.o) continue;             // the rows go on
+    const float t = warp_sums(acc);               // lanes 0..15 the gate's total, 16..31 the up row's
+    acc[0] = acc[1] = 0;
+    const float v = glu(parts.act, scale * t, scale * __shfl_sync(0xffffffffu, t, 16));
+    if (lane == 0) store_row(parts, 0, done.o, v);
   }
 }
 
@@ -357,8 +416,9 @@ __global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStagedBlocksPerSm : 1
                                                                                                      const Block *up, const float *x, int64_t k) {
   extern __shared__ __align__(16) minfer_cuda_q8_act xs[];  // the rings take 16-byte copies and loads
   const int64_t ns = k / 32;
-  gemv_staged_rows<Block, kGated, BlockB, kW>(parts, up, x, ns, xs,
-                                          reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(ns) + (threadIdx.x >> 5) * kStages * kSlotBytes);
+  uint8_t *const ring = reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(ns) + (threadIdx.x >> 5) * kStages * kSlotBytes;
+  if constexpr (kGated) gemv_staged_pairs<Block, kW>(parts, up, x, ns, xs, ring);
+  else gemv_staged_rows<Block, BlockB, kW>(parts, x, ns, xs, ring);
 }
 
 // Parts of two block types in one launch (gemv_short_rows with BlockB); short rows only.
