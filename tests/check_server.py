@@ -209,6 +209,11 @@ try:
           refs[0]["prompt"].split()[-1] in joined.decode("utf-8", "replace"), f"/tokenize with_pieces: {status} {str(body)[:300]}")
     status, body = s.post("/detokenize", {"tokens": refs[0]["greedy_tokens"]})
     check(status == 200 and body["content"] == refs[0]["greedy_text"], f"/detokenize: {status} {str(body)[:200]}")
+    # A body that is no JSON says so (not only what shape was expected); a wrong shape names it.
+    for path, bad, word in [("/tokenize", "{not json", "not JSON"), ("/detokenize", "[1,", "not JSON"),
+                            ("/tokenize", {"text": "x"}, "content"), ("/detokenize", {"tokens": "x"}, "tokens")]:
+        status, body = s.post(path, bad)
+        check(status == 400 and word in body["error"]["message"], f"{path} {str(bad)[:30]}: {status} {str(body)[:200]}")
     status, body = s.get("/props")
     check(status == 200 and body["total_slots"] == 4 and body["n_ctx"] > 0, f"/props: {status} {body}")
     dgs = body.get("default_generation_settings", {}) if status == 200 else {}

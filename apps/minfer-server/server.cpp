@@ -40,6 +40,17 @@ void reply(httplib::Response &res, int status, const json &body) {
   res.set_content(dump(body), "application/json");
 }
 
+// The request's body as JSON into `body`; false after a 400 reply that says why it is not.
+bool read_body(const httplib::Request &req, httplib::Response &res, json &body) {
+  try {
+    body = parse_body(req.body);
+    return true;
+  } catch (const BadRequest &e) {
+    reply(res, 400, error_body(400, e.what()));
+    return false;
+  }
+}
+
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -442,11 +453,7 @@ void Server::Impl::completion(const httplib::Request &req, httplib::Response &re
   if (!L) return reply(res, 503, error_body(503, "the model is loading; retry when GET /health answers 200"));
   if (draining) return reply(res, 503, error_body(503, "the server is shutting down"));
   json body;
-  try {
-    body = parse_body(req.body);
-  } catch (const BadRequest &e) {
-    return reply(res, 400, error_body(400, e.what()));
-  }
+  if (!read_body(req, res, body)) return;
   app::ModelRunner &runner = *L->runner;
   const tokenizer::Tokenizer &tok = runner.tokenizer();
   GenerationParams p;
@@ -947,10 +954,7 @@ void Server::Impl::routes() {
     const auto L = ready();
     if (!L) return reply(res, 503, error_body(503, "loading the model"));
     json body;
-    try {
-      body = parse_body(req.body);
-    } catch (const BadRequest &) {
-    }
+    if (!read_body(req, res, body)) return;
     if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
       return reply(res, 400, error_body(400, "give {\"content\": TEXT} (and \"add_special\": true for BOS)"));
     for (const char *k : {"add_special", "parse_special", "with_pieces"})
@@ -970,10 +974,7 @@ void Server::Impl::routes() {
     const auto L = ready();
     if (!L) return reply(res, 503, error_body(503, "loading the model"));
     json body;
-    try {
-      body = parse_body(req.body);
-    } catch (const BadRequest &) {
-    }
+    if (!read_body(req, res, body)) return;
     const tokenizer::Tokenizer &tok = L->runner->tokenizer();
     if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) return reply(res, 400, error_body(400, "give {\"tokens\": [ids]}"));
     std::string text;
