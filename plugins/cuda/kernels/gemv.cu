@@ -149,7 +149,7 @@ __device__ __forceinline__ void gemv_short_rows(const GemvParts &parts, const Bl
   };
   if (t0 * R < rows) load(t0);
   wait_for_inputs();  // the first rows (weights: no kernel writes them) load during the previous kernel's tail
-  const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
+  const float scale = norm_scale(quantize_to_shared<1>(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
   for (int64_t t = t0; t * R < rows; t += stride) {
     if (t != t0) load(t);
     if ((t + stride) * R >= rows) release_dependents();  // this warp's last rows are loading
@@ -228,6 +228,11 @@ __device__ __forceinline__ void chunk_dot(const Block *const (&blocks)[N], int s
   }
 }
 
+// Register sets x's quantizing pass rotates through (quantize_to_shared): 8 warps take a 3584-value
+// x in two passes, both loads out at once with two sets; 16 warps (k > 8192) take five or more.
+template <int kW>
+constexpr int kQuantizeBufs = kW == kWarps ? 2 : 3;
+
 template <class Block, class BlockB = Block, int kW = kWarps>
 __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const float *x, int64_t ns, minfer_cuda_q8_act *xs, uint8_t *ring) {
   constexpr bool kMixed = !std::is_same_v<Block, BlockB>;
@@ -270,7 +275,7 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const f
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
   wait_for_inputs();  // the first chunks (weights: no kernel writes them) load during the previous kernel's tail
-  const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
+  const float scale = norm_scale(quantize_to_shared<kQuantizeBufs<kW>>(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
   float acc[1] = {0};
   for (int slot = 0; use_at.o < rows; slot = slot == kStages - 1 ? 0 : slot + 1) {
     cp_async_wait<kStages - 2>();  // this lane's pieces of the chunk at use_at have landed
@@ -338,7 +343,7 @@ __device__ __forceinline__ void gemv_staged_pairs(const GemvParts &parts, const 
 #pragma unroll
   for (int p = 0; p < kPairs; ++p) issue(p);
   wait_for_inputs();  // the first pairs (weights: no kernel writes them) load during the previous kernel's tail
-  const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
+  const float scale = norm_scale(quantize_to_shared<kQuantizeBufs<kW>>(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
   float acc[2] = {0, 0};  // this lane's parts of the gate's and the up row's sums
   for (int pair = 0; use_at.o < rows; pair = pair == kPairs - 1 ? 0 : pair + 1) {
     cp_async_wait<kPairs - 1>();  // this lane's pieces of the pair at use_at have landed
@@ -393,7 +398,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvBlocksPerSm<Block>) gemv_qua
   SubBlock first[kUnroll];
   if (o0 < rows) load_subs(row_of(o0, p, r), lane, ns, first);
   wait_for_inputs();
-  const float scale = norm_scale(quantize_to_shared(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, k, parts.eps);
+  const float scale = norm_scale(quantize_to_shared<1>(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, k, parts.eps);
   for (int64_t o = o0; o < rows; o += int64_t(gridDim.x) * kWarps) {
     const Block *row = row_of(o, p, r);
     if (o != o0) load_subs(row, lane, ns, first);

@@ -39,38 +39,55 @@ __device__ __forceinline__ Q8Part quantize8(float4 v0, float4 v1) {
 // norm_w (optional): quantize x * norm_w instead of x, and return this thread's part of the
 // sum of x^2 — an RMS norm folded into the GEMV: its scale is one number per token, applied
 // to the dot products afterwards, so the norm adds no pass of its own.
+// kBufs passes' values (x and norm_w) live in as many register sets that take turns: a pass's
+// loads go out kBufs - 1 passes ahead into the set the previous pass freed, so a long x (ffn_down's
+// 18944 values: five passes at 16 warps) waits for memory about once. With one set handed on by
+// copying (v = next; next = load), the copy waited for the load and each pass took a full trip.
+// kBufs = 1: each pass loads and then uses its values (an x of one pass: rows of <= 1024 values).
+template <int kBufs = 2>
 __device__ __forceinline__ float quantize_to_shared(const float *x, const float *norm_w, int64_t nb, minfer_cuda_q8_act *xs) {
   const int sub = threadIdx.x & 3;  // 4 lanes per block of 32 values
-  const int64_t step = blockDim.x >> 2;
-  // This thread's 8 values of block b (zeros past the end): loaded one pass ahead, so a long x
-  // (ffn_down's 18944 values: ten passes) waits for memory once, not once per pass.
-  const auto load = [&](int64_t b, float4 &v0, float4 &v1) {
-    v0 = v1 = make_float4(0, 0, 0, 0);
+  const int64_t step = blockDim.x >> 2, mine = threadIdx.x >> 2;
+  struct Pass {
+    float4 v0, v1, w0, w1;
+  };
+  // This thread's 8 values of block b and their norm weights (nothing past the end).
+  const auto load = [&](int64_t b, Pass &p) {
     if (b >= nb) return;
-    v0 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[0];
-    v1 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[1];
+    p.v0 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[0];
+    p.v1 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[1];
+    if (!norm_w) return;
+    p.w0 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[0];
+    p.w1 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[1];
   };
   float ss = 0;
-  float4 n0, n1;
-  load(threadIdx.x >> 2, n0, n1);
-  // Whole warps go round together (the shuffles need every lane); lanes past the end carry zeros.
-  for (int64_t b0 = 0; b0 < nb; b0 += step) {
-    const int64_t b = b0 + (threadIdx.x >> 2);
+  // Whole warps go round together (the shuffles need every lane). A dead lane's block is past
+  // the end for all four of its lanes, so whatever its registers hold stays among them.
+  const auto use = [&](int64_t b, const Pass &p) {
     const bool live = b < nb;
-    float4 v0 = n0, v1 = n1;
-    if (b0 + step < nb) load(b + step, n0, n1);
+    float4 v0 = p.v0, v1 = p.v1;
     if (live && norm_w) {
-      const float4 w0 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[0];
-      const float4 w1 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[1];
       ss += v0.x * v0.x + v0.y * v0.y + v0.z * v0.z + v0.w * v0.w + v1.x * v1.x + v1.y * v1.y + v1.z * v1.z + v1.w * v1.w;
-      v0 = make_float4(v0.x * w0.x, v0.y * w0.y, v0.z * w0.z, v0.w * w0.w);
-      v1 = make_float4(v1.x * w1.x, v1.y * w1.y, v1.z * w1.z, v1.w * w1.w);
+      v0 = make_float4(v0.x * p.w0.x, v0.y * p.w0.y, v0.z * p.w0.z, v0.w * p.w0.w);
+      v1 = make_float4(v1.x * p.w1.x, v1.y * p.w1.y, v1.z * p.w1.z, v1.w * p.w1.w);
     }
     const Q8Part r = quantize8(v0, v1);
-    if (!live) continue;
+    if (!live) return;
     xs[b].qs[2 * sub] = r.w0;
     xs[b].qs[2 * sub + 1] = r.w1;
     if (sub == 0) xs[b].d = r.d, xs[b].s = r.s;
+  };
+  Pass buf[kBufs] = {};
+#pragma unroll
+  for (int i = 0; i < kBufs - 1; ++i) load(mine + i * step, buf[i]);
+  for (int64_t b0 = 0; b0 < nb; b0 += kBufs * step) {
+#pragma unroll
+    for (int i = 0; i < kBufs; ++i) {  // unrolled: each set stays in its own registers
+      const int64_t p0 = b0 + i * step;
+      if (p0 >= nb) break;
+      load(p0 + (kBufs - 1) * step + mine, buf[(i + kBufs - 1) % kBufs]);
+      use(p0 + mine, buf[i]);
+    }
   }
   return ss;
 }

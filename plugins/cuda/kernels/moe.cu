@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const int64_t xrow = x_per_pair ? pair : pair / choices;
     if (xrow != in_xs) {
       __syncthreads();  // the previous row is read
-      quantize_to_shared(x + xrow * k, nullptr, ns, xs);
+      quantize_to_shared<1>(x + xrow * k, nullptr, ns, xs);
       __syncthreads();
       in_xs = xrow;
     }
