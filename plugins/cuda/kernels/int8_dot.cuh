@@ -43,7 +43,7 @@ __device__ __forceinline__ Q8Part quantize8(float4 v0, float4 v1) {
 // loads go out kBufs - 1 passes ahead into the set the previous pass freed, so a long x (ffn_down's
 // 18944 values: five passes at 16 warps) waits for memory about once. With one set handed on by
 // copying (v = next; next = load), the copy waited for the load and each pass took a full trip.
-// kBufs = 1: each pass loads and then uses its values (an x of one pass: rows of <= 1024 values).
+// kBufs = 1: each pass loads and then uses its values (an x of one pass, or registers short).
 template <int kBufs = 2>
 __device__ __forceinline__ float quantize_to_shared(const float *x, const float *norm_w, int64_t nb, minfer_cuda_q8_act *xs) {
   const int sub = threadIdx.x & 3;  // 4 lanes per block of 32 values
