@@ -402,6 +402,21 @@ std::vector<Case> all_cases() {
   // One token over rows longer than 8192 values (CUDA: the one-token GEMV's sixteen-warp
   // blocks, a 7B's ffn_down), for every block type.
   for (int32_t dt : minfer::test::block_dtypes()) matmul_case(dt, 9216, 37, 1);
+  // One token of each of several sequences, or of one long one, with a sliding window and
+  // capped scores: CUDA's one-token kernel in its group form (a KV head's query heads a block;
+  // on tensor cores for f16 caches), the long one split over chunks the window partly skips.
+  for (int32_t cache : {MINFER_DTYPE_F32, MINFER_DTYPE_F16})
+    for (auto [hd, nh, nkv] : std::vector<std::tuple<int, int, int>>{{128, 28, 4}, {64, 16, 2}}) {
+      std::vector<Seq> seqs;
+      int64_t used = 0;
+      for (int64_t at : {0, 1, 15, 16, 300, 1000, 77, 2500}) {
+        const int64_t pages = at / 16 + 1;
+        seqs.push_back({shuffled(used, pages, uint32_t(17 + used)), at, 1});
+        used += pages;
+      }
+      paged("decode of 8 sequences", cache, hd, nh, nkv, 16, used, seqs, 700, 30.0f);
+      paged("one sequence, n1 past 6000", cache, hd, nh, nkv, 16, 400, {{shuffled(0, 400, 15), 6000, 1}}, 2000);
+    }
   return cases;
 }
 

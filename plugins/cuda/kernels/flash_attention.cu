@@ -18,10 +18,13 @@
 // sees only its own sequence.
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "async_copy.cuh"
 #include "grid.cuh"
 #include "kv_pages.cuh"
 #include "minfer/dtype.h"
+#include "mma_f16.cuh"
 #include "reduce.cuh"
 #include "rope.cuh"
 
@@ -186,18 +189,6 @@ constexpr int kTcWarps = 4, kTcRows = 16 * kTcWarps, kTcKeys = 64, kTcThreads = 
 
 template <int HD>
 constexpr size_t tc_smem_bytes() { return size_t(kTcKeys * (HD + 8) + HD * (kTcKeys + 8)) * sizeof(__half); }
-
-__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t *>(&h);
-}
-
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 template <int HD>
 __global__ void __launch_bounds__(kTcThreads) flash_attention_tc_kernel(const float *q, const __half *kc, const __half *vc, float *out,
@@ -399,8 +390,121 @@ constexpr int kDecodeMinBlocks = 2;
 // 512; two tiles at one head a block cost tg128 2.7%).
 constexpr int64_t kDecodeChunk = 4 * kDecodeWarps * 32, kDecodeGroupChunk = kDecodeWarps * 32;
 
-template <class T, int HD>
-constexpr size_t decode_smem_bytes() { return size_t(kDecodeWarps) * 32 * HD * sizeof(T); }  // the warps' V tiles
+// The tensor-core form of a warp's walk (decode_walk_mma): f16 caches, a KV head's group of
+// query heads a block, heads of 64 or 128.
+template <class T, int HD, int kRows>
+constexpr bool decode_mma() { return std::is_same_v<T, __half> && kRows == kDecodeRows && HD <= 128; }
+
+// A V tile's row stride in values: the mma form's rows padded by 16 bytes, so that the 8 rows
+// of a transposing ldmatrix fall in different banks.
+template <class T, int HD, int kRows>
+constexpr int decode_v_stride() { return decode_mma<T, HD, kRows>() ? HD + 8 : HD; }
+
+template <class T, int HD, int kRows>
+constexpr size_t decode_smem_bytes() { return size_t(kDecodeWarps) * 32 * decode_v_stride<T, HD, kRows>() * sizeof(T); }  // the warps' V tiles
+
+// A warp's walk over its tiles of 32 keys on tensor cores (m16n8k16, f16 in, f32 sums), for a
+// KV head's group of up to 8 query heads: S = Q K^T with the heads as the tile's rows (rows
+// 8-15 zero) and 8 keys a column block, then out^T = V^T P^T with the output's dims as rows,
+// so S's accumulator fragment (a lane's head g = lane / 4, keys 2 (lane % 4) and + 1) is the
+// second mma's B operand as it stands. The k order of the first is free as long as Q and K
+// agree (mma_f16.cuh): a lane's four k values of step 2jj + h are dims 32 jj + 8 (lane % 4) +
+// 4h ..+3, so it reads each key's row straight from the cache, 16 bytes a 32-dim run, and
+// qfrag holds Q in that order (f16 high part and rest: x, y and z, w). V goes through the
+// warp's tile in shared memory (rows padded to HD + 8) for the transposing ldmatrix. The
+// softmax state is per lane's head g; out^T's fragment holds heads 2 (lane % 4) and + 1, whose
+// rescaling factors come from the lanes that own them. Leaves the warp's maxima and sums in
+// wm/wl and its unnormalized output in acc (kDecodeRows rows of HD), as the scalar walk does.
+template <int HD>
+__device__ __forceinline__ void decode_walk_mma(const uint4 *qfrag, const __half *kc, const __half *vc, __half *vt,
+                                                const minfer_cuda_kv_pages &kv, int32_t slot, int64_t head_off, int64_t kvd,
+                                                const minfer_cuda_attn_scores &scores, int64_t from, int64_t end, int warp, int lane,
+                                                float *wm, float *wl, float *acc) {
+  constexpr int kJ = HD / 32, kM = HD / 16, VS = HD + 8, kPieces = HD / 8;
+  const int g = lane / 4, tg = lane % 4;
+  float oT[kM][4];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) oT[m][0] = oT[m][1] = oT[m][2] = oT[m][3] = 0;
+  float m_row = -INFINITY, l_row = 0;
+  for (int64_t k0 = from + warp * 32; k0 < end; k0 += kDecodeWarps * 32) {
+    const int keys = end - k0 < 32 ? int(end - k0) : 32;
+    // V rows on their way into the tile; rows past the keys zeroed (their weights are 0, and
+    // 0 times whatever bits were there could be NaN).
+#pragma unroll 4
+    for (int c = lane; c < 32 * kPieces; c += 32) {
+      const int j = c / kPieces, piece = c % kPieces;
+      const __half *src = j < keys ? vc + kv_row(kv, slot, k0 + j) * kvd + head_off + piece * 8 : vc;
+      cp_async16_zfill(vt + j * VS + piece * 8, src, j < keys ? 16 : 0);
+    }
+    // K: key 8n + g of the tile, this lane's 16 bytes of each 32-dim run.
+    uint4 kr[4][kJ];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      const int j = 8 * n + g;
+      const __half *row = kc + kv_row(kv, slot, k0 + (j < keys ? j : 0)) * kvd + head_off + 8 * tg;
+#pragma unroll
+      for (int jj = 0; jj < kJ; ++jj) kr[n][jj] = j < keys ? *reinterpret_cast<const uint4 *>(row + 32 * jj) : make_uint4(0, 0, 0, 0);
+    }
+    float s[4][4] = {};
+#pragma unroll
+    for (int jj = 0; jj < kJ; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 qf = qfrag[(2 * jj + h) * 32 + lane];
+        const uint32_t hi[4] = {qf.x, 0u, qf.y, 0u}, lo[4] = {qf.z, 0u, qf.w, 0u};
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+          const uint32_t b0 = h ? kr[n][jj].z : kr[n][jj].x, b1 = h ? kr[n][jj].w : kr[n][jj].y;
+          mma_f16(s[n], hi, b0, b1);
+          mma_f16(s[n], lo, b0, b1);
+        }
+      }
+    float mx = m_row;
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        s[n][c] = 8 * n + 2 * tg + c < keys ? cap_score(scores, s[n][c]) : -INFINITY;
+        mx = fmaxf(mx, s[n][c]);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float corr = mx == -INFINITY ? 1.0f : expf(m_row - mx);
+    float sum = 0;
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float p = mx == -INFINITY ? 0.0f : expf(s[n][c] - mx);
+        s[n][c] = p, sum += p;
+      }
+    l_row = l_row * corr + sum, m_row = mx;
+    const float c0 = __shfl_sync(0xffffffffu, corr, 8 * tg), c1 = __shfl_sync(0xffffffffu, corr, 8 * tg + 4);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) oT[m][0] *= c0, oT[m][1] *= c1, oT[m][2] *= c0, oT[m][3] *= c1;
+    cp_async_wait_all();
+    __syncwarp();
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      const uint32_t b0 = pack_half2(s[2 * kk][0], s[2 * kk][1]), b1 = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        uint32_t a[4];
+        ldmatrix_x4_trans(a, vt + (16 * kk + (lane / 16) * 8 + lane % 8) * VS + 16 * m + ((lane / 8) & 1) * 8);
+        mma_f16(oT[m], a, b0, b1);
+      }
+    }
+    __syncwarp();  // the tile is read before the next one lands (or acc overwrites it)
+  }
+  l_row += __shfl_xor_sync(0xffffffffu, l_row, 1);
+  l_row += __shfl_xor_sync(0xffffffffu, l_row, 2);
+  if (tg == 0) wm[g] = m_row, wl[g] = l_row;
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    acc[2 * tg * HD + 16 * m + g] = oT[m][0], acc[(2 * tg + 1) * HD + 16 * m + g] = oT[m][1];
+    acc[2 * tg * HD + 16 * m + 8 + g] = oT[m][2], acc[(2 * tg + 1) * HD + 16 * m + 8 + g] = oT[m][3];
+  }
+}
 
 // The 16-byte piece of a cached row as floats: 8 of f16, 4 of f32.
 __device__ __forceinline__ void unpack16(const uint4 &u, const __half *, float (&v)[8]) {
@@ -426,14 +530,17 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks) flash_decode
   __shared__ int last_block;
   __shared__ float2 rope_cs[HD / 2];  // (cos, sin) of each rotated pair at the item's token's position
   __shared__ float norm_scale[kRows + 1];  // rope.norms: the rows' and the new key's 1 / rms
-  __shared__ float merge_den[kRows];  // the last block's merge: each row's denominator
+  __shared__ float merge_den[kRows], row_max[kRows];  // each row's denominator and max over the warps (then the splits)
+  constexpr bool kMma = decode_mma<T, HD, kRows>();
+  constexpr int VS = decode_v_stride<T, HD, kRows>();
+  __shared__ uint4 qfrag[kMma ? HD / 16 * 32 : 1];  // the mma form's Q fragments (decode_walk_mma)
   extern __shared__ uint4 vtiles[];
   const int64_t kvd = int64_t(n_kv) * HD;
   const int group = n_head / n_kv, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  T *vt = reinterpret_cast<T *>(vtiles) + warp * 32 * HD;
+  T *vt = reinterpret_cast<T *>(vtiles) + warp * 32 * VS;
   // A warp's running output for the merge goes where its V tile was (kRows x HD floats fit in
   // 32 x HD values of T): the block keeps ~70 KiB of shared memory, not ~100.
-  const auto wacc = [&](int w, int r) { return reinterpret_cast<float *>(reinterpret_cast<T *>(vtiles) + w * 32 * HD) + r * HD; };
+  const auto wacc = [&](int w, int r) { return reinterpret_cast<float *>(reinterpret_cast<T *>(vtiles) + w * 32 * VS) + r * HD; };
   const int row_blocks = (group + kRows - 1) / kRows;
   int64_t rope_token = -1;  // the token rope_cs holds
   // Before waiting for the kernel before (it writes q, k_new and v_new; grid.cuh): the first
@@ -516,102 +623,126 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks) flash_decode
       }
     }
     __syncthreads();  // q in shared memory; the new row visible to the block's loads
-    float m[kRows], l[kRows], acc[kRows][D];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      m[r] = -INFINITY, l[r] = 0;
-#pragma unroll
-      for (int i = 0; i < D; ++i) acc[r][i] = 0;
-    }
     // Keys before the token's window are skipped (a chunk wholly before it reads none).
     const int64_t from = first_key(scores, n_past) > begin ? first_key(scores, n_past) : begin;
-    for (int64_t k0 = from + warp * 32; k0 < end; k0 += kDecodeWarps * 32) {
-      const int keys = end - k0 < 32 ? int(end - k0) : 32;
-      // V rows of the tile on their way into shared memory.
-      for (int c = lane; c < keys * kPieces; c += 32) {
-        const int j = c / kPieces, piece = c % kPieces;
-        cp_async16(reinterpret_cast<uint4 *>(vt + j * HD) + piece,
-                   reinterpret_cast<const uint4 *>(vc + kv_row(kv, slot, k0 + j) * kvd + int64_t(kvh) * HD) + piece);
+    if constexpr (kMma) {
+      // Q as the warps' A fragments: lane ln's four values of k step kk (decode_walk_mma's order).
+      for (int i = threadIdx.x; i < HD / 16 * 32; i += kDecodeThreads) {
+        const int kk = i / 32, ln = i % 32;
+        const float4 v = *reinterpret_cast<const float4 *>(&qs[ln / 4][32 * (kk / 2) + 8 * (ln % 4) + 4 * (kk % 2)]);
+        const __half2 h0 = __floats2half2_rn(v.x, v.y), h1 = __floats2half2_rn(v.z, v.w);
+        const float2 b0 = __half22float2(h0), b1 = __half22float2(h1);
+        qfrag[i] = make_uint4(as_word(h0), as_word(h1), pack_half2(v.x - b0.x, v.y - b0.y), pack_half2(v.z - b1.x, v.w - b1.y));
       }
-      const int64_t pos = k0 + lane;
-      float s[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) s[r] = 0;
-      if (pos < end) {
-        // The key row as raw 16-byte pieces, up to 16 in flight at once (all of an f16 row).
-        constexpr int kPass = kPieces < 16 ? kPieces : 16, kPer = 16 / int(sizeof(T));
-        const uint4 *kr = reinterpret_cast<const uint4 *>(kc + kv_row(kv, slot, pos) * kvd + int64_t(kvh) * HD);
-#pragma unroll
-        for (int p0 = 0; p0 < kPieces; p0 += kPass) {
-          uint4 raw[kPass];
-#pragma unroll
-          for (int c = 0; c < kPass; ++c) raw[c] = kr[p0 + c];
-#pragma unroll
-          for (int c = 0; c < kPass; ++c) {
-            float kv[8];
-            unpack16(raw[c], kc, kv);
-#pragma unroll
-            for (int e = 0; e < kPer; e += 4)
-#pragma unroll
-              for (int r = 0; r < kRows; ++r) {
-                const float4 qq = *reinterpret_cast<const float4 *>(&qs[r][(p0 + c) * kPer + e]);
-                s[r] += qq.x * kv[e] + qq.y * kv[e + 1] + qq.z * kv[e + 2] + qq.w * kv[e + 3];
-              }
-          }
-        }
-      }
+      __syncthreads();
+      decode_walk_mma<HD>(qfrag, kc, vc, vt, kv, slot, int64_t(kvh) * HD, kvd, scores, from, end, warp, lane, wm[warp], wl[warp],
+                          wacc(warp, 0));
+      if (item + gridDim.x >= tokens * n_kv * row_blocks * splits) release_dependents();  // only the block's merge is left (grid.cuh)
+    } else {
+      float m[kRows], l[kRows], acc[kRows][D];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        s[r] = pos < end ? cap_score(scores, s[r]) : -INFINITY;
-        const float m_new = fmaxf(m[r], warp_max(s[r]));
-        const float p = m_new == -INFINITY ? 0.0f : expf(s[r] - m_new);
-        const float corr = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
-        l[r] = l[r] * corr + warp_sum(p);
-        m[r] = m_new;
+        m[r] = -INFINITY, l[r] = 0;
 #pragma unroll
-        for (int i = 0; i < D; ++i) acc[r][i] *= corr;
-        s[r] = p;
+        for (int i = 0; i < D; ++i) acc[r][i] = 0;
       }
-      cp_async_wait_all();
-      __syncwarp();
-#pragma unroll 4
-      for (int j = 0; j < keys; ++j) {
-        float v[D];
+      for (int64_t k0 = from + warp * 32; k0 < end; k0 += kDecodeWarps * 32) {
+        const int keys = end - k0 < 32 ? int(end - k0) : 32;
+        // V rows of the tile on their way into shared memory.
+        for (int c = lane; c < keys * kPieces; c += 32) {
+          const int j = c / kPieces, piece = c % kPieces;
+          cp_async16(reinterpret_cast<uint4 *>(vt + j * HD) + piece,
+                     reinterpret_cast<const uint4 *>(vc + kv_row(kv, slot, k0 + j) * kvd + int64_t(kvh) * HD) + piece);
+        }
+        const int64_t pos = k0 + lane;
+        float s[kRows];
 #pragma unroll
-        for (int i = 0; i < D; ++i) v[i] = ldf(vt + j * HD + lane * D + i);
+        for (int r = 0; r < kRows; ++r) s[r] = 0;
+        if (pos < end) {
+          // The key row as raw 16-byte pieces, up to 16 in flight at once (all of an f16 row).
+          constexpr int kPass = kPieces < 16 ? kPieces : 16, kPer = 16 / int(sizeof(T));
+          const uint4 *kr = reinterpret_cast<const uint4 *>(kc + kv_row(kv, slot, pos) * kvd + int64_t(kvh) * HD);
+#pragma unroll
+          for (int p0 = 0; p0 < kPieces; p0 += kPass) {
+            uint4 raw[kPass];
+#pragma unroll
+            for (int c = 0; c < kPass; ++c) raw[c] = kr[p0 + c];
+#pragma unroll
+            for (int c = 0; c < kPass; ++c) {
+              float kv[8];
+              unpack16(raw[c], kc, kv);
+#pragma unroll
+              for (int e = 0; e < kPer; e += 4)
+#pragma unroll
+                for (int r = 0; r < kRows; ++r) {
+                  const float4 qq = *reinterpret_cast<const float4 *>(&qs[r][(p0 + c) * kPer + e]);
+                  s[r] += qq.x * kv[e] + qq.y * kv[e + 1] + qq.z * kv[e + 2] + qq.w * kv[e + 3];
+                }
+            }
+          }
+        }
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-          const float pj = __shfl_sync(0xffffffffu, s[r], j);
+          s[r] = pos < end ? cap_score(scores, s[r]) : -INFINITY;
+          const float m_new = fmaxf(m[r], warp_max(s[r]));
+          const float p = m_new == -INFINITY ? 0.0f : expf(s[r] - m_new);
+          const float corr = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
+          l[r] = l[r] * corr + warp_sum(p);
+          m[r] = m_new;
 #pragma unroll
-          for (int i = 0; i < D; ++i) acc[r][i] += pj * v[i];
+          for (int i = 0; i < D; ++i) acc[r][i] *= corr;
+          s[r] = p;
         }
+        cp_async_wait_all();
+        __syncwarp();
+#pragma unroll 4
+        for (int j = 0; j < keys; ++j) {
+          float v[D];
+#pragma unroll
+          for (int i = 0; i < D; ++i) v[i] = ldf(vt + j * HD + lane * D + i);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const float pj = __shfl_sync(0xffffffffu, s[r], j);
+#pragma unroll
+            for (int i = 0; i < D; ++i) acc[r][i] += pj * v[i];
+          }
+        }
+        __syncwarp();  // the tile is read before the next one lands
       }
-      __syncwarp();  // the tile is read before the next one lands
+      if (item + gridDim.x >= tokens * n_kv * row_blocks * splits) release_dependents();  // only the block's merge is left (grid.cuh)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (lane == 0) wm[warp][r] = m[r], wl[warp][r] = l[r];
+#pragma unroll
+        for (int i = 0; i < D; ++i) wacc(warp, r)[lane * D + i] = acc[r][i];
+      }
     }
-    if (item + gridDim.x >= tokens * n_kv * row_blocks * splits) release_dependents();  // only the block's merge is left (grid.cuh)
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (lane == 0) wm[warp][r] = m[r], wl[warp][r] = l[r];
-#pragma unroll
-      for (int i = 0; i < D; ++i) wacc(warp, r)[lane * D + i] = acc[r][i];
+    __syncthreads();
+    // Each row's weights over the warps, e^(m_w - max) in place of m_w (0 for a warp that saw no
+    // key), and its denominator: a thread a row, so the output's threads only add products.
+    if (threadIdx.x < nrows) {
+      const int r = threadIdx.x;
+      float mx = -INFINITY, den = 0;
+      for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, wm[w][r]);
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float e = wl[w][r] > 0 ? expf(wm[w][r] - mx) : 0.0f;
+        den += e * wl[w][r], wm[w][r] = e;
+      }
+      row_max[r] = mx, merge_den[r] = den;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nrows * HD; i += kDecodeThreads) {
       const int r = i / HD, d = i % HD;
-      float mx = -INFINITY;
-      for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, wm[w][r]);
-      float num = 0, den = 0;
-      for (int w = 0; w < kDecodeWarps; ++w)
-        if (wl[w][r] > 0) {
-          const float e = expf(wm[w][r] - mx);
-          num += e * wacc(w, r)[d], den += e * wl[w][r];
-        }
+      float num = 0;
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) num += wm[w][r] * wacc(w, r)[d];
+      const float den = merge_den[r];
       if (used == 1) {
         out[(qh0 + r) * HD + d] = den > 0 ? num / den : 0.0f;
       } else {
         const int64_t prow = int64_t(z) * tokens * n_head + qh0 + r;
         partials[prow * HD + d] = num;
-        if (d == 0) reinterpret_cast<float2 *>(partials + int64_t(splits) * tokens * n_head * HD)[prow] = make_float2(mx, den);
+        if (d == 0) reinterpret_cast<float2 *>(partials + int64_t(splits) * tokens * n_head * HD)[prow] = make_float2(row_max[r], den);
       }
     }
     if (used == 1) continue;
@@ -688,7 +819,9 @@ Plan plan_for(int64_t tokens, bool decode, int n_head, int n_kv, int hd, int32_t
   decode = decode && decode_kernel_for(hd, dtype);
   // A block per query head while the step's caches fit L2 (each head rereads its KV head's
   // rows): a lane's dot products are one head's, not the group's — the group made a serial
-  // chain that cost a 7B ~16 us a layer even at a handful of keys. Heads of 256: always.
+  // chain that cost a 7B ~16 us a layer even at a handful of keys (in f32 arithmetic; on
+  // tensor cores, decode_walk_mma, the group form still cost a 7B's tg128 3.6% there).
+  // Heads of 256: always.
   const int rows = hd == 256 || tokens * max_positions <= kOneRowPositions ? 1 : kDecodeRows;
   const int64_t counters = tokens * n_head;  // the most it may need (one block row per query head), whatever max_positions
   if (decode && n_head / n_kv <= kDecodeRows && counters <= kMaxDecodeCounters) {
@@ -725,7 +858,7 @@ cudaError_t launch_decode_rows(minfer_cuda_launch_cfg *cfg, const float *q, cons
   const int64_t items = tokens * n_kv * ((n_head / n_kv + kRows - 1) / kRows) * p.splits;
   const unsigned grid = unsigned(items < cfg->max_blocks ? items : cfg->max_blocks);
   // Static and dynamic shared memory together pass the 48 KiB a kernel gets without asking.
-  constexpr size_t smem = decode_smem_bytes<T, HD>();
+  constexpr size_t smem = decode_smem_bytes<T, HD, kRows>();
   const cudaError_t e = cudaFuncSetAttribute(flash_decode_kernel<T, HD, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   launch_kernel(cfg, flash_decode_kernel<T, HD, kRows>, grid, kDecodeThreads, smem, q, k_new, v_new, static_cast<T *>(kc), static_cast<T *>(vc), out,
