@@ -328,6 +328,18 @@ std::vector<Case> all_cases() {
     std::shuffle(r.begin(), r.end(), std::mt19937(seed));
     return r;
   };
+  // One token of each of 8 sequences at positions 0 to 2500, each over its own shuffled pages
+  // (the pages they use in all: the pool).
+  auto eight_decodes = [&](uint32_t seed) {
+    std::vector<Seq> seqs;
+    int64_t used = 0;
+    for (int64_t at : {0, 1, 15, 16, 300, 1000, 77, 2500}) {
+      const int64_t pages = at / 16 + 1;
+      seqs.push_back({shuffled(used, pages, uint32_t(seed + used)), at, 1});
+      used += pages;
+    }
+    return std::make_pair(seqs, used);
+  };
   for (int32_t cache : {MINFER_DTYPE_F32, MINFER_DTYPE_F16}) {
     // One sequence over pages in order: prefill chunks and decode steps after `past` positions.
     for (auto [hd, nh, nkv, n, ctx, past] : std::vector<std::tuple<int, int, int, int64_t, int64_t, int64_t>>{
@@ -354,13 +366,7 @@ std::vector<Case> all_cases() {
     // Decode steps: one token of each sequence (the CUDA one-token kernel for many sequences),
     // short and long ones, and a long one split over chunks.
     for (auto [hd, nh, nkv] : std::vector<std::tuple<int, int, int>>{{128, 28, 4}, {64, 16, 2}, {64, 14, 2}, {256, 8, 4}}) {
-      std::vector<Seq> seqs;
-      int64_t used = 0;
-      for (int64_t at : {0, 1, 15, 16, 300, 1000, 77, 2500}) {
-        const int64_t pages = at / 16 + 1;
-        seqs.push_back({shuffled(used, pages, uint32_t(7 + used)), at, 1});
-        used += pages;
-      }
+      const auto [seqs, used] = eight_decodes(7);
       paged("decode of 8 sequences", cache, hd, nh, nkv, 16, used, seqs);
     }
     // A page shared by two sequences (a common prefix of 32 positions): both read it, neither
@@ -407,13 +413,7 @@ std::vector<Case> all_cases() {
   // on tensor cores for f16 caches), the long one split over chunks the window partly skips.
   for (int32_t cache : {MINFER_DTYPE_F32, MINFER_DTYPE_F16})
     for (auto [hd, nh, nkv] : std::vector<std::tuple<int, int, int>>{{128, 28, 4}, {64, 16, 2}}) {
-      std::vector<Seq> seqs;
-      int64_t used = 0;
-      for (int64_t at : {0, 1, 15, 16, 300, 1000, 77, 2500}) {
-        const int64_t pages = at / 16 + 1;
-        seqs.push_back({shuffled(used, pages, uint32_t(17 + used)), at, 1});
-        used += pages;
-      }
+      const auto [seqs, used] = eight_decodes(17);
       paged("decode of 8 sequences", cache, hd, nh, nkv, 16, used, seqs, 700, 30.0f);
       paged("one sequence, n1 past 6000", cache, hd, nh, nkv, 16, 400, {{shuffled(0, 400, 15), 6000, 1}}, 2000);
     }
