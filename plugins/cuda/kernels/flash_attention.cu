@@ -369,8 +369,9 @@ __global__ void flash_merge_kernel(const float *partials, float *out, int64_t to
 // keys many, so a step spreads over many blocks. Every load of a tile is issued before its
 // first use: lane j's key row straight into registers, and the tile's V rows copied into the
 // warp's shared memory asynchronously (cp.async) while the scores are formed; one memory
-// latency per tile instead of one per key. For P·V lane j owns dims D*j..D*j+D-1. The warps'
-// running (max, sum, output) are merged in shared memory.
+// latency per tile instead of one per key. For P·V lane j owns dims D*j..D*j+D-1. With f16
+// caches the group form runs on tensor cores instead (decode_walk_mma: its scores and P·V as
+// m16n8k16 mmas). The warps' running (max, sum, output) are merged in shared memory.
 // Split over chunks, the partials go to global memory (each row's HD sums, then all rows'
 // (max, sum) pairs) and the last block of a KV head to finish (an atomic counter per head,
 // reset by it) merges them: one launch per step. The plan splits the cache's capacity; chunks
