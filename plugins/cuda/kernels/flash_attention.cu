@@ -608,13 +608,22 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinBlocks) flash_decode
       }
       __syncthreads();
     }
-    for (int i = threadIdx.x; i < kRows * HD; i += kDecodeThreads) {
-      const int r = i / HD, d = i % HD;
-      const float *qh = q + (qh0 + r) * HD;
-      qs[r][d] = r < nrows ? (rope.n_dims > 0 ? rope_value(qh, d, rope, rope_cs, normed ? rope.norms.w0 : nullptr, normed ? norm_scale[r] : 1.0f)
-                                              : qh[d]) *
-                                 scores.scale
-                           : 0.0f;
+    // A thread a pair of q's dims: a rotated pair (a, b) of rope.cuh, or two dims past n_dims.
+    for (int i = threadIdx.x; i < kRows * HD / 2; i += kDecodeThreads) {
+      const int r = i / (HD / 2), pair = i % (HD / 2), rotated = rope.n_dims / 2;
+      int a = rope.n_dims + 2 * (pair - rotated), b = a + 1;
+      if (pair < rotated) rope_pair_dims(pair, rope, a, b);
+      float va = 0, vb = 0;
+      if (r < nrows) {
+        const float *qh = q + (qh0 + r) * HD;
+        va = qh[a], vb = qh[b];
+        if (normed) va *= norm_scale[r] * rope.norms.w0[a], vb *= norm_scale[r] * rope.norms.w0[b];
+        if (pair < rotated) {
+          const float c = rope_cs[pair].x, sn = rope_cs[pair].y, ra = va * c - vb * sn;
+          vb = va * sn + vb * c, va = ra;
+        }
+      }
+      qs[r][a] = va * scores.scale, qs[r][b] = vb * scores.scale;
     }
     const int64_t begin = int64_t(z) * chunk, end = begin + chunk < n_past + 1 ? begin + chunk : n_past + 1;
     if (begin <= n_past && n_past < end) {  // this chunk holds the new key: into the caches, read back below
@@ -807,9 +816,10 @@ struct Plan {
 
 constexpr int kMaxDecodeCounters = 16384;  // the counters the device keeps (minfer_cuda_flash_counters)
 // A step's caches up to this many positions (tokens x max_positions): a block per query head;
-// 2048 where the group is on tensor cores: 4096 there made a 7B's tg128 @ d2048 356 t/s
-// against 415, batched B16 4,122 against 4,503 (H100).
-constexpr int64_t kOneRowPositions = 4096, kOneRowPositionsMma = 2048;
+// 512 where the group is on tensor cores (H100, a 7B Q4_0's tg128: 2048 there gave @ d2048
+// 356 t/s against 415 and @ d512 400 against 421, batched B16 4,122 against 4,503; 256 gave
+// @ d256 424 against 428).
+constexpr int64_t kOneRowPositions = 4096, kOneRowPositionsMma = 512;
 
 // Whether the one-token kernel is built for this head size and cache type (heads of 256, as
 // Gemma's: f16 caches only, one query head per block, so its V tiles and partial outputs fit
