@@ -18,7 +18,7 @@ for r in $(seq "$rounds"); do
   for spec in ${SIDES:-main new}; do
     side=$(side_label "$spec")
     # the rows: | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | ...
-    "$bin/minfer-bench" -m "$f" --config "$out/$side.yaml" --parallel "${B:-4,16,64}" --npp "${NPP:-128}" --ntg "${NTG:-64}" 2>&1 |
+    env $(side_env "$side") "$bin/minfer-bench" -m "$f" --config "$out/$side.yaml" --parallel "${B:-4,16,64}" --npp "${NPP:-128}" --ntg "${NTG:-64}" 2>&1 |
       awk -F'|' -v s="$side" '$4 ~ /^ *[0-9]+ *$/ {gsub(/ /, "", $4); gsub(/ /, "", $9); print "B" $4, s, $9}' | tee -a "$out/ab.txt"
   done
 done

@@ -5,7 +5,8 @@
 #   SIDES="main new" MODELS="7b:q4_k_m moe12:q4_k_m" bash scripts/gpu-ab-plugins.sh OUT [ROUNDS]
 # SIDES: "new" is the bundle's own plugin, any other name .gpu/alt/plugin-NAME.so; LABEL=BASE
 # runs BASE's plugin with the backend options of $OPTS_LABEL, and $BENCH_LABEL, where set, is
-# the minfer-bench a side runs (host-side changes: SIDES="old=new new" BENCH_old=PATH). MODELS:
+# the minfer-bench a side runs (host-side changes: SIDES="old=new new" BENCH_old=PATH), and
+# $ENV_LABEL environment for its runs (scripts/gpu-sides.sh). MODELS:
 # qwen2 preset:type pairs, moe12 / moe48 for the Qwen3-30B-A3B preset's 12-layer slice or
 # whole file; each synthesized once. P, N and D: minfer-bench's -p, -n and -d (512, 128, 0).
 set -uo pipefail
@@ -21,7 +22,7 @@ for spec in ${MODELS:-7b:q4_k_m}; do
   for r in $(seq "$rounds"); do
     for side_spec in ${SIDES:-main new}; do  # not $spec: the model's, printed below
       side=$(side_label "$side_spec")
-      "$(side_bench "$side" "$bin")" -m "$f" --config "$out/$side.yaml" -p "${P:-512}" -n "${N:-128}" -d "${D:-0}" -r 3 2>&1 | grep -E '\| *(pp|tg)[0-9]' |
+      env $(side_env "$side") "$(side_bench "$side" "$bin")" -m "$f" --config "$out/$side.yaml" -p "${P:-512}" -n "${N:-128}" -d "${D:-0}" -r 3 2>&1 | grep -E '\| *(pp|tg)[0-9]' |
         awk -v s="$side" -v m="$spec" -F'|' '{gsub(/ /, "", $7); split($8, v, "±"); printf "%s %s %s %s\n", m, $7, s, v[1]}' | tee -a "$out/ab.txt"
     done
   done

@@ -4,8 +4,11 @@
 # options in $OPTS_LABEL (SIDES="new off=new" OPTS_off="l2_prefetch_mb: 0": one plugin with an
 # option on and off). $BENCH_LABEL, where set, is the minfer-bench that side runs (a host-side
 # change: SIDES="old=new new" BENCH_old=.gpu/alt/minfer-bench-old, one plugin, two hosts);
-# side_bench LABEL BIN prints it. side_label SPEC prints a side's label.
+# side_bench LABEL BIN prints it. $ENV_LABEL, where set, is environment for that side's runs
+# (a diagnostic of a test build: SIDES="new gc128=new" ENV_gc128="MINFER_GC=128"); side_env
+# LABEL prints it. side_label SPEC prints a side's label.
 side_bench() { local v=BENCH_$1; echo "${!v:-$2/minfer-bench}"; }
+side_env() { local v=ENV_$1; echo "${!v:-}"; }
 side_label() { echo "${1%%=*}"; }
 # model_file SPEC BIN VOCAB: prints the synthetic model of SPEC (a qwen2 preset:type, or moe12 /
 # moe48 for the Qwen3-30B-A3B preset's 12-layer slice or whole file), synthesized into
