@@ -1,5 +1,6 @@
-// plugins/cuda/kernels/mma_f16.cuh — what the kernels on f16 tensor cores share: the mma and
-// its fragment loads (the attention kernels, flash_attention.cu), and for those that
+// plugins/cuda/kernels/mma_f16.cuh — what the kernels on f16 tensor cores share: the mma
+// (with ldmatrix.cuh's fragment loads for the attention kernels, flash_attention.cu), packing
+// f16 pairs, and for those that
 // dequantize K-quant weights in registers (few_token_q6k.cu: a few tokens; mmq_f16.cu:
 // prompts) the 0x6400 trick that makes small integers f16 in one instruction and Q6_K's
 // half-block words as they sit in shared memory.
@@ -13,7 +14,7 @@
 
 #include <cstdint>
 
-#include "async_copy.cuh"
+#include "ldmatrix.cuh"
 
 namespace minfer::cuda {
 
@@ -22,17 +23,6 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], u
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Four 8x8 f16 matrices from shared memory, each transposed on the way (lane t gives the
-// address of row t % 8 of matrix t / 8): lane t receives column t / 4, rows 2 (t % 4) and
-// 2 (t % 4) + 1, of each. From rows of keys with their dims along them, that is the A
-// fragment of V^T (dims x keys).
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(row))
-               : "memory");
 }
 
 __device__ __forceinline__ uint32_t pack_half2(float a, float b) {

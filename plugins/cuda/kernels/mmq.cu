@@ -24,6 +24,7 @@
 #include "async_copy.cuh"
 #include "glu.cuh"
 #include "grid.cuh"
+#include "ldmatrix.cuh"
 #include "mma_s8.cuh"
 #include "minfer/blocks.h"
 #include "minfer/dtype.h"
@@ -75,16 +76,6 @@ struct MmqLayout {
   static constexpr int kMostBlocks = kTileRows == 64 && kW == 1 ? 4 : 3;
   static constexpr int kMinBlocks = 227 * 1024 / kBytes < kMostBlocks ? 227 * 1024 / kBytes : kMostBlocks;
 };
-
-// Four 8x8 b16 matrices from shared memory (lane t gives the address of row t % 8 of matrix
-// t / 8); lane t receives 32 bits of each: row t / 4, bytes 4 (t % 4)... For int8 tiles with
-// 16-byte rows that is exactly the mma.m16n8k32 fragment layout.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(row))
-               : "memory");
-}
 
 __global__ void mmq_split_sum_kernel(const __grid_constant__ MmqParts parts) {
   wait_for_inputs();
