@@ -9,7 +9,9 @@
 # (gemv_staged: 40 = QKV, 41 = O, 42 = gate/up, 43 = down of a 7B's second decode step). The
 # phases: before ACQBULK (griddepcontrol.wait: what overlaps the previous kernel), up to the
 # first BAR.SYNC (after the wait: x's loads and quantizing in the GEMVs), and the rest. ROWS:
-# the launch's rows, to print instructions a row. `--csv FILE` summarizes a saved source page
+# the launch's rows, to print instructions a row. DEPTH: minfer-bench's -d (a cache of DEPTH
+# tokens first: the decode attention at that depth; launches of its prefill that match count
+# in SKIP). `--csv FILE` summarizes a saved source page
 # (ncu -i REPORT --page source --csv --print-source sass) instead of profiling.
 set -uo pipefail
 summarize() {
@@ -44,6 +46,6 @@ source scripts/gpu-sides.sh
 f=$(model_file "$spec" "$bin" "$vocab")
 printf 'backends: {cuda: {cuda_graphs: false}}\n' > "$out/nographs.yaml"
 ncu --clock-control none --section SourceCounters -k "regex:$regex" --launch-skip "$skip" --launch-count 1 -o "$out/kernel" -f \
-  "$bin/minfer-bench" -m "$f" --config "$out/nographs.yaml" -p 0 -n 8 -r 1 > "$out/ncu.log" 2>&1 || { tail -5 "$out/ncu.log"; exit 1; }
+  "$bin/minfer-bench" -m "$f" --config "$out/nographs.yaml" ${DEPTH:+-d "$DEPTH"} -p 0 -n 8 -r 1 > "$out/ncu.log" 2>&1 || { tail -5 "$out/ncu.log"; exit 1; }
 ncu -i "$out/kernel.ncu-rep" --page source --csv --print-source sass > "$out/source.csv" 2> "$out/source.err" || { cat "$out/source.err"; exit 1; }
 summarize "$out/source.csv"

@@ -7,7 +7,9 @@
 #   bash scripts/gpu-kernel-stalls.sh moe12:q4_k_m moe_router 10 1 OUT
 # MODEL as scripts/gpu-ab-plugins.sh's MODELS; SKIP launches of the matches are passed over
 # (the prompt's and the warm-up's), COUNT profiled. Prints per launch: name, grid, duration,
-# the throughputs, then the stall reasons above 3% of active cycles, largest first.
+# the throughputs, then the stall reasons above 3% of active cycles, largest first. DEPTH:
+# minfer-bench's -d, as in scripts/gpu-kernel-source.sh (DEPTH=600 with moe12: its attention
+# after a 512-token prompt).
 set -uo pipefail
 spec=${1:-7b:q4_0}; regex=${2:-gemv_staged}; skip=${3:-40}; count=${4:-4}; out=${5:-/tmp/minfer-stalls}
 mkdir -p "$out" /tmp/minfer-models
@@ -19,7 +21,7 @@ metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapse
 metrics+=,smsp__warps_active.avg.per_cycle_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
 metrics+=,launch__grid_size,launch__registers_per_thread,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio
 ncu --clock-control none --metrics "$metrics" --print-units base --csv -k "regex:$regex" --launch-skip "$skip" --launch-count "$count" \
-  "$bin/minfer-bench" -m "$f" --config "$out/nographs.yaml" -p 0 -n 8 -r 1 > "$out/stalls.csv" 2> "$out/ncu.log" ||
+  "$bin/minfer-bench" -m "$f" --config "$out/nographs.yaml" ${DEPTH:+-d "$DEPTH"} -p 0 -n 8 -r 1 > "$out/stalls.csv" 2> "$out/ncu.log" ||
   { tail -5 "$out/ncu.log"; exit 1; }
 python3 - "$out/stalls.csv" <<'PY'
 import collections, csv, sys
