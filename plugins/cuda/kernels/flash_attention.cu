@@ -816,9 +816,9 @@ struct Plan {
 
 constexpr int kMaxDecodeCounters = 16384;  // the counters the device keeps (minfer_cuda_flash_counters)
 // A step's caches up to this many positions (tokens x max_positions): a block per query head;
-// 512 where the group is on tensor cores (H100, a 7B Q4_0's tg128: 2048 there gave @ d2048
-// 356 t/s against 415 and @ d512 400 against 421, batched B16 4,122 against 4,503; 256 gave
-// @ d256 424 against 428).
+// 512 where the group is on tensor cores (H100, a 7B Q4_0's tg128: 4096 there gave @ d2048
+// 356 t/s against 415 and batched B16 4,122 against 4,503, 2048 @ d512 400 against 421 and @
+// d1024 339 against 408; 256 gave @ d256 424 against 428).
 constexpr int64_t kOneRowPositions = 4096, kOneRowPositionsMma = 512;
 
 // Whether the one-token kernel is built for this head size and cache type (heads of 256, as
