@@ -145,8 +145,8 @@ __device__ __forceinline__ minfer_cuda_q8_act load_act(const minfer_cuda_q8_act 
 // gate rows then its up rows) dotted with nt <= kT tokens' activations in shared memory (xs,
 // token-major, ns blocks a token): each lane takes whole sub-blocks, kUnroll in flight per row,
 // and every activation block read serves all kRows rows. acc[r * kT + j]: the lane's part of
-// row r times token j (warp_sums totals them).
-template <class Block, int kRows, int kT, int kUnroll, int kPartRows>
+// row r times token j (warp_sums totals them). kWide: the rows start on 16 bytes (unpack_sub).
+template <class Block, int kRows, int kT, int kUnroll, int kPartRows, bool kWide = false>
 __device__ __forceinline__ void rows_dot_acts(const Block *(&row)[kRows], int live, const minfer_cuda_q8_act *xs, int64_t ns, int nt,
                                               float (&acc)[kRows * kT]) {
   const int lane = threadIdx.x & 31;
@@ -158,7 +158,7 @@ __device__ __forceinline__ void rows_dot_acts(const Block *(&row)[kRows], int li
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
-        if (r % kPartRows < live && sb0 + 32 * u < ns) unpack_sub(row[r], sb0 + 32 * u, s[u][r]);
+        if (r % kPartRows < live && sb0 + 32 * u < ns) unpack_sub<Block, kWide>(row[r], sb0 + 32 * u, s[u][r]);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (sb0 + 32 * u >= ns) break;

@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kWarps * 32) mmvq_id_kernel(const Block *w, co
       __syncthreads();
       if (!live) continue;
       float acc[kN];
-      rows_dot_acts<Block, kRows, kT, kUnroll, kPartRows>(row, live, xs, ns, nt, acc);
+      rows_dot_acts<Block, kRows, kT, kUnroll, kPartRows, true>(row, live, xs, ns, nt, acc);
       float v;
       int r, j;
       if (!lane_result<kN, kT, kPartRows, kGated>(acc, act, v, r, j) || r >= live || j >= nt) continue;
@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const Block *row[kRowsT];
     expert_rows<Block, kRowsT, kPart, kGated>(row, w, up, e, m, o0, live, nb);
     float acc[kRowsT];
-    rows_dot_acts<Block, kRowsT, 1, kUnrollT, kPart>(row, live, xs, ns, 1, acc);
+    rows_dot_acts<Block, kRowsT, 1, kUnrollT, kPart, true>(row, live, xs, ns, 1, acc);
     if (item + gridDim.x >= n_pairs * gblocks) release_dependents();  // the block's last rows are read (grid.cuh)
     float v;
     int r, j;
@@ -380,6 +380,63 @@ constexpr int kSumUnroll = 4;  // sub-blocks a lane has in flight
 // that twice less often, each in half the passes (H100, 12-layer 30B-A3B slice, three
 // alternating rounds: tg128 1,293 against 1,265 t/s).
 constexpr int kSumWarps = 16;
+
+// Row o of each chosen expert dotted with its pair's activations, each product weighted by the
+// pair's weight: the lane's part of the sum, whole sub-blocks a lane, kSumUnroll in flight.
+template <class Block>
+__device__ __forceinline__ float expert_row_sum(const Block *const *expert, const float *weight, const minfer_cuda_q8_act *xs, int64_t o,
+                                                int64_t nb, int64_t ns, int64_t total, int lane) {
+  float acc = 0;
+  for (int64_t j0 = lane; j0 < total; j0 += 32 * kSumUnroll) {
+    SubBlock sb[kSumUnroll];
+    int pair[kSumUnroll];
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u) {
+      const int64_t j = j0 + 32 * u;
+      pair[u] = int(j / ns);
+      if (j < total) unpack_sub<Block, true>(expert[pair[u]] + o * nb, j - pair[u] * ns, sb[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u)
+      if (j0 + 32 * u < total) acc += weight[pair[u]] * sub_dot<Block>(sb[u], xs[j0 + 32 * u]);
+  }
+  return acc;
+}
+// The same for Q6_K weights that start on 16 bytes: a lane whole pairs of sub-blocks (g and
+// g + 2 of a half, load_q6_k_pair), each of its bytes read once in 16-byte loads; three pairs
+// in flight (Qwen3-30B-A3B's 8 choices x 3 blocks x 4 pairs: one pass of a warp).
+constexpr int kPairUnroll = 3;
+__device__ __forceinline__ float expert_row_sum_q6_k_pairs(const minfer_block_q6_k *const *expert, const float *weight,
+                                                           const minfer_cuda_q8_act *xs, int64_t o, int64_t nb, int64_t ns, int64_t total,
+                                                           int lane) {
+  using Q6K = minfer_block_q6_k;
+  const int64_t per = nb * 4, units = total / 2;  // pairs a choice: nb blocks x 2 halves x 2
+  float acc = 0;
+  for (int64_t u0 = lane; u0 < units; u0 += 32 * kPairUnroll) {
+    Q6KPairRaw raw[kPairUnroll];
+    int pair[kPairUnroll], gp[kPairUnroll];
+    int64_t sub[kPairUnroll];
+#pragma unroll
+    for (int u = 0; u < kPairUnroll; ++u) {
+      const int64_t v = u0 + 32 * u;
+      if (v >= units) break;
+      pair[u] = int(v / per);
+      const int64_t r = v - pair[u] * per, blk = r >> 2;
+      const int h = int(r >> 1) & 1;
+      gp[u] = int(r & 1);
+      load_q6_k_pair(expert[pair[u]] + o * nb + blk, h, gp[u], raw[u]);
+      sub[u] = pair[u] * ns + blk * 8 + h * 4 + gp[u];
+    }
+#pragma unroll
+    for (int u = 0; u < kPairUnroll; ++u) {
+      if (u0 + 32 * u >= units) break;
+      SubBlock lo, hi;
+      unpack_q6_k_pair(raw[u], gp[u], lo, hi);
+      acc += weight[pair[u]] * (sub_dot<Q6K>(lo, xs[sub[u]]) + sub_dot<Q6K>(hi, xs[sub[u] + 2]));
+    }
+  }
+  return acc;
+}
 
 template <class Block>
 __global__ void __launch_bounds__(kSumWarps * 32, 1)
@@ -408,18 +465,9 @@ __global__ void __launch_bounds__(kSumWarps * 32, 1)
   __syncthreads();
   for (int64_t o = int64_t(blockIdx.x) * kSumWarps + (threadIdx.x >> 5); o < m; o += int64_t(gridDim.x) * kSumWarps) {
     float acc = 0;
-    for (int64_t j0 = lane; j0 < total && !bad; j0 += 32 * kSumUnroll) {
-      SubBlock sb[kSumUnroll];
-      int pair[kSumUnroll];
-#pragma unroll
-      for (int u = 0; u < kSumUnroll; ++u) {
-        const int64_t j = j0 + 32 * u;
-        pair[u] = int(j / ns);
-        if (j < total) unpack_sub(expert[pair[u]] + o * nb, j - pair[u] * ns, sb[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < kSumUnroll; ++u)
-        if (j0 + 32 * u < total) acc += weight[pair[u]] * sub_dot<Block>(sb[u], xs[j0 + 32 * u]);
+    if (!bad) {
+      if constexpr (std::is_same_v<Block, minfer_block_q6_k>) acc = expert_row_sum_q6_k_pairs(expert, weight, xs, o, nb, ns, total, lane);
+      else acc = expert_row_sum<Block>(expert, weight, xs, o, nb, ns, total, lane);
     }
     if (o + int64_t(gridDim.x) * kSumWarps >= m) release_dependents();  // the warp's last row is read (grid.cuh)
     acc = warp_sum(acc);
@@ -503,6 +551,13 @@ extern "C" cudaError_t minfer_cuda_moe_route(minfer_cuda_launch_cfg *cfg, const 
 
 namespace {
 
+// The expert kernels read Q4_K, Q5_K and Q6_K weights in 16-byte pieces (unpack16,
+// load_q6_k_pair), so those weights start on 16 bytes (sessions pack tensors on 256).
+bool on16(int32_t dtype, const void *w, const void *up) {
+  const bool wide = dtype == MINFER_DTYPE_Q4_K || dtype == MINFER_DTYPE_Q5_K || dtype == MINFER_DTYPE_Q6_K;
+  return !wide || (reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(up) % 16 == 0);
+}
+
 template <class Block, bool kGated>
 cudaError_t launch_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, const Block *w, const Block *up, int32_t act, const float *x,
                                   float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs, int64_t choices, int32_t x_per_pair,
@@ -531,7 +586,7 @@ extern "C" cudaError_t minfer_cuda_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, i
                                                   int64_t choices, int32_t x_per_pair, const int32_t *ids, int32_t *error_flag,
                                                   int32_t error_tag, int32_t sm_count) {
   if (n_pairs < 1) return cudaSuccess;
-  if (!minfer_cuda_mmvq_id_decode_supported(n_pairs, choices, k) || !ids) return cudaErrorInvalidValue;
+  if (!minfer_cuda_mmvq_id_decode_supported(n_pairs, choices, k) || !ids || !on16(dtype, w, up)) return cudaErrorInvalidValue;
   cudaError_t e = cudaErrorNotSupported;
   visit_int8_block(dtype, [&](auto tag) {
     using Block = decltype(tag);
@@ -547,7 +602,7 @@ extern "C" cudaError_t minfer_cuda_mmvq_id(minfer_cuda_launch_cfg *cfg, int32_t 
                                            const void *xq, float *y, int64_t k, int64_t m, int64_t n_expert, int64_t n_pairs,
                                            int64_t choices, int32_t x_per_pair, const void *route, int32_t sm_count) {
   if (k % 32 || n_pairs < 1) return n_pairs < 1 ? cudaSuccess : cudaErrorInvalidValue;
-  if (!route) return cudaErrorInvalidValue;
+  if (!route || !on16(dtype, w, up)) return cudaErrorInvalidValue;
   int device = 0, optin = 48 * 1024;
   if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   const size_t per_pair = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
@@ -588,7 +643,7 @@ extern "C" int32_t minfer_cuda_mmvq_id_sum_decode_supported(int32_t dtype, int64
 extern "C" cudaError_t minfer_cuda_mmvq_id_sum_decode(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const float *x, const int32_t *ids,
                                                       const float *wts, const float *add, float *out, int64_t k, int64_t m, int64_t n_expert,
                                                       int64_t choices, int32_t *error_flag, int32_t error_tag, int32_t sm_count) {
-  if (!minfer_cuda_mmvq_id_sum_decode_supported(dtype, choices, k) || !ids || !wts) return cudaErrorInvalidValue;
+  if (!minfer_cuda_mmvq_id_sum_decode_supported(dtype, choices, k) || !ids || !wts || !on16(dtype, w, nullptr)) return cudaErrorInvalidValue;
   const size_t smem = size_t(choices * (k / 32)) * sizeof(minfer_cuda_q8_act);
   // A row a warp: m / 16 blocks (2048 rows: 128), capped at one wave.
   const int64_t blocks = std::min<int64_t>({(m + kSumWarps - 1) / kSumWarps, int64_t(sm_count > 0 ? sm_count : 132), cfg->max_blocks});

@@ -190,6 +190,59 @@ template <> struct QBlock<minfer_block_q6_k> {
   }
 };
 
+// Q6_K's sub-blocks g and g + 2 of a half (gp = g, 0 or 1) as one piece of work: both take
+// the same 32 ql bytes (low and high nibbles) and the half's 32 qh bytes, so a lane holding
+// the pair reads each byte once, in 16-byte loads: six for the 64 bytes, where unpack reads
+// them two bytes at a time (Q6_K's 210-byte blocks start on any even address; a warp of
+// lanes on those halfword loads kept the expert kernels' load queue full). Each 32 bytes come
+// from the 48 aligned bytes around them (never outside the block: the last qh byte read is
+// its 208th) and are shifted into place by the block's offset from 16 bytes.
+struct Q6KPairRaw {
+  uint4 ql[3], qh[3];
+  uint32_t sc_lo, sc_hi;  // scale bytes 8h + 2gp, +1 (sub-block gp) and 8h + 2gp + 4, +5 (gp + 2)
+  uint32_t d;             // the block's f16 scale
+  int off;                // the block's address mod 16 (even)
+};
+__device__ __forceinline__ void load_q6_k_pair(const minfer_block_q6_k *b, int h, int gp, Q6KPairRaw &r) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(b);
+  r.off = int(at & 15u);
+  const uint4 *ql = reinterpret_cast<const uint4 *>((at + 64 * h + 32 * gp) & ~uintptr_t(15));
+  const uint4 *qh = reinterpret_cast<const uint4 *>((at + 128 + 32 * h) & ~uintptr_t(15));
+#pragma unroll
+  for (int i = 0; i < 3; ++i) r.ql[i] = ql[i], r.qh[i] = qh[i];
+  const uint16_t *sc = reinterpret_cast<const uint16_t *>(b->scales + 8 * h + 2 * gp);
+  r.sc_lo = sc[0], r.sc_hi = sc[2], r.d = b->d;
+}
+// The 32 bytes at byte `off` (even, < 16) of three 16-byte pieces, as 8 words: two selects
+// drop the whole words before them, a funnel shift the half word.
+__device__ __forceinline__ void words_at(const uint4 (&v)[3], int off, uint32_t (&w)[8]) {
+  const uint32_t x[12] = {v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w, v[2].x, v[2].y, v[2].z, v[2].w};
+  const int q = off >> 2;
+  const uint32_t sh = uint32_t(off & 3) * 8;
+  uint32_t a[11], c[9];
+#pragma unroll
+  for (int k = 0; k < 11; ++k) a[k] = q & 1 ? x[k + 1] : x[k];
+#pragma unroll
+  for (int k = 0; k < 9; ++k) c[k] = q & 2 ? a[k + 2] : a[k];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) w[i] = __funnelshift_r(c[i], c[i + 1], sh);
+}
+__device__ __forceinline__ void unpack_q6_k_pair(const Q6KPairRaw &r, int gp, SubBlock &lo, SubBlock &hi) {
+  uint32_t wl[8], wh[8];
+  words_at(r.ql, r.off, wl);
+  words_at(r.qh, r.off, wh);
+  const int sh = 2 * gp;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    lo.q[i] = sub_bias4((wl[i] & 0x0f0f0f0fu) | ((wh[i] >> sh) & 0x03030303u) << 4, 0x20202020u);
+    hi.q[i] = sub_bias4(((wl[i] >> 4) & 0x0f0f0f0fu) | ((wh[i] >> (sh + 4)) & 0x03030303u) << 4, 0x20202020u);
+  }
+  const float d = f16_bits(uint16_t(r.d));
+  lo.d[0] = d * float(int8_t(r.sc_lo & 0xffu)), lo.d[1] = d * float(int8_t(r.sc_lo >> 8));
+  hi.d[0] = d * float(int8_t(r.sc_hi & 0xffu)), hi.d[1] = d * float(int8_t(r.sc_hi >> 8));
+  lo.m = hi.m = 0;
+}
+
 // Q2_K and Q3_K: sub-block j takes the 2-bit fields at bit 2 (j % 4) of the 32 qs bytes
 // 32 (j / 4).., scales (and Q2_K's minima) per 16 values. Q3_K adds bit j of its 32 hmask
 // bytes as the third bit, the values 0..7 less 4; Q2_K's values are 0..3.
@@ -279,11 +332,13 @@ constexpr bool kTwoOffsets = false;
 template <>
 constexpr bool kTwoOffsets<minfer_block_q2_k> = true;
 
-// The sub-block `sb` (counting 32-value sub-blocks along a row that starts at `row`).
-template <class Block>
+// The sub-block `sb` (counting 32-value sub-blocks along a row that starts at `row`); kWide:
+// the row starts on 16 bytes, read with unpack16 where the type has it.
+template <class Block, bool kWide = false>
 __device__ __forceinline__ void unpack_sub(const Block *row, int64_t sb, SubBlock &s) {
   constexpr int n = QBlock<Block>::kSubs;
-  QBlock<Block>::unpack(row[sb / n], int(sb % n), s);
+  if constexpr (kWide && kUnpack16<Block>) QBlock<Block>::unpack16(row[sb / n], int(sb % n), s);
+  else QBlock<Block>::unpack(row[sb / n], int(sb % n), s);
 }
 
 template <class Block>
