@@ -402,19 +402,18 @@ __device__ __forceinline__ float expert_row_sum(const Block *const *expert, cons
   }
   return acc;
 }
-// The same for Q6_K weights that start on 16 bytes: a lane whole pairs of sub-blocks (g and
-// g + 2 of a half, load_q6_k_pair), each of its bytes read once in 16-byte loads; three pairs
-// in flight (Qwen3-30B-A3B's 8 choices x 3 blocks x 4 pairs: one pass of a warp).
+// The same a lane whole sub-block pairs (SubPair: Q4_K, Q6_K), three in flight (Qwen3-30B-A3B's
+// 8 choices x 3 blocks x 4 pairs: one pass of a warp).
 constexpr int kPairUnroll = 3;
-__device__ __forceinline__ float expert_row_sum_q6_k_pairs(const minfer_block_q6_k *const *expert, const float *weight,
-                                                           const minfer_cuda_q8_act *xs, int64_t o, int64_t nb, int64_t ns, int64_t total,
-                                                           int lane) {
-  using Q6K = minfer_block_q6_k;
-  const int64_t per = nb * 4, units = total / 2;  // pairs a choice: nb blocks x 2 halves x 2
+template <class Block>
+__device__ __forceinline__ float expert_row_sum_pairs(const Block *const *expert, const float *weight, const minfer_cuda_q8_act *xs,
+                                                      int64_t o, int64_t nb, int64_t ns, int64_t total, int lane) {
+  using P = SubPair<Block>;
+  const int64_t per = nb * 4, units = total / 2;  // pairs a choice: 4 a block
   float acc = 0;
   for (int64_t u0 = lane; u0 < units; u0 += 32 * kPairUnroll) {
-    Q6KPairRaw raw[kPairUnroll];
-    int pair[kPairUnroll], gp[kPairUnroll];
+    typename P::Raw raw[kPairUnroll];
+    int pair[kPairUnroll], p[kPairUnroll];
     int64_t sub[kPairUnroll];
 #pragma unroll
     for (int u = 0; u < kPairUnroll; ++u) {
@@ -422,17 +421,16 @@ __device__ __forceinline__ float expert_row_sum_q6_k_pairs(const minfer_block_q6
       if (v >= units) break;
       pair[u] = int(v / per);
       const int64_t r = v - pair[u] * per, blk = r >> 2;
-      const int h = int(r >> 1) & 1;
-      gp[u] = int(r & 1);
-      load_q6_k_pair(expert[pair[u]] + o * nb + blk, h, gp[u], raw[u]);
-      sub[u] = pair[u] * ns + blk * 8 + h * 4 + gp[u];
+      p[u] = int(r & 3);
+      P::load(expert[pair[u]] + o * nb + blk, p[u], raw[u]);
+      sub[u] = pair[u] * ns + blk * 8 + P::first(p[u]);
     }
 #pragma unroll
     for (int u = 0; u < kPairUnroll; ++u) {
       if (u0 + 32 * u >= units) break;
-      SubBlock lo, hi;
-      unpack_q6_k_pair(raw[u], gp[u], lo, hi);
-      acc += weight[pair[u]] * (sub_dot<Q6K>(lo, xs[sub[u]]) + sub_dot<Q6K>(hi, xs[sub[u] + 2]));
+      SubBlock a, b;
+      P::unpack(raw[u], p[u], a, b);
+      acc += weight[pair[u]] * (sub_dot<Block>(a, xs[sub[u]]) + sub_dot<Block>(b, xs[sub[u] + P::kSecond]));
     }
   }
   return acc;
@@ -466,7 +464,7 @@ __global__ void __launch_bounds__(kSumWarps * 32, 1)
   for (int64_t o = int64_t(blockIdx.x) * kSumWarps + (threadIdx.x >> 5); o < m; o += int64_t(gridDim.x) * kSumWarps) {
     float acc = 0;
     if (!bad) {
-      if constexpr (std::is_same_v<Block, minfer_block_q6_k>) acc = expert_row_sum_q6_k_pairs(expert, weight, xs, o, nb, ns, total, lane);
+      if constexpr (kSubPairs<Block>) acc = expert_row_sum_pairs<Block>(expert, weight, xs, o, nb, ns, total, lane);
       else acc = expert_row_sum<Block>(expert, weight, xs, o, nb, ns, total, lane);
     }
     if (o + int64_t(gridDim.x) * kSumWarps >= m) release_dependents();  // the warp's last row is read (grid.cuh)
@@ -552,7 +550,7 @@ extern "C" cudaError_t minfer_cuda_moe_route(minfer_cuda_launch_cfg *cfg, const 
 namespace {
 
 // The expert kernels read Q4_K, Q5_K and Q6_K weights in 16-byte pieces (unpack16,
-// load_q6_k_pair), so those weights start on 16 bytes (sessions pack tensors on 256).
+// SubPair), so those weights start on 16 bytes (sessions pack tensors on 256).
 bool on16(int32_t dtype, const void *w, const void *up) {
   const bool wide = dtype == MINFER_DTYPE_Q4_K || dtype == MINFER_DTYPE_Q5_K || dtype == MINFER_DTYPE_Q6_K;
   return !wide || (reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(up) % 16 == 0);

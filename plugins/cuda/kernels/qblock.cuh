@@ -190,58 +190,107 @@ template <> struct QBlock<minfer_block_q6_k> {
   }
 };
 
-// Q6_K's sub-blocks g and g + 2 of a half (gp = g, 0 or 1) as one piece of work: both take
-// the same 32 ql bytes (low and high nibbles) and the half's 32 qh bytes, so a lane holding
-// the pair reads each byte once, in 16-byte loads: six for the 64 bytes, where unpack reads
-// them two bytes at a time (Q6_K's 210-byte blocks start on any even address; a warp of
-// lanes on those halfword loads kept the expert kernels' load queue full). Each 32 bytes come
-// from the 48 aligned bytes around them (never outside the block: the last qh byte read is
-// its 208th) and are shifted into place by the block's offset from 16 bytes.
-struct Q6KPairRaw {
-  uint4 ql[3], qh[3];
-  uint32_t sc_lo, sc_hi;  // scale bytes 8h + 2gp, +1 (sub-block gp) and 8h + 2gp + 4, +5 (gp + 2)
-  uint32_t d;             // the block's f16 scale
-  int off;                // the block's address mod 16 (even)
-};
-__device__ __forceinline__ void load_q6_k_pair(const minfer_block_q6_k *b, int h, int gp, Q6KPairRaw &r) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(b);
-  r.off = int(at & 15u);
-  const uint4 *ql = reinterpret_cast<const uint4 *>((at + 64 * h + 32 * gp) & ~uintptr_t(15));
-  const uint4 *qh = reinterpret_cast<const uint4 *>((at + 128 + 32 * h) & ~uintptr_t(15));
-#pragma unroll
-  for (int i = 0; i < 3; ++i) r.ql[i] = ql[i], r.qh[i] = qh[i];
-  const uint16_t *sc = reinterpret_cast<const uint16_t *>(b->scales + 8 * h + 2 * gp);
-  r.sc_lo = sc[0], r.sc_hi = sc[2], r.d = b->d;
-}
-// The 32 bytes at byte `off` (even, < 16) of three 16-byte pieces, as 8 words: two selects
-// drop the whole words before them, a funnel shift the half word.
-__device__ __forceinline__ void words_at(const uint4 (&v)[3], int off, uint32_t (&w)[8]) {
-  const uint32_t x[12] = {v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w, v[2].x, v[2].y, v[2].z, v[2].w};
-  const int q = off >> 2;
-  const uint32_t sh = uint32_t(off & 3) * 8;
-  uint32_t a[11], c[9];
-#pragma unroll
-  for (int k = 0; k < 11; ++k) a[k] = q & 1 ? x[k + 1] : x[k];
-#pragma unroll
-  for (int k = 0; k < 9; ++k) c[k] = q & 2 ? a[k + 2] : a[k];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) w[i] = __funnelshift_r(c[i], c[i + 1], sh);
-}
-__device__ __forceinline__ void unpack_q6_k_pair(const Q6KPairRaw &r, int gp, SubBlock &lo, SubBlock &hi) {
-  uint32_t wl[8], wh[8];
-  words_at(r.ql, r.off, wl);
-  words_at(r.qh, r.off, wh);
-  const int sh = 2 * gp;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    lo.q[i] = sub_bias4((wl[i] & 0x0f0f0f0fu) | ((wh[i] >> sh) & 0x03030303u) << 4, 0x20202020u);
-    hi.q[i] = sub_bias4(((wl[i] >> 4) & 0x0f0f0f0fu) | ((wh[i] >> (sh + 4)) & 0x03030303u) << 4, 0x20202020u);
+// Sub-block pairs: the two sub-blocks of a K-quant block that share their quantized bytes,
+// as one lane's piece of work, so that each byte is read once and in 16-byte loads (unpack
+// reads a sub-block's bytes again for its twin, Q6_K's two at a time: a warp of lanes on those
+// small loads kept the expert kernels' load queue full). Pair p (0..3) of a block holds
+// sub-blocks first(p) and first(p) + kSecond; load() issues the loads, unpack() makes both.
+template <class Block> struct SubPair;
+template <class Block>
+constexpr bool kSubPairs = false;
+
+// Q4_K (on 16 bytes): sub-blocks 2p and 2p + 1, the low and high nibbles of the same 32 qs
+// bytes; d, dmin and the 12 scale bytes are the block's first 16 (k4_scale_min's bytes
+// j and j + 4 for j < 4, else the nibbles of byte j + 4 with the top bits of bytes j - 4 and j).
+template <> struct SubPair<minfer_block_q4_k> {
+  static constexpr int kSecond = 1;
+  __device__ static int first(int p) { return 2 * p; }
+  struct Raw {
+    uint4 head, q[2];
+  };
+  __device__ static void load(const minfer_block_q4_k *b, int p, Raw &r) {
+    r.head = *reinterpret_cast<const uint4 *>(b);
+    const uint4 *q = reinterpret_cast<const uint4 *>(b->qs + 32 * p);
+    r.q[0] = q[0], r.q[1] = q[1];
   }
-  const float d = f16_bits(uint16_t(r.d));
-  lo.d[0] = d * float(int8_t(r.sc_lo & 0xffu)), lo.d[1] = d * float(int8_t(r.sc_lo >> 8));
-  hi.d[0] = d * float(int8_t(r.sc_hi & 0xffu)), hi.d[1] = d * float(int8_t(r.sc_hi >> 8));
-  lo.m = hi.m = 0;
-}
+  __device__ static void scale_min(const uint4 &head, int j, int &sc, int &m) {
+    const int sh = 8 * (j & 3);
+    const uint32_t a = (head.y >> sh) & 0xffu, b = (head.z >> sh) & 0xffu, c = (head.w >> sh) & 0xffu;
+    sc = j < 4 ? int(a & 63u) : int((c & 0x0fu) | (a >> 6) << 4);
+    m = j < 4 ? int(b & 63u) : int((c >> 4) | (b >> 6) << 4);
+  }
+  __device__ static void unpack(const Raw &r, int p, SubBlock &lo, SubBlock &hi) {
+    const uint32_t w[8] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w, r.q[1].x, r.q[1].y, r.q[1].z, r.q[1].w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) lo.q[i] = w[i] & 0x0f0f0f0fu, hi.q[i] = (w[i] >> 4) & 0x0f0f0f0fu;
+    const float d = f16_bits(uint16_t(r.head.x & 0xffffu)), dmin = f16_bits(uint16_t(r.head.x >> 16));
+    int sc, m;
+    scale_min(r.head, 2 * p, sc, m);
+    lo.d[0] = lo.d[1] = d * float(sc), lo.m = -dmin * float(m);
+    scale_min(r.head, 2 * p + 1, sc, m);
+    hi.d[0] = hi.d[1] = d * float(sc), hi.m = -dmin * float(m);
+  }
+};
+template <>
+constexpr bool kSubPairs<minfer_block_q4_k> = true;
+
+// Q6_K: sub-blocks g and g + 2 of half h (p = 2h + g, g < 2) take the same 32 ql bytes (low
+// and high nibbles) and the half's 32 qh bytes. The 210-byte blocks start on any even
+// address: each 32 bytes come from the 48 aligned bytes around them (never outside the block
+// when the weights start on 16 bytes: the last qh byte read is its 208th), shifted into place
+// by the block's offset from 16 bytes.
+template <> struct SubPair<minfer_block_q6_k> {
+  static constexpr int kSecond = 2;
+  __device__ static int first(int p) { return 4 * (p >> 1) + (p & 1); }
+  struct Raw {
+    uint4 ql[3], qh[3];
+    uint32_t sc_lo, sc_hi;  // scale bytes 8h + 2g, +1 (sub-block g) and 8h + 2g + 4, +5 (g + 2)
+    uint32_t d;             // the block's f16 scale
+    int off;                // the block's address mod 16 (even)
+  };
+  __device__ static void load(const minfer_block_q6_k *b, int p, Raw &r) {
+    const int h = p >> 1, g = p & 1;
+    const uintptr_t at = reinterpret_cast<uintptr_t>(b);
+    r.off = int(at & 15u);
+    const uint4 *ql = reinterpret_cast<const uint4 *>((at + 64 * h + 32 * g) & ~uintptr_t(15));
+    const uint4 *qh = reinterpret_cast<const uint4 *>((at + 128 + 32 * h) & ~uintptr_t(15));
+#pragma unroll
+    for (int i = 0; i < 3; ++i) r.ql[i] = ql[i], r.qh[i] = qh[i];
+    const uint16_t *sc = reinterpret_cast<const uint16_t *>(b->scales + 8 * h + 2 * g);
+    r.sc_lo = sc[0], r.sc_hi = sc[2], r.d = b->d;
+  }
+  // The 32 bytes at byte `off` (even, < 16) of three 16-byte pieces, as 8 words: two selects
+  // drop the whole words before them, a funnel shift the half word.
+  __device__ static void words_at(const uint4 (&v)[3], int off, uint32_t (&w)[8]) {
+    const uint32_t x[12] = {v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w, v[2].x, v[2].y, v[2].z, v[2].w};
+    const int q = off >> 2;
+    const uint32_t sh = uint32_t(off & 3) * 8;
+    uint32_t a[11], c[9];
+#pragma unroll
+    for (int k = 0; k < 11; ++k) a[k] = q & 1 ? x[k + 1] : x[k];
+#pragma unroll
+    for (int k = 0; k < 9; ++k) c[k] = q & 2 ? a[k + 2] : a[k];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = __funnelshift_r(c[i], c[i + 1], sh);
+  }
+  __device__ static void unpack(const Raw &r, int p, SubBlock &lo, SubBlock &hi) {
+    uint32_t wl[8], wh[8];
+    words_at(r.ql, r.off, wl);
+    words_at(r.qh, r.off, wh);
+    const int sh = 2 * (p & 1);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      lo.q[i] = sub_bias4((wl[i] & 0x0f0f0f0fu) | ((wh[i] >> sh) & 0x03030303u) << 4, 0x20202020u);
+      hi.q[i] = sub_bias4(((wl[i] >> 4) & 0x0f0f0f0fu) | ((wh[i] >> (sh + 4)) & 0x03030303u) << 4, 0x20202020u);
+    }
+    const float d = f16_bits(uint16_t(r.d));
+    lo.d[0] = d * float(int8_t(r.sc_lo & 0xffu)), lo.d[1] = d * float(int8_t(r.sc_lo >> 8));
+    hi.d[0] = d * float(int8_t(r.sc_hi & 0xffu)), hi.d[1] = d * float(int8_t(r.sc_hi >> 8));
+    lo.m = hi.m = 0;
+  }
+};
+template <>
+constexpr bool kSubPairs<minfer_block_q6_k> = true;
 
 // Q2_K and Q3_K: sub-block j takes the 2-bit fields at bit 2 (j % 4) of the 32 qs bytes
 // 32 (j / 4).., scales (and Q2_K's minima) per 16 values. Q3_K adds bit j of its 32 hmask
