@@ -544,9 +544,45 @@ __attribute__((target("avx2,fma,f16c"))) inline void q6_k_scales_simd(const minf
     for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);                                                        \
   }
 
-MINFER_Q6_K_KERNEL(q6_k_avx2_t, __attribute__((target("avx2,fma,f16c"))), dot_u8_i8_avx2)
 MINFER_Q6_K_KERNEL(q6_k_vnni_t, MINFER_VNNI, dot_u8_i8_vnni)
 #undef MINFER_Q6_K_KERNEL
+
+// AVX2 without VNNI is bound by vector instructions here (a Q6_K row at ~18 GB/s where the
+// VNNI panels stream 22), so a sub-block costs fewer: the -32 offset comes off in int16
+// (maddubs(q, a) - maddubs(32, a): a pair's (q - 32) a stays within +-8,128), and the two
+// 16-value scales go in as vpmaddwd's int16 factors (picked from the block's scales by one
+// vpshufb) where a float vector of them was built and multiplied a sub-block.
+template <int T>
+__attribute__((target("avx2,fma,f16c"))) void q6_k_avx2_t(const minfer_block_q6_k *w, const ActBlock *x, int64_t stride, int64_t nb, float *out) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i k32 = _mm256_set1_epi8(32);
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_ahead(w + b);
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i *>(w[b].scales));
+    // Scales 0..7 and 8..15 as int16, the same in both 128-bit lanes (vpshufb stays in a lane).
+    const __m256i s07 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc));
+    const __m256i s815 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_unpackhi_epi64(sc, sc)));
+    const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w[b].d));
+    for (int j = 0; j < 8; ++j) {
+      const __m256i q = q6_k_vec(w[b], j);
+      // Values 0..15 of the sub-block (the low lane's eight pair sums) take scale 2j, 16..31 2j + 1.
+      const int e = 2 * (j % 4);
+      const __m256i pick = _mm256_setr_epi8(2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e,
+                                            2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2,
+                                            2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2,
+                                            2 * e + 3);
+      const __m256i scj = _mm256_shuffle_epi8(j < 4 ? s07 : s815, pick);
+      for (int t = 0; t < T; ++t) {
+        const ActBlock &a = x[t * stride + b * 8 + j];
+        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.qs));
+        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, av), _mm256_maddubs_epi16(k32, av));
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a.d)), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, scj)), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+}
 
 MINFER_SIMD_ROW(q6_k, minfer_block_q6_k, 256)
 #undef MINFER_SIMD_ROW
