@@ -34,6 +34,18 @@ void move_q4_k(minfer_block_q4_k &row, Q4_KPanel &pb, int r, bool to_panels) {
 // rows at once: sc03 and m03 hold sub-blocks 0-3's six-bit fields a byte each, sc47 and m47
 // those of 4-7.
 
+// Eight rows' six-bit scales and minima of sub-blocks 0-3 (high false) or 4-7 (true), a byte
+// each, from the panel's three scale words u0, u1, u2 (k4_scale_min's layout).
+MINFER_AVX2 inline void k4_scale_words(__m256i u0, __m256i u1, __m256i u2, bool high, __m256i &sc, __m256i &mn) {
+  const __m256i six = _mm256_set1_epi32(0x3f3f3f3f), four = _mm256_set1_epi32(0x0f0f0f0f), two = _mm256_set1_epi32(0x03030303);
+  if (!high) {
+    sc = _mm256_and_si256(u0, six), mn = _mm256_and_si256(u1, six);
+  } else {
+    sc = _mm256_or_si256(_mm256_and_si256(u2, four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4));
+    mn = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4));
+  }
+}
+
 // The AVX2 pass and its AVX-VNNI twin (a macro: each needs its own target), DOT and WIDEN the
 // steps of panels.hpp (AVX2: a sub-block summed in int16, then widened). One token (decode)
 // takes both 8-row halves of a panel block at once, each 64-byte line of it read once and
@@ -43,8 +55,7 @@ void move_q4_k(minfer_block_q4_k &row, Q4_KPanel &pb, int r, bool to_panels) {
 #define MINFER_Q4_K_DOTS_256(NAME, TARGET, DOT, WIDEN)                                                                                               \
 template <int T>                                                                                                                                     \
 TARGET void NAME(const Q4_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {                                               \
-  const __m256i low = _mm256_set1_epi8(0x0f), six = _mm256_set1_epi32(0x3f3f3f3f);                                                                   \
-  const __m256i four = _mm256_set1_epi32(0x0f0f0f0f), two = _mm256_set1_epi32(0x03030303), byte = _mm256_set1_epi32(0xff);                           \
+  const __m256i low = _mm256_set1_epi8(0x0f), byte = _mm256_set1_epi32(0xff);                                                                     \
   if constexpr (T == 1) { /* one token: both 8-row halves in one pass, each panel line read once */                                                \
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                                                                                      \
     for (int64_t b = 0; b < nb; ++b) {                                                                                                               \
@@ -66,14 +77,9 @@ TARGET void NAME(const Q4_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, 
           const int r0 = 8 * h;                                                                                                                      \
           const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[0] + r0));                                             \
           const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[1] + r0));                                             \
+          const __m256i u2 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[2] + r0));                                             \
           __m256i scw, mw;                                                                                                                           \
-          if (g < 2) {                                                                                                                               \
-            scw = _mm256_and_si256(u0, six), mw = _mm256_and_si256(u1, six);                                                                         \
-          } else {                                                                                                                                   \
-            const __m256i u2 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[2] + r0));                                           \
-            scw = _mm256_or_si256(_mm256_and_si256(u2, four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4));               \
-            mw = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4)); \
-          }                                                                                                                                          \
+          k4_scale_words(u0, u1, u2, g >= 2, scw, mw);                                                                                               \
           const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].d + r0)));                                         \
           const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].dmin + r0)));                                   \
           const __m256 sc0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(scw, sh0), byte));                                                \
@@ -102,10 +108,9 @@ TARGET void NAME(const Q4_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, 
       const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[0] + r0));                                                 \
       const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[1] + r0));                                                 \
       const __m256i u2 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].scales[2] + r0));                                                 \
-      const __m256i sc03 = _mm256_and_si256(u0, six), m03 = _mm256_and_si256(u1, six);                                                               \
-      const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(u2, four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4));       \
-      const __m256i m47 =                                                                                                                            \
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4));  \
+      __m256i sc03, m03, sc47, m47;                                                                                                                  \
+      k4_scale_words(u0, u1, u2, false, sc03, m03);                                                                                                  \
+      k4_scale_words(u0, u1, u2, true, sc47, m47);                                                                                                   \
       for (int g = 0; g < 4; ++g) {                                                                                                                  \
         __m256i p0[T], p1[T];                                                                                                                        \
         for (int t = 0; t < T; ++t) p0[t] = p1[t] = _mm256_setzero_si256();                                                                          \
