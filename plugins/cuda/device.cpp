@@ -507,6 +507,7 @@ void CudaDevice::matmul_id(const ExpertMatmul &e, const float *x, const int32_t 
                            float *up_out) {
   const int64_t pairs = e.choices * e.rows;
   if (pairs == 0) return;
+  check_expert_alignment(e);
   const bool direct = int8_experts(e) && minfer_cuda_mmvq_id_decode_supported(pairs, e.choices, e.k);  // a decode token: no route launch
   void *route = direct ? nullptr : scratch(7, minfer_cuda_moe_route_bytes(pairs, e.n_expert));
   // A bad id's rows become NaN in what this call finally writes (y; gate_out too unfused).
@@ -529,6 +530,13 @@ void CudaDevice::matmul_id(const ExpertMatmul &e, const float *x, const int32_t 
   glu_f32(e.act, gate_out, up_out, y, pairs * e.m);
 }
 
+void CudaDevice::check_expert_alignment(const ExpertMatmul &e) {
+  if (int8_experts(e) && !minfer_cuda_expert_weights_aligned(e.dtype, e.w, e.up))
+    throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, std::string("expert weights (") + minfer_dtype_name(e.dtype) +
+                                                      ") do not start on 16 bytes: the CUDA expert kernels read them in 16-byte pieces; "
+                                                      "place the tensor at a 16-byte aligned offset of its buffer");
+}
+
 bool CudaDevice::int8_experts(const ExpertMatmul &e) { return minfer_cuda_mmvq_supported(e.dtype) && e.k % 32 == 0; }
 
 bool CudaDevice::expert_sum_fusable(int32_t dtype, int64_t k, int64_t choices, int64_t rows) {
@@ -538,6 +546,7 @@ bool CudaDevice::expert_sum_fusable(int32_t dtype, int64_t k, int64_t choices, i
 bool CudaDevice::matmul_id_sum(const ExpertMatmul &e, const float *x, const int32_t *ids, const float *wts, const float *add, float *out,
                                int32_t node_tag) {
   if (e.up || !e.x_per_pair || !expert_sum_fusable(e.dtype, e.k, e.choices, e.rows)) return false;
+  check_expert_alignment(e);
   check_launch(minfer_cuda_mmvq_id_sum_decode(&cfg_, e.dtype, e.w, x, ids, wts, add, out, e.k, e.m, e.n_expert, e.choices, error_flag_, node_tag,
                                               sm_count_));
   return true;

@@ -183,6 +183,7 @@ class CudaDevice {
   void matmul_id(const ExpertMatmul &e, const float *x, const int32_t *ids, float *y, int32_t node_tag, float *gate_out = nullptr,
                  float *up_out = nullptr);
   static bool int8_experts(const ExpertMatmul &e);  // the experts take moe.cu's dp4a kernel (dtype and k decide)
+  static void check_expert_alignment(const ExpertMatmul &e);  // a clear error where those kernels cannot read the weights
   // A decode token's expert matmul (ungated, one row of choices) and the weighted sum of its
   // choices, out = add + sum_p wts[p] y[p], in one launch; false (nothing run) where
   // expert_sum_fusable says no.

@@ -152,6 +152,9 @@ cudaError_t minfer_cuda_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, int32_t w_dt
  * of k values one after another (f32, quantized by the kernel). A bad id: NaN rows and
  * error_flag, as minfer_cuda_mmvq_id_decode. */
 int32_t minfer_cuda_mmvq_id_sum_decode_supported(int32_t w_dtype, int64_t choices, int64_t k);
+/* Whether expert weights (and the up half, or null) start where the int8 expert kernels can
+ * read them: Q4_K, Q5_K and Q6_K on 16 bytes (those kernels read 16-byte pieces). */
+int32_t minfer_cuda_expert_weights_aligned(int32_t w_dtype, const void *w, const void *up);
 cudaError_t minfer_cuda_mmvq_id_sum_decode(minfer_cuda_launch_cfg *cfg, int32_t w_dtype, const void *w, const float *x, const int32_t *ids,
                                            const float *wts, const float *add, float *out, int64_t k, int64_t m, int64_t n_expert,
                                            int64_t choices, int32_t *error_flag, int32_t error_tag, int32_t sm_count);

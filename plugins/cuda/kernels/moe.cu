@@ -549,12 +549,7 @@ extern "C" cudaError_t minfer_cuda_moe_route(minfer_cuda_launch_cfg *cfg, const 
 
 namespace {
 
-// The expert kernels read Q4_K, Q5_K and Q6_K weights in 16-byte pieces (unpack16,
-// SubPair), so those weights start on 16 bytes (sessions pack tensors on 256).
-bool on16(int32_t dtype, const void *w, const void *up) {
-  const bool wide = dtype == MINFER_DTYPE_Q4_K || dtype == MINFER_DTYPE_Q5_K || dtype == MINFER_DTYPE_Q6_K;
-  return !wide || (reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(up) % 16 == 0);
-}
+bool on16(int32_t dtype, const void *w, const void *up) { return minfer_cuda_expert_weights_aligned(dtype, w, up) != 0; }
 
 template <class Block, bool kGated>
 cudaError_t launch_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, const Block *w, const Block *up, int32_t act, const float *x,
@@ -574,6 +569,13 @@ cudaError_t launch_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, const Block *w, c
 }
 
 }  // namespace
+
+// The expert kernels read Q4_K, Q5_K and Q6_K weights in 16-byte pieces (unpack16,
+// SubPair), so those weights start on 16 bytes (sessions pack tensors on 256).
+extern "C" int32_t minfer_cuda_expert_weights_aligned(int32_t dtype, const void *w, const void *up) {
+  const bool wide = dtype == MINFER_DTYPE_Q4_K || dtype == MINFER_DTYPE_Q5_K || dtype == MINFER_DTYPE_Q6_K;
+  return !wide || (reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(up) % 16 == 0);
+}
 
 extern "C" int32_t minfer_cuda_mmvq_id_decode_supported(int64_t n_pairs, int64_t choices, int64_t k) {
   return n_pairs == choices && k % 32 == 0 && size_t(k / 32) * sizeof(minfer_cuda_q8_act) <= 48 * 1024;
