@@ -22,7 +22,7 @@ for spec in "$@"; do
   preset=${spec%%:*}; f=$(model_file "$spec" "$bin" "$vocab")
   layers=$("$bin/minfer-gguf" info "$f" | sed -n 's/.*layers \([0-9]*\),.*/\1/p' | head -1)
   # Stages by their nodes' names (a fused group by its first node).
-  stages=("qkv=attn_q\$" "attn=attn_q_norm\$|attn_k_norm\$|_rope\$|\\.attn\$" "o=attn_output\$" "out=^output_norm\$|^output\$")
+  stages=("qkv=attn_q\$" "attn=attn_q_norm\$|attn_k_norm\$|_rope\$|\\.attn\$" "o=attn_output\$" "out=^output_norm\$|^output\$|^logits\$")
   if [[ $preset == moe* ]]; then
     stages+=("router=ffn_norm\$|ffn_moe_" "gate_up=ffn_gate_exps\$|ffn_up_exps\$|ffn_glu_exps\$" "down=ffn_down_exps\$|ffn_sum_exps\$|ffn_residual\$")
   else
