@@ -551,35 +551,50 @@ MINFER_Q6_K_KERNEL(q6_k_vnni_t, MINFER_VNNI, dot_u8_i8_vnni)
 // VNNI panels stream 22), so a sub-block costs fewer: the -32 offset comes off in int16
 // (maddubs(q, a) - maddubs(32, a): a pair's (q - 32) a stays within +-8,128), and the two
 // 16-value scales go in as vpmaddwd's int16 factors (picked from the block's scales by one
-// vpshufb) where a float vector of them was built and multiplied a sub-block.
+// vpshufb) where a float vector of them was built and multiplied a sub-block. A half's four
+// sub-blocks share its loads of ql and qh, each one's two high bits come to bits 4-5 by one
+// shift and a mask, and the block's d multiplies its sum once, not each sub-block's.
 template <int T>
 __attribute__((target("avx2,fma,f16c"))) void q6_k_avx2_t(const minfer_block_q6_k *w, const ActBlock *x, int64_t stride, int64_t nb, float *out) {
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  const __m256i k32 = _mm256_set1_epi8(32);
+  const __m256i k32 = _mm256_set1_epi8(32), m4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
   for (int64_t b = 0; b < nb; ++b) {
     prefetch_ahead(w + b);
     const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i *>(w[b].scales));
     // Scales 0..7 and 8..15 as int16, the same in both 128-bit lanes (vpshufb stays in a lane).
     const __m256i s07 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc));
     const __m256i s815 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_unpackhi_epi64(sc, sc)));
-    const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w[b].d));
-    for (int j = 0; j < 8; ++j) {
-      const __m256i q = q6_k_vec(w[b], j);
-      // Values 0..15 of the sub-block (the low lane's eight pair sums) take scale 2j, 16..31 2j + 1.
-      const int e = 2 * (j % 4);
-      const __m256i pick = _mm256_setr_epi8(2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e,
-                                            2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2,
-                                            2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2,
-                                            2 * e + 3);
-      const __m256i scj = _mm256_shuffle_epi8(j < 4 ? s07 : s815, pick);
-      for (int t = 0; t < T; ++t) {
-        const ActBlock &a = x[t * stride + b * 8 + j];
-        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.qs));
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, av), _mm256_maddubs_epi16(k32, av));
-        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a.d)), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, scj)), acc[t]);
+    __m256 blk[T];  // this block's sum before its d
+    for (int t = 0; t < T; ++t) blk[t] = _mm256_setzero_ps();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w[b].ql + 64 * h));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w[b].ql + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w[b].qh + 32 * h));
+      // Sub-block 4h + q: the low or high nibbles of l0 or l1, qh's bits 2q..2q+1 at 4-5.
+      const __m256i v[4] = {_mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+                            _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, bits45)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
+      for (int q = 0; q < 4; ++q) {
+        const int j = 4 * h + q;
+        // Values 0..15 of the sub-block (the low lane's eight pair sums) take scale 2j, 16..31 2j + 1.
+        const int e = 2 * q;
+        const __m256i pick = _mm256_setr_epi8(2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e,
+                                              2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2,
+                                              2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3,
+                                              2 * e + 2, 2 * e + 3);
+        const __m256i scj = _mm256_shuffle_epi8(h == 0 ? s07 : s815, pick);
+        for (int t = 0; t < T; ++t) {
+          const ActBlock &a = x[t * stride + b * 8 + j];
+          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.qs));
+          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v[q], av), _mm256_maddubs_epi16(k32, av));
+          blk[t] = _mm256_fmadd_ps(_mm256_set1_ps(a.d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, scj)), blk[t]);
+        }
       }
     }
+    const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w[b].d));
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(dw, blk[t], acc[t]);
   }
   for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
 }
