@@ -366,8 +366,8 @@ __attribute__((target("avx2,fma"))) inline __m256i dot_u8_i8_avx2(__m256i u, __m
 }
 MINFER_VNNI inline __m256i dot_u8_i8_vnni(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
 
-// One kernel body for Q4_K and Q5_K (whose values take a fifth bit from qh), compiled twice
-// with different targets: DOT is the u8 x s8 dot above.
+// Q4_K and Q5_K (whose values take a fifth bit from qh) under AVX-512 VNNI: DOT is the u8 x
+// s8 dot above (vpdpbusd; AVX2's own kernel follows).
 #define MINFER_Q4_K_KERNEL(NAME, TARGET, DOT)                                                                    \
   template <int T, class Block>                                                                               \
   TARGET void NAME(const Block *w, const ActBlock *x, int64_t stride, int64_t nb, float *out) {               \
@@ -404,9 +404,62 @@ MINFER_VNNI inline __m256i dot_u8_i8_vnni(__m256i u, __m256i s) { return _mm256_
     for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]) - corr[t];                                              \
   }
 
-MINFER_Q4_K_KERNEL(q4_k_avx2_t, __attribute__((target("avx2,fma,f16c"))), dot_u8_i8_avx2)
 MINFER_Q4_K_KERNEL(q4_k_vnni_t, MINFER_VNNI, dot_u8_i8_vnni)
 #undef MINFER_Q4_K_KERNEL
+
+// AVX2 (Q5_K's rows; Q4_K's where its panels do not fit) is bound by instructions, so the
+// six-bit scales go in as vpmaddwd's int16 factors (picked for a sub-block by one vpshufb from
+// the block's eight) where the ones-vector's madd was followed by a scalar d * scale * d_x
+// broadcast each sub-block, and the block's d multiplies its sum once (as q6_k_avx2_t does).
+template <int T, class Block>
+__attribute__((target("avx2,fma,f16c"))) void q4_k_avx2_t(const Block *w, const ActBlock *x, int64_t stride, int64_t nb, float *out) {
+  constexpr bool kFifth = std::is_same_v<Block, minfer_block_q5_k>;
+  __m256 acc[T];
+  float corr[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps(), corr[t] = 0;
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_ahead(w + b);
+    uint32_t u[3];
+    std::memcpy(u, w[b].scales, 12);
+    const uint32_t six = 0x3f3f3f3fu, four = 0x0f0f0f0fu, two = 0x03030303u;
+    const uint32_t sc03 = u[0] & six, m03 = u[1] & six;
+    const uint32_t sc47 = (u[2] & four) | (((u[0] >> 6) & two) << 4), m47 = ((u[2] >> 4) & four) | (((u[1] >> 6) & two) << 4);
+    // The eight scales as int16, the same in both 128-bit lanes (vpshufb stays in a lane).
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_setr_epi32(int(sc03), int(sc47), 0, 0)));
+    alignas(32) float dm[8];
+    _mm256_store_ps(dm, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w[b].dmin)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(int(m03), int(m47), 0, 0)))));
+    __m256 blk[T];  // this block's sum before its d
+    for (int t = 0; t < T; ++t) blk[t] = _mm256_setzero_ps();
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kFifth) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w[b].qh));
+    for (int g = 0; g < 4; ++g) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w[b].qs + 32 * g));
+      __m256i lo = _mm256_and_si256(bytes, low4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+      if constexpr (kFifth) {  // bits 0 and 1 of qh to bit 4, then the next two down (16-bit shifts by
+        // at most 4 keep each byte's bits 0, 1 and 4 its own)
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
+        qh = _mm256_srli_epi16(qh, 2);
+      }
+      // Sub-block 2g's scale and 2g + 1's, each int16 over all 16 lanes.
+      const __m256i sc0 = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(short(4 * g | (4 * g + 1) << 8)));
+      const __m256i sc1 = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(short((4 * g + 2) | (4 * g + 3) << 8)));
+      for (int t = 0; t < T; ++t) {
+        const ActBlock &a0 = x[t * stride + b * 8 + 2 * g], &a1 = x[t * stride + b * 8 + 2 * g + 1];
+        // u <= 31 and |a| <= 127: a pair's sum fits int16, its product with a scale <= 63 int32.
+        const __m256i s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a0.qs))), sc0);
+        const __m256i s1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a1.qs))), sc1);
+        blk[t] = _mm256_fmadd_ps(_mm256_set1_ps(a0.d), _mm256_cvtepi32_ps(s0), blk[t]);
+        blk[t] = _mm256_fmadd_ps(_mm256_set1_ps(a1.d), _mm256_cvtepi32_ps(s1), blk[t]);
+        corr[t] += dm[2 * g] * a0.d_sum + dm[2 * g + 1] * a1.d_sum;
+      }
+    }
+    const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w[b].d));
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(dw, blk[t], acc[t]);
+  }
+  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]) - corr[t];
+}
 
 MINFER_SIMD_ROW(q4_k, minfer_block_q4_k, 256)
 // Q5_K on the same kernel (under AVX-512 its weights sit in panels; this serves AVX2).
