@@ -29,4 +29,15 @@ __attribute__((target("avx2"))) inline __m256i high_bits_0x10(const uint8_t *p) 
   return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
+// Q3_K's 16 six-bit scales as signed bytes (-32..31): low 4 bits from bytes 0..7 (low nibbles,
+// then high), the high 2 bits of scale 4k + i at bit 2k of byte 8 + i.
+__attribute__((target("avx2"))) inline __m128i q3_k_scales16(const uint8_t *scales) {
+  const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales));
+  const __m128i lo = _mm_and_si128(_mm_unpacklo_epi64(q, _mm_srli_epi16(q, 4)), _mm_set1_epi8(0x0f));
+  int32_t word;
+  std::memcpy(&word, scales + 8, 4);
+  const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(word), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(0x03));
+  return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+}
+
 }  // namespace minfer::cpu

@@ -182,16 +182,9 @@ struct UQ3_K {  // values 0..7, offset 4
     const float d = f16(b.d);
     for (int h = 0; h < 2; ++h) s[h] = d * float(sdk::q3_k_scale(b.scales, 2 * j + h)), mn[h] = -4.0f * s[h];
   }
-  // The 16 six-bit scales at once: low 4 bits from bytes 0..7 (low nibbles, then high), high 2
-  // bits of scale 4k + i at bit 2k of byte 8 + i; minus 32.
+  // The 16 six-bit scales at once (block_bits.hpp).
   MINFER_AVX2 static void block_scales(const Block &b, float *s, float *mn) {
-    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b.scales));
-    const __m128i lo = _mm_and_si128(_mm_unpacklo_epi64(q, _mm_srli_epi16(q, 4)), _mm_set1_epi8(0x0f));
-    int32_t word;
-    std::memcpy(&word, b.scales + 8, 4);
-    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(word), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(0x03));
-    const __m128i sc = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
-    store_bytes_times(sc, f16(b.d), s, true);
+    store_bytes_times(q3_k_scales16(b.scales), f16(b.d), s, true);
     for (int i = 0; i < 16; ++i) mn[i] = -4.0f * s[i];
   }
 };

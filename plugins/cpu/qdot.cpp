@@ -652,6 +652,55 @@ __attribute__((target("avx2,fma,f16c"))) void q6_k_avx2_t(const minfer_block_q6_
   for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
 }
 
+// Q3_K under AVX2 as the Q6_K rows above: values 0..7 (two bits from qs, the third from
+// hmask) with offset 4 taken off in int16, a scale per 16 values (six bits, signed) as
+// vpmaddwd's factors, the block's d once. The GEMM units' row dots (int8_gemm.cpp) it replaces
+// here spent a float multiply and broadcast per 16 values on the scales and the offset.
+template <int T>
+__attribute__((target("avx2,fma,f16c"))) void q3_k_avx2_t(const minfer_block_q3_k *w, const ActBlock *x, int64_t stride, int64_t nb, float *out) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i k4 = _mm256_set1_epi8(4), m3 = _mm256_set1_epi8(0x03), bit2 = _mm256_set1_epi8(0x04);
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_ahead(w + b);
+    const __m128i sc = q3_k_scales16(w[b].scales);
+    const __m256i s07 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc));
+    const __m256i s815 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_unpackhi_epi64(sc, sc)));
+    const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w[b].hmask));
+    __m256 blk[T];  // this block's sum before its d
+    for (int t = 0; t < T; ++t) blk[t] = _mm256_setzero_ps();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w[b].qs + 32 * h));
+      for (int q = 0; q < 4; ++q) {
+        const int j = 4 * h + q;  // values 32j..32j+31: bits 2q of qs[32h + l], bit j of hmask[l]
+        const __m256i crumbs = _mm256_and_si256(q == 0 ? qs : _mm256_srli_epi16(qs, 2 * q), m3);
+        const __m256i third = _mm256_and_si256(j < 2 ? _mm256_slli_epi16(hm, 2 - j) : j == 2 ? hm : _mm256_srli_epi16(hm, j - 2), bit2);
+        const __m256i v = _mm256_or_si256(crumbs, third);
+        const int e = 2 * q;  // scales 2j and 2j + 1, as in q6_k_avx2_t
+        const __m256i pick = _mm256_setr_epi8(2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e,
+                                              2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2,
+                                              2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3,
+                                              2 * e + 2, 2 * e + 3);
+        const __m256i scj = _mm256_shuffle_epi8(h == 0 ? s07 : s815, pick);
+        for (int t = 0; t < T; ++t) {
+          const ActBlock &a = x[t * stride + b * 8 + j];
+          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.qs));
+          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v, av), _mm256_maddubs_epi16(k4, av));
+          blk[t] = _mm256_fmadd_ps(_mm256_set1_ps(a.d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, scj)), blk[t]);
+        }
+      }
+    }
+    const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w[b].d));
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(dw, blk[t], acc[t]);
+  }
+  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+}
+
+void q3_k_avx2(const void *w_row, const ActBlock *x, int64_t stride, int n_tok, int64_t n, float *out) {
+  const auto *w = static_cast<const minfer_block_q3_k *>(w_row);
+  by_tokens(n_tok, [&](auto tag) { q3_k_avx2_t<decltype(tag)::value>(w, x, stride, n / 256, out); });
+}
+
 MINFER_SIMD_ROW(q6_k, minfer_block_q6_k, 256)
 #undef MINFER_SIMD_ROW
 
@@ -801,6 +850,7 @@ QDotFn qdot_for(int32_t dtype, Isa isa) {
     case MINFER_DTYPE_Q5_0: return vnni ? q5_0_simd<true> : avx2 ? q5_0_simd<false> : q5_0_scalar;
     case MINFER_DTYPE_Q6_K: return vnni ? q6_k_simd<true> : avx2 ? q6_k_simd<false> : q6_k_scalar;
     case MINFER_DTYPE_Q5_K: return vnni ? q5_k_simd<true> : avx2 ? q5_k_simd<false> : nullptr;
+    case MINFER_DTYPE_Q3_K: return avx2 && !vnni ? q3_k_avx2 : unit_row_dots(dtype, isa);
     default: return unit_row_dots(dtype, isa);  // the other block types, on the GEMM's units (int8_gemm.hpp)
   }
 }
