@@ -562,7 +562,7 @@ void gemm_typed(Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t
 }
 
 // ---- Row dots for one to four tokens, on the same units ------------------------------------
-// The types with no row kernel in qdot.cpp (Q4_1, Q5_1, Q2_K, Q3_K; Q5_K until it got one) took the GEMM at every
+// The types with no row kernel in qdot.cpp (Q4_1, Q5_1, Q2_K, Q3_K; Q5_K and AVX2's Q3_K until they got one) took the GEMM at every
 // count, and at one token its packing cost more than the dots: 11-12 GB/s on a DRAM-bound
 // 2048 x 65536 matrix where Q4_K's panels read 43 (Zen 4 EPYC, 2 threads). Here each group's
 // 32 values are decoded by the unit into a vector and dotted with each token's activations in

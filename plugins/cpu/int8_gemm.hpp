@@ -24,7 +24,8 @@ class ThreadPool;
 bool gemm_takes(int32_t dtype, Isa isa);
 
 // Row dots (QDotFn, one to four tokens) on the GEMM's decoding of Q4_1, Q5_1, Q2_K and
-// Q3_K, the types with no kernel of their own in qdot.cpp; nullptr for other types and isas.
+// Q3_K, the types with no kernel of their own in qdot.cpp (Q3_K under AVX-512 VNNI only: AVX2
+// has its own); nullptr for other types and isas.
 QDotFn unit_row_dots(int32_t dtype, Isa isa);
 
 // y[t * m + o] = row o of W (m rows of k values, row_bytes apart) dotted with token t, for
