@@ -600,13 +600,41 @@ __attribute__((target("avx2,fma,f16c"))) inline void q6_k_scales_simd(const minf
 MINFER_Q6_K_KERNEL(q6_k_vnni_t, MINFER_VNNI, dot_u8_i8_vnni)
 #undef MINFER_Q6_K_KERNEL
 
-// AVX2 without VNNI is bound by vector instructions here (a Q6_K row at ~18 GB/s where the
-// VNNI panels stream 22), so a sub-block costs fewer: the -32 offset comes off in int16
-// (maddubs(q, a) - maddubs(32, a): a pair's (q - 32) a stays within +-8,128), and the two
-// 16-value scales go in as vpmaddwd's int16 factors (picked from the block's scales by one
-// vpshufb) where a float vector of them was built and multiplied a sub-block. A half's four
-// sub-blocks share its loads of ql and qh, each one's two high bits come to bits 4-5 by one
-// shift and a mask, and the block's d multiplies its sum once, not each sub-block's.
+// The AVX2 rows of the types with a scale per 16 values (Q6_K, Q3_K): bound by vector
+// instructions, so a sub-block costs few. The offset comes off in int16 (maddubs(v, x) -
+// maddubs(off, x): a pair's (v - off) x stays within int16), the two 16-value scales go in as
+// vpmaddwd's int16 factors (picked from the block's by one vpshufb), and the block's d
+// multiplies its sum once.
+
+// Eight signed byte scales as int16, the same in both 128-bit lanes (vpshufb stays in a lane).
+__attribute__((target("avx2"))) inline __m256i scales_int16(__m128i sc8) { return _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8)); }
+
+// Sub-block j's two scales (2j, 2j + 1 of the block's 16: s07 holds 0..7, s815 8..15) over its
+// eight pair sums' lanes: values 0..15 (the low lane) take 2j, 16..31 2j + 1.
+__attribute__((target("avx2"))) inline __m256i sub16_scales(__m256i s07, __m256i s815, int j) {
+  const int e = 2 * (j % 4);
+  const __m256i pick = _mm256_setr_epi8(2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e,
+                                        2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2,
+                                        2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3,
+                                        2 * e + 2, 2 * e + 3);
+  return _mm256_shuffle_epi8(j < 4 ? s07 : s815, pick);
+}
+
+// blk[t] += d_x * (scj . ((v - off) x)) per lane, for each token's activation block x[t * stride].
+template <int T>
+__attribute__((target("avx2,fma"))) inline void offset_scaled_dots(__m256i v, __m256i off, __m256i scj, const ActBlock *x, int64_t stride,
+                                                                   __m256 *blk) {
+  for (int t = 0; t < T; ++t) {
+    const ActBlock &a = x[t * stride];
+    const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.qs));
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v, av), _mm256_maddubs_epi16(off, av));
+    blk[t] = _mm256_fmadd_ps(_mm256_set1_ps(a.d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, scj)), blk[t]);
+  }
+}
+
+// Q6_K: values 0..63, offset 32 (a Q6_K row at ~18 GB/s where the VNNI panels stream 22 before
+// the int16 scales). A half's four sub-blocks share its loads of ql and qh, and each one's high
+// bits come to bits 4-5 by one shift and a mask.
 template <int T>
 __attribute__((target("avx2,fma,f16c"))) void q6_k_avx2_t(const minfer_block_q6_k *w, const ActBlock *x, int64_t stride, int64_t nb, float *out) {
   __m256 acc[T];
@@ -615,9 +643,7 @@ __attribute__((target("avx2,fma,f16c"))) void q6_k_avx2_t(const minfer_block_q6_
   for (int64_t b = 0; b < nb; ++b) {
     prefetch_ahead(w + b);
     const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i *>(w[b].scales));
-    // Scales 0..7 and 8..15 as int16, the same in both 128-bit lanes (vpshufb stays in a lane).
-    const __m256i s07 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc));
-    const __m256i s815 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_unpackhi_epi64(sc, sc)));
+    const __m256i s07 = scales_int16(sc), s815 = scales_int16(_mm_unpackhi_epi64(sc, sc));
     __m256 blk[T];  // this block's sum before its d
     for (int t = 0; t < T; ++t) blk[t] = _mm256_setzero_ps();
     for (int h = 0; h < 2; ++h) {
@@ -631,19 +657,7 @@ __attribute__((target("avx2,fma,f16c"))) void q6_k_avx2_t(const minfer_block_q6_
                             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
       for (int q = 0; q < 4; ++q) {
         const int j = 4 * h + q;
-        // Values 0..15 of the sub-block (the low lane's eight pair sums) take scale 2j, 16..31 2j + 1.
-        const int e = 2 * q;
-        const __m256i pick = _mm256_setr_epi8(2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e,
-                                              2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2,
-                                              2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3,
-                                              2 * e + 2, 2 * e + 3);
-        const __m256i scj = _mm256_shuffle_epi8(h == 0 ? s07 : s815, pick);
-        for (int t = 0; t < T; ++t) {
-          const ActBlock &a = x[t * stride + b * 8 + j];
-          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.qs));
-          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v[q], av), _mm256_maddubs_epi16(k32, av));
-          blk[t] = _mm256_fmadd_ps(_mm256_set1_ps(a.d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, scj)), blk[t]);
-        }
+        offset_scaled_dots<T>(v[q], k32, sub16_scales(s07, s815, j), x + b * 8 + j, stride, blk);
       }
     }
     const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w[b].d));
@@ -652,10 +666,9 @@ __attribute__((target("avx2,fma,f16c"))) void q6_k_avx2_t(const minfer_block_q6_
   for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
 }
 
-// Q3_K under AVX2 as the Q6_K rows above: values 0..7 (two bits from qs, the third from
-// hmask) with offset 4 taken off in int16, a scale per 16 values (six bits, signed) as
-// vpmaddwd's factors, the block's d once. The GEMM units' row dots (int8_gemm.cpp) it replaces
-// here spent a float multiply and broadcast per 16 values on the scales and the offset.
+// Q3_K: values 0..7 (two bits from qs, the third from hmask), offset 4, six-bit signed scales.
+// The GEMM units' row dots (int8_gemm.cpp) it replaces under AVX2 spent a float multiply and
+// broadcast per 16 values on the scales and the offset.
 template <int T>
 __attribute__((target("avx2,fma,f16c"))) void q3_k_avx2_t(const minfer_block_q3_k *w, const ActBlock *x, int64_t stride, int64_t nb, float *out) {
   __m256 acc[T];
@@ -664,8 +677,7 @@ __attribute__((target("avx2,fma,f16c"))) void q3_k_avx2_t(const minfer_block_q3_
   for (int64_t b = 0; b < nb; ++b) {
     prefetch_ahead(w + b);
     const __m128i sc = q3_k_scales16(w[b].scales);
-    const __m256i s07 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc));
-    const __m256i s815 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_unpackhi_epi64(sc, sc)));
+    const __m256i s07 = scales_int16(sc), s815 = scales_int16(_mm_unpackhi_epi64(sc, sc));
     const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w[b].hmask));
     __m256 blk[T];  // this block's sum before its d
     for (int t = 0; t < T; ++t) blk[t] = _mm256_setzero_ps();
@@ -676,18 +688,7 @@ __attribute__((target("avx2,fma,f16c"))) void q3_k_avx2_t(const minfer_block_q3_
         const __m256i crumbs = _mm256_and_si256(q == 0 ? qs : _mm256_srli_epi16(qs, 2 * q), m3);
         const __m256i third = _mm256_and_si256(j < 2 ? _mm256_slli_epi16(hm, 2 - j) : j == 2 ? hm : _mm256_srli_epi16(hm, j - 2), bit2);
         const __m256i v = _mm256_or_si256(crumbs, third);
-        const int e = 2 * q;  // scales 2j and 2j + 1, as in q6_k_avx2_t
-        const __m256i pick = _mm256_setr_epi8(2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e,
-                                              2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2,
-                                              2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3,
-                                              2 * e + 2, 2 * e + 3);
-        const __m256i scj = _mm256_shuffle_epi8(h == 0 ? s07 : s815, pick);
-        for (int t = 0; t < T; ++t) {
-          const ActBlock &a = x[t * stride + b * 8 + j];
-          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.qs));
-          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v, av), _mm256_maddubs_epi16(k4, av));
-          blk[t] = _mm256_fmadd_ps(_mm256_set1_ps(a.d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, scj)), blk[t]);
-        }
+        offset_scaled_dots<T>(v, k4, sub16_scales(s07, s815, j), x + b * 8 + j, stride, blk);
       }
     }
     const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w[b].d));
