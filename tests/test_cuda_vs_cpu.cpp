@@ -151,6 +151,14 @@ TEST(CudaVsCpuWide, MultiChunkRowsAgree) {
   for (const char *type : {"q8_0", "q4_0", "q4_k_m"}) expect_backends_agree("7b", type, 16, 8, 0.2, 2, "llama");
 }
 
+// Two blocks of the 0.5B: its lm_head's 151,936 rows of 896 values take the staged GEMV (rows
+// of at most 1024 values stream through the warps' rings where a launch has very many of
+// them), its layers' short rows the per-lane path; Q4_K_M's lm_head is Q6_K.
+TEST(CudaVsCpuWide, ShortRowLmHeadAgrees) {
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  for (const char *type : {"q8_0", "q4_0", "q4_k_m"}) expect_backends_agree("0.5b", type, 16, 8, 0.2, 2);
+}
+
 // The other architectures' tiny presets (Qwen3: per-head norms, 128-value heads; Phi-3: fused
 // weights read as row ranges; Gemma 2/3: GELU, caps, sliding windows) through the quantized
 // paths, and Phi-3's LongRoPE one (partial rotary, long/short factors, the attention factor).

@@ -264,6 +264,8 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   EXPECT_NE(q.find("128: convert_f32_f16_kernel + mmq_f16_kernel: f16 tensor cores (mma.m16n8k16), the q4_0 blocks dequantized in registers"),
             std::string::npos) << e;
   EXPECT_NE(kernel_lines(e, "blk.0.attn_k").find("1: inside the kernel of blk.0.attn_q"), std::string::npos) << e;
+  // The lm_head's 151,936 short rows (256 values) stream through the staged kernel's rings.
+  EXPECT_NE(kernel_lines(e, "logits").find("1: gemv_staged_kernel: dp4a on the"), std::string::npos) << e;
   EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("1: gemv_quantizing_kernel: gate, up and SwiGLU in one launch"), std::string::npos)
       << e;
   EXPECT_NE(kernel_lines(e, "blk.0.ffn_gate").find("128: convert_f32_f16_kernel + mmq_f16_kernel: gate, up and SwiGLU in one launch"),

@@ -242,9 +242,9 @@ class CudaSegment : public sdk::Segment {
     run_top_k_weights(dev_, nodes_[i + 2].node(), nodes_[i + 3].node(), args);
   }
 
-  // The one-token GEMV's kernel for weight w (gemv.cu).
-  static std::string gemv_kernel(const minfer_tensor &w) {
-    return minfer_cuda_gemv_staged(w.shape[0]) ? "gemv_staged_kernel" : "gemv_quantizing_kernel";
+  // The one-token GEMV's kernel for rows of k values, m of them in the launch (gemv.cu).
+  static std::string gemv_kernel(int64_t k, int64_t m) {
+    return minfer_cuda_gemv_staged(k, m) ? "gemv_staged_kernel" : "gemv_quantizing_kernel";
   }
 
   std::string explain_matmul(size_t i, int64_t tokens) const {
@@ -255,16 +255,18 @@ class CudaSegment : public sdk::Segment {
     const P path = dev_.matmul_path(w.dtype, w.shape[0], tokens);
     std::string norm;  // the RMS norm folded into this step's one-token GEMV or few-token quantizing
     std::vector<int32_t> dtypes{w.dtype};
+    int64_t rows = w.shape[1];  // the one-token launch's rows: all of a group's weights'
     if (!plan_.group[i].empty()) {
       dtypes.clear();
-      for (const MatmulStep &st : plan_.group[i]) dtypes.push_back(st.matmul->inputs[0]->dtype);
+      rows = 0;
+      for (const MatmulStep &st : plan_.group[i]) dtypes.push_back(st.matmul->inputs[0]->dtype), rows += st.matmul->inputs[0]->shape[1];
     }
     if (plan_.norm_of[i] && dev_.folds_norm(dtypes, w.shape[0], tokens, nullptr))  // the norm weights' alignment aside
       for (size_t j = 0; j < i; ++j)
         if (&nodes_[j].node() == plan_.norm_of[i]) norm = ", the RMS norm " + nodes_[j].name() + " folded in";
     const std::string act = plan_.fuse_glu[i] && nodes_[i + 2].node().op == MINFER_OP_GEGLU ? "GeGLU" : "SwiGLU";
     if (plan_.fuse_glu[i] && path == P::Gemv)
-      return gemv_kernel(w) + ": gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)" + norm;
+      return gemv_kernel(w.shape[0], rows) + ": gate, up and " + act + " in one launch (dp4a on the " + type + " blocks)" + norm;
     const bool on_f16 = path == P::Mmq && dev_.mmq_on_f16(w.dtype, w.shape[0], tokens, dptr(w));
     const std::string f16_kernels = dev_.mmq_wgmma() ? "convert_f32_f16_mma_order_kernel + mmq_f16_kernel" : "convert_f32_f16_kernel + mmq_f16_kernel";
     const std::string f16_mma = dev_.mmq_wgmma() ? "warpgroup MMA (wgmma.m64n128k16)" : "mma.m16n8k16";
@@ -289,9 +291,9 @@ class CudaSegment : public sdk::Segment {
                    : "mmq_kernel: int8 tensor cores (mma.m16n8k32) on the " + type + " blocks";
         break;
       case P::Gemv:
-        t = mixed ? (w.shape[0] / 32 <= 32 ? "gemv_mixed_kernel" : gemv_kernel(w)) + ": dp4a on the " + type + " and " +
+        t = mixed ? (w.shape[0] / 32 <= 32 ? "gemv_mixed_kernel" : gemv_kernel(w.shape[0], rows)) + ": dp4a on the " + type + " and " +
                         minfer_dtype_name(plan_.group[i].back().matmul->inputs[0]->dtype) + " blocks, x quantized in the kernel"
-                  : gemv_kernel(w) + ": dp4a on the " + type + " blocks, x quantized in the kernel";
+                  : gemv_kernel(w.shape[0], rows) + ": dp4a on the " + type + " blocks, x quantized in the kernel";
         break;
       case P::F16Gemm:
         t = std::string(dev_.f16_copy(dptr(w)) ? "its cached f16 copy" : "dequantized to f16 per call") + " + f16 tensor-core GEMM";

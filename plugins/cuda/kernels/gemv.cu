@@ -478,10 +478,15 @@ extern "C" int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k) {
          size_t(k / 32) * sizeof(minfer_cuda_q8_act) <= 48 * 1024;
 }
 
-extern "C" int minfer_cuda_gemv_staged(int64_t k) {
+// Short rows (k <= 1024) stream through the rings too where a launch has this many rows (a
+// small model's lm_head: 151,936 rows of 896 values): a lane reading its own block of a short
+// row in 2- or 4-byte pieces leaves most of each sector it fetches unused.
+constexpr int64_t kStagedShortRowsFrom = 32768;
+
+extern "C" int minfer_cuda_gemv_staged(int64_t k, int64_t m) {
   int device = 0, optin = 48 * 1024;
   if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  return k / 32 > 32 && staged_smem_bytes(k / 32) <= size_t(optin);
+  return (k / 32 > 32 || m >= kStagedShortRowsFrom) && staged_smem_bytes(k / 32) <= size_t(optin);
 }
 
 extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
@@ -491,7 +496,6 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
   int64_t m;
   GemvParts gp = gemv_parts(parts, n_parts, norm_w, eps, m);
   gp.act = act;
-  const int64_t per_warp = k / 32 <= 32 ? (up ? kShortRows / 2 : kShortRows) : 1;  // rows a warp takes at once
   int device = 0, per_sm_smem = 228 * 1024, optin = 48 * 1024;
   if (cudaGetDevice(&device) == cudaSuccess) {
     cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
@@ -504,7 +508,8 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
     // Long rows stream through the warps' rings where those fit beside x (gemv_staged_rows: a
     // chunk's first piece may start up to 15 bytes before it, still inside the weights'
     // allocation, whose start the driver aligns far more).
-    staged = minfer_cuda_gemv_staged(k);
+    staged = minfer_cuda_gemv_staged(k, m);
+    const int64_t per_warp = !staged && k / 32 <= 32 ? (up ? kShortRows / 2 : kShortRows) : 1;  // rows a warp takes at once
     const bool wide = staged && k > kWideFrom && staged_smem_bytes(k / 32, kWideWarps) <= size_t(optin);
     const int warps = wide ? kWideWarps : kWarps;
     const size_t smem = staged ? staged_smem_bytes(k / 32, warps) : size_t(k / 32) * sizeof(minfer_cuda_q8_act);

@@ -252,9 +252,10 @@ cudaError_t minfer_cuda_gemv_quantizing_mixed(minfer_cuda_launch_cfg *cfg, int32
                                               const minfer_cuda_gemv_part *parts, int32_t n_parts, int32_t first_b, const float *x, int64_t k,
                                               const float *norm_w, float eps, int32_t sm_count);
 int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k);
-/* Whether rows of k values stream through shared memory on the current device
- * (gemv_staged_kernel: past 1024 values, where the warps' buffers fit), else one row a warp. */
-int minfer_cuda_gemv_staged(int64_t k);
+/* Whether m rows of k values stream through shared memory on the current device
+ * (gemv_staged_kernel: past 1024 values, or shorter rows where there are very many of them,
+ * where the warps' buffers fit), else one row or a few short rows a warp. */
+int minfer_cuda_gemv_staged(int64_t k, int64_t m);
 cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
                                         const void *up, int32_t act, const float *x, int64_t k, const float *norm_w, float eps,
                                         int32_t sm_count);
