@@ -2,8 +2,9 @@
 """Bytes of weights one decode token reads, from `minfer-gguf info FILE --json` on stdin:
 every tensor whole, but a mixture-of-experts layer's ffn_*_exps only for the expert_used_count
 of expert_count experts, and the token embedding only for its one row (unless it is also the
-output projection, with no output.weight). Prints the total and its parts.
-   minfer-gguf info MODEL.gguf --json | python3 scripts/active-bytes.py"""
+output projection, with no output.weight). Prints the total and its parts, or with --bytes
+the total alone, in bytes (for scripts).
+   minfer-gguf info MODEL.gguf --json | python3 scripts/active-bytes.py [--bytes]"""
 import json
 import sys
 
@@ -30,5 +31,8 @@ for t in d["tensors"]:
     else:
         parts["attention and the rest"] += b
 total = sum(parts.values())
+if "--bytes" in sys.argv[1:]:
+    print(round(total))
+    sys.exit(0)
 print(f"active bytes per token: {total / 1e9:.3f} GB (" + ", ".join(f"{k} {v / 1e9:.3f}" for k, v in parts.items()) +
       f"; {n_used} of {n_expert} experts)" if n_expert else f"active bytes per token: {total / 1e9:.3f} GB (dense)")
