@@ -27,7 +27,7 @@ class CpuBuffer : public sdk::Buffer {
   void copy_from(sdk::Buffer &src, uint64_t src_offset, uint64_t offset, uint64_t bytes) override;
   uint8_t *data() { return data_; }
 
-  // Q4_0 and K-quant matmul weights held as 16-row panels (panels.hpp), in buffers the plugin owns.
+  // Q4_0, Q5_0 and K-quant matmul weights held as 16-row panels (panels.hpp), in buffers the plugin owns.
   // Compile offers a matmul's [k, m] weight at offset (and repacks it), or pins a range that
   // another op reads in GGUF order (back to rows, never repacked). panels() is the weight's
   // data in panels, repacked again after a host write, or nullptr where it is not held so.

@@ -163,7 +163,7 @@ class CpuSegment : public sdk::Segment {
     }
   }
 
-  // Q4_0 and K-quant matmul weights (MATMUL_ID's experts too) go into panels where the
+  // Q4_0, Q5_0 and K-quant matmul weights (MATMUL_ID's experts too) go into panels where the
   // kernels read them that way (AVX2 and AVX-512, and AMX machines, whose tiles take them back
   // into rows a panel at a time; the scalar reference reads rows); any other reader of such a
   // tensor (GET_ROWS of a tied embedding, DEQUANTIZE) keeps it in rows.
