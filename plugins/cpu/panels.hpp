@@ -222,6 +222,36 @@ void vnni_panel_passes(const char *type, Isa isa, const uint8_t *panel, int64_t 
   in_passes<kVnniPanelTokens>(tokens, [&](auto tag, int64_t t0) { kernel(tag, pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
 }
 
+// The AVX-512 kernel of the 32-value panels (Q4_0, Q5_0): Unit::pieces gives the 16 rows'
+// unsigned values of a block, lo[c] the low nibbles' piece c (values 4c..4c+3) and hi[c] the
+// high ones' (16 + 4c..), kOffset above zero; each pass of T tokens unpacks a block once.
+// Per (16 rows, block, token): 8 vpdpbusd in two chains (their latencies overlap) and two FMAs.
+template <class Unit, int T>
+__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) void block32_dots_vnni(const typename Unit::Panel *p,
+                                                                                                       int64_t nb, const ActBlock *a,
+                                                                                                       int64_t kb, float *y, int64_t m) {
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_panel_block(p + b, int(sizeof(typename Unit::Panel)), 2048);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
+    const __m512 mn = _mm512_mul_ps(d, _mm512_set1_ps(-float(Unit::kOffset)));
+    __m512i lo[4], hi[4];
+    Unit::pieces(p[b], lo, hi);
+    for (int t = 0; t < T; ++t) {
+      const ActBlock &x = a[t * kb + b];
+      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        s0 = _mm512_dpbusd_epi32(s0, lo[c], _mm512_broadcastd_epi32(_mm_loadu_si32(x.qs + 4 * c)));
+        s1 = _mm512_dpbusd_epi32(s1, hi[c], _mm512_broadcastd_epi32(_mm_loadu_si32(x.qs + 16 + 4 * c)));
+      }
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(d, _mm512_set1_ps(x.d)), acc[t]);
+      acc[t] = _mm512_fmadd_ps(mn, _mm512_set1_ps(x.d_sum), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
+}
+
 // The AVX-512 kernel of the panels whose scales cover 16 values (Q2_K, Q3_K; Q6_K from three
 // tokens): for activation block j of a 256-value block, Unit::scales gives d * scale (ds) of
 // sub-blocks 2j and 2j + 1 and, for a unit with mins (kOffset 0), dm = dmin * min; the others'

@@ -37,35 +37,19 @@ void move_q4_0(minfer_block_q4_0 &row, Q4_0Panel &pb, int r, bool to_panels) {
 // 4240-4840; 8: 2421 | 6274; 128: 33510 | 41878; avx2 1: 1383 | 3584 | 2915; 4: 2851 | 4639 |
 // 6946; 128: 72860 | 75137 | 87597; 896 x 4864 avx512vnni 128: 2070 | 3443.
 
-template <int T>
-MINFER_VNNI512 void panel_dots_vnni(const Q4_0Panel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
-  const __m512i low = _mm512_set1_epi8(0x0f);
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_panel_block(p + b, int(sizeof(Q4_0Panel)), 2048);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
-    const __m512 mn = _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
-    __m512i lo[4], hi[4];
+// AVX-512: block32_dots_vnni (panels.hpp), the nibbles split once a pass.
+struct Q4_0Unit {
+  using Panel = Q4_0Panel;
+  static constexpr int kOffset = 8;
+  MINFER_VNNI512 static void pieces(const Panel &p, __m512i (&lo)[4], __m512i (&hi)[4]) {
+    const __m512i low = _mm512_set1_epi8(0x0f);
     for (int c = 0; c < 4; ++c) {
-      const __m512i v = _mm512_loadu_si512(p[b].qs[c]);
+      const __m512i v = _mm512_loadu_si512(p.qs[c]);
       lo[c] = _mm512_and_si512(v, low);
       hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
     }
-    for (int t = 0; t < T; ++t) {
-      const ActBlock &x = a[t * kb + b];
-      // Two chains of four, so the dot products' latency overlaps.
-      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-      for (int c = 0; c < 4; ++c) {
-        s0 = _mm512_dpbusd_epi32(s0, lo[c], _mm512_broadcastd_epi32(_mm_loadu_si32(x.qs + 4 * c)));
-        s1 = _mm512_dpbusd_epi32(s1, hi[c], _mm512_broadcastd_epi32(_mm_loadu_si32(x.qs + 16 + 4 * c)));
-      }
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(d, _mm512_set1_ps(x.d)), acc[t]);
-      acc[t] = _mm512_fmadd_ps(mn, _mm512_set1_ps(x.d_sum), acc[t]);
-    }
   }
-  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
-}
+};
 
 // Two versions of one pass (a macro, since each needs its own target), DOT and WIDEN the
 // steps of panels.hpp: AVX2 sums pairs of products in int16 by vpmaddubsw, AVX-VNNI's
@@ -120,7 +104,7 @@ void q4_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   const auto *pb = reinterpret_cast<const Q4_0Panel *>(panel);
   const int64_t kb = k / 32;
   if (isa == Isa::Avx512Vnni)
-    return in_passes<kPanelVnniTokens>(tokens, [&](auto tag, int64_t t0) { panel_dots_vnni<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
+    return in_passes<kPanelVnniTokens>(tokens, [&](auto tag, int64_t t0) { block32_dots_vnni<Q4_0Unit, decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
   if (isa == Isa::AvxVnni)
     return in_passes<kPanelAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { panel_dots_avxvnni<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
   in_passes<kPanelAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { panel_dots_avx2<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });

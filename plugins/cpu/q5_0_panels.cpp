@@ -57,40 +57,25 @@ void move_q5_0(minfer_block_q5_0 &row, Q5_0Panel &pb, int r, bool to_panels) {
 // they replace spent most of their instructions spreading the 32 fifth bits of one row over
 // 32 bytes; here one load of 16 rows' regrouped words serves the block's four pieces.
 
-template <int T>
-MINFER_VNNI512 void panel_dots_vnni(const Q5_0Panel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {
-  const __m512i low = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_panel_block(p + b, int(sizeof(Q5_0Panel)), 2048);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
-    const __m512 mn = _mm512_mul_ps(d, _mm512_set1_ps(-16.0f));
-    const __m512i h = _mm512_loadu_si512(p[b].qh);
-    __m512i lo[4], hi[4];
-    // (nibbles & 0x0f) | fifth bit, one ternary-logic op each (0xEA: (A & B) | C); the shifts
-    // are 16-bit, but each source bit stays within its byte (bits c and 4 + c to bit 4).
-    lo[0] = _mm512_ternarylogic_epi32(_mm512_loadu_si512(p[b].qs[0]), low, _mm512_and_si512(_mm512_slli_epi16(h, 4), bit4), 0xEA);
-    lo[1] = _mm512_ternarylogic_epi32(_mm512_loadu_si512(p[b].qs[1]), low, _mm512_and_si512(_mm512_slli_epi16(h, 3), bit4), 0xEA);
-    lo[2] = _mm512_ternarylogic_epi32(_mm512_loadu_si512(p[b].qs[2]), low, _mm512_and_si512(_mm512_slli_epi16(h, 2), bit4), 0xEA);
-    lo[3] = _mm512_ternarylogic_epi32(_mm512_loadu_si512(p[b].qs[3]), low, _mm512_and_si512(_mm512_slli_epi16(h, 1), bit4), 0xEA);
-    hi[0] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(_mm512_loadu_si512(p[b].qs[0]), 4), low, _mm512_and_si512(h, bit4), 0xEA);
-    hi[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(_mm512_loadu_si512(p[b].qs[1]), 4), low, _mm512_and_si512(_mm512_srli_epi16(h, 1), bit4), 0xEA);
-    hi[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(_mm512_loadu_si512(p[b].qs[2]), 4), low, _mm512_and_si512(_mm512_srli_epi16(h, 2), bit4), 0xEA);
-    hi[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(_mm512_loadu_si512(p[b].qs[3]), 4), low, _mm512_and_si512(_mm512_srli_epi16(h, 3), bit4), 0xEA);
-    for (int t = 0; t < T; ++t) {
-      const ActBlock &x = a[t * kb + b];
-      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();  // two chains: their latencies overlap
-      for (int c = 0; c < 4; ++c) {
-        s0 = _mm512_dpbusd_epi32(s0, lo[c], _mm512_broadcastd_epi32(_mm_loadu_si32(x.qs + 4 * c)));
-        s1 = _mm512_dpbusd_epi32(s1, hi[c], _mm512_broadcastd_epi32(_mm_loadu_si32(x.qs + 16 + 4 * c)));
-      }
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(d, _mm512_set1_ps(x.d)), acc[t]);
-      acc[t] = _mm512_fmadd_ps(mn, _mm512_set1_ps(x.d_sum), acc[t]);
-    }
+// AVX-512: block32_dots_vnni (panels.hpp) on these pieces: (nibbles & 0x0f) | fifth bit, one
+// ternary-logic op each (0xEA: (A & B) | C); the shifts are 16-bit, but each source bit stays
+// within its byte (bits c and 4 + c to bit 4).
+struct Q5_0Unit {
+  using Panel = Q5_0Panel;
+  static constexpr int kOffset = 16;
+  MINFER_VNNI512 static void pieces(const Panel &p, __m512i (&lo)[4], __m512i (&hi)[4]) {
+    const __m512i low = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10), h = _mm512_loadu_si512(p.qh);
+    const __m512i q[4] = {_mm512_loadu_si512(p.qs[0]), _mm512_loadu_si512(p.qs[1]), _mm512_loadu_si512(p.qs[2]), _mm512_loadu_si512(p.qs[3])};
+    lo[0] = _mm512_ternarylogic_epi32(q[0], low, _mm512_and_si512(_mm512_slli_epi16(h, 4), bit4), 0xEA);
+    lo[1] = _mm512_ternarylogic_epi32(q[1], low, _mm512_and_si512(_mm512_slli_epi16(h, 3), bit4), 0xEA);
+    lo[2] = _mm512_ternarylogic_epi32(q[2], low, _mm512_and_si512(_mm512_slli_epi16(h, 2), bit4), 0xEA);
+    lo[3] = _mm512_ternarylogic_epi32(q[3], low, _mm512_and_si512(_mm512_slli_epi16(h, 1), bit4), 0xEA);
+    hi[0] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q[0], 4), low, _mm512_and_si512(h, bit4), 0xEA);
+    hi[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q[1], 4), low, _mm512_and_si512(_mm512_srli_epi16(h, 1), bit4), 0xEA);
+    hi[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q[2], 4), low, _mm512_and_si512(_mm512_srli_epi16(h, 2), bit4), 0xEA);
+    hi[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q[3], 4), low, _mm512_and_si512(_mm512_srli_epi16(h, 3), bit4), 0xEA);
   }
-  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * m, acc[t]);
-}
+};
 
 // 8 rows at a time (the second half reads the panel block from L2), a version per target (a
 // macro: each needs its own), DOT and WIDEN the steps of panels.hpp. The fifth bits' two
@@ -191,7 +176,7 @@ void q5_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   const auto *pb = reinterpret_cast<const Q5_0Panel *>(panel);
   const int64_t kb = k / 32;
   if (isa == Isa::Avx512Vnni)
-    return in_passes<kPanelVnniTokens>(tokens, [&](auto tag, int64_t t0) { panel_dots_vnni<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
+    return in_passes<kPanelVnniTokens>(tokens, [&](auto tag, int64_t t0) { block32_dots_vnni<Q5_0Unit, decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
   const bool vnni = isa == Isa::AvxVnni;
   if (tokens > kPanelAvx2FewTokens)
     return in_passes<kPanelAvx2ManyTokens>(tokens, [&](auto tag, int64_t t0) {
