@@ -1,4 +1,4 @@
-// plugins/cpu/panels.hpp — Q4_0, Q5_0 and K-quant (Q2_K..Q6_K) matmul weights repacked, in their own buffer,
+// plugins/cpu/panels.hpp — Q4_0, Q5_0, Q5_1 and K-quant (Q2_K..Q6_K) matmul weights repacked, in their own buffer,
 // into 16-row panels.
 //
 // In GGUF order a matmul reads one row at a time: each (row, block, token) then pays a
@@ -50,6 +50,13 @@ struct Q5_0Panel {
   uint8_t qs[4][kPanelRows][4];
 };
 static_assert(sizeof(Q5_0Panel) == kPanelRows * sizeof(minfer_block_q5_0), "a panel block is its rows' blocks, moved");
+// Q5_1 (q5_0_panels.cpp, beside Q5_0): Q5_0's with the rows' minima m after their scales (x = d q + m).
+struct Q5_1Panel {
+  uint16_t d[kPanelRows], m[kPanelRows];
+  uint32_t qh[kPanelRows];
+  uint8_t qs[4][kPanelRows][4];
+};
+static_assert(sizeof(Q5_1Panel) == kPanelRows * sizeof(minfer_block_q5_1), "a panel block is its rows' blocks, moved");
 
 // Q4_K (q4_k_panels.cpp): one 256-value block of 16 rows: the rows' d and dmin, word i of
 // each row's 12 scale bytes (the words the 6-bit fields are decoded from), then qs[g][c][r] =
@@ -152,7 +159,7 @@ inline void prefetch_panel_block(const void *at, int bytes, int near) {
 // The weight types panels exist for; those an isa reads as panels (Q2_K, Q3_K, Q5_K and Q6_K:
 // AVX-512 only, see q6_k_panels.cpp); and whether a [k, m] weight can be held so: whole panels.
 inline bool panel_dtype(int32_t dtype) {
-  return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q2_K || dtype == MINFER_DTYPE_Q3_K || dtype == MINFER_DTYPE_Q4_K ||
+  return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q5_1 || dtype == MINFER_DTYPE_Q2_K || dtype == MINFER_DTYPE_Q3_K || dtype == MINFER_DTYPE_Q4_K ||
          dtype == MINFER_DTYPE_Q5_K || dtype == MINFER_DTYPE_Q6_K;
 }
 // AMX machines read the panels with the AVX-512 VNNI kernels below kAmxMinTokens tokens and
@@ -161,7 +168,8 @@ inline bool panel_dtype(int32_t dtype) {
 inline Isa panel_isa(Isa isa) { return isa == Isa::Amx ? Isa::Avx512Vnni : isa; }
 inline bool panels_take(int32_t dtype, Isa isa) {
   isa = panel_isa(isa);
-  return (isa == Isa::Avx512Vnni && panel_dtype(dtype)) || (avx2_family(isa) && (dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q4_K));
+  return (isa == Isa::Avx512Vnni && panel_dtype(dtype)) || (avx2_family(isa) && (dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q5_1 ||
+                                 dtype == MINFER_DTYPE_Q4_K));
 }
 inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
   return panel_dtype(dtype) && k % minfer_dtype_info(dtype).block_values == 0 && m % kPanelRows == 0 && m > 0;
@@ -170,6 +178,7 @@ inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
 // In place: m rows of k values (GGUF order) to panels, or back.
 void q4_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q5_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
+void q5_1_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q4_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q2_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q3_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
@@ -182,10 +191,12 @@ inline void repack_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, bool 
    : dtype == MINFER_DTYPE_Q5_K ? q5_k_convert
    : dtype == MINFER_DTYPE_Q6_K ? q6_k_convert
    : dtype == MINFER_DTYPE_Q5_0 ? q5_0_convert
+   : dtype == MINFER_DTYPE_Q5_1 ? q5_1_convert
                                 : q4_0_convert)(w, k, m, to_panels, pool);
 }
 void q4_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q5_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
+void q5_1_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q4_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q2_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q3_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
@@ -198,6 +209,7 @@ inline void panel_rows(int32_t dtype, const uint8_t *panel, int64_t k, uint8_t *
    : dtype == MINFER_DTYPE_Q5_K ? q5_k_panel_rows
    : dtype == MINFER_DTYPE_Q6_K ? q6_k_panel_rows
    : dtype == MINFER_DTYPE_Q5_0 ? q5_0_panel_rows
+   : dtype == MINFER_DTYPE_Q5_1 ? q5_1_panel_rows
                                 : q4_0_panel_rows)(panel, k, rows);
 }
 
@@ -222,9 +234,10 @@ void vnni_panel_passes(const char *type, Isa isa, const uint8_t *panel, int64_t 
   in_passes<kVnniPanelTokens>(tokens, [&](auto tag, int64_t t0) { kernel(tag, pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
 }
 
-// The AVX-512 kernel of the 32-value panels (Q4_0, Q5_0): Unit::pieces gives the 16 rows'
+// The AVX-512 kernel of the 32-value panels (Q4_0, Q5_0, Q5_1): Unit::pieces gives the 16 rows'
 // unsigned values of a block, lo[c] the low nibbles' piece c (values 4c..4c+3) and hi[c] the
-// high ones' (16 + 4c..), kOffset above zero; each pass of T tokens unpacks a block once.
+// high ones' (16 + 4c..), and Unit::mins(panel block, d) what multiplies each token's d * sum
+// (-offset * d, or the rows' minima); each pass of T tokens unpacks a block once.
 // Per (16 rows, block, token): 8 vpdpbusd in two chains (their latencies overlap) and two FMAs.
 template <class Unit, int T>
 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) void block32_dots_vnni(const typename Unit::Panel *p,
@@ -235,7 +248,7 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) vo
   for (int64_t b = 0; b < nb; ++b) {
     prefetch_panel_block(p + b, int(sizeof(typename Unit::Panel)), 2048);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
-    const __m512 mn = _mm512_mul_ps(d, _mm512_set1_ps(-float(Unit::kOffset)));
+    const __m512 mn = Unit::mins(p[b], d);
     __m512i lo[4], hi[4];
     Unit::pieces(p[b], lo, hi);
     for (int t = 0; t < T; ++t) {
@@ -388,6 +401,7 @@ __attribute__((target("avx2"))) inline __m256i widen_i32(__m256i s) { return s; 
 // Avx512Vnni (Q6_K: Avx512Vnni; panel_isa maps Amx).
 void q4_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q5_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
+void q5_1_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q4_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q2_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q3_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);

@@ -40,7 +40,7 @@ void move_q4_0(minfer_block_q4_0 &row, Q4_0Panel &pb, int r, bool to_panels) {
 // AVX-512: block32_dots_vnni (panels.hpp), the nibbles split once a pass.
 struct Q4_0Unit {
   using Panel = Q4_0Panel;
-  static constexpr int kOffset = 8;
+  MINFER_VNNI512 static __m512 mins(const Panel &, __m512 d) { return _mm512_mul_ps(d, _mm512_set1_ps(-8.0f)); }
   MINFER_VNNI512 static void pieces(const Panel &p, __m512i (&lo)[4], __m512i (&hi)[4]) {
     const __m512i low = _mm512_set1_epi8(0x0f);
     for (int c = 0; c < 4; ++c) {

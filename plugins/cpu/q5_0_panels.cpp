@@ -1,6 +1,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "panels.hpp"
 
@@ -31,9 +32,15 @@ uint32_t fifth_bits_to_row(uint32_t w) {
   return h;
 }
 
-// A row's block into its panel block or back: the scale, the fifth bits, the four pieces.
-void move_q5_0(minfer_block_q5_0 &row, Q5_0Panel &pb, int r, bool to_panels) {
+// A row's block into its panel block or back: the scale (and Q5_1's minimum), the fifth bits,
+// the four pieces.
+template <class Block, class Panel>
+void move_q5(Block &row, Panel &pb, int r, bool to_panels) {
   uint32_t h;
+  if constexpr (std::is_same_v<Block, minfer_block_q5_1>) {
+    if (to_panels) pb.m[r] = row.m;
+    else row.m = pb.m[r];
+  }
   if (to_panels) {
     pb.d[r] = row.d;
     std::memcpy(&h, row.qh, 4);
@@ -52,17 +59,28 @@ void move_q5_0(minfer_block_q5_0 &row, Q5_0Panel &pb, int r, bool to_panels) {
 #define MINFER_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 // ---- Dot products straight from the panels ------------------------------------------------
-// Q4_0's panel kernels (q4_0_panels.cpp) with a fifth bit a value: unsigned 0..31, offset 16
-// (dot(v - 16, x) = dot(v, x) - 16 sum(x), the sum from the activation block). The row dots
-// they replace spent most of their instructions spreading the 32 fifth bits of one row over
-// 32 bytes; here one load of 16 rows' regrouped words serves the block's four pieces.
+// Q4_0's panel kernels (q4_0_panels.cpp) with a fifth bit a value: unsigned 0..31, Q5_0's 16
+// above zero (dot(v - 16, x) = dot(v, x) - 16 sum(x), the sum from the activation block),
+// Q5_1's plus its row's minimum (m sum(x)). The row dots they replace spent most of their
+// instructions spreading the 32 fifth bits of one row over 32 bytes; here one load of 16
+// rows' regrouped words serves the block's four pieces.
+
+// What multiplies a token's d * sum(x): -16 d for Q5_0, the rows' minima for Q5_1 (8 rows
+// from `row` on 256 bits).
+MINFER_VNNI512 __m512 block_mins(const Q5_0Panel &, __m512 d) { return _mm512_mul_ps(d, _mm512_set1_ps(-16.0f)); }
+MINFER_VNNI512 __m512 block_mins(const Q5_1Panel &p, __m512) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p.m))); }
+MINFER_AVX2 __m256 block_mins(const Q5_0Panel &, __m256 d, int) { return _mm256_mul_ps(d, _mm256_set1_ps(-16.0f)); }
+MINFER_AVX2 __m256 block_mins(const Q5_1Panel &p, __m256, int row) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p.m + row)));
+}
 
 // AVX-512: block32_dots_vnni (panels.hpp) on these pieces: (nibbles & 0x0f) | fifth bit, one
 // ternary-logic op each (0xEA: (A & B) | C); the shifts are 16-bit, but each source bit stays
 // within its byte (bits c and 4 + c to bit 4).
-struct Q5_0Unit {
-  using Panel = Q5_0Panel;
-  static constexpr int kOffset = 16;
+template <class P>
+struct Q5Unit {
+  using Panel = P;
+  MINFER_VNNI512 static __m512 mins(const Panel &p, __m512 d) { return block_mins(p, d); }
   MINFER_VNNI512 static void pieces(const Panel &p, __m512i (&lo)[4], __m512i (&hi)[4]) {
     const __m512i low = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10), h = _mm512_loadu_si512(p.qh);
     const __m512i q[4] = {_mm512_loadu_si512(p.qs[0]), _mm512_loadu_si512(p.qs[1]), _mm512_loadu_si512(p.qs[2]), _mm512_loadu_si512(p.qs[3])};
@@ -84,14 +102,14 @@ struct Q5_0Unit {
 // 2 * 31 * 127 a vpmaddubsw: four fit (< 2^15), so they are widened and scaled every two
 // pieces.
 #define MINFER_Q5_0_PANEL_DOTS_256(NAME, TARGET, DOT, WIDEN)                                                                   \
-  template <int T>                                                                                                              \
-  TARGET void NAME(const Q5_0Panel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {                       \
+  template <class Panel, int T>                                                                                                 \
+  TARGET void NAME(const Panel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {                           \
     const __m256i low = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);                                                \
     for (int half = 0; half < 2; ++half) {                                                                                      \
       __m256 acc[T];                                                                                                            \
       for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();                                                                 \
       for (int64_t b = 0; b < nb; ++b) {                                                                                        \
-        if (half == 0) prefetch_panel_block(p + b, int(sizeof(Q5_0Panel)), 2048);                                               \
+        if (half == 0) prefetch_panel_block(p + b, int(sizeof(Panel)), 2048);                                                   \
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].d + 8 * half)));                \
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].qh + 8 * half));                          \
         __m256i hl = _mm256_slli_epi16(h, 4), hh = h; /* piece c: bit c, and bit 4 + c, at bit 4 */                            \
@@ -112,7 +130,7 @@ struct Q5_0Unit {
           for (int t = 0; t < T; ++t)                                                                                           \
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(WIDEN(s[t])), _mm256_mul_ps(d, _mm256_set1_ps(a[t * kb + b].d)), acc[t]); \
         }                                                                                                                       \
-        const __m256 mn = _mm256_mul_ps(d, _mm256_set1_ps(-16.0f));                                                             \
+        const __m256 mn = block_mins(p[b], d, 8 * half);                                                                        \
         for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(mn, _mm256_set1_ps(a[t * kb + b].d_sum), acc[t]);                  \
       }                                                                                                                         \
       for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * m + 8 * half, acc[t]);                                               \
@@ -127,16 +145,16 @@ MINFER_Q5_0_PANEL_DOTS_256(panel_dots_avxvnni, MINFER_AVXVNNI, dot_step_avxvnni,
 // 3.9-4.8 ms against 3.2-3.7). Here a block-half's 8 unpacked vectors go to the stack once
 // (L1) for 8 tokens, each token reloading them: only its accumulator lives across tokens.
 #define MINFER_Q5_0_PANEL_DOTS_256_MANY(NAME, TARGET, DOT, WIDEN)                                                              \
-  template <int T>                                                                                                              \
-  TARGET void NAME(const Q5_0Panel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {                       \
+  template <class Panel, int T>                                                                                                 \
+  TARGET void NAME(const Panel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {                           \
     const __m256i low = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);                                                \
     for (int half = 0; half < 2; ++half) {                                                                                      \
       __m256 acc[T];                                                                                                            \
       for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();                                                                 \
       for (int64_t b = 0; b < nb; ++b) {                                                                                        \
-        if (half == 0) prefetch_panel_block(p + b, int(sizeof(Q5_0Panel)), 2048);                                               \
+        if (half == 0) prefetch_panel_block(p + b, int(sizeof(Panel)), 2048);                                                   \
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].d + 8 * half)));                \
-        const __m256 mn = _mm256_mul_ps(d, _mm256_set1_ps(-16.0f));                                                             \
+        const __m256 mn = block_mins(p[b], d, 8 * half);                                                                        \
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].qh + 8 * half));                          \
         alignas(32) __m256i w[8]; /* piece c's low and high values at 2c and 2c + 1 */                                         \
         for (int c = 0; c < 4; ++c) {                                                                                           \
@@ -170,29 +188,45 @@ MINFER_Q5_0_PANEL_DOTS_256_MANY(panel_dots_many_avxvnni, MINFER_AVXVNNI, dot_ste
 // two copies), more in passes of 8 through the stack.
 constexpr int kPanelVnniTokens = 8, kPanelAvx2FewTokens = 4, kPanelAvx2ManyTokens = 8;
 
-}  // namespace
-
-void q5_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
-  const auto *pb = reinterpret_cast<const Q5_0Panel *>(panel);
+template <class Panel>
+void q5_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
+  const auto *pb = reinterpret_cast<const Panel *>(panel);
   const int64_t kb = k / 32;
   if (isa == Isa::Avx512Vnni)
-    return in_passes<kPanelVnniTokens>(tokens, [&](auto tag, int64_t t0) { block32_dots_vnni<Q5_0Unit, decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
+    return in_passes<kPanelVnniTokens>(tokens, [&](auto tag, int64_t t0) { block32_dots_vnni<Q5Unit<Panel>, decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
   const bool vnni = isa == Isa::AvxVnni;
   if (tokens > kPanelAvx2FewTokens)
     return in_passes<kPanelAvx2ManyTokens>(tokens, [&](auto tag, int64_t t0) {
       constexpr int kT = decltype(tag)::value;
-      (vnni ? panel_dots_many_avxvnni<kT> : panel_dots_many_avx2<kT>)(pb, kb, a + t0 * kb, kb, y + t0 * m, m);
+      (vnni ? panel_dots_many_avxvnni<Panel, kT> : panel_dots_many_avx2<Panel, kT>)(pb, kb, a + t0 * kb, kb, y + t0 * m, m);
     });
   in_passes<kPanelAvx2FewTokens>(tokens, [&](auto tag, int64_t t0) {
     constexpr int kT = decltype(tag)::value;
-    (vnni ? panel_dots_avxvnni<kT> : panel_dots_avx2<kT>)(pb, kb, a + t0 * kb, kb, y + t0 * m, m);
+    (vnni ? panel_dots_avxvnni<Panel, kT> : panel_dots_avx2<Panel, kT>)(pb, kb, a + t0 * kb, kb, y + t0 * m, m);
   });
 }
 
-void q5_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) { panel_to_rows<minfer_block_q5_0, Q5_0Panel, 32>(panel, k, rows, move_q5_0); }
+}  // namespace
+
+void q5_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
+  q5_panel_dots<Q5_0Panel>(isa, panel, k, a, tokens, y, m);
+}
+void q5_1_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
+  q5_panel_dots<Q5_1Panel>(isa, panel, k, a, tokens, y, m);
+}
+
+void q5_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) {
+  panel_to_rows<minfer_block_q5_0, Q5_0Panel, 32>(panel, k, rows, move_q5<minfer_block_q5_0, Q5_0Panel>);
+}
+void q5_1_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) {
+  panel_to_rows<minfer_block_q5_1, Q5_1Panel, 32>(panel, k, rows, move_q5<minfer_block_q5_1, Q5_1Panel>);
+}
 
 void q5_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
-  convert_panels<minfer_block_q5_0, Q5_0Panel, 32>(w, k, m, to_panels, pool, move_q5_0);
+  convert_panels<minfer_block_q5_0, Q5_0Panel, 32>(w, k, m, to_panels, pool, move_q5<minfer_block_q5_0, Q5_0Panel>);
+}
+void q5_1_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
+  convert_panels<minfer_block_q5_1, Q5_1Panel, 32>(w, k, m, to_panels, pool, move_q5<minfer_block_q5_1, Q5_1Panel>);
 }
 
 }  // namespace minfer::cpu
