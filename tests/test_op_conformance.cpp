@@ -168,7 +168,7 @@ std::vector<Case> all_cases() {
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 130, 64}), shapes.push_back({4096, 33, 48});
     // 2-4 tokens over long rows of whole 16-byte pieces (CUDA: the few-token dp4a GEMV), odd row counts.
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 33, 2}), shapes.push_back({2048, 70, 3}), shapes.push_back({4096, 48, 4});
-    // Whole 16-row panels (the CPU holds Q4_0, Q5_0, Q5_1 and the K-quants' matmul weights so): decode, a batch, a prompt.
+    // Whole 16-row panels (the CPU holds Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants' matmul weights so): decode, a batch, a prompt.
     if (dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q8_0 || dt == MINFER_DTYPE_Q2_K || dt == MINFER_DTYPE_Q3_K || dt == MINFER_DTYPE_Q4_K ||
         dt == MINFER_DTYPE_Q5_K || dt == MINFER_DTYPE_Q6_K) {
       const int64_t kp = per == 256 ? 1024 : 896;
@@ -252,7 +252,7 @@ std::vector<Case> all_cases() {
         {k_small, 7, 4, 2, 1, false}, {k_small, 7, 4, 2, 5, true}, {per == 256 ? 1024 : 896, 33, 16, 4, 1, false},
         {per == 256 ? 1024 : 896, 33, 16, 4, 37, false}, {per == 256 ? 512 : 384, 20, 8, 3, 19, true}};
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 24, 32, 8, 1, true});
-    // Experts of whole 16-row panels (the CPU holds Q4_0, Q5_0, Q5_1 and K-quant ones so): a decode
+    // Experts of whole 16-row panels (the CPU holds Q4_0, Q4_1, Q5_0, Q5_1 and K-quant ones so): a decode
     // token, a few per-choice inputs.
     shapes.push_back({per == 256 ? 1024 : 512, 32, 16, 4, 1, false}), shapes.push_back({per == 256 ? 512 : 256, 32, 8, 2, 3, true});
     // A prompt's worth of rows: ~50 per expert, past the CPU's AMX crossover and into CUDA's
@@ -417,8 +417,8 @@ std::vector<Case> all_cases() {
       paged("decode of 8 sequences", cache, hd, nh, nkv, 16, used, seqs, 700, 30.0f);
       paged("one sequence, n1 past 6000", cache, hd, nh, nkv, 16, 400, {{shuffled(0, 400, 15), 6000, 1}}, 2000);
     }
-  // Q5_0's and Q5_1's whole panels (as Q4_0's above; appended last: the cases before keep their seeds).
-  for (int32_t dt : {MINFER_DTYPE_Q5_0, MINFER_DTYPE_Q5_1})
+  // Q4_1's, Q5_0's and Q5_1's whole panels (as Q4_0's above; appended last: the cases before keep their seeds).
+  for (int32_t dt : {MINFER_DTYPE_Q5_0, MINFER_DTYPE_Q5_1, MINFER_DTYPE_Q4_1})
     for (auto [k, m, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{896, 64, 1}, {896, 48, 11}, {1024, 128, 130}}) matmul_case(dt, k, m, n);
   return cases;
 }
@@ -755,14 +755,14 @@ TEST_P(Conformance, EveryOpDtypeShape) {
 }
 
 // Weights written after compile and after a run: the matmul uses the new ones, and reading
-// them back gives what was written (the CPU repacks Q4_0, Q5_0, Q5_1 and K-quant weights in place at compile).
+// them back gives what was written (the CPU repacks Q4_0, Q4_1, Q5_0, Q5_1 and K-quant weights in place at compile).
 TEST_P(Conformance, MatmulWeightsRewrittenAfterCompile) {
   const Target &t = GetParam();
   if (!op_selected(MINFER_OP_MATMUL)) GTEST_SKIP() << "filtered out";
   int ran = 0, seed = 5;
   for (const Case &c : all_cases()) {
     const int32_t dt = c.dtypes[0];
-    const bool panels = dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q5_0 || dt == MINFER_DTYPE_Q5_1 || dt == MINFER_DTYPE_Q2_K || dt == MINFER_DTYPE_Q3_K || dt == MINFER_DTYPE_Q4_K ||
+    const bool panels = dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q4_1 || dt == MINFER_DTYPE_Q5_0 || dt == MINFER_DTYPE_Q5_1 || dt == MINFER_DTYPE_Q2_K || dt == MINFER_DTYPE_Q3_K || dt == MINFER_DTYPE_Q4_K ||
                         dt == MINFER_DTYPE_Q5_K || dt == MINFER_DTYPE_Q6_K;
     if (c.op != MINFER_OP_MATMUL || (!panels && dt != MINFER_DTYPE_F16 && dt != MINFER_DTYPE_F32)) continue;
     std::string r;

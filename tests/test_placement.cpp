@@ -238,8 +238,8 @@ TEST(Explain, CpuNamesQ4_0PanelsWhereItRepacks) {
   const std::string k = explain_tiny("backends: {cpu: {isa: avx2}}\n", "qwen2", "q4_k_m");
   EXPECT_NE(k.find("avx2 int8 dot products on q4_k weights repacked at load into 16-row panels"), std::string::npos) << k;
   EXPECT_NE(k.find("avx2 int8 dot products on the q6_k blocks"), std::string::npos) << k;
-  // Q5_0 and Q5_1 (a small Qwen's Q4_K_M and Q5_K_M files hold their 896-wide matmuls so) as Q4_0.
-  for (const char *type : {"q5_0", "q5_1"}) {
+  // Q5_0 and Q5_1 (a small Qwen's Q4_K_M and Q5_K_M files hold their 896-wide matmuls so) and Q4_1 as Q4_0.
+  for (const char *type : {"q5_0", "q5_1", "q4_1"}) {
     const std::string q5 = explain_tiny("backends: {cpu: {isa: avx2}}\n", "qwen2", type);
     EXPECT_NE(kernel_lines(q5, "blk.0.ffn_down").find(std::string("1: avx2 int8 dot products on ") + type + " weights repacked at load into 16-row panels"),
               std::string::npos) << q5;

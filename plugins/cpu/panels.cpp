@@ -11,6 +11,7 @@ void panel_matmul(int32_t dtype, Isa isa, int64_t k, int64_t m, const ActBlock *
                     : dtype == MINFER_DTYPE_Q3_K ? q3_k_panel_dots
                     : dtype == MINFER_DTYPE_Q5_K ? q5_k_panel_dots
                     : dtype == MINFER_DTYPE_Q6_K ? q6_k_panel_dots
+                    : dtype == MINFER_DTYPE_Q4_1 ? q4_1_panel_dots
                     : dtype == MINFER_DTYPE_Q5_0 ? q5_0_panel_dots
                     : dtype == MINFER_DTYPE_Q5_1 ? q5_1_panel_dots
                                                  : q4_0_panel_dots;

@@ -1,4 +1,4 @@
-// plugins/cpu/panels.hpp — Q4_0, Q5_0, Q5_1 and K-quant (Q2_K..Q6_K) matmul weights repacked, in their own buffer,
+// plugins/cpu/panels.hpp — Q4_0, Q4_1, Q5_0, Q5_1 and K-quant (Q2_K..Q6_K) matmul weights repacked, in their own buffer,
 // into 16-row panels.
 //
 // In GGUF order a matmul reads one row at a time: each (row, block, token) then pays a
@@ -40,6 +40,12 @@ struct Q4_0Panel {
   uint8_t qs[4][kPanelRows][4];
 };
 static_assert(sizeof(Q4_0Panel) == kPanelRows * sizeof(minfer_block_q4_0), "a panel block is its rows' blocks, moved");
+// Q4_1 (q4_0_panels.cpp, beside Q4_0): Q4_0's with the rows' minima m after their scales.
+struct Q4_1Panel {
+  uint16_t d[kPanelRows], m[kPanelRows];
+  uint8_t qs[4][kPanelRows][4];
+};
+static_assert(sizeof(Q4_1Panel) == kPanelRows * sizeof(minfer_block_q4_1), "a panel block is its rows' blocks, moved");
 
 // Q5_0 (q5_0_panels.cpp): Q4_0's panel with each row's 32 fifth bits as one word between the
 // scales and qs, regrouped so that byte j holds piece c's bits (value 4c + j at bit c, value
@@ -159,7 +165,8 @@ inline void prefetch_panel_block(const void *at, int bytes, int near) {
 // The weight types panels exist for; those an isa reads as panels (Q2_K, Q3_K, Q5_K and Q6_K:
 // AVX-512 only, see q6_k_panels.cpp); and whether a [k, m] weight can be held so: whole panels.
 inline bool panel_dtype(int32_t dtype) {
-  return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q5_1 || dtype == MINFER_DTYPE_Q2_K || dtype == MINFER_DTYPE_Q3_K || dtype == MINFER_DTYPE_Q4_K ||
+  return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_1 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q5_1 ||
+         dtype == MINFER_DTYPE_Q2_K || dtype == MINFER_DTYPE_Q3_K || dtype == MINFER_DTYPE_Q4_K ||
          dtype == MINFER_DTYPE_Q5_K || dtype == MINFER_DTYPE_Q6_K;
 }
 // AMX machines read the panels with the AVX-512 VNNI kernels below kAmxMinTokens tokens and
@@ -168,7 +175,7 @@ inline bool panel_dtype(int32_t dtype) {
 inline Isa panel_isa(Isa isa) { return isa == Isa::Amx ? Isa::Avx512Vnni : isa; }
 inline bool panels_take(int32_t dtype, Isa isa) {
   isa = panel_isa(isa);
-  return (isa == Isa::Avx512Vnni && panel_dtype(dtype)) || (avx2_family(isa) && (dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q5_1 ||
+  return (isa == Isa::Avx512Vnni && panel_dtype(dtype)) || (avx2_family(isa) && (dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_1 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q5_1 ||
                                  dtype == MINFER_DTYPE_Q4_K));
 }
 inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
@@ -177,6 +184,7 @@ inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
 
 // In place: m rows of k values (GGUF order) to panels, or back.
 void q4_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
+void q4_1_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q5_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q5_1_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q4_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
@@ -190,11 +198,13 @@ inline void repack_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, bool 
    : dtype == MINFER_DTYPE_Q3_K ? q3_k_convert
    : dtype == MINFER_DTYPE_Q5_K ? q5_k_convert
    : dtype == MINFER_DTYPE_Q6_K ? q6_k_convert
+   : dtype == MINFER_DTYPE_Q4_1 ? q4_1_convert
    : dtype == MINFER_DTYPE_Q5_0 ? q5_0_convert
    : dtype == MINFER_DTYPE_Q5_1 ? q5_1_convert
                                 : q4_0_convert)(w, k, m, to_panels, pool);
 }
 void q4_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
+void q4_1_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q5_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q5_1_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q4_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
@@ -208,6 +218,7 @@ inline void panel_rows(int32_t dtype, const uint8_t *panel, int64_t k, uint8_t *
    : dtype == MINFER_DTYPE_Q3_K ? q3_k_panel_rows
    : dtype == MINFER_DTYPE_Q5_K ? q5_k_panel_rows
    : dtype == MINFER_DTYPE_Q6_K ? q6_k_panel_rows
+   : dtype == MINFER_DTYPE_Q4_1 ? q4_1_panel_rows
    : dtype == MINFER_DTYPE_Q5_0 ? q5_0_panel_rows
    : dtype == MINFER_DTYPE_Q5_1 ? q5_1_panel_rows
                                 : q4_0_panel_rows)(panel, k, rows);
@@ -234,7 +245,7 @@ void vnni_panel_passes(const char *type, Isa isa, const uint8_t *panel, int64_t 
   in_passes<kVnniPanelTokens>(tokens, [&](auto tag, int64_t t0) { kernel(tag, pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
 }
 
-// The AVX-512 kernel of the 32-value panels (Q4_0, Q5_0, Q5_1): Unit::pieces gives the 16 rows'
+// The AVX-512 kernel of the 32-value panels (Q4_0, Q4_1, Q5_0, Q5_1): Unit::pieces gives the 16 rows'
 // unsigned values of a block, lo[c] the low nibbles' piece c (values 4c..4c+3) and hi[c] the
 // high ones' (16 + 4c..), and Unit::mins(panel block, d) what multiplies each token's d * sum
 // (-offset * d, or the rows' minima); each pass of T tokens unpacks a block once.
@@ -400,6 +411,7 @@ __attribute__((target("avx2"))) inline __m256i widen_i32(__m256i s) { return s; 
 // quantize_activations, k / 32 blocks a token): y[t * m + r] for row r; isa Avx2 or
 // Avx512Vnni (Q6_K: Avx512Vnni; panel_isa maps Amx).
 void q4_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
+void q4_1_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q5_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q5_1_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q4_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);

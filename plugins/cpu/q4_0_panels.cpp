@@ -12,8 +12,14 @@
 namespace minfer::cpu {
 namespace {
 
-// A row's block into its panel block or back: the scale, then its four 4-byte pieces.
-void move_q4_0(minfer_block_q4_0 &row, Q4_0Panel &pb, int r, bool to_panels) {
+// A row's block into its panel block or back: the scale (and Q4_1's minimum), then its four
+// 4-byte pieces.
+template <class Block, class Panel>
+void move_q4(Block &row, Panel &pb, int r, bool to_panels) {
+  if constexpr (std::is_same_v<Block, minfer_block_q4_1>) {
+    if (to_panels) pb.m[r] = row.m;
+    else row.m = pb.m[r];
+  }
   if (to_panels) {
     pb.d[r] = row.d;
     for (int c = 0; c < 4; ++c) std::memcpy(pb.qs[c][r], row.qs + 4 * c, 4);
@@ -37,10 +43,20 @@ void move_q4_0(minfer_block_q4_0 &row, Q4_0Panel &pb, int r, bool to_panels) {
 // 4240-4840; 8: 2421 | 6274; 128: 33510 | 41878; avx2 1: 1383 | 3584 | 2915; 4: 2851 | 4639 |
 // 6946; 128: 72860 | 75137 | 87597; 896 x 4864 avx512vnni 128: 2070 | 3443.
 
+// What multiplies a token's d * sum(x): -8 d for Q4_0, the rows' minima for Q4_1 (Q4_1's
+// values are the nibbles, x = d q + m; 8 rows from `row` on 256 bits).
+MINFER_VNNI512 __m512 block_mins(const Q4_0Panel &, __m512 d) { return _mm512_mul_ps(d, _mm512_set1_ps(-8.0f)); }
+MINFER_VNNI512 __m512 block_mins(const Q4_1Panel &p, __m512) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p.m))); }
+MINFER_AVX2 __m256 block_mins(const Q4_0Panel &, __m256 d, int) { return _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)); }
+MINFER_AVX2 __m256 block_mins(const Q4_1Panel &p, __m256, int row) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p.m + row)));
+}
+
 // AVX-512: block32_dots_vnni (panels.hpp), the nibbles split once a pass.
-struct Q4_0Unit {
-  using Panel = Q4_0Panel;
-  MINFER_VNNI512 static __m512 mins(const Panel &, __m512 d) { return _mm512_mul_ps(d, _mm512_set1_ps(-8.0f)); }
+template <class P>
+struct Q4Unit {
+  using Panel = P;
+  MINFER_VNNI512 static __m512 mins(const Panel &p, __m512 d) { return block_mins(p, d); }
   MINFER_VNNI512 static void pieces(const Panel &p, __m512i (&lo)[4], __m512i (&hi)[4]) {
     const __m512i low = _mm512_set1_epi8(0x0f);
     for (int c = 0; c < 4; ++c) {
@@ -55,14 +71,14 @@ struct Q4_0Unit {
 // steps of panels.hpp: AVX2 sums pairs of products in int16 by vpmaddubsw, AVX-VNNI's
 // vpdpbusd straight into int32. C_LOOP: a pragma for the loop over a block's four pieces.
 #define MINFER_Q4_0_PANEL_DOTS_256(NAME, TARGET, DOT, WIDEN, C_LOOP)                                                                       \
-  template <int T>                                                                                                              \
-  TARGET void NAME(const Q4_0Panel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {                       \
+  template <class Panel, int T>                                                                                                 \
+  TARGET void NAME(const Panel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {                           \
     const __m256i low = _mm256_set1_epi8(0x0f);                                                                               \
     for (int half = 0; half < 2; ++half) { /* 8 rows at a time; the second pass reads the panel from L2 */                    \
       __m256 acc[T];                                                                                                            \
       for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();                                                                 \
       for (int64_t b = 0; b < nb; ++b) {                                                                                        \
-        if (half == 0) prefetch_panel_block(p + b, int(sizeof(Q4_0Panel)), 2048);                                               \
+        if (half == 0) prefetch_panel_block(p + b, int(sizeof(Panel)), 2048);                                                   \
         __m256i s[T];                                                                                                           \
         for (int t = 0; t < T; ++t) s[t] = _mm256_setzero_si256();                                                              \
         C_LOOP                                                                                                                  \
@@ -76,7 +92,7 @@ struct Q4_0Unit {
           }                                                                                                                     \
         }                                                                                                                       \
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].d + 8 * half)));                \
-        const __m256 mn = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));                                                              \
+        const __m256 mn = block_mins(p[b], d, 8 * half);                                                                        \
         for (int t = 0; t < T; ++t) {                                                                                           \
           const ActBlock &x = a[t * kb + b];                                                                                    \
           acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(WIDEN(s[t])), _mm256_mul_ps(d, _mm256_set1_ps(x.d)), acc[t]);             \
@@ -98,22 +114,40 @@ MINFER_Q4_0_PANEL_DOTS_256(panel_dots_avxvnni, MINFER_AVXVNNI, dot_step_avxvnni,
 // 5 tokens a pass against 4 within noise for AVX2 and 2.47-2.51 against 2.56-2.60 for AVX-VNNI.
 constexpr int kPanelVnniTokens = 8, kPanelAvx2Tokens = 5;
 
+template <class Panel>
+void q4_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
+  const auto *pb = reinterpret_cast<const Panel *>(panel);
+  const int64_t kb = k / 32;
+  if (isa == Isa::Avx512Vnni)
+    return in_passes<kPanelVnniTokens>(tokens, [&](auto tag, int64_t t0) { block32_dots_vnni<Q4Unit<Panel>, decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
+  const bool vnni = isa == Isa::AvxVnni;
+  in_passes<kPanelAvx2Tokens>(tokens, [&](auto tag, int64_t t0) {
+    constexpr int kT = decltype(tag)::value;
+    (vnni ? panel_dots_avxvnni<Panel, kT> : panel_dots_avx2<Panel, kT>)(pb, kb, a + t0 * kb, kb, y + t0 * m, m);
+  });
+}
+
 }  // namespace
 
 void q4_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
-  const auto *pb = reinterpret_cast<const Q4_0Panel *>(panel);
-  const int64_t kb = k / 32;
-  if (isa == Isa::Avx512Vnni)
-    return in_passes<kPanelVnniTokens>(tokens, [&](auto tag, int64_t t0) { block32_dots_vnni<Q4_0Unit, decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
-  if (isa == Isa::AvxVnni)
-    return in_passes<kPanelAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { panel_dots_avxvnni<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
-  in_passes<kPanelAvx2Tokens>(tokens, [&](auto tag, int64_t t0) { panel_dots_avx2<decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
+  q4_panel_dots<Q4_0Panel>(isa, panel, k, a, tokens, y, m);
+}
+void q4_1_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
+  q4_panel_dots<Q4_1Panel>(isa, panel, k, a, tokens, y, m);
 }
 
-void q4_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) { panel_to_rows<minfer_block_q4_0, Q4_0Panel, 32>(panel, k, rows, move_q4_0); }
+void q4_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) {
+  panel_to_rows<minfer_block_q4_0, Q4_0Panel, 32>(panel, k, rows, move_q4<minfer_block_q4_0, Q4_0Panel>);
+}
+void q4_1_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) {
+  panel_to_rows<minfer_block_q4_1, Q4_1Panel, 32>(panel, k, rows, move_q4<minfer_block_q4_1, Q4_1Panel>);
+}
 
 void q4_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
-  convert_panels<minfer_block_q4_0, Q4_0Panel, 32>(w, k, m, to_panels, pool, move_q4_0);
+  convert_panels<minfer_block_q4_0, Q4_0Panel, 32>(w, k, m, to_panels, pool, move_q4<minfer_block_q4_0, Q4_0Panel>);
+}
+void q4_1_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
+  convert_panels<minfer_block_q4_1, Q4_1Panel, 32>(w, k, m, to_panels, pool, move_q4<minfer_block_q4_1, Q4_1Panel>);
 }
 
 }  // namespace minfer::cpu
