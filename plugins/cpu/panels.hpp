@@ -36,6 +36,7 @@ inline constexpr int kPanelRows = 16;
 // Q4_0 (q4_0_panels.cpp): one 32-value block of 16 rows: the rows' scales, then qs[c][r] =
 // bytes 4c..4c+3 of row r's block (low nibbles: values 4c..4c+3; high: 16 + 4c..).
 struct Q4_0Panel {
+  static constexpr float kOffset = 8.0f;  // the nibbles sit 8 above the values
   uint16_t d[kPanelRows];
   uint8_t qs[4][kPanelRows][4];
 };
@@ -51,6 +52,7 @@ static_assert(sizeof(Q4_1Panel) == kPanelRows * sizeof(minfer_block_q4_1), "a pa
 // scales and qs, regrouped so that byte j holds piece c's bits (value 4c + j at bit c, value
 // 16 + 4c + j at bit 4 + c): a piece's fifth bits reach bit 4 of their bytes by one shift.
 struct Q5_0Panel {
+  static constexpr float kOffset = 16.0f;
   uint16_t d[kPanelRows];
   uint32_t qh[kPanelRows];
   uint8_t qs[4][kPanelRows][4];
@@ -245,10 +247,23 @@ void vnni_panel_passes(const char *type, Isa isa, const uint8_t *panel, int64_t 
   in_passes<kVnniPanelTokens>(tokens, [&](auto tag, int64_t t0) { kernel(tag, pb, nb, a + t0 * kb, kb, y + t0 * m, m); });
 }
 
+// What multiplies a token's d * sum(x) in the 32-value panels' passes: -offset * d for Q4_0
+// and Q5_0, the rows' minima for Q4_1 and Q5_1 (x = d q + m); 256 bits: the 8 rows from `row`.
+template <class Panel>
+__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) __m512 block32_mins(const Panel &p, __m512 d) {
+  if constexpr (requires { p.m; }) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p.m)));
+  else return _mm512_mul_ps(d, _mm512_set1_ps(-Panel::kOffset));
+}
+template <class Panel>
+__attribute__((target("avx2,fma,f16c"))) __m256 block32_mins(const Panel &p, __m256 d, int row) {
+  if constexpr (requires { p.m; }) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p.m + row)));
+  else return _mm256_mul_ps(d, _mm256_set1_ps(-Panel::kOffset));
+}
+
 // The AVX-512 kernel of the 32-value panels (Q4_0, Q4_1, Q5_0, Q5_1): Unit::pieces gives the 16 rows'
 // unsigned values of a block, lo[c] the low nibbles' piece c (values 4c..4c+3) and hi[c] the
-// high ones' (16 + 4c..), and Unit::mins(panel block, d) what multiplies each token's d * sum
-// (-offset * d, or the rows' minima); each pass of T tokens unpacks a block once.
+// high ones' (16 + 4c..), and block32_mins what multiplies each token's d * sum; each pass of
+// T tokens unpacks a block once.
 // Per (16 rows, block, token): 8 vpdpbusd in two chains (their latencies overlap) and two FMAs.
 template <class Unit, int T>
 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) void block32_dots_vnni(const typename Unit::Panel *p,
@@ -259,7 +274,7 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) vo
   for (int64_t b = 0; b < nb; ++b) {
     prefetch_panel_block(p + b, int(sizeof(typename Unit::Panel)), 2048);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].d)));
-    const __m512 mn = Unit::mins(p[b], d);
+    const __m512 mn = block32_mins(p[b], d);
     __m512i lo[4], hi[4];
     Unit::pieces(p[b], lo, hi);
     for (int t = 0; t < T; ++t) {

@@ -43,20 +43,10 @@ void move_q4(Block &row, Panel &pb, int r, bool to_panels) {
 // 4240-4840; 8: 2421 | 6274; 128: 33510 | 41878; avx2 1: 1383 | 3584 | 2915; 4: 2851 | 4639 |
 // 6946; 128: 72860 | 75137 | 87597; 896 x 4864 avx512vnni 128: 2070 | 3443.
 
-// What multiplies a token's d * sum(x): -8 d for Q4_0, the rows' minima for Q4_1 (Q4_1's
-// values are the nibbles, x = d q + m; 8 rows from `row` on 256 bits).
-MINFER_VNNI512 __m512 block_mins(const Q4_0Panel &, __m512 d) { return _mm512_mul_ps(d, _mm512_set1_ps(-8.0f)); }
-MINFER_VNNI512 __m512 block_mins(const Q4_1Panel &p, __m512) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p.m))); }
-MINFER_AVX2 __m256 block_mins(const Q4_0Panel &, __m256 d, int) { return _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)); }
-MINFER_AVX2 __m256 block_mins(const Q4_1Panel &p, __m256, int row) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p.m + row)));
-}
-
 // AVX-512: block32_dots_vnni (panels.hpp), the nibbles split once a pass.
 template <class P>
 struct Q4Unit {
   using Panel = P;
-  MINFER_VNNI512 static __m512 mins(const Panel &p, __m512 d) { return block_mins(p, d); }
   MINFER_VNNI512 static void pieces(const Panel &p, __m512i (&lo)[4], __m512i (&hi)[4]) {
     const __m512i low = _mm512_set1_epi8(0x0f);
     for (int c = 0; c < 4; ++c) {
@@ -92,7 +82,7 @@ struct Q4Unit {
           }                                                                                                                     \
         }                                                                                                                       \
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].d + 8 * half)));                \
-        const __m256 mn = block_mins(p[b], d, 8 * half);                                                                        \
+        const __m256 mn = block32_mins(p[b], d, 8 * half);                                                                        \
         for (int t = 0; t < T; ++t) {                                                                                           \
           const ActBlock &x = a[t * kb + b];                                                                                    \
           acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(WIDEN(s[t])), _mm256_mul_ps(d, _mm256_set1_ps(x.d)), acc[t]);             \

@@ -65,22 +65,12 @@ void move_q5(Block &row, Panel &pb, int r, bool to_panels) {
 // instructions spreading the 32 fifth bits of one row over 32 bytes; here one load of 16
 // rows' regrouped words serves the block's four pieces.
 
-// What multiplies a token's d * sum(x): -16 d for Q5_0, the rows' minima for Q5_1 (8 rows
-// from `row` on 256 bits).
-MINFER_VNNI512 __m512 block_mins(const Q5_0Panel &, __m512 d) { return _mm512_mul_ps(d, _mm512_set1_ps(-16.0f)); }
-MINFER_VNNI512 __m512 block_mins(const Q5_1Panel &p, __m512) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p.m))); }
-MINFER_AVX2 __m256 block_mins(const Q5_0Panel &, __m256 d, int) { return _mm256_mul_ps(d, _mm256_set1_ps(-16.0f)); }
-MINFER_AVX2 __m256 block_mins(const Q5_1Panel &p, __m256, int row) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p.m + row)));
-}
-
 // AVX-512: block32_dots_vnni (panels.hpp) on these pieces: (nibbles & 0x0f) | fifth bit, one
 // ternary-logic op each (0xEA: (A & B) | C); the shifts are 16-bit, but each source bit stays
 // within its byte (bits c and 4 + c to bit 4).
 template <class P>
 struct Q5Unit {
   using Panel = P;
-  MINFER_VNNI512 static __m512 mins(const Panel &p, __m512 d) { return block_mins(p, d); }
   MINFER_VNNI512 static void pieces(const Panel &p, __m512i (&lo)[4], __m512i (&hi)[4]) {
     const __m512i low = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10), h = _mm512_loadu_si512(p.qh);
     const __m512i q[4] = {_mm512_loadu_si512(p.qs[0]), _mm512_loadu_si512(p.qs[1]), _mm512_loadu_si512(p.qs[2]), _mm512_loadu_si512(p.qs[3])};
@@ -130,7 +120,7 @@ struct Q5Unit {
           for (int t = 0; t < T; ++t)                                                                                           \
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(WIDEN(s[t])), _mm256_mul_ps(d, _mm256_set1_ps(a[t * kb + b].d)), acc[t]); \
         }                                                                                                                       \
-        const __m256 mn = block_mins(p[b], d, 8 * half);                                                                        \
+        const __m256 mn = block32_mins(p[b], d, 8 * half);                                                                        \
         for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(mn, _mm256_set1_ps(a[t * kb + b].d_sum), acc[t]);                  \
       }                                                                                                                         \
       for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * m + 8 * half, acc[t]);                                               \
@@ -154,7 +144,7 @@ MINFER_Q5_0_PANEL_DOTS_256(panel_dots_avxvnni, MINFER_AVXVNNI, dot_step_avxvnni,
       for (int64_t b = 0; b < nb; ++b) {                                                                                        \
         if (half == 0) prefetch_panel_block(p + b, int(sizeof(Panel)), 2048);                                                   \
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p[b].d + 8 * half)));                \
-        const __m256 mn = block_mins(p[b], d, 8 * half);                                                                        \
+        const __m256 mn = block32_mins(p[b], d, 8 * half);                                                                        \
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].qh + 8 * half));                          \
         alignas(32) __m256i w[8]; /* piece c's low and high values at 2c and 2c + 1 */                                         \
         for (int c = 0; c < 4; ++c) {                                                                                           \
