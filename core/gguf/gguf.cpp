@@ -57,6 +57,26 @@ Mapping::~Mapping() {
 
 namespace {
 
+// ggml's tensor types that minfer has no blocks for (ids from ggml.h), named in the error
+// instead of "unknown": i-quants, ternary and MXFP4 files exist and are read by llama.cpp.
+const char *unread_ggml_type(uint32_t id) {
+  switch (id) {
+    case 16: return "iq2_xxs";
+    case 17: return "iq2_xs";
+    case 18: return "iq3_xxs";
+    case 19: return "iq1_s";
+    case 20: return "iq4_nl";
+    case 21: return "iq3_s";
+    case 22: return "iq2_s";
+    case 23: return "iq4_xs";
+    case 29: return "iq1_m";
+    case 34: return "tq1_0";
+    case 35: return "tq2_0";
+    case 39: return "mxfp4";
+    default: return nullptr;
+  }
+}
+
 constexpr int kMaxArrayDepth = 8;  // nested arrays deeper than this are refused (no real file has >2)
 
 class Cursor {
@@ -294,7 +314,13 @@ void File::parse_all() {
     const uint64_t type_at = c.pos();
     t.dtype = int32_t(c.read<uint32_t>("a tensor type"));
     const minfer_dtype_traits tr = minfer_dtype_info(t.dtype);
-    if (!tr.name) c.fail(type_at, "tensor '" + t.name + "' has unknown type id " + std::to_string(uint32_t(t.dtype)));
+    if (!tr.name) {
+      if (const char *ggml = unread_ggml_type(uint32_t(t.dtype)))
+        c.fail(type_at, "tensor '" + t.name + "' is " + ggml + " (ggml type " + std::to_string(uint32_t(t.dtype)) +
+                            "), which minfer does not read yet; use a file of f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0 or q2_k..q6_k "
+                            "tensors (llama.cpp's Q2_K and Q3_K files may hold iq4_nl tensors where rows are not a multiple of 256)");
+      c.fail(type_at, "tensor '" + t.name + "' has unknown type id " + std::to_string(uint32_t(t.dtype)));
+    }
     if (t.shape[0] % tr.block_values != 0)
       c.fail(dims_at, "tensor '" + t.name + "' has rows of " + std::to_string(t.shape[0]) + " values, not a multiple of " +
                           tr.name + "'s block of " + std::to_string(tr.block_values));
