@@ -134,7 +134,7 @@ inline std::vector<Malformed> malformed_corpus() {
   { FileSpec x = s; x.tensors[1].offset = 64; add("overlapping_tensors", x, "overlaps tensor 'a.weight'"); }
   { FileSpec x = s; x.tensors[0].type = 4; add("retired_type", x, "unknown type id 4"); }
   { FileSpec x = s; x.tensors[0].type = 1000; add("unknown_type", x, "unknown type id 1000"); }
-  { FileSpec x = s; x.tensors[0].type = 20; add("iq4_nl_type", x, "is iq4_nl (ggml type 20), which minfer does not read yet"); }
+  { FileSpec x = s; x.tensors[0].type = 21; add("iq3_s_type", x, "is iq3_s (ggml type 21), which minfer does not read yet"); }
   { FileSpec x = s; x.tensors[0].dims = {48, 2}; add("partial_block", x, "not a multiple of q8_0's block of 32"); }
   { FileSpec x = s; x.tensors[0].dims = {}; add("zero_dims", x, "has 0 dimensions"); }
   { FileSpec x = s; x.tensors[0].dims = {32, 1, 1, 1, 1}; add("five_dims", x, "has 5 dimensions"); }

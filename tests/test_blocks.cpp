@@ -26,6 +26,7 @@ TEST(DTypeTable, BlockSizesMatchTheStructs) {
       {MINFER_DTYPE_Q2_K, sizeof(minfer_block_q2_k), 256}, {MINFER_DTYPE_Q3_K, sizeof(minfer_block_q3_k), 256},
       {MINFER_DTYPE_Q4_K, sizeof(minfer_block_q4_k), 256}, {MINFER_DTYPE_Q5_K, sizeof(minfer_block_q5_k), 256},
       {MINFER_DTYPE_Q6_K, sizeof(minfer_block_q6_k), 256}, {MINFER_DTYPE_Q8_K, sizeof(minfer_block_q8_k), 256},
+      {MINFER_DTYPE_IQ4_NL, sizeof(minfer_block_iq4_nl), 32}, {MINFER_DTYPE_IQ4_XS, sizeof(minfer_block_iq4_xs), 256},
   };
   for (const Row &r : rows) {
     const minfer_dtype_traits t = minfer_dtype_info(r.dtype);
@@ -39,6 +40,8 @@ TEST(DTypeTable, BlockSizesMatchTheStructs) {
   EXPECT_EQ(MINFER_DTYPE_Q6_K, 14);
   EXPECT_EQ(MINFER_DTYPE_I32, 26);
   EXPECT_EQ(MINFER_DTYPE_BF16, 30);
+  EXPECT_EQ(MINFER_DTYPE_IQ4_NL, 20);
+  EXPECT_EQ(MINFER_DTYPE_IQ4_XS, 23);
   EXPECT_EQ(minfer_dtype_info(4).name, nullptr);  // retired Q4_2
 }
 
@@ -84,6 +87,35 @@ TEST(KnownAnswers, Q4_KScaleUnpacking) {
   // value 5*32 = 160: sub-block 5 is the high nibbles of bytes 64..95
   const float v = minfer::quant::block_value(MINFER_DTYPE_Q4_K, reinterpret_cast<uint8_t *>(&b), 160);
   EXPECT_EQ(v, 18.0f * 1.0f - 35.0f);
+}
+
+TEST(KnownAnswers, Iq4NonLinearValues) {
+  // ggml's 16 values, index 0 (-127) to 15 (113), in Q4_0's nibble order.
+  minfer_block_iq4_nl b{};
+  b.d = minfer::quant::f32_to_f16(0.5f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = uint8_t(j | (15 - j) << 4);
+  const auto *p = reinterpret_cast<const uint8_t *>(&b);
+  EXPECT_EQ(minfer::quant::block_value(MINFER_DTYPE_IQ4_NL, p, 0), -63.5f);
+  EXPECT_EQ(minfer::quant::block_value(MINFER_DTYPE_IQ4_NL, p, 8), 0.5f);    // index 8: 1
+  EXPECT_EQ(minfer::quant::block_value(MINFER_DTYPE_IQ4_NL, p, 15), 56.5f);  // index 15: 113
+  EXPECT_EQ(minfer::quant::block_value(MINFER_DTYPE_IQ4_NL, p, 16), 56.5f);  // high nibble of byte 0
+  EXPECT_EQ(minfer::quant::block_value(MINFER_DTYPE_IQ4_NL, p, 24), -5.0f);  // byte 8 high: index 7, -10
+  float y[32];
+  minfer::sdk::decode_block(b, [&](int i, float v) { y[i] = v; });
+  const int table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(y[j], 0.5f * float(table[j])) << j;
+
+  // IQ4_XS sub-block 5: low 4 bits of its scale in the high nibble of scales_l[2], high 2 bits
+  // at bits 10-11 of scales_h: 7 | 2 << 4 = 39, less 32 = 7.
+  minfer_block_iq4_xs x{};
+  x.d = minfer::quant::f32_to_f16(1.0f);
+  x.scales_l[2] = 0x70;
+  x.scales_h = uint16_t(2u << 10);
+  x.qs[16 * 5 + 3] = 0x0f;  // value 5*32 + 3: index 15; value 5*32 + 19: index 0
+  const auto *q = reinterpret_cast<const uint8_t *>(&x);
+  EXPECT_EQ(minfer::quant::block_value(MINFER_DTYPE_IQ4_XS, q, 163), 7.0f * 113);
+  EXPECT_EQ(minfer::quant::block_value(MINFER_DTYPE_IQ4_XS, q, 179), 7.0f * -127);
+  EXPECT_EQ(minfer::quant::block_value(MINFER_DTYPE_IQ4_XS, q, 0), -32.0f * -127);  // sub-block 0: scale 0 - 32, index 0
 }
 
 class CodecAgreement : public ::testing::TestWithParam<int32_t> {};

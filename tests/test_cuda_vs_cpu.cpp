@@ -213,6 +213,6 @@ TEST(CpuIsas, PromptKernelsAgreeWithScalar) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaVsCpu,
                          ::testing::Values("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k",
-                                           "q5_k", "q6_k", "q4_k_m"));
+                                           "q5_k", "q6_k", "q4_k_m", "iq4_nl", "iq4_xs"));
 
 }  // namespace

@@ -292,7 +292,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Bound{MINFER_DTYPE_Q8_0, 0.006}, Bound{MINFER_DTYPE_Q6_K, 0.03}, Bound{MINFER_DTYPE_Q5_0, 0.06},
                       Bound{MINFER_DTYPE_Q5_1, 0.06}, Bound{MINFER_DTYPE_Q5_K, 0.06}, Bound{MINFER_DTYPE_Q4_0, 0.12},
                       Bound{MINFER_DTYPE_Q4_1, 0.12}, Bound{MINFER_DTYPE_Q4_K, 0.12}, Bound{MINFER_DTYPE_Q3_K, 0.25},
-                      Bound{MINFER_DTYPE_Q2_K, 0.50}),
+                      Bound{MINFER_DTYPE_Q2_K, 0.50},
+                      // The non-linear 4-bit types fit Gaussian weights better than Q4_0 (0.086 here).
+                      Bound{MINFER_DTYPE_IQ4_NL, 0.08}, Bound{MINFER_DTYPE_IQ4_XS, 0.08}),
     [](const auto &info) { return std::string(minfer_dtype_name(info.param.dtype)); });
 
 TEST(Quantize, Q4_0MatchesLlamaCppRounding) {
@@ -322,6 +324,10 @@ TEST(TypePolicy, OutputSensitiveMixAndFallbacks) {
   EXPECT_NE(c.note.find("do not fill q4_k blocks of 256"), std::string::npos) << c.note;
   EXPECT_EQ(choose_type(q4, "blk.0.ffn_down.weight", {172, 64}, MINFER_DTYPE_F32, 5, true).dtype, MINFER_DTYPE_F32);
   EXPECT_THROW(minfer::quant::parse_file_type("q4_z"), minfer::Error);
+  // IQ4_XS rows of 896 fall back to IQ4_NL (32-value blocks), as llama-quantize does.
+  const auto xs = minfer::quant::parse_file_type("iq4_xs");
+  EXPECT_EQ(choose_type(xs, "blk.5.attn_q.weight", {896, 896}, 0, 24, false).dtype, MINFER_DTYPE_IQ4_NL);
+  EXPECT_EQ(choose_type(xs, "blk.5.ffn_up.weight", {1024, 4864}, 0, 24, false).dtype, MINFER_DTYPE_IQ4_XS);
 }
 
 TEST(Synth, TinyQwen2TensorSetSeedAndVocab) {

@@ -108,6 +108,17 @@ TEST(Loader, NodesNeedingANewerAbiAreRefusedForOlderPlugins) {
   EXPECT_NE(a.why.find("was built against 1.3"), std::string::npos) << a.why;
   params.group = 0;  // a whole-row norm: any 1.x plugin reads it right
   EXPECT_TRUE(b.supports(node).yes);
+
+  // An IQ4_XS weight (1.11): an older plugin knows no such dtype id.
+  minfer_tensor q{}, a_in{}, out{};
+  for (minfer_tensor *t : {&q, &a_in, &out}) t->struct_size = sizeof(minfer_tensor), t->dtype = MINFER_DTYPE_F32, t->rank = 2;
+  q.dtype = MINFER_DTYPE_IQ4_XS, q.shape[0] = 256, q.shape[1] = 4, a_in.shape[0] = 256, a_in.shape[1] = 1, out.shape[0] = 4, out.shape[1] = 1;
+  const minfer_tensor *mm_in[] = {&q, &a_in};
+  minfer_node mm{};
+  mm.struct_size = sizeof mm, mm.op = MINFER_OP_MATMUL, mm.name = "blk.0.ffn_up", mm.n_inputs = 2, mm.inputs = mm_in, mm.output = &out;
+  const minfer::SupportAnswer m = b.supports(mm);
+  EXPECT_FALSE(m.yes);
+  EXPECT_NE(m.why.find("needs plugin ABI 1.11 (an iq4_xs tensor)"), std::string::npos) << m.why;
 }
 
 TEST(Loader, StatusWithoutAMessageSaysSo) {

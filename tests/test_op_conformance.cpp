@@ -49,6 +49,17 @@ enum class Fill { Normal, Specials, Ids, Blocks };
 
 minfer::HostBytes no_bytes() { return {}; }
 
+// A case's seed is its index in all_cases(): block types added later (IQ4_NL, IQ4_XS) have
+// their cases appended last, so that every case before them keeps its data.
+bool is_seeded_block_dtype(int32_t dt) { return dt != MINFER_DTYPE_IQ4_NL && dt != MINFER_DTYPE_IQ4_XS; }
+
+std::vector<int32_t> seeded_block_dtypes() {
+  std::vector<int32_t> r;
+  for (int32_t dt : minfer::test::block_dtypes())
+    if (is_seeded_block_dtype(dt)) r.push_back(dt);
+  return r;
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   auto shape_str = [](const std::vector<int64_t> &s) {
@@ -83,15 +94,15 @@ std::vector<Case> all_cases() {
   std::vector<Gather> gathers = {{MINFER_DTYPE_F32, 3, 5, 9}, {MINFER_DTYPE_F32, 64, 151936, 37},
                                  {MINFER_DTYPE_F16, 3, 5, 9}, {MINFER_DTYPE_F16, 64, 151936, 37},
                                  {MINFER_DTYPE_BF16, 3, 5, 9}, {MINFER_DTYPE_BF16, 64, 4096, 17}};
-  for (int32_t dt : minfer::test::block_dtypes()) {
+  const auto block_gathers = [](int32_t dt) {
     const int64_t per = minfer_dtype_info(dt).block_values;
-    gathers.push_back({dt, per, 1, 3});
-    gathers.push_back({dt, per * 3, 11, 20});
-    gathers.push_back({dt, per * 4, 4096, 7});
-  }
+    return std::vector<Gather>{{dt, per, 1, 3}, {dt, per * 3, 11, 20}, {dt, per * 4, 4096, 7}};
+  };
+  for (int32_t dt : seeded_block_dtypes())
+    for (const Gather &ga : block_gathers(dt)) gathers.push_back(ga);
   for (int32_t dt : {MINFER_DTYPE_Q4_0, MINFER_DTYPE_Q8_0, MINFER_DTYPE_Q6_K, MINFER_DTYPE_Q4_K})
     gathers.push_back({dt, minfer_dtype_info(dt).block_values * 2, 151936, 33});
-  for (const Gather &ga : gathers) {
+  const auto gather_case = [&cases](const Gather &ga) {
     cases.push_back({"get_rows " + std::string(minfer_dtype_name(ga.dtype)) + " table[" + std::to_string(ga.d) + "," +
                          std::to_string(ga.rows) + "] ids[" + std::to_string(ga.n_ids) + "]",
                      [ga] {
@@ -102,15 +113,17 @@ std::vector<Case> all_cases() {
                        return g.finish();
                      },
                      MINFER_OP_GET_ROWS, {ga.dtype}});
-  }
-  for (int32_t dt : minfer::test::block_dtypes()) {
+  };
+  for (const Gather &ga : gathers) gather_case(ga);
+  const auto dequantize_cases = [&cases, &shape_str](int32_t dt) {
     const int64_t per = minfer_dtype_info(dt).block_values;
     for (const auto &s : std::vector<std::vector<int64_t>>{{per}, {per * 3, 5}, {per * 16, 33}}) {
       cases.push_back({"dequantize " + std::string(minfer_dtype_name(dt)) + shape_str(s), [dt, s] {
         GraphBuilder g; auto a = g.input("in0", dt, s);
         g.mark_output(g.dequantize("node", a)); return g.finish(); }, MINFER_OP_DEQUANTIZE, {dt}});
     }
-  }
+  };
+  for (int32_t dt : seeded_block_dtypes()) dequantize_cases(dt);
   // Per-head norms (Qwen3's q and k): each run of `group` values of a row on its own (ABI 1.4).
   for (auto [rows, group, n] : std::vector<std::tuple<int64_t, int32_t, int64_t>>{{128, 32, 5}, {2048, 128, 3}, {64, 16, 1}}) {
     cases.push_back({"rms_norm f32 grouped " + std::to_string(group) + shape_str({rows, n}), [rows = rows, group = group, n = n] {
@@ -147,8 +160,8 @@ std::vector<Case> all_cases() {
                      MINFER_OP_MATMUL, {dt}});
   };
   std::vector<int32_t> weight_types = {MINFER_DTYPE_F32, MINFER_DTYPE_F16, MINFER_DTYPE_BF16};
-  for (int32_t dt : minfer::test::block_dtypes()) weight_types.push_back(dt);
-  for (int32_t dt : weight_types) {
+  for (int32_t dt : seeded_block_dtypes()) weight_types.push_back(dt);
+  const auto matmul_cases = [&matmul_case](int32_t dt) {
     const int64_t per = minfer_dtype_info(dt).block_values, k_small = per == 1 ? 8 : per * 2;
     // 37 and 130 tokens: the many-token (prefill) paths, with sizes that need padding.
     std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {{k_small, 7, 1}, {k_small, 7, 5}, {per == 256 ? 1024 : 896, 33, 3}};
@@ -175,7 +188,8 @@ std::vector<Case> all_cases() {
       shapes.push_back({kp, 64, 1}), shapes.push_back({kp, 48, 11}), shapes.push_back({1024, 128, 130});
     }
     for (auto [k, m, n] : shapes) matmul_case(dt, k, m, n);
-  }
+  };
+  for (int32_t dt : weight_types) matmul_cases(dt);
   for (int32_t mode : {MINFER_ROPE_NORMAL, MINFER_ROPE_NEOX})
     for (auto [hd, heads, dims, n] : std::vector<std::tuple<int, int, int, int64_t>>{{8, 8, 8, 5}, {64, 14, 64, 7}, {128, 4, 64, 3}}) {
       minfer_rope_params p{};
@@ -245,7 +259,7 @@ std::vector<Case> all_cases() {
                        },
                        MINFER_OP_MOE_WEIGHTS, {MINFER_DTYPE_F32}});
     }
-  for (int32_t dt : weight_types) {
+  const auto matmul_id_cases = [&cases](int32_t dt) {
     const int64_t per = minfer_dtype_info(dt).block_values, k_small = per == 1 ? 8 : per * 2;
     // (in, out, experts, chosen, rows, one input per chosen expert)
     std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>> shapes = {
@@ -271,7 +285,8 @@ std::vector<Case> all_cases() {
                        },
                        MINFER_OP_MATMUL_ID, {dt}});
     }
-  }
+  };
+  for (int32_t dt : weight_types) matmul_id_cases(dt);
   for (auto [d, k, rows] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{7, 2, 1}, {2048, 8, 5}, {33, 4, 37}, {4096, 1, 3}}) {
     cases.push_back({"moe_sum f32[" + std::to_string(d) + "," + std::to_string(k) + "," + std::to_string(rows) + "]", [d = d, k = k, rows = rows] {
       GraphBuilder g; auto y = g.input("in0", MINFER_DTYPE_F32, {d, k, rows}), w = g.input("in1", MINFER_DTYPE_F32, {k, rows});
@@ -407,7 +422,7 @@ std::vector<Case> all_cases() {
   }
   // One token over rows longer than 8192 values (CUDA: the one-token GEMV's sixteen-warp
   // blocks, a 7B's ffn_down), for every block type.
-  for (int32_t dt : minfer::test::block_dtypes()) matmul_case(dt, 9216, 37, 1);
+  for (int32_t dt : seeded_block_dtypes()) matmul_case(dt, 9216, 37, 1);
   // One token of each of several sequences, or of one long one, with a sliding window and
   // capped scores: CUDA's one-token kernel in its group form (a KV head's query heads a block;
   // on tensor cores for f16 caches), the long one split over chunks the window partly skips.
@@ -420,6 +435,15 @@ std::vector<Case> all_cases() {
   // Q4_1's, Q5_0's and Q5_1's whole panels (as Q4_0's above; appended last: the cases before keep their seeds).
   for (int32_t dt : {MINFER_DTYPE_Q5_0, MINFER_DTYPE_Q5_1, MINFER_DTYPE_Q4_1})
     for (auto [k, m, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{896, 64, 1}, {896, 48, 11}, {1024, 128, 130}}) matmul_case(dt, k, m, n);
+  // Block types added after the cases above were seeded: each type's every case, here.
+  for (int32_t dt : minfer::test::block_dtypes()) {
+    if (is_seeded_block_dtype(dt)) continue;
+    for (const Gather &ga : block_gathers(dt)) gather_case(ga);
+    dequantize_cases(dt);
+    matmul_cases(dt);
+    matmul_id_cases(dt);
+    matmul_case(dt, 9216, 37, 1);
+  }
   return cases;
 }
 

@@ -72,7 +72,8 @@ inline bool backends_usable(const RunConfig &cfg, std::string &why) {
 inline std::vector<int32_t> block_dtypes() {
   return {MINFER_DTYPE_Q4_0, MINFER_DTYPE_Q4_1, MINFER_DTYPE_Q5_0, MINFER_DTYPE_Q5_1,
           MINFER_DTYPE_Q8_0, MINFER_DTYPE_Q8_1, MINFER_DTYPE_Q2_K, MINFER_DTYPE_Q3_K,
-          MINFER_DTYPE_Q4_K, MINFER_DTYPE_Q5_K, MINFER_DTYPE_Q6_K, MINFER_DTYPE_Q8_K};
+          MINFER_DTYPE_Q4_K, MINFER_DTYPE_Q5_K, MINFER_DTYPE_Q6_K, MINFER_DTYPE_Q8_K,
+          MINFER_DTYPE_IQ4_NL, MINFER_DTYPE_IQ4_XS};
 }
 
 // Byte offsets of a block type's f16 scale fields (random bits there could be NaN/Inf).
@@ -89,6 +90,8 @@ inline std::vector<size_t> half_fields(int32_t dtype) {
     case MINFER_DTYPE_Q4_K: return {offsetof(minfer_block_q4_k, d), offsetof(minfer_block_q4_k, dmin)};
     case MINFER_DTYPE_Q5_K: return {offsetof(minfer_block_q5_k, d), offsetof(minfer_block_q5_k, dmin)};
     case MINFER_DTYPE_Q6_K: return {offsetof(minfer_block_q6_k, d)};
+    case MINFER_DTYPE_IQ4_NL: return {offsetof(minfer_block_iq4_nl, d)};
+    case MINFER_DTYPE_IQ4_XS: return {offsetof(minfer_block_iq4_xs, d)};
     default: return {};
   }
 }

@@ -65,10 +65,8 @@ const char *unread_ggml_type(uint32_t id) {
     case 17: return "iq2_xs";
     case 18: return "iq3_xxs";
     case 19: return "iq1_s";
-    case 20: return "iq4_nl";
     case 21: return "iq3_s";
     case 22: return "iq2_s";
-    case 23: return "iq4_xs";
     case 29: return "iq1_m";
     case 34: return "tq1_0";
     case 35: return "tq2_0";
@@ -317,8 +315,8 @@ void File::parse_all() {
     if (!tr.name) {
       if (const char *ggml = unread_ggml_type(uint32_t(t.dtype)))
         c.fail(type_at, "tensor '" + t.name + "' is " + ggml + " (ggml type " + std::to_string(uint32_t(t.dtype)) +
-                            "), which minfer does not read yet; use a file of f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0 or q2_k..q6_k "
-                            "tensors (llama.cpp's Q2_K and Q3_K files may hold iq4_nl tensors where rows are not a multiple of 256)");
+                            "), which minfer does not read yet; use a file of f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k..q6_k, "
+                            "iq4_nl or iq4_xs tensors (a Q*_K, Q4_0 or IQ4_XS file rather than IQ1..IQ3)");
       c.fail(type_at, "tensor '" + t.name + "' has unknown type id " + std::to_string(uint32_t(t.dtype)));
     }
     if (t.shape[0] % tr.block_values != 0)

@@ -9,6 +9,7 @@
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "minfer/blocks.h"
+#include "minfer/decode.hpp"
 #include "minfer/dtype.h"
 #include "quant/reference.hpp"
 
@@ -212,6 +213,89 @@ void q6_k(const float *x, minfer_block_q6_k &b) {
   }
 }
 
+// IQ4_NL's 16 values as floats, and the midpoints between neighbours (the table rises).
+struct Iq4Table {
+  float value[16], mid[15];
+  Iq4Table() {
+    for (int q = 0; q < 16; ++q) value[q] = float(sdk::iq4_value(q));
+    for (int q = 0; q < 15; ++q) mid[q] = 0.5f * (value[q] + value[q + 1]);
+  }
+};
+const Iq4Table kIq4;
+
+// The index of the table value nearest v: how many midpoints lie below it.
+int iq4_nearest(float v) {
+  int q = 0;
+  for (int i = 0; i < 15; ++i) q += v > kIq4.mid[i];
+  return q;
+}
+
+// The scale s of n values (x ~ s * table[L[i]]) with the least squared error among a few
+// tries around the one that maps the value of largest magnitude to the table's end (-127),
+// each try's indices refitted by least squares; L gets the chosen indices.
+float iq4_fit(const float *x, int n, uint8_t *L) {
+  const float max = signed_absmax(x, n);
+  if (max == 0) {
+    for (int i = 0; i < n; ++i) L[i] = uint8_t(iq4_nearest(0));
+    return 0;
+  }
+  float best_s = 0, best_err = INFINITY;
+  uint8_t q[32];
+  for (int t = -8; t <= 8; ++t) {
+    const float inv = (-127.0f + float(t)) / max;
+    float sxv = 0, svv = 0;
+    for (int i = 0; i < n; ++i) {
+      q[i] = uint8_t(iq4_nearest(x[i] * inv));
+      const float v = kIq4.value[q[i]];
+      sxv += x[i] * v, svv += v * v;
+    }
+    const float s = svv > 0 ? sxv / svv : 0;
+    float err = 0;
+    for (int i = 0; i < n; ++i) {
+      const float e = x[i] - s * kIq4.value[q[i]];
+      err += e * e;
+    }
+    if (err < best_err) best_err = err, best_s = s, std::memcpy(L, q, size_t(n));
+  }
+  return best_s;
+}
+
+// Indices j < 16 and j + 16 of 32 as Q4_0's nibbles.
+void pack_nibbles32(const uint8_t *L, uint8_t *qs) {
+  for (int j = 0; j < 16; ++j) qs[j] = uint8_t(L[j] | L[j + 16] << 4);
+}
+
+void iq4_nl(const float *x, minfer_block_iq4_nl &b) {
+  uint8_t L[32];
+  b.d = h(iq4_fit(x, 32, L));
+  const float dq = f16_to_f32(b.d);  // the indices against the scale decoders read
+  if (dq != 0)
+    for (int i = 0; i < 32; ++i) L[i] = uint8_t(iq4_nearest(x[i] / dq));
+  pack_nibbles32(L, b.qs);
+}
+
+void iq4_xs(const float *x, minfer_block_iq4_xs &b) {
+  uint8_t L[32];
+  float s[8], smax = 0;
+  for (int j = 0; j < 8; ++j) {
+    s[j] = iq4_fit(x + 32 * j, 32, L);
+    if (std::fabs(s[j]) > std::fabs(smax)) smax = s[j];
+  }
+  b.d = h(smax / -32);  // 6-bit scales -32..31: the largest maps to -32
+  const float dq = f16_to_f32(b.d);
+  b.scales_h = 0;
+  std::memset(b.scales_l, 0, sizeof b.scales_l);
+  for (int j = 0; j < 8; ++j) {
+    const int l = dq != 0 ? clampi(nearest(s[j] / dq), -32, 31) : 0;
+    const int u = l + 32;
+    b.scales_l[j / 2] |= uint8_t((u & 15) << (4 * (j % 2)));
+    b.scales_h |= uint16_t((u >> 4) << (2 * j));
+    const float step = dq * float(l);
+    for (int i = 0; i < 32; ++i) L[i] = uint8_t(iq4_nearest(step != 0 ? x[32 * j + i] / step : 0));
+    pack_nibbles32(L, b.qs + 16 * j);
+  }
+}
+
 template <class Block, class F>
 void blocks(const float *x, void *dst, int64_t n, int per, F &&f) {
   auto *out = static_cast<Block *>(dst);
@@ -224,7 +308,7 @@ bool can_quantize(int32_t dtype) {
   switch (dtype) {
     case MINFER_DTYPE_Q4_0: case MINFER_DTYPE_Q4_1: case MINFER_DTYPE_Q5_0: case MINFER_DTYPE_Q5_1:
     case MINFER_DTYPE_Q8_0: case MINFER_DTYPE_Q2_K: case MINFER_DTYPE_Q3_K: case MINFER_DTYPE_Q4_K:
-    case MINFER_DTYPE_Q5_K: case MINFER_DTYPE_Q6_K:
+    case MINFER_DTYPE_Q5_K: case MINFER_DTYPE_Q6_K: case MINFER_DTYPE_IQ4_NL: case MINFER_DTYPE_IQ4_XS:
       return true;
     default:
       return false;
@@ -252,6 +336,8 @@ void quantize_row(int32_t dtype, const float *x, void *dst, int64_t n) {
       blocks<minfer_block_q5_k>(x, dst, n, 256, [](const float *v, minfer_block_q5_k &b) { q45_k(v, b, 31, b.qh); });
       break;
     case MINFER_DTYPE_Q6_K: blocks<minfer_block_q6_k>(x, dst, n, 256, q6_k); break;
+    case MINFER_DTYPE_IQ4_NL: blocks<minfer_block_iq4_nl>(x, dst, n, 32, iq4_nl); break;
+    case MINFER_DTYPE_IQ4_XS: blocks<minfer_block_iq4_xs>(x, dst, n, 256, iq4_xs); break;
   }
 }
 

@@ -86,6 +86,16 @@ float value_q6_k(const uint8_t *b, int i) {
   return d * float(scale) * float((low4 | high2 << 4) - 32);
 }
 
+// IQ4_NL's and IQ4_XS's 16 values, as ggml lists them.
+constexpr int kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+float value_iq4_xs(const uint8_t *b, int i) {
+  const float d = h(b);
+  const int scales_h = u16(b + 2), sub = i / 32;
+  const int low4 = (b[4 + sub / 2] >> (4 * (sub % 2))) & 15, high2 = (scales_h >> (2 * sub)) & 3;
+  return d * float((low4 | high2 << 4) - 32) * float(kIq4Values[nibble32(b + 8 + 16 * sub, i % 32)]);
+}
+
 }  // namespace
 
 uint16_t f32_to_f16(float x) {
@@ -115,6 +125,8 @@ float block_value(int32_t dtype, const uint8_t *b, int i) {
     case MINFER_DTYPE_Q4_K: return value_q4_k(b, i);
     case MINFER_DTYPE_Q5_K: return value_q5_k(b, i);
     case MINFER_DTYPE_Q6_K: return value_q6_k(b, i);
+    case MINFER_DTYPE_IQ4_NL: return h(b) * float(kIq4Values[nibble32(b + 2, i)]);
+    case MINFER_DTYPE_IQ4_XS: return value_iq4_xs(b, i);
     case MINFER_DTYPE_Q8_K: {
       float d;
       std::memcpy(&d, b, 4);

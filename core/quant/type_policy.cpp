@@ -16,7 +16,8 @@ const FileType kTypes[] = {
     {"q2_k", MINFER_DTYPE_Q2_K, false, 10}, {"q3_k", MINFER_DTYPE_Q3_K, false, 12},
     {"q4_k", MINFER_DTYPE_Q4_K, false, 14}, {"q5_k", MINFER_DTYPE_Q5_K, false, 16},
     {"q6_k", MINFER_DTYPE_Q6_K, false, 18}, {"q4_k_m", MINFER_DTYPE_Q4_K, true, 15},
-    {"q5_k_m", MINFER_DTYPE_Q5_K, true, 17},
+    {"q5_k_m", MINFER_DTYPE_Q5_K, true, 17}, {"iq4_nl", MINFER_DTYPE_IQ4_NL, false, 25},
+    {"iq4_xs", MINFER_DTYPE_IQ4_XS, false, 30},
 };
 
 // llama.cpp's "use more bits" layers: first and last eighth, and every third in between.
@@ -31,6 +32,7 @@ int32_t fallback(int32_t t) {
     case MINFER_DTYPE_Q4_K: return MINFER_DTYPE_Q5_0;
     case MINFER_DTYPE_Q5_K: return MINFER_DTYPE_Q5_1;
     case MINFER_DTYPE_Q6_K: return MINFER_DTYPE_Q8_0;
+    case MINFER_DTYPE_IQ4_XS: return MINFER_DTYPE_IQ4_NL;  // as llama-quantize
     default: return MINFER_DTYPE_F16;
   }
 }

@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 #define MINFER_ABI_MAJOR 1 /* changes only when something is removed, reordered or retyped */
-#define MINFER_ABI_MINOR 10 /* grows when a field or an entry is appended */
+#define MINFER_ABI_MINOR 11 /* grows when a field or an entry is appended */
 
 /* The one symbol a plugin exports. */
 #define MINFER_ENTRY_SYMBOL "minfer_backend_entry"

@@ -76,6 +76,23 @@ typedef struct {
   int16_t bsums[MINFER_QK_K / 16];
 } minfer_block_q8_k;
 
+/* IQ4_NL: x = d * v[q], q a 4-bit index (nibble order as Q4_0) into 16 fixed int8 values that
+ * sit closer together near zero, where trained weights gather:
+ * v = -127 -104 -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113, packed little-endian as
+ * bytes of the two words below (v[q] = byte q % 8 of LO for q < 8, of HI for q >= 8). */
+#define MINFER_IQ4_VALUES_LO 0xF6EADDCFBFAD9881ull
+#define MINFER_IQ4_VALUES_HI 0x7159453526190D01ull
+typedef struct { uint16_t d; uint8_t qs[MINFER_QK / 2]; } minfer_block_iq4_nl;
+/* IQ4_XS: 8 sub-blocks of 32 IQ4_NL indices under one d; sub-block j's scale is
+ * (6 bits: low 4 in nibble j % 2 of scales_l[j / 2], high 2 at bits 2j of scales_h) - 32,
+ * x = d * scale * v[q]; sub-block j's indices are qs[16 j .. 16 j + 15], nibble order as Q4_0. */
+typedef struct {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[MINFER_QK_K / 64];
+  uint8_t qs[MINFER_QK_K / 2];
+} minfer_block_iq4_xs;
+
 MINFER_STATIC_ASSERT(sizeof(minfer_block_q4_0) == 18, "q4_0 block is 18 bytes");
 MINFER_STATIC_ASSERT(sizeof(minfer_block_q4_1) == 20, "q4_1 block is 20 bytes");
 MINFER_STATIC_ASSERT(sizeof(minfer_block_q5_0) == 22, "q5_0 block is 22 bytes");
@@ -88,5 +105,7 @@ MINFER_STATIC_ASSERT(sizeof(minfer_block_q4_k) == 144, "q4_k block is 144 bytes"
 MINFER_STATIC_ASSERT(sizeof(minfer_block_q5_k) == 176, "q5_k block is 176 bytes");
 MINFER_STATIC_ASSERT(sizeof(minfer_block_q6_k) == 210, "q6_k block is 210 bytes");
 MINFER_STATIC_ASSERT(sizeof(minfer_block_q8_k) == 292, "q8_k block is 292 bytes");
+MINFER_STATIC_ASSERT(sizeof(minfer_block_iq4_nl) == 18, "iq4_nl block is 18 bytes");
+MINFER_STATIC_ASSERT(sizeof(minfer_block_iq4_xs) == 136, "iq4_xs block is 136 bytes");
 
 #endif /* MINFER_BLOCKS_H */

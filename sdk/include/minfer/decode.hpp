@@ -264,6 +264,41 @@ MINFER_HD void decode_block(const minfer_block_q8_k &b, Put &&put) {
   for (int j = 0; j < MINFER_QK_K; ++j) put(j, b.d * float(b.qs[j]));
 }
 
+// ---- non-linear 4-bit blocks (a 16-value table, blocks.h) ------------------------------
+
+// IQ4_NL's value of 4-bit index q (0..15).
+MINFER_HD int iq4_value(int q) {
+  const uint64_t t = q < 8 ? MINFER_IQ4_VALUES_LO : MINFER_IQ4_VALUES_HI;
+  return int(int8_t(uint8_t(t >> (8 * (q & 7)))));
+}
+
+template <class Put>
+MINFER_HD void decode_block(const minfer_block_iq4_nl &b, Put &&put) {
+  const float d = half_to_float(b.d);
+  for (int j = 0; j < MINFER_QK / 2; ++j) {
+    put(j, d * float(iq4_value(b.qs[j] & 0x0f)));
+    put(j + MINFER_QK / 2, d * float(iq4_value(b.qs[j] >> 4)));
+  }
+}
+
+// IQ4_XS sub-block j's signed 6-bit scale.
+MINFER_HD int iq4_xs_scale(const minfer_block_iq4_xs &b, int j) {
+  return (((b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | ((b.scales_h >> (2 * j)) & 3) << 4) - 32;
+}
+
+template <class Put>
+MINFER_HD void decode_block(const minfer_block_iq4_xs &b, Put &&put) {
+  const float d = half_to_float(b.d);
+  for (int j = 0; j < MINFER_QK_K / 32; ++j) {
+    const float dl = d * float(iq4_xs_scale(b, j));
+    const uint8_t *q = b.qs + 16 * j;
+    for (int l = 0; l < 16; ++l) {
+      put(32 * j + l, dl * float(iq4_value(q[l] & 0x0f)));
+      put(32 * j + 16 + l, dl * float(iq4_value(q[l] >> 4)));
+    }
+  }
+}
+
 // ---- dtype -> block struct, for code that dispatches on a run-time dtype ----------------
 
 template <int32_t DType> struct BlockOf;
@@ -279,6 +314,8 @@ template <> struct BlockOf<MINFER_DTYPE_Q4_K> { using type = minfer_block_q4_k; 
 template <> struct BlockOf<MINFER_DTYPE_Q5_K> { using type = minfer_block_q5_k; };
 template <> struct BlockOf<MINFER_DTYPE_Q6_K> { using type = minfer_block_q6_k; };
 template <> struct BlockOf<MINFER_DTYPE_Q8_K> { using type = minfer_block_q8_k; };
+template <> struct BlockOf<MINFER_DTYPE_IQ4_NL> { using type = minfer_block_iq4_nl; };
+template <> struct BlockOf<MINFER_DTYPE_IQ4_XS> { using type = minfer_block_iq4_xs; };
 
 template <class Block> struct BlockTag { using type = Block; };
 
@@ -301,6 +338,8 @@ inline bool visit_block_dtype(int32_t dtype, F &&f) {
     MINFER_VISIT_(MINFER_DTYPE_Q5_K)
     MINFER_VISIT_(MINFER_DTYPE_Q6_K)
     MINFER_VISIT_(MINFER_DTYPE_Q8_K)
+    MINFER_VISIT_(MINFER_DTYPE_IQ4_NL)
+    MINFER_VISIT_(MINFER_DTYPE_IQ4_XS)
 #undef MINFER_VISIT_
     default: return false;
   }

@@ -27,6 +27,9 @@ typedef enum minfer_dtype {
   MINFER_DTYPE_Q5_K = 13,
   MINFER_DTYPE_Q6_K = 14,
   MINFER_DTYPE_Q8_K = 15,
+  /* 16-19, 21, 22: ggml's other i-quants (lattice codebooks); not read */
+  MINFER_DTYPE_IQ4_NL = 20, /* 1.11 */
+  MINFER_DTYPE_IQ4_XS = 23, /* 1.11 */
   MINFER_DTYPE_I8 = 24,
   MINFER_DTYPE_I16 = 25,
   MINFER_DTYPE_I32 = 26,
@@ -68,6 +71,8 @@ static inline minfer_dtype_traits minfer_dtype_info(int32_t dtype) {
     case MINFER_DTYPE_Q5_K: t.name = "q5_k"; t.block_values = 256; t.block_bytes = 176; t.is_quantized = 1; break;
     case MINFER_DTYPE_Q6_K: t.name = "q6_k"; t.block_values = 256; t.block_bytes = 210; t.is_quantized = 1; break;
     case MINFER_DTYPE_Q8_K: t.name = "q8_k"; t.block_values = 256; t.block_bytes = 292; t.is_quantized = 1; break;
+    case MINFER_DTYPE_IQ4_NL: t.name = "iq4_nl"; t.block_values = 32; t.block_bytes = 18; t.is_quantized = 1; break;
+    case MINFER_DTYPE_IQ4_XS: t.name = "iq4_xs"; t.block_values = 256; t.block_bytes = 136; t.is_quantized = 1; break;
     default: break;
   }
   return t;

@@ -61,6 +61,11 @@ struct AbiNeed {
   const char *what = "";
 };
 inline AbiNeed abi_needed(const minfer_node &n) {
+  for (int i = 0; i <= n.n_inputs; ++i) {  // the non-linear 4-bit types (1.11): an older plugin knows no such ids
+    const minfer_tensor *t = i < n.n_inputs ? (n.inputs ? n.inputs[i] : nullptr) : n.output;
+    if (t && (t->dtype == MINFER_DTYPE_IQ4_NL || t->dtype == MINFER_DTYPE_IQ4_XS))
+      return {11, t->dtype == MINFER_DTYPE_IQ4_NL ? "an iq4_nl tensor" : "an iq4_xs tensor"};
+  }
   if (n.op == MINFER_OP_TOP_K) return {7, "top_k"};
   if (n.op == MINFER_OP_MOE_WEIGHTS) return {7, "moe_weights"};
   if (n.op == MINFER_OP_MATMUL_ID) return {7, "matmul_id"};
