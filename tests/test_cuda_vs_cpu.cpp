@@ -194,7 +194,7 @@ TEST(CudaVsCpuArchs, TinyMoeAgrees) {
 // The CPU's kernels for prompts (the tiled int8 GEMM, int8_gemm.hpp) against its scalar row
 // dots, on each SIMD isa this machine has: the same 8-bit activations, so the logits differ
 // only by float summation order. 128 prompt tokens take the GEMM, the 16 single steps the row
-// dots (or the GEMM for the types that have none: Q4_1, Q5_1, Q5_K, Q2_K, Q3_K).
+// dots (the GEMM's units for the types with no row kernel of their own: Q4_1, Q5_1, Q2_K, Q3_K, IQ4).
 TEST(CpuIsas, PromptKernelsAgreeWithScalar) {
   for (const char *isa : {"avx512vnni", "avxvnni", "avx2"}) {
     try {
@@ -206,7 +206,7 @@ TEST(CpuIsas, PromptKernelsAgreeWithScalar) {
     // The SIMD and scalar kernels sum in other orders (and Q4_0's takes its offset off at the
     // end), which the random weights amplify to a few percent of the logits' RMS at the last
     // layer (0.04-0.07 seen), as between CPU and CUDA; a wrong tile or panel is off by ~100%.
-    for (const char *type : {"q4_0", "q8_0", "q4_k_m", "q4_1", "q5_k", "q2_k", "q3_k"})
+    for (const char *type : {"q4_0", "q8_0", "q4_k_m", "q4_1", "q5_k", "q2_k", "q3_k", "iq4_nl", "iq4_xs"})
       expect_backends_agree("tiny", type, 128, 16, 0.1, 0, "qwen2", 0, "cpu: {isa: scalar}", std::string("cpu: {isa: ") + isa + "}");
   }
 }

@@ -7,12 +7,22 @@
 #include <cstdint>
 #include <cstring>
 
+#include "minfer/blocks.h"
+
 namespace minfer::cpu {
 
 // 16 bytes of nibbles -> 32 values 0..15: byte j the low nibble of qs[j], byte 16 + j its high one.
 __attribute__((target("avx2"))) inline __m256i nibbles32(const uint8_t *qs16) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qs16));
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
+}
+
+// IQ4_NL/IQ4_XS: 16 bytes of 4-bit indices -> their 32 signed table values (-127..113), in
+// nibbles32's order; the table (blocks.h's two words) in both 128-bit lanes for vpshufb.
+__attribute__((target("avx2"))) inline __m256i iq4_values32(const uint8_t *qs16) {
+  const __m256i table = _mm256_set_epi64x(int64_t(MINFER_IQ4_VALUES_HI), int64_t(MINFER_IQ4_VALUES_LO), int64_t(MINFER_IQ4_VALUES_HI),
+                                          int64_t(MINFER_IQ4_VALUES_LO));
+  return _mm256_shuffle_epi8(table, nibbles32(qs16));
 }
 
 // Byte i of the result is 0x10 when bit i of the 32-bit word at p is set, else 0 (Q5_0/Q5_1's

@@ -90,6 +90,36 @@ struct UQ8_0 {
     s[0] = d, mn[0] = vnni ? -128.0f * d : 0.0f;
   }
 };
+// IQ4_NL and IQ4_XS: the 4-bit indices' signed table values (-127..113), as Q8_0 takes its
+// bytes: under VNNI moved to 1..241 (+128, taken off through the min), under AVX2 signed (the
+// int16 WideGroup in the GEMM, |w| x sign(a, w) in the row dots).
+MINFER_AVX2 inline __m256i iq4_unit_values(const uint8_t *qs16, bool vnni) {
+  const __m256i v = iq4_values32(qs16);
+  return vnni ? _mm256_xor_si256(v, _mm256_set1_epi8(char(0x80))) : v;
+}
+struct UIQ4_NL {
+  using Block = minfer_block_iq4_nl;
+  static constexpr int H = 1, Bits = 8;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool vnni) { return iq4_unit_values(r[g].qs, vnni); }
+  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool vnni, float *s, float *mn) {
+    const float d = f16(r[g].d);
+    s[0] = d, mn[0] = vnni ? -128.0f * d : 0.0f;
+  }
+};
+struct UIQ4_XS {  // group g: sub-block g % 8 of super-block g / 8, its scale d * (6 bits - 32)
+  using Block = minfer_block_iq4_xs;
+  static constexpr int H = 1, Bits = 8;
+  MINFER_AVX2 static __m256i values(const Block *r, int64_t g, bool vnni) { return iq4_unit_values(r[g / 8].qs + 16 * (g % 8), vnni); }
+  MINFER_AVX2 static void scales(const Block *r, int64_t g, bool vnni, float *s, float *mn) {
+    const Block &b = r[g / 8];
+    s[0] = f16(b.d) * float(sdk::iq4_xs_scale(b, int(g % 8))), mn[0] = vnni ? -128.0f * s[0] : 0.0f;
+  }
+  // The row dots' (AVX2-form values: no min) 8 scales of a super-block.
+  MINFER_AVX2 static void block_scales(const Block &b, float *s, float *mn) {
+    const float d = f16(b.d);
+    for (int j = 0; j < 8; ++j) s[j] = d * float(sdk::iq4_xs_scale(b, j)), mn[j] = 0.0f;
+  }
+};
 // K-quants: group g is sub-block j = g % 8 of super-block g / 8 (32 values each). Q4_K and
 // Q5_K share the nibbles (low ones for even j), the 6-bit scales and mins, d and dmin.
 template <class KBlock>
@@ -258,19 +288,24 @@ MINFER_AVX2 void pack_panel(const uint8_t *w, int64_t row_bytes, int rows, int64
   }
 }
 
-// Q8_0 groups [g0, g0 + ng) of rows [0, rows) as int16 (WideGroup); rows past `rows` are zero.
+// Groups [g0, g0 + ng) of rows [0, rows) of an 8-bit unit (Q8_0, IQ4: signed values, no min
+// outside VNNI) as int16 (WideGroup); rows past `rows` are zero.
+template <class U>
 MINFER_AVX2 void pack_wide(const uint8_t *w, int64_t row_bytes, int rows, int64_t g0, int64_t ng, WideGroup *out) {
+  using Block = typename U::Block;
   for (int r0 = 0; r0 < kRows; r0 += 8) {
-    const minfer_block_q8_0 *row[8];
-    for (int i = 0; i < 8; ++i) row[i] = r0 + i < rows ? reinterpret_cast<const minfer_block_q8_0 *>(w + (r0 + i) * row_bytes) : nullptr;
+    const Block *row[8];
+    for (int i = 0; i < 8; ++i) row[i] = r0 + i < rows ? reinterpret_cast<const Block *>(w + (r0 + i) * row_bytes) : nullptr;
     for (int64_t j = 0; j < ng; ++j) {
       WideGroup &G = out[j];
       __m256i lo[8], hi[8];  // values 0..15 and 16..31 of each row: 8 dwords of two int16
       for (int i = 0; i < 8; ++i) {
-        const __m256i v = row[i] ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row[i][g0 + j].qs)) : _mm256_setzero_si256();
+        const __m256i v = row[i] ? U::values(row[i], g0 + j, false) : _mm256_setzero_si256();
         lo[i] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v));
         hi[i] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1));
-        G.scale[r0 + i] = row[i] ? f16(row[i][g0 + j].d) : 0.0f;
+        float sc = 0.0f, mn = 0.0f;
+        if (row[i]) U::scales(row[i], g0 + j, false, &sc, &mn);
+        G.scale[r0 + i] = sc;
       }
       transpose8x8(lo);
       transpose8x8(hi);
@@ -510,7 +545,7 @@ void gemm_typed(Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t
   // Groups of 4 values summed in int16 under AVX2 (see tile_avx2).
   constexpr int P = U::Bits <= 4 ? 8 / H : U::Bits == 5 ? 4 / H : 2;
   const bool vnni = isa == Isa::Avx512Vnni, avx_vnni = isa == Isa::AvxVnni;
-  const bool wide = std::is_same_v<U, UQ8_0> && !vnni && !avx_vnni;  // Q8_0 under plain AVX2: WideGroup
+  const bool wide = U::Bits == 8 && !vnni && !avx_vnni;  // 8-bit values (Q8_0, IQ4) under plain AVX2: WideGroup
   const int64_t kb = k / 32, panels = (m + kRows - 1) / kRows;
   const WideActs wa = wide ? widen_activations(a, tokens, kb, pool) : WideActs{};
   // Threads take whole panels; within a thread, k-chunk by k-chunk so the tokens' activations
@@ -527,7 +562,7 @@ void gemm_typed(Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t
         float *yp = y + p * kRows;
         if (p + 1 < p1) prefetch_chunk(wp + kRows * row_bytes, row_bytes, int(std::min<int64_t>(kRows, m - (p + 1) * kRows)), c0, ng, kb);
         if (wide) {
-          pack_wide(wp, row_bytes, rows, c0, ng, wide_buf.data());
+          pack_wide<U>(wp, row_bytes, rows, c0, ng, wide_buf.data());
           for (int64_t t0 = 0; t0 < tokens; t0 += kAvx2WideTokens) {
             const int nt = int(std::min<int64_t>(kAvx2WideTokens, tokens - t0));
             by_count<kAvx2WideTokens>(nt, [&](auto tag) {
@@ -549,7 +584,7 @@ void gemm_typed(Isa isa, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t
               by_count<kAvxVnniTokens>(int(std::min<int64_t>(kAvxVnniTokens, tokens - t0)), [&](auto tag) {
                 tile_avxvnni<H, decltype(tag)::value>(buf.data(), ng, a + t0 * kb + c0, kb, yp + t0 * m, m, rows, half, c0 > 0);
               });
-        } else if constexpr (!std::is_same_v<U, UQ8_0>) {
+        } else if constexpr (U::Bits < 8) {
           for (int half = 0; half < 2 && 8 * half < rows; ++half)
             for (int64_t t0 = 0; t0 < tokens; t0 += kAvx2Tokens)
               by_count<kAvx2Tokens>(int(std::min<int64_t>(kAvx2Tokens, tokens - t0)), [&](auto tag) {
@@ -614,7 +649,7 @@ inline void unit_prefetch(const void *at) {
     const __m256i v = U::values(w, g, false);                                                                          \
     for (int t = 0; t < T; ++t) {                                                                                      \
       const ActBlock &a = x[t * stride + g];                                                                           \
-      const __m256i d = DOT(v, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.qs)));                          \
+      const __m256i d = DOT<U>(v, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.qs)));                       \
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(sv, _mm256_set1_ps(a.d)), acc[t]);                 \
       if constexpr (U::H == 1)                                                                                         \
         mins[t] += mv * a.d_sum;                                                                                       \
@@ -665,10 +700,18 @@ inline void unit_prefetch(const void *at) {
     }                                                                                                                  \
   }
 
+// The units' AVX2-form values: unsigned up to 63, or signed 8-bit (Bits 8: IQ4), which take
+// |w| x sign(a, w) (|w|, |a| <= 127: a pair's sum stays below 2^15).
+template <class U>
 MINFER_AVX2 inline __m256i unit_dot_avx2(__m256i u, __m256i s) {
+  if constexpr (U::Bits == 8) return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u), _mm256_sign_epi8(s, u)), _mm256_set1_epi16(1));
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));  // u <= 63: no saturation
 }
-MINFER_VNNI512 inline __m256i unit_dot_vnni(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+template <class U>
+MINFER_VNNI512 inline __m256i unit_dot_vnni(__m256i u, __m256i s) {
+  if constexpr (U::Bits == 8) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(u), _mm256_sign_epi8(s, u));
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+}
 MINFER_UNIT_DOTS(unit_dots_avx2, MINFER_AVX2, unit_dot_avx2)
 MINFER_UNIT_DOTS(unit_dots_vnni, MINFER_VNNI512, unit_dot_vnni)
 #undef MINFER_UNIT_DOTS
@@ -692,6 +735,8 @@ QDotFn unit_row_dots(int32_t dtype, Isa isa) {
     case MINFER_DTYPE_Q5_1: return vnni ? unit_dots<UQ5_1, true> : unit_dots<UQ5_1, false>;
     case MINFER_DTYPE_Q2_K: return vnni ? unit_dots<UQ2_K, true> : unit_dots<UQ2_K, false>;
     case MINFER_DTYPE_Q3_K: return vnni ? unit_dots<UQ3_K, true> : unit_dots<UQ3_K, false>;
+    case MINFER_DTYPE_IQ4_NL: return vnni ? unit_dots<UIQ4_NL, true> : unit_dots<UIQ4_NL, false>;
+    case MINFER_DTYPE_IQ4_XS: return vnni ? unit_dots<UIQ4_XS, true> : unit_dots<UIQ4_XS, false>;
     default: return nullptr;
   }
 }
@@ -701,6 +746,7 @@ bool gemm_takes(int32_t dtype, Isa isa) {
   switch (dtype) {
     case MINFER_DTYPE_Q4_0: case MINFER_DTYPE_Q4_1: case MINFER_DTYPE_Q5_0: case MINFER_DTYPE_Q5_1: case MINFER_DTYPE_Q8_0:
     case MINFER_DTYPE_Q2_K: case MINFER_DTYPE_Q3_K: case MINFER_DTYPE_Q4_K: case MINFER_DTYPE_Q5_K: case MINFER_DTYPE_Q6_K:
+    case MINFER_DTYPE_IQ4_NL: case MINFER_DTYPE_IQ4_XS:
       return true;
     default: return false;
   }
@@ -719,6 +765,8 @@ void int8_gemm(int32_t dtype, Isa isa, const uint8_t *w, int64_t row_bytes, int6
     case MINFER_DTYPE_Q4_K: return gemm_typed<UQ4_K>(isa, w, row_bytes, k, m, a, tokens, y, pool);
     case MINFER_DTYPE_Q5_K: return gemm_typed<UQ5_K>(isa, w, row_bytes, k, m, a, tokens, y, pool);
     case MINFER_DTYPE_Q6_K: return gemm_typed<UQ6_K>(isa, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_IQ4_NL: return gemm_typed<UIQ4_NL>(isa, w, row_bytes, k, m, a, tokens, y, pool);
+    case MINFER_DTYPE_IQ4_XS: return gemm_typed<UIQ4_XS>(isa, w, row_bytes, k, m, a, tokens, y, pool);
     default: break;
   }
 }

@@ -19,12 +19,12 @@ namespace minfer::cpu {
 
 class ThreadPool;
 
-// Whether the GEMM runs weights of dtype on isa: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and
-// Q6_K on Avx512Vnni (512-bit) and Avx2 (vpmaddubsw).
+// Whether the GEMM runs weights of dtype on isa: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K,
+// Q6_K, IQ4_NL and IQ4_XS on Avx512Vnni (512-bit) and Avx2 (vpmaddubsw; Q8_0 and IQ4 in int16).
 bool gemm_takes(int32_t dtype, Isa isa);
 
-// Row dots (QDotFn, one to four tokens) on the GEMM's decoding of Q4_1, Q5_1, Q2_K and
-// Q3_K, the types with no kernel of their own in qdot.cpp (Q3_K under AVX-512 VNNI only: AVX2
+// Row dots (QDotFn, one to four tokens) on the GEMM's decoding of Q4_1, Q5_1, Q2_K, Q3_K,
+// IQ4_NL and IQ4_XS, the types with no kernel of their own in qdot.cpp (Q3_K under AVX-512 VNNI only: AVX2
 // has its own); nullptr for other types and isas.
 QDotFn unit_row_dots(int32_t dtype, Isa isa);
 
