@@ -183,7 +183,7 @@ std::vector<Case> all_cases() {
     if (minfer_dtype_info(dt).is_quantized) shapes.push_back({2048, 33, 2}), shapes.push_back({2048, 70, 3}), shapes.push_back({4096, 48, 4});
     // Whole 16-row panels (the CPU holds Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants' matmul weights so): decode, a batch, a prompt.
     if (dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q8_0 || dt == MINFER_DTYPE_Q2_K || dt == MINFER_DTYPE_Q3_K || dt == MINFER_DTYPE_Q4_K ||
-        dt == MINFER_DTYPE_Q5_K || dt == MINFER_DTYPE_Q6_K) {
+        dt == MINFER_DTYPE_Q5_K || dt == MINFER_DTYPE_Q6_K || dt == MINFER_DTYPE_IQ4_NL || dt == MINFER_DTYPE_IQ4_XS) {
       const int64_t kp = per == 256 ? 1024 : 896;
       shapes.push_back({kp, 64, 1}), shapes.push_back({kp, 48, 11}), shapes.push_back({1024, 128, 130});
     }
@@ -787,7 +787,7 @@ TEST_P(Conformance, MatmulWeightsRewrittenAfterCompile) {
   for (const Case &c : all_cases()) {
     const int32_t dt = c.dtypes[0];
     const bool panels = dt == MINFER_DTYPE_Q4_0 || dt == MINFER_DTYPE_Q4_1 || dt == MINFER_DTYPE_Q5_0 || dt == MINFER_DTYPE_Q5_1 || dt == MINFER_DTYPE_Q2_K || dt == MINFER_DTYPE_Q3_K || dt == MINFER_DTYPE_Q4_K ||
-                        dt == MINFER_DTYPE_Q5_K || dt == MINFER_DTYPE_Q6_K;
+                        dt == MINFER_DTYPE_Q5_K || dt == MINFER_DTYPE_Q6_K || dt == MINFER_DTYPE_IQ4_NL || dt == MINFER_DTYPE_IQ4_XS;
     if (c.op != MINFER_OP_MATMUL || (!panels && dt != MINFER_DTYPE_F16 && dt != MINFER_DTYPE_F32)) continue;
     std::string r;
     try {

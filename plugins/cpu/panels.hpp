@@ -1,5 +1,5 @@
-// plugins/cpu/panels.hpp — Q4_0, Q4_1, Q5_0, Q5_1 and K-quant (Q2_K..Q6_K) matmul weights repacked, in their own buffer,
-// into 16-row panels.
+// plugins/cpu/panels.hpp — Q4_0, Q4_1, Q5_0, Q5_1, K-quant (Q2_K..Q6_K) and IQ4 matmul weights repacked, in their
+// own buffer, into 16-row panels.
 //
 // In GGUF order a matmul reads one row at a time: each (row, block, token) then pays a
 // horizontal sum and a scale product beside its integer dot, and a decode step (or a batch
@@ -47,6 +47,36 @@ struct Q4_1Panel {
   uint8_t qs[4][kPanelRows][4];
 };
 static_assert(sizeof(Q4_1Panel) == kPanelRows * sizeof(minfer_block_q4_1), "a panel block is its rows' blocks, moved");
+
+// IQ4_NL (q4_0_panels.cpp, beside Q4_0): Q4_0's panel; the nibbles are indices into the
+// 16-value table (blocks.h), which the kernels look up as its values + 128 (unsigned bytes for
+// vpdpbusd; the 128 taken off through the min, as Q4_0's 8).
+struct IQ4_NLPanel {
+  static constexpr float kOffset = 128.0f;
+  static constexpr bool kTable = true;
+  uint16_t d[kPanelRows];
+  uint8_t qs[4][kPanelRows][4];
+};
+static_assert(sizeof(IQ4_NLPanel) == kPanelRows * sizeof(minfer_block_iq4_nl), "a panel block is its rows' blocks, moved");
+// IQ4_XS (iq4_xs_panels.cpp): one 256-value block of 16 rows: the rows' d, scales_h and
+// scales_l (4 bytes, as a word: sub-block j's low 4 bits at bit 4j), then qs[j][c][r] = bytes
+// 16j + 4c..+3 of row r (sub-block j's indices: low nibbles values 4c.., high 16 + 4c..).
+struct IQ4_XSPanel {
+  uint16_t d[kPanelRows], scales_h[kPanelRows];
+  uint32_t scales_l[kPanelRows];
+  uint8_t qs[8][4][kPanelRows][4];
+};
+static_assert(sizeof(IQ4_XSPanel) == kPanelRows * sizeof(minfer_block_iq4_xs), "a panel block is its rows' blocks, moved");
+
+// The IQ4 table as unsigned bytes (values + 128) in every 128-bit lane, for vpshufb.
+__attribute__((target("avx2"))) inline __m256i iq4_table_u8_256() {
+  constexpr uint64_t flip = 0x8080808080808080ull;
+  return _mm256_set_epi64x(int64_t(MINFER_IQ4_VALUES_HI ^ flip), int64_t(MINFER_IQ4_VALUES_LO ^ flip), int64_t(MINFER_IQ4_VALUES_HI ^ flip),
+                           int64_t(MINFER_IQ4_VALUES_LO ^ flip));
+}
+__attribute__((target("avx2,avx512f,avx512bw"))) inline __m512i iq4_table_u8_512() {
+  return _mm512_broadcast_i64x4(iq4_table_u8_256());
+}
 
 // Q5_0 (q5_0_panels.cpp): Q4_0's panel with each row's 32 fifth bits as one word between the
 // scales and qs, regrouped so that byte j holds piece c's bits (value 4c + j at bit c, value
@@ -169,16 +199,17 @@ inline void prefetch_panel_block(const void *at, int bytes, int near) {
 inline bool panel_dtype(int32_t dtype) {
   return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_1 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q5_1 ||
          dtype == MINFER_DTYPE_Q2_K || dtype == MINFER_DTYPE_Q3_K || dtype == MINFER_DTYPE_Q4_K ||
-         dtype == MINFER_DTYPE_Q5_K || dtype == MINFER_DTYPE_Q6_K;
+         dtype == MINFER_DTYPE_Q5_K || dtype == MINFER_DTYPE_Q6_K || dtype == MINFER_DTYPE_IQ4_NL || dtype == MINFER_DTYPE_IQ4_XS;
 }
 // AMX machines read the panels with the AVX-512 VNNI kernels below kAmxMinTokens tokens and
 // with the tiles above it (amx_matmul: Q4_0, Q4_K and Q6_K decoded from the panels, the other
-// types turned back into rows a panel at a time).
+// types turned back into rows a panel at a time). IQ4_NL's table values reach 241 unsigned,
+// which vpmaddubsw's int16 pair sums would saturate on: its 256-bit panels are AVX-VNNI's only.
 inline Isa panel_isa(Isa isa) { return isa == Isa::Amx ? Isa::Avx512Vnni : isa; }
 inline bool panels_take(int32_t dtype, Isa isa) {
   isa = panel_isa(isa);
   return (isa == Isa::Avx512Vnni && panel_dtype(dtype)) || (avx2_family(isa) && (dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_1 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q5_1 ||
-                                 dtype == MINFER_DTYPE_Q4_K));
+                                 dtype == MINFER_DTYPE_Q4_K)) || (isa == Isa::AvxVnni && dtype == MINFER_DTYPE_IQ4_NL);
 }
 inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
   return panel_dtype(dtype) && k % minfer_dtype_info(dtype).block_values == 0 && m % kPanelRows == 0 && m > 0;
@@ -194,6 +225,8 @@ void q2_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *
 void q3_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q5_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q6_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
+void iq4_nl_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
+void iq4_xs_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 inline void repack_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
   (dtype == MINFER_DTYPE_Q4_K   ? q4_k_convert
    : dtype == MINFER_DTYPE_Q2_K ? q2_k_convert
@@ -203,6 +236,8 @@ inline void repack_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, bool 
    : dtype == MINFER_DTYPE_Q4_1 ? q4_1_convert
    : dtype == MINFER_DTYPE_Q5_0 ? q5_0_convert
    : dtype == MINFER_DTYPE_Q5_1 ? q5_1_convert
+   : dtype == MINFER_DTYPE_IQ4_NL ? iq4_nl_convert
+   : dtype == MINFER_DTYPE_IQ4_XS ? iq4_xs_convert
                                 : q4_0_convert)(w, k, m, to_panels, pool);
 }
 void q4_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
@@ -214,6 +249,8 @@ void q2_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q3_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q5_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q6_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
+void iq4_nl_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
+void iq4_xs_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 inline void panel_rows(int32_t dtype, const uint8_t *panel, int64_t k, uint8_t *rows) {
   (dtype == MINFER_DTYPE_Q4_K   ? q4_k_panel_rows
    : dtype == MINFER_DTYPE_Q2_K ? q2_k_panel_rows
@@ -223,6 +260,8 @@ inline void panel_rows(int32_t dtype, const uint8_t *panel, int64_t k, uint8_t *
    : dtype == MINFER_DTYPE_Q4_1 ? q4_1_panel_rows
    : dtype == MINFER_DTYPE_Q5_0 ? q5_0_panel_rows
    : dtype == MINFER_DTYPE_Q5_1 ? q5_1_panel_rows
+   : dtype == MINFER_DTYPE_IQ4_NL ? iq4_nl_panel_rows
+   : dtype == MINFER_DTYPE_IQ4_XS ? iq4_xs_panel_rows
                                 : q4_0_panel_rows)(panel, k, rows);
 }
 
@@ -434,6 +473,8 @@ void q2_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
 void q3_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q5_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q6_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
+void iq4_nl_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
+void iq4_xs_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 
 // A matmul over panels of m rows each: segment s is a matrix's panels and its tokens
 // [first, first + tokens) of a, written to y (tokens x m). A dense matmul is one segment,

@@ -43,6 +43,10 @@ void move_q4(Block &row, Panel &pb, int r, bool to_panels) {
 // 4240-4840; 8: 2421 | 6274; 128: 33510 | 41878; avx2 1: 1383 | 3584 | 2915; 4: 2851 | 4639 |
 // 6946; 128: 72860 | 75137 | 87597; 896 x 4864 avx512vnni 128: 2070 | 3443.
 
+// Whether a panel's nibbles are IQ4_NL's table indices (looked up once a pass by vpshufb).
+template <class P>
+constexpr bool kTablePanel = requires { P::kTable; };
+
 // AVX-512: block32_dots_vnni (panels.hpp), the nibbles split once a pass.
 template <class P>
 struct Q4Unit {
@@ -53,6 +57,7 @@ struct Q4Unit {
       const __m512i v = _mm512_loadu_si512(p.qs[c]);
       lo[c] = _mm512_and_si512(v, low);
       hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      if constexpr (kTablePanel<P>) lo[c] = _mm512_shuffle_epi8(iq4_table_u8_512(), lo[c]), hi[c] = _mm512_shuffle_epi8(iq4_table_u8_512(), hi[c]);
     }
   }
 };
@@ -74,7 +79,9 @@ struct Q4Unit {
         C_LOOP                                                                                                                  \
         for (int c = 0; c < 4; ++c) {                                                                                           \
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].qs[c][8 * half]));                       \
-          const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                     \
+          __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                           \
+          if constexpr (kTablePanel<Panel>) /* AVX-VNNI only (panels_take) */                                                 \
+            lo = _mm256_shuffle_epi8(iq4_table_u8_256(), lo), hi = _mm256_shuffle_epi8(iq4_table_u8_256(), hi);                 \
           for (int t = 0; t < T; ++t) {                                                                                         \
             const ActBlock &x = a[t * kb + b];                                                                                  \
             s[t] = DOT(DOT(s[t], lo, _mm256_broadcastd_epi32(_mm_loadu_si32(x.qs + 4 * c))), hi,                                \
@@ -111,6 +118,7 @@ void q4_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, 
   if (isa == Isa::Avx512Vnni)
     return in_passes<kPanelVnniTokens>(tokens, [&](auto tag, int64_t t0) { block32_dots_vnni<Q4Unit<Panel>, decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
   const bool vnni = isa == Isa::AvxVnni;
+  if (kTablePanel<Panel> && !vnni) throw sdk::Error(MINFER_ERR_INTERNAL, "iq4_nl panels are read by the VNNI kernels only (panels_take)");
   in_passes<kPanelAvx2Tokens>(tokens, [&](auto tag, int64_t t0) {
     constexpr int kT = decltype(tag)::value;
     (vnni ? panel_dots_avxvnni<Panel, kT> : panel_dots_avx2<Panel, kT>)(pb, kb, a + t0 * kb, kb, y + t0 * m, m);
@@ -126,6 +134,10 @@ void q4_1_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
   q4_panel_dots<Q4_1Panel>(isa, panel, k, a, tokens, y, m);
 }
 
+void iq4_nl_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m) {
+  q4_panel_dots<IQ4_NLPanel>(isa, panel, k, a, tokens, y, m);
+}
+
 void q4_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) {
   panel_to_rows<minfer_block_q4_0, Q4_0Panel, 32>(panel, k, rows, move_q4<minfer_block_q4_0, Q4_0Panel>);
 }
@@ -133,11 +145,19 @@ void q4_1_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) {
   panel_to_rows<minfer_block_q4_1, Q4_1Panel, 32>(panel, k, rows, move_q4<minfer_block_q4_1, Q4_1Panel>);
 }
 
+void iq4_nl_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows) {
+  panel_to_rows<minfer_block_iq4_nl, IQ4_NLPanel, 32>(panel, k, rows, move_q4<minfer_block_iq4_nl, IQ4_NLPanel>);
+}
+
 void q4_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
   convert_panels<minfer_block_q4_0, Q4_0Panel, 32>(w, k, m, to_panels, pool, move_q4<minfer_block_q4_0, Q4_0Panel>);
 }
 void q4_1_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
   convert_panels<minfer_block_q4_1, Q4_1Panel, 32>(w, k, m, to_panels, pool, move_q4<minfer_block_q4_1, Q4_1Panel>);
+}
+
+void iq4_nl_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
+  convert_panels<minfer_block_iq4_nl, IQ4_NLPanel, 32>(w, k, m, to_panels, pool, move_q4<minfer_block_iq4_nl, IQ4_NLPanel>);
 }
 
 }  // namespace minfer::cpu
