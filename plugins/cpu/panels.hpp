@@ -58,7 +58,7 @@ struct IQ4_NLPanel {
   uint8_t qs[4][kPanelRows][4];
 };
 static_assert(sizeof(IQ4_NLPanel) == kPanelRows * sizeof(minfer_block_iq4_nl), "a panel block is its rows' blocks, moved");
-// IQ4_XS (iq4_xs_panels.cpp): one 256-value block of 16 rows: the rows' d, scales_h and
+// IQ4_XS (iq4_panels.cpp): one 256-value block of 16 rows: the rows' d, scales_h and
 // scales_l (4 bytes, as a word: sub-block j's low 4 bits at bit 4j), then qs[j][c][r] = bytes
 // 16j + 4c..+3 of row r (sub-block j's indices: low nibbles values 4c.., high 16 + 4c..).
 struct IQ4_XSPanel {
@@ -203,13 +203,12 @@ inline bool panel_dtype(int32_t dtype) {
 }
 // AMX machines read the panels with the AVX-512 VNNI kernels below kAmxMinTokens tokens and
 // with the tiles above it (amx_matmul: Q4_0, Q4_K and Q6_K decoded from the panels, the other
-// types turned back into rows a panel at a time). IQ4_NL's table values reach 241 unsigned,
-// which vpmaddubsw's int16 pair sums would saturate on: its 256-bit panels are AVX-VNNI's only.
+// types turned back into rows a panel at a time).
 inline Isa panel_isa(Isa isa) { return isa == Isa::Amx ? Isa::Avx512Vnni : isa; }
 inline bool panels_take(int32_t dtype, Isa isa) {
   isa = panel_isa(isa);
   return (isa == Isa::Avx512Vnni && panel_dtype(dtype)) || (avx2_family(isa) && (dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_1 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q5_1 ||
-                                 dtype == MINFER_DTYPE_Q4_K)) || (isa == Isa::AvxVnni && dtype == MINFER_DTYPE_IQ4_NL);
+                                 dtype == MINFER_DTYPE_Q4_K || dtype == MINFER_DTYPE_IQ4_NL || dtype == MINFER_DTYPE_IQ4_XS));
 }
 inline bool panels_fit(int32_t dtype, int64_t k, int64_t m) {
   return panel_dtype(dtype) && k % minfer_dtype_info(dtype).block_values == 0 && m % kPanelRows == 0 && m > 0;
@@ -475,6 +474,9 @@ void q5_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
 void q6_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void iq4_nl_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void iq4_xs_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
+// IQ4_NL's or IQ4_XS's panels under AVX2 (and AVX-VNNI for IQ4_XS): the table's signed values,
+// |w| x sign(a, w) (iq4_panels.cpp).
+void iq4_panel_dots_avx2(int32_t dtype, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 
 // A matmul over panels of m rows each: segment s is a matrix's panels and its tokens
 // [first, first + tokens) of a, written to y (tokens x m). A dense matmul is one segment,

@@ -80,7 +80,7 @@ struct Q4Unit {
         for (int c = 0; c < 4; ++c) {                                                                                           \
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p[b].qs[c][8 * half]));                       \
           __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                           \
-          if constexpr (kTablePanel<Panel>) /* AVX-VNNI only (panels_take) */                                                 \
+          if constexpr (kTablePanel<Panel>) /* AVX-VNNI's; AVX2: iq4_panels.cpp */                                               \
             lo = _mm256_shuffle_epi8(iq4_table_u8_256(), lo), hi = _mm256_shuffle_epi8(iq4_table_u8_256(), hi);                 \
           for (int t = 0; t < T; ++t) {                                                                                         \
             const ActBlock &x = a[t * kb + b];                                                                                  \
@@ -118,7 +118,8 @@ void q4_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, 
   if (isa == Isa::Avx512Vnni)
     return in_passes<kPanelVnniTokens>(tokens, [&](auto tag, int64_t t0) { block32_dots_vnni<Q4Unit<Panel>, decltype(tag)::value>(pb, kb, a + t0 * kb, kb, y + t0 * m, m); });
   const bool vnni = isa == Isa::AvxVnni;
-  if (kTablePanel<Panel> && !vnni) throw sdk::Error(MINFER_ERR_INTERNAL, "iq4_nl panels are read by the VNNI kernels only (panels_take)");
+  if constexpr (kTablePanel<Panel>)  // the values + 128 would saturate vpmaddubsw (2 x 241 x 127 > 2^15)
+    if (!vnni) return iq4_panel_dots_avx2(MINFER_DTYPE_IQ4_NL, panel, k, a, tokens, y, m);
   in_passes<kPanelAvx2Tokens>(tokens, [&](auto tag, int64_t t0) {
     constexpr int kT = decltype(tag)::value;
     (vnni ? panel_dots_avxvnni<Panel, kT> : panel_dots_avx2<Panel, kT>)(pb, kb, a + t0 * kb, kb, y + t0 * m, m);
