@@ -328,6 +328,8 @@ TEST(TypePolicy, OutputSensitiveMixAndFallbacks) {
   const auto xs = minfer::quant::parse_file_type("iq4_xs");
   EXPECT_EQ(choose_type(xs, "blk.5.attn_q.weight", {896, 896}, 0, 24, false).dtype, MINFER_DTYPE_IQ4_NL);
   EXPECT_EQ(choose_type(xs, "blk.5.ffn_up.weight", {1024, 4864}, 0, 24, false).dtype, MINFER_DTYPE_IQ4_XS);
+  // So do Q2_K's and Q3_K's (llama.cpp's Q2_K/Q3_K files of small Qwens hold IQ4_NL).
+  EXPECT_EQ(choose_type(minfer::quant::parse_file_type("q3_k"), "blk.5.attn_q.weight", {896, 896}, 0, 24, false).dtype, MINFER_DTYPE_IQ4_NL);
 }
 
 TEST(Synth, TinyQwen2TensorSetSeedAndVocab) {

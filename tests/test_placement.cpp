@@ -252,6 +252,12 @@ TEST(Explain, CpuNamesQ4_0PanelsWhereItRepacks) {
     EXPECT_NE(line.find(std::string("1: avx2 int8 dot products on the ") + type + " blocks"), std::string::npos) << lo;
     EXPECT_NE(line.find(std::string("64: avx2 tiled int8 GEMM (") + type + " weights"), std::string::npos) << lo;
   }
+  // IQ4_NL and IQ4_XS in panels at every isa (AVX2 on the table's signed values).
+  for (const char *type : {"iq4_nl", "iq4_xs"}) {
+    const std::string iq = explain_tiny("backends: {cpu: {isa: avx2}}\n", "qwen2", type);
+    EXPECT_NE(kernel_lines(iq, "blk.0.ffn_down").find(std::string("1: avx2 int8 dot products on ") + type + " weights repacked at load into 16-row panels"),
+              std::string::npos) << iq;
+  }
   if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) return;
   const std::string v = explain_tiny("backends: {cpu: {isa: avx512vnni}}\n", "qwen2", "q4_k_m");
   EXPECT_NE(v.find("avx512vnni int8 dot products on q6_k weights repacked at load into 16-row panels"), std::string::npos) << v;

@@ -28,7 +28,7 @@ bool more_bits(int layer, int n_layers) {
 // What a block type falls back to when a row does not fill its blocks.
 int32_t fallback(int32_t t) {
   switch (t) {
-    case MINFER_DTYPE_Q2_K: case MINFER_DTYPE_Q3_K: return MINFER_DTYPE_Q4_0;
+    case MINFER_DTYPE_Q2_K: case MINFER_DTYPE_Q3_K: return MINFER_DTYPE_IQ4_NL;  // as llama-quantize
     case MINFER_DTYPE_Q4_K: return MINFER_DTYPE_Q5_0;
     case MINFER_DTYPE_Q5_K: return MINFER_DTYPE_Q5_1;
     case MINFER_DTYPE_Q6_K: return MINFER_DTYPE_Q8_0;
