@@ -213,33 +213,42 @@ void q6_k(const float *x, minfer_block_q6_k &b) {
   }
 }
 
-// IQ4_NL's 16 values as floats, and the midpoints between neighbours (the table rises).
+// IQ4_NL's 16 values as floats, and the index of the value nearest each half-unit interval
+// [h / 2, (h + 1) / 2) of [-128, 128): the midpoints between neighbours are whole or half
+// units, so no interval straddles one (a value exactly on a midpoint takes the upper index).
 struct Iq4Table {
-  float value[16], mid[15];
+  float value[16];
+  uint8_t nearest[512];
   Iq4Table() {
     for (int q = 0; q < 16; ++q) value[q] = float(sdk::iq4_value(q));
-    for (int q = 0; q < 15; ++q) mid[q] = 0.5f * (value[q] + value[q + 1]);
+    for (int h = 0; h < 512; ++h) {
+      const float v = float(h - 256) * 0.5f + 0.25f;
+      int best = 0;
+      for (int q = 1; q < 16; ++q)
+        if (std::fabs(v - value[q]) < std::fabs(v - value[best])) best = q;
+      nearest[h] = uint8_t(best);
+    }
   }
 };
 const Iq4Table kIq4;
 
-// The index of the table value nearest v: how many midpoints lie below it.
 int iq4_nearest(float v) {
-  int q = 0;
-  for (int i = 0; i < 15; ++i) q += v > kIq4.mid[i];
-  return q;
+  const float h = std::floor(2.0f * std::clamp(v, -128.0f, 127.75f));
+  return kIq4.nearest[int(h) + 256];
 }
 
 // The scale s of n values (x ~ s * table[L[i]]) with the least squared error among a few
 // tries around the one that maps the value of largest magnitude to the table's end (-127),
-// each try's indices refitted by least squares; L gets the chosen indices.
+// each try's indices refitted by least squares: s = sum(x v) / sum(v v), whose error
+// sum(x x) - sum(x v)^2 / sum(v v) is least where sum(x v)^2 / sum(v v) is most. L gets the
+// chosen indices.
 float iq4_fit(const float *x, int n, uint8_t *L) {
   const float max = signed_absmax(x, n);
   if (max == 0) {
     for (int i = 0; i < n; ++i) L[i] = uint8_t(iq4_nearest(0));
     return 0;
   }
-  float best_s = 0, best_err = INFINITY;
+  float best_s = 0, best_fit = -1;
   uint8_t q[32];
   for (int t = -8; t <= 8; ++t) {
     const float inv = (-127.0f + float(t)) / max;
@@ -249,13 +258,8 @@ float iq4_fit(const float *x, int n, uint8_t *L) {
       const float v = kIq4.value[q[i]];
       sxv += x[i] * v, svv += v * v;
     }
-    const float s = svv > 0 ? sxv / svv : 0;
-    float err = 0;
-    for (int i = 0; i < n; ++i) {
-      const float e = x[i] - s * kIq4.value[q[i]];
-      err += e * e;
-    }
-    if (err < best_err) best_err = err, best_s = s, std::memcpy(L, q, size_t(n));
+    const float fit = svv > 0 ? sxv * sxv / svv : 0;
+    if (fit > best_fit) best_fit = fit, best_s = svv > 0 ? sxv / svv : 0, std::memcpy(L, q, size_t(n));
   }
   return best_s;
 }
