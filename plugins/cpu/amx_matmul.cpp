@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "block_bits.hpp"
 #include "decode_row.hpp"
 #include "panels.hpp"
 #include "minfer/blocks.h"
@@ -111,6 +112,26 @@ MINFER_AMX void decode_q4_k_row(const minfer_block_q4_k *b, int64_t nb, float *o
   }
 }
 
+// IQ4_NL and IQ4_XS rows: each 32 values' indices to the table's values by one vpshufb
+// (block_bits.hpp), times the block's d (IQ4_XS: times the sub-block's scale).
+MINFER_AMX void decode_iq4_row(int32_t dtype, const uint8_t *row, int64_t k, float *out) {
+  for (int64_t g = 0; g < k / 32; ++g) {
+    const uint8_t *qs;
+    float d;
+    if (dtype == MINFER_DTYPE_IQ4_NL) {
+      const auto &b = reinterpret_cast<const minfer_block_iq4_nl *>(row)[g];
+      qs = b.qs, d = _cvtsh_ss(b.d);
+    } else {
+      const auto &b = reinterpret_cast<const minfer_block_iq4_xs *>(row)[g / 8];
+      qs = b.qs + 16 * (g % 8), d = _cvtsh_ss(b.d) * float(sdk::iq4_xs_scale(b, int(g % 8)));
+    }
+    const __m256i v = iq4_values32(qs);  // values 0-15, then 16-31
+    const __m512 scale = _mm512_set1_ps(d);
+    _mm512_storeu_ps(out + 32 * g, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v))), scale));
+    _mm512_storeu_ps(out + 32 * g + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1))), scale));
+  }
+}
+
 // Up to 16 weight rows decoded to bf16, k-step-major: step s of row r at q[(s * 16 + r) * 16]
 // (words), so each step's 16 x 32 tile is 1 KiB contiguous. Rows past the end are zero.
 MINFER_AMX void pack_weight_panel(int32_t dtype, const uint8_t *w, int64_t row_bytes, int rows, int64_t k, int32_t *q, float *row_f32) {
@@ -149,6 +170,7 @@ MINFER_AMX void pack_weight_panel(int32_t dtype, const uint8_t *w, int64_t row_b
     if (dtype == MINFER_DTYPE_Q5_0) decode_q5_0_row(reinterpret_cast<const minfer_block_q5_0 *>(row), k / 32, row_f32);
     else if (dtype == MINFER_DTYPE_Q6_K) decode_q6_k_row(reinterpret_cast<const minfer_block_q6_k *>(row), k / 256, row_f32);
     else if (dtype == MINFER_DTYPE_Q4_K) decode_q4_k_row(reinterpret_cast<const minfer_block_q4_k *>(row), k / 256, row_f32);
+    else if (dtype == MINFER_DTYPE_IQ4_NL || dtype == MINFER_DTYPE_IQ4_XS) decode_iq4_row(dtype, row, k, row_f32);
     else decode_row_f32(dtype, row, row_f32, k);
     for (int64_t s = 0; s < steps; ++s)
       _mm512_storeu_si512(dst + s * kTileWords, to_bf16_pairs(_mm512_loadu_ps(row_f32 + s * kStep), _mm512_loadu_ps(row_f32 + s * kStep + 16)));
