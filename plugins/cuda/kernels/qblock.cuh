@@ -190,6 +190,47 @@ template <> struct QBlock<minfer_block_q6_k> {
   }
 };
 
+// IQ4_NL and IQ4_XS: 4-bit indices into blocks.h's 16 signed values. Four indices (one a
+// byte, 0..15) to their values: two byte permutes pick each index's value among the table's
+// first eight and its last eight, and bit 3 of the index chooses between the two.
+__device__ __forceinline__ uint32_t iq4_values4(uint32_t idx) {
+  constexpr uint32_t t0 = uint32_t(MINFER_IQ4_VALUES_LO), t1 = uint32_t(MINFER_IQ4_VALUES_LO >> 32);
+  constexpr uint32_t t2 = uint32_t(MINFER_IQ4_VALUES_HI), t3 = uint32_t(MINFER_IQ4_VALUES_HI >> 32);
+  const uint32_t v = idx & 0x07070707u, both = v | v >> 4;
+  const uint32_t sel = (both & 0xffu) | ((both >> 8) & 0xff00u);  // index i's low 3 bits at bits 4i..4i+2
+  const uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+  const uint32_t upper = ((idx >> 3) & 0x01010101u) * 0xffu;
+  return (hi & upper) | (lo & ~upper);
+}
+__device__ __forceinline__ void unpack_iq4_16(const uint8_t *qs, bool aligned4, SubBlock &s) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = aligned4 ? load_u32(qs + 4 * i) : load_u32_a2(qs + 4 * i);
+    s.q[i] = iq4_values4(w & 0x0f0f0f0fu);             // values 4i..: low nibbles
+    s.q[i + 4] = iq4_values4((w >> 4) & 0x0f0f0f0fu);  // values 16 + 4i..: high nibbles
+  }
+}
+
+template <> struct QBlock<minfer_block_iq4_nl> {
+  static constexpr int kSubs = 1;
+  static constexpr bool kTwoScales = false, kOffset = false;
+  __device__ static void unpack(const minfer_block_iq4_nl &b, int, SubBlock &s) {
+    unpack_iq4_16(b.qs, false, s);  // 18-byte blocks: qs on 2 bytes
+    s.d[0] = s.d[1] = f16_bits(b.d);
+    s.m = 0;
+  }
+};
+
+template <> struct QBlock<minfer_block_iq4_xs> {
+  static constexpr int kSubs = 8;
+  static constexpr bool kTwoScales = false, kOffset = false;
+  __device__ static void unpack(const minfer_block_iq4_xs &b, int j, SubBlock &s) {
+    unpack_iq4_16(b.qs + 16 * j, true, s);  // 136-byte blocks: qs (offset 8) on 4 bytes
+    s.d[0] = s.d[1] = f16_bits(b.d) * float(minfer::sdk::iq4_xs_scale(b, j));
+    s.m = 0;
+  }
+};
+
 // Sub-block pairs: the two sub-blocks of a K-quant block that share their quantized bytes,
 // as one lane's piece of work, so that each byte is read once and in 16-byte loads (unpack
 // reads a sub-block's bytes again for its twin, Q6_K's two at a time: a warp of lanes on those
@@ -410,6 +451,8 @@ bool visit_int8_block(int32_t dtype, F &&f) {
     case MINFER_DTYPE_Q4_K: f(minfer_block_q4_k{}); return true;
     case MINFER_DTYPE_Q5_K: f(minfer_block_q5_k{}); return true;
     case MINFER_DTYPE_Q6_K: f(minfer_block_q6_k{}); return true;
+    case MINFER_DTYPE_IQ4_NL: f(minfer_block_iq4_nl{}); return true;
+    case MINFER_DTYPE_IQ4_XS: f(minfer_block_iq4_xs{}); return true;
     default: return false;
   }
 }
