@@ -52,6 +52,9 @@ MINFER_AVX2 inline void k4_scale_words(__m256i u0, __m256i u1, __m256i u2, bool 
 // each activation word broadcast once for 16 rows, where two passes read the panel again from
 // L2 (Xeon VM, isa avx2, alternating: 4096 x 262144 rows 17.8 -> 19.8 GB/s; the 30B-A3B slice's
 // tg32 26.8 -> 28.1 t/s); more tokens keep the two passes (their sums fill the registers).
+// Both sub-blocks' sums stay live here: one sub-block at a time with the pieces unrolled (what
+// made the AVX-512 pass 24% faster) ran 5-8% slower at 4-128 tokens (Zen 5, isa avx2, five
+// alternating rounds), the scale words spilling from the 16 registers instead.
 #define MINFER_Q4_K_DOTS_256(NAME, TARGET, DOT, WIDEN)                                                                                               \
 template <int T>                                                                                                                                     \
 TARGET void NAME(const Q4_KPanel *p, int64_t nb, const ActBlock *a, int64_t kb, float *y, int64_t m) {                                               \
