@@ -5,9 +5,8 @@
 // positions 0..its own of its slot (the last `window` of them on sliding-window layers; each
 // score capped by softcap * tanh(s / softcap) where the params say), reading K and V back from the cache so both cache types
 // see exactly what later steps will see: blocks of a slot's consecutive tokens over tiles of
-// 32 keys, each key's row found through the slot's page table (block_attention). With AVX-512
-// a tile is converted once (K transposed) and its queries go four at a time, as small matrix
-// products; AVX2 and the scalar path still take one query at a time.
+// 32 keys, each key's row found through the slot's page table (block_attention); a tile is
+// converted to f32 once (K transposed) and its queries go several at a time (the Tile types).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -82,9 +81,8 @@ struct BlockState {
   float *m, *l, *acc;
 };
 
-// One (token, head) query of a block on a tile, for the tiles that take several at once
-// (kTransposed): its q, output sums and running max and sum, and its keys lo..hi of the tile.
-struct Span;
+// One (token, head) query of a block on a tile: its q, output sums, running max and sum, and
+// its keys lo..hi of the tile. Span comes first (TileQuery points at it).
 struct TileQuery {
   const float *q;
   float *acc, *m, *l;
@@ -92,14 +90,18 @@ struct TileQuery {
   const Span *sp;
 };
 
-// A tile's work for one (token, head), keys lo..hi of the tile (s: kKeyTile scores):
-// scores() the capped, scaled q.k into s[lo..hi] and returns their max; weigh() replaces s
-// by exp(s - m) on lo..hi and 0 elsewhere and returns their sum; accumulate() sets acc to
-// acc * scale + sum_j s[j] V_j; finish() writes acc * inv.
-// AVX-512 takes a tile as f32 once per block: K transposed (kt[d * kKeyTile + j]) so that a
-// query's 32 scores are two vectors of FMAs over d with no horizontal sum a key, and V as rows,
-// both shared by the block's tokens x heads (each had converted and reduced the same rows:
-// the scores' per-key sums were most of a long prompt's attention).
+// A tile's work (each instruction set's Tile): prepare() turns the tile's K and V rows (f32 or
+// f16 from the cache) into f32 once for the block, K transposed (kt[d * kKeyTile + j], keys
+// nk..31 zero) so that a query's 32 scores are vectors of FMAs over d with no horizontal sum a
+// key, V as rows (vf); run() takes up to kQueries queries of the block: their scaled (capped)
+// scores, each one's online-softmax update (running max m, sum l, output rescaled), and their
+// weighted V rows added to acc; finish() writes acc * inv. The scores sum sixteen dimensions
+// at a time, even and odd ones apart, then add: one running sum a lane over a 128- or
+// 256-value head strayed past the conformance bound. Several queries at once give each loaded
+// K and V piece several uses and independent FMA chains: one query at a time was bound by one
+// chain's latency (a 2,000-token prompt's last chunk on Qwen2-0.5B: attention 815 -> 664 ms
+// transposed alone, against ~2.3x faster at depth with four queries; AVX-512, Zen 5).
+
 // r[c] = column c of the 16 x 16 block of rows r[0..15]: pairs of rows interleaved, 4 x 4 blocks
 // within each 128-bit lane, then the lanes gathered (64 shuffles, no scalar moves).
 MINFER_AVX512 inline void transpose16(__m512 (&r)[16]) {
@@ -118,9 +120,7 @@ MINFER_AVX512 inline void transpose16(__m512 (&r)[16]) {
 }
 
 struct TileAvx512 {  // head_dim a multiple of 16
-  static constexpr bool kFloatRows = false;
-  static constexpr bool kTransposed = true;
-  // The tile's nk rows of K and V into kt (transposed, keys nk..31 zero) and vf (rows).
+  static constexpr int kQueries = 4;
   template <class T>
   MINFER_AVX512 static void prepare(const T *const *kr, const T *const *vr, int nk, int64_t hd, float *kt, float *vf) {
     for (int64_t d0 = 0; d0 < hd; d0 += 16)
@@ -133,12 +133,6 @@ struct TileAvx512 {  // head_dim a multiple of 16
     for (int j = 0; j < nk; ++j)
       for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(vf + j * hd + d, load16(vr[j] + d));
   }
-  // Up to kQueries (token, head) queries of the block on one tile: their scores together (each
-  // kt row loaded once for all, 2 x Q independent FMA chains), each query's online-softmax
-  // update, then their weighted V rows together, 64 dimensions a pass (Q x 4 sums, each V
-  // piece loaded once for all). One query at a time left single chains of FMAs, bound by their
-  // latency (a 2,000-token prompt's last chunk: attention 815 -> 664 ms only, transposed alone).
-  static constexpr int kQueries = 4;
   MINFER_AVX512 static void run(const TileQuery *b, int n, const float *kt, const float *vf, int64_t hd) {
     switch (n) {
       case 4: return run_n<4>(b, kt, vf, hd);
@@ -149,9 +143,6 @@ struct TileAvx512 {  // head_dim a multiple of 16
   }
   template <int Q>
   MINFER_AVX512 static void run_n(const TileQuery *b, const float *kt, const float *vf, int64_t hd) {
-    // Sixteen dimensions at a time, even and odd ones apart, then added to the sums: short
-    // running sums (one over a 128- or 256-value head strayed past the conformance bound) and
-    // twice the FMA chains.
     __m512 a[Q][2];
     for (int q = 0; q < Q; ++q) a[q][0] = a[q][1] = _mm512_setzero_ps();
     for (int64_t d0 = 0; d0 < hd; d0 += 16) {
@@ -242,19 +233,86 @@ MINFER_AVX2_FMA inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
+// r[c] = column c of the 8 x 8 block of rows r[0..7] (as transpose16, lanes of 128 bits).
+MINFER_AVX2_FMA inline void transpose8(__m256 (&r)[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]), t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  for (int i = 0; i < 2; ++i) {  // u[4i + m] lane k: column 4k + m of rows 4i..4i+3
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44), u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44), u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int m = 0; m < 4; ++m) r[m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x20), r[4 + m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x31);
+}
+
+// AVX2 as TileAvx512 on 16 registers: two queries at a time, a tile's keys in two halves of 16.
 struct TileAvx2 {  // head_dim a multiple of 8
-  static constexpr bool kFloatRows = false;
-  static constexpr bool kTransposed = false;
+  static constexpr int kQueries = 2;
   template <class T>
-  MINFER_AVX2_FMA static float scores(const float *qv, const T *const *kr, int lo, int hi, int64_t hd, const Span &sp, float *s) {
-    float mt = -INFINITY;
-    for (int j = lo; j <= hi; ++j) {
-      __m256 a = _mm256_setzero_ps();
-      for (int64_t d = 0; d < hd; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(qv + d), load8(kr[j] + d), a);
-      s[j] = sp.score(hsum8(a));
-      mt = std::max(mt, s[j]);
+  MINFER_AVX2_FMA static void prepare(const T *const *kr, const T *const *vr, int nk, int64_t hd, float *kt, float *vf) {
+    for (int64_t d0 = 0; d0 < hd; d0 += 8)
+      for (int k8 = 0; k8 < kKeyTile; k8 += 8) {
+        __m256 r[8];
+        for (int j = 0; j < 8; ++j) r[j] = k8 + j < nk ? load8(kr[k8 + j] + d0) : _mm256_setzero_ps();
+        transpose8(r);
+        for (int c = 0; c < 8; ++c) _mm256_store_ps(kt + (d0 + c) * kKeyTile + k8, r[c]);
+      }
+    for (int j = 0; j < nk; ++j)
+      for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(vf + j * hd + d, load8(vr[j] + d));
+  }
+  MINFER_AVX2_FMA static void run(const TileQuery *b, int n, const float *kt, const float *vf, int64_t hd) {
+    if (n == 2) return run_n<2>(b, kt, vf, hd);
+    run_n<1>(b, kt, vf, hd);
+  }
+  template <int Q>
+  MINFER_AVX2_FMA static void run_n(const TileQuery *b, const float *kt, const float *vf, int64_t hd) {
+    alignas(32) float s[Q][kKeyTile];
+    for (int half = 0; half < kKeyTile; half += 16) {  // keys half..half+15: sixteen dimensions a short sum, even and odd apart
+      __m256 a[Q][2];
+      for (int q = 0; q < Q; ++q) a[q][0] = a[q][1] = _mm256_setzero_ps();
+      for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+        __m256 part[Q][2][2];
+        for (int q = 0; q < Q; ++q) part[q][0][0] = part[q][0][1] = part[q][1][0] = part[q][1][1] = _mm256_setzero_ps();
+        for (int64_t d = d0; d < std::min<int64_t>(d0 + 16, hd); d += 2)
+          for (int p = 0; p < 2; ++p) {
+            const float *k = kt + (d + p) * kKeyTile + half;
+            const __m256 k0 = _mm256_load_ps(k), k1 = _mm256_load_ps(k + 8);
+            for (int q = 0; q < Q; ++q) {
+              const __m256 qd = _mm256_set1_ps(b[q].q[d + p]);
+              part[q][0][p] = _mm256_fmadd_ps(qd, k0, part[q][0][p]);
+              part[q][1][p] = _mm256_fmadd_ps(qd, k1, part[q][1][p]);
+            }
+          }
+        for (int q = 0; q < Q; ++q)
+          for (int h = 0; h < 2; ++h) a[q][h] = _mm256_add_ps(a[q][h], _mm256_add_ps(part[q][h][0], part[q][h][1]));
+      }
+      for (int q = 0; q < Q; ++q) {
+        const __m256 scale = _mm256_set1_ps(b[q].sp->scale);
+        _mm256_store_ps(s[q] + half, _mm256_mul_ps(a[q][0], scale));
+        _mm256_store_ps(s[q] + half + 8, _mm256_mul_ps(a[q][1], scale));
+      }
     }
-    return mt;
+    float rescale[Q];
+    int jlo = kKeyTile, jhi = -1;
+    for (int q = 0; q < Q; ++q) {
+      const TileQuery &x = b[q];
+      if (x.sp->softcap > 0)
+        for (int j = x.lo; j <= x.hi; ++j) s[q][j] = x.sp->softcap * std::tanh(s[q][j] / x.sp->softcap);
+      float mt = -INFINITY;
+      for (int j = x.lo; j <= x.hi; ++j) mt = std::max(mt, s[q][j]);
+      const float m_new = std::max(*x.m, mt);
+      rescale[q] = std::exp(*x.m - m_new);  // exp(-inf) = 0 at the first tile
+      *x.l = *x.l * rescale[q] + weigh(s[q], x.lo, x.hi, m_new);  // s: 0 off lo..hi
+      *x.m = m_new;
+      jlo = std::min(jlo, x.lo), jhi = std::max(jhi, x.hi);
+    }
+    for (int64_t c0 = 0; c0 < hd; c0 += 32) {
+      switch (std::min<int64_t>(4, (hd - c0) / 8)) {
+        case 4: accumulate<Q, 4>(b, s, rescale, jlo, jhi, vf, hd, c0); break;
+        case 3: accumulate<Q, 3>(b, s, rescale, jlo, jhi, vf, hd, c0); break;
+        case 2: accumulate<Q, 2>(b, s, rescale, jlo, jhi, vf, hd, c0); break;
+        default: accumulate<Q, 1>(b, s, rescale, jlo, jhi, vf, hd, c0); break;
+      }
+    }
   }
   MINFER_AVX2_FMA static float weigh(float *s, int lo, int hi, float m) {
     __m256 sum = _mm256_setzero_ps();
@@ -270,39 +328,65 @@ struct TileAvx2 {  // head_dim a multiple of 8
     }
     return hsum8(sum);
   }
-  template <class T>
-  MINFER_AVX2_FMA static void accumulate(float *acc, const T *const *vr, const float *s, int lo, int hi, int64_t hd, float scale) {
-    for (int64_t d = 0; d < hd; d += 8) {
-      __m256 part = _mm256_setzero_ps();
-      for (int j = lo; j <= hi; ++j) part = _mm256_fmadd_ps(_mm256_set1_ps(s[j]), load8(vr[j] + d), part);
-      _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(acc + d), _mm256_set1_ps(scale), part));
+  // Dimensions c0..c0 + 8 C of the Q queries' outputs: acc = acc * rescale + sum_j s[j] V_j.
+  template <int Q, int C>
+  MINFER_AVX2_FMA static void accumulate(const TileQuery *b, const float (*s)[kKeyTile], const float *rescale, int jlo, int jhi, const float *vf,
+                                         int64_t hd, int64_t c0) {
+    __m256 part[Q][C];
+    for (int q = 0; q < Q; ++q)
+      for (int c = 0; c < C; ++c) part[q][c] = _mm256_setzero_ps();
+    for (int j = jlo; j <= jhi; ++j) {
+      __m256 v[C];
+      for (int c = 0; c < C; ++c) v[c] = _mm256_loadu_ps(vf + j * hd + c0 + 8 * c);
+      for (int q = 0; q < Q; ++q) {
+        const __m256 w = _mm256_set1_ps(s[q][j]);
+        for (int c = 0; c < C; ++c) part[q][c] = _mm256_fmadd_ps(w, v[c], part[q][c]);
+      }
     }
+    for (int q = 0; q < Q; ++q)
+      for (int c = 0; c < C; ++c) {
+        float *o = b[q].acc + c0 + 8 * c;
+        _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_loadu_ps(o), _mm256_set1_ps(rescale[q]), part[q][c]));
+      }
   }
   MINFER_AVX2_FMA static void finish(float *o, const float *acc, float inv, int64_t hd) {
     for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), _mm256_set1_ps(inv)));
   }
 };
 
-// Plain C for any head_dim (other CPUs, or the isa option's `scalar`): the loops are simple
-// enough for the compiler to vectorize; an f16 tile is converted once for the block
-// (kFloatRows).
+// Plain C for any head_dim (other CPUs, or the isa option's `scalar`), one query at a time on
+// the same converted tile; the loops are simple enough for the compiler to vectorize.
 struct TileScalar {
-  static constexpr bool kFloatRows = true;
-  static constexpr bool kTransposed = false;
-  static float scores(const float *qv, const float *const *kr, int lo, int hi, int64_t hd, const Span &sp, float *s) {
+  static constexpr int kQueries = 1;
+  template <class T>
+  static void prepare(const T *const *kr, const T *const *vr, int nk, int64_t hd, float *kt, float *vf) {
+    const auto f32 = [](T v) { if constexpr (sizeof(T) == 2) return sdk::half_to_float(v); else return v; };
+    for (int64_t d = 0; d < hd; ++d)
+      for (int j = 0; j < kKeyTile; ++j) kt[d * kKeyTile + j] = j < nk ? f32(kr[j][d]) : 0.0f;
+    for (int j = 0; j < nk; ++j)
+      for (int64_t d = 0; d < hd; ++d) vf[j * hd + d] = f32(vr[j][d]);
+  }
+  static void run(const TileQuery *b, int, const float *kt, const float *vf, int64_t hd) {
+    const TileQuery &x = *b;
+    float s[kKeyTile] = {}, part[kKeyTile];
+    for (int64_t d0 = 0; d0 < hd; d0 += 16) {  // sixteen dimensions a short sum
+      std::fill(part, part + kKeyTile, 0.0f);
+      for (int64_t d = d0; d < std::min<int64_t>(d0 + 16, hd); ++d)
+        for (int j = 0; j < kKeyTile; ++j) part[j] += x.q[d] * kt[d * kKeyTile + j];
+      for (int j = 0; j < kKeyTile; ++j) s[j] += part[j];
+    }
     float mt = -INFINITY;
-    for (int j = lo; j <= hi; ++j) mt = std::max(mt, s[j] = sp.score(dot(qv, kr[j], hd)));
-    return mt;
+    for (int j = x.lo; j <= x.hi; ++j) mt = std::max(mt, s[j] = x.sp->score(s[j]));
+    const float m_new = std::max(*x.m, mt), rescale = std::exp(*x.m - m_new), sum = weigh(s, x.lo, x.hi, m_new);
+    *x.l = *x.l * rescale + sum, *x.m = m_new;
+    for (int64_t d = 0; d < hd; ++d) x.acc[d] *= rescale;
+    for (int j = x.lo; j <= x.hi; ++j)
+      for (int64_t d = 0; d < hd; ++d) x.acc[d] += s[j] * vf[j * hd + d];
   }
   static float weigh(float *s, int lo, int hi, float m) {
     float sum = 0;
     for (int j = 0; j < kKeyTile; ++j) sum += s[j] = j >= lo && j <= hi ? std::exp(s[j] - m) : 0.0f;
     return sum;
-  }
-  static void accumulate(float *acc, const float *const *vr, const float *s, int lo, int hi, int64_t hd, float scale) {
-    for (int64_t d = 0; d < hd; ++d) acc[d] *= scale;
-    for (int j = lo; j <= hi; ++j)
-      for (int64_t d = 0; d < hd; ++d) acc[d] += s[j] * vr[j][d];
   }
   static void finish(float *o, const float *acc, float inv, int64_t hd) {
     for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
@@ -319,58 +403,30 @@ void block_attention(const float *q, int64_t n_head, int64_t h0, int64_t group, 
   }
   int64_t key_first = spans[0].first, key_last = spans[0].last;
   for (int64_t i = 1; i < b.nt; ++i) key_first = std::min(key_first, spans[i].first), key_last = std::max(key_last, spans[i].last);
-  constexpr bool kConvert = Tile::kFloatRows && sizeof(T) == 2;
-  using Row = std::conditional_t<kConvert, float, T>;
-  const Row *kr[kKeyTile], *vr[kKeyTile];
-  alignas(64) float s[kKeyTile];
+  const T *kr[kKeyTile], *vr[kKeyTile];
   std::vector<float> &kf = scratch().k, &vf = scratch().v;
-  if constexpr (kConvert || Tile::kTransposed) kf.resize(size_t(kKeyTile * hd) + 16), vf.resize(size_t(kKeyTile * hd) + 16);
-  float *kt = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(kf.data()) + 63) & ~uintptr_t(63));  // kTransposed: aligned
+  kf.resize(size_t(kKeyTile * hd) + 16), vf.resize(size_t(kKeyTile * hd));
+  float *kt = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(kf.data()) + 63) & ~uintptr_t(63));  // aligned for the vector loads
   for (int64_t k0 = key_first; k0 <= key_last; k0 += kKeyTile) {
     const int nk = int(std::min<int64_t>(kKeyTile, key_last + 1 - k0));
     for (int j = 0; j < nk; ++j) {
       const int64_t row = int64_t(walk.pages[(k0 + j) / P]) * P + (k0 + j) % P;
-      if constexpr (Tile::kTransposed) {
-        kr[j] = kbase + row * stride, vr[j] = vbase + row * stride;
-      } else if constexpr (kConvert) {
-        for (int64_t d = 0; d < hd; ++d)
-          kf[size_t(j * hd + d)] = sdk::half_to_float(kbase[row * stride + d]), vf[size_t(j * hd + d)] = sdk::half_to_float(vbase[row * stride + d]);
-        kr[j] = kf.data() + j * hd, vr[j] = vf.data() + j * hd;
-      } else {
-        kr[j] = kbase + row * stride, vr[j] = vbase + row * stride;
+      kr[j] = kbase + row * stride, vr[j] = vbase + row * stride;
+    }
+    Tile::prepare(kr, vr, nk, hd, kt, vf.data());
+    TileQuery batch[Tile::kQueries];  // the block's queries with keys in the tile, kQueries at a time
+    int n = 0;
+    for (int64_t i = 0; i < b.nt; ++i) {
+      const Span &sp = spans[i];
+      const int lo = int(std::max<int64_t>(0, sp.first - k0)), hi = int(std::min<int64_t>(nk - 1, sp.last - k0));
+      if (lo > hi) continue;  // none of this token's keys in the tile
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t pi = i * group + g;
+        batch[n++] = {q + ((b.t0 + i) * n_head + h0 + g) * hd, st.acc + pi * hd, st.m + pi, st.l + pi, lo, hi, &sp};
+        if (n == Tile::kQueries) Tile::run(batch, n, kt, vf.data(), hd), n = 0;
       }
     }
-    if constexpr (Tile::kTransposed) {  // the block's queries with keys in the tile, kQueries at a time
-      Tile::prepare(kr, vr, nk, hd, kt, vf.data());
-      TileQuery batch[Tile::kQueries];
-      int n = 0;
-      for (int64_t i = 0; i < b.nt; ++i) {
-        const Span &sp = spans[i];
-        const int lo = int(std::max<int64_t>(0, sp.first - k0)), hi = int(std::min<int64_t>(nk - 1, sp.last - k0));
-        if (lo > hi) continue;
-        for (int64_t g = 0; g < group; ++g) {
-          const int64_t pi = i * group + g;
-          batch[n++] = {q + ((b.t0 + i) * n_head + h0 + g) * hd, st.acc + pi * hd, st.m + pi, st.l + pi, lo, hi, &sp};
-          if (n == Tile::kQueries) Tile::run(batch, n, kt, vf.data(), hd), n = 0;
-        }
-      }
-      if (n) Tile::run(batch, n, kt, vf.data(), hd);
-    } else {
-      for (int64_t i = 0; i < b.nt; ++i) {
-        const Span &sp = spans[i];
-        const int lo = int(std::max<int64_t>(0, sp.first - k0)), hi = int(std::min<int64_t>(nk - 1, sp.last - k0));
-        if (lo > hi) continue;  // none of this token's keys in the tile
-        for (int64_t g = 0; g < group; ++g) {
-          const int64_t pi = i * group + g;
-          const float *qv = q + ((b.t0 + i) * n_head + h0 + g) * hd;
-          const float mt = Tile::scores(qv, kr, lo, hi, hd, sp, s);
-          const float m_new = std::max(st.m[pi], mt), scale = std::exp(st.m[pi] - m_new);  // exp(-inf) = 0 at the first tile
-          st.l[pi] = st.l[pi] * scale + Tile::weigh(s, lo, hi, m_new);
-          st.m[pi] = m_new;
-          Tile::accumulate(st.acc + pi * hd, vr, s, lo, hi, hd, scale);
-        }
-      }
-    }
+    if (n) Tile::run(batch, n, kt, vf.data(), hd);
   }
   for (int64_t i = 0; i < b.nt; ++i)
     for (int64_t g = 0; g < group; ++g) {
