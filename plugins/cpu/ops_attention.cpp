@@ -23,22 +23,9 @@ namespace {
 
 std::string any(const minfer_node &) { return ""; }
 
-// Dot product with eight independent partial sums, so the compiler can keep them in one
-// vector register (a single running sum is a serial dependency it may not reorder).
-inline float dot(const float *a, const float *b, int64_t n) {
-  float part[8] = {};
-  int64_t d = 0;
-  for (; d + 8 <= n; d += 8)
-    for (int l = 0; l < 8; ++l) part[l] += a[d + l] * b[d + l];
-  float s = 0;
-  for (; d < n; ++d) s += a[d] * b[d];
-  for (float x : part) s += x;
-  return s;
-}
-
 // Per-thread scratch, grown on first use and then reused: no allocation per step.
 struct Scratch {
-  std::vector<float> k, v, score, acc;  // k, v: a tile converted to f32 (TileScalar)
+  std::vector<float> k, v, score, acc;  // k, v: a tile converted to f32 (K transposed)
 };
 Scratch &scratch() {
   thread_local Scratch s;
