@@ -258,9 +258,15 @@ TEST(Explain, CpuNamesQ4_0PanelsWhereItRepacks) {
     EXPECT_NE(kernel_lines(iq, "blk.0.ffn_down").find(std::string("1: avx2 int8 dot products on ") + type + " weights repacked at load into 16-row panels"),
               std::string::npos) << iq;
   }
+  // Q8_0: rows under AVX2 (its values + 128 would saturate vpmaddubsw), panels under AVX-512.
+  const std::string q8 = explain_tiny("backends: {cpu: {isa: avx2}}\n", "qwen2", "q8_0");
+  EXPECT_EQ(q8.find("q8_0 weights repacked at load"), std::string::npos) << q8;
   if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) return;
   const std::string v = explain_tiny("backends: {cpu: {isa: avx512vnni}}\n", "qwen2", "q4_k_m");
   EXPECT_NE(v.find("avx512vnni int8 dot products on q6_k weights repacked at load into 16-row panels"), std::string::npos) << v;
+  const std::string v8 = explain_tiny("backends: {cpu: {isa: avx512vnni}}\n", "qwen2", "q8_0");
+  EXPECT_NE(kernel_lines(v8, "blk.0.ffn_down").find("1: avx512vnni int8 dot products on q8_0 weights repacked at load into 16-row panels"),
+            std::string::npos) << v8;
 }
 
 TEST(Explain, CudaNamesPathsAndFusions) {

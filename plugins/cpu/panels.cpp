@@ -15,6 +15,7 @@ void panel_matmul(int32_t dtype, Isa isa, int64_t k, int64_t m, const ActBlock *
                     : dtype == MINFER_DTYPE_Q5_0 ? q5_0_panel_dots
                     : dtype == MINFER_DTYPE_Q5_1 ? q5_1_panel_dots
                     : dtype == MINFER_DTYPE_IQ4_NL ? iq4_nl_panel_dots
+                    : dtype == MINFER_DTYPE_Q8_0 ? q8_0_panel_dots
                     : dtype == MINFER_DTYPE_IQ4_XS ? iq4_xs_panel_dots
                                                  : q4_0_panel_dots;
   const int64_t per = m / kPanelRows, panel_bytes = kPanelRows * sdk::row_bytes(dtype, k), kb = k / 32;

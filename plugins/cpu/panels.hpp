@@ -48,6 +48,15 @@ struct Q4_1Panel {
 };
 static_assert(sizeof(Q4_1Panel) == kPanelRows * sizeof(minfer_block_q4_1), "a panel block is its rows' blocks, moved");
 
+// Q8_0 (q8_0_panels.cpp): one 32-value block of 16 rows: the rows' scales, then qs[c][r] =
+// values 4c..4c+3 of row r's block (signed; read + 128).
+struct Q8_0Panel {
+  static constexpr float kOffset = 128.0f;
+  uint16_t d[kPanelRows];
+  int8_t qs[8][kPanelRows][4];
+};
+static_assert(sizeof(Q8_0Panel) == kPanelRows * sizeof(minfer_block_q8_0), "a panel block is its rows' blocks, moved");
+
 // IQ4_NL (q4_0_panels.cpp, beside Q4_0): Q4_0's panel; the nibbles are indices into the
 // 16-value table (blocks.h), which the kernels look up as its values + 128 (unsigned bytes for
 // vpdpbusd; the 128 taken off through the min, as Q4_0's 8).
@@ -194,10 +203,11 @@ inline void prefetch_panel_block(const void *at, int bytes, int near) {
   }
 }
 
-// The weight types panels exist for; those an isa reads as panels (Q2_K, Q3_K, Q5_K and Q6_K:
-// AVX-512 only, see q6_k_panels.cpp); and whether a [k, m] weight can be held so: whole panels.
+// The weight types panels exist for; those an isa reads as panels (Q2_K, Q3_K, Q5_K, Q6_K and
+// Q8_0: AVX-512 only, see q6_k_panels.cpp and q8_0_panels.cpp); and whether a [k, m] weight
+// can be held so: whole panels.
 inline bool panel_dtype(int32_t dtype) {
-  return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_1 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q5_1 ||
+  return dtype == MINFER_DTYPE_Q4_0 || dtype == MINFER_DTYPE_Q4_1 || dtype == MINFER_DTYPE_Q8_0 || dtype == MINFER_DTYPE_Q5_0 || dtype == MINFER_DTYPE_Q5_1 ||
          dtype == MINFER_DTYPE_Q2_K || dtype == MINFER_DTYPE_Q3_K || dtype == MINFER_DTYPE_Q4_K ||
          dtype == MINFER_DTYPE_Q5_K || dtype == MINFER_DTYPE_Q6_K || dtype == MINFER_DTYPE_IQ4_NL || dtype == MINFER_DTYPE_IQ4_XS;
 }
@@ -225,6 +235,7 @@ void q3_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *
 void q5_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void q6_k_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void iq4_nl_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
+void q8_0_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 void iq4_xs_convert(uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool);
 inline void repack_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, bool to_panels, ThreadPool *pool) {
   (dtype == MINFER_DTYPE_Q4_K   ? q4_k_convert
@@ -236,6 +247,7 @@ inline void repack_panels(int32_t dtype, uint8_t *w, int64_t k, int64_t m, bool 
    : dtype == MINFER_DTYPE_Q5_0 ? q5_0_convert
    : dtype == MINFER_DTYPE_Q5_1 ? q5_1_convert
    : dtype == MINFER_DTYPE_IQ4_NL ? iq4_nl_convert
+   : dtype == MINFER_DTYPE_Q8_0 ? q8_0_convert
    : dtype == MINFER_DTYPE_IQ4_XS ? iq4_xs_convert
                                 : q4_0_convert)(w, k, m, to_panels, pool);
 }
@@ -249,6 +261,7 @@ void q3_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q5_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void q6_k_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void iq4_nl_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
+void q8_0_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 void iq4_xs_panel_rows(const uint8_t *panel, int64_t k, uint8_t *rows);
 inline void panel_rows(int32_t dtype, const uint8_t *panel, int64_t k, uint8_t *rows) {
   (dtype == MINFER_DTYPE_Q4_K   ? q4_k_panel_rows
@@ -260,6 +273,7 @@ inline void panel_rows(int32_t dtype, const uint8_t *panel, int64_t k, uint8_t *
    : dtype == MINFER_DTYPE_Q5_0 ? q5_0_panel_rows
    : dtype == MINFER_DTYPE_Q5_1 ? q5_1_panel_rows
    : dtype == MINFER_DTYPE_IQ4_NL ? iq4_nl_panel_rows
+   : dtype == MINFER_DTYPE_Q8_0 ? q8_0_panel_rows
    : dtype == MINFER_DTYPE_IQ4_XS ? iq4_xs_panel_rows
                                 : q4_0_panel_rows)(panel, k, rows);
 }
@@ -480,6 +494,7 @@ void q3_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a
 void q5_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void q6_k_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void iq4_nl_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
+void q8_0_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 void iq4_xs_panel_dots(Isa isa, const uint8_t *panel, int64_t k, const ActBlock *a, int64_t tokens, float *y, int64_t m);
 // IQ4_NL's or IQ4_XS's panels under AVX2 (and AVX-VNNI for IQ4_XS): the table's signed values,
 // |w| x sign(a, w) (iq4_panels.cpp).
