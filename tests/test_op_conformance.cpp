@@ -435,6 +435,12 @@ std::vector<Case> all_cases() {
   // Q4_1's, Q5_0's and Q5_1's whole panels (as Q4_0's above; appended last: the cases before keep their seeds).
   for (int32_t dt : {MINFER_DTYPE_Q5_0, MINFER_DTYPE_Q5_1, MINFER_DTYPE_Q4_1})
     for (auto [k, m, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{896, 64, 1}, {896, 48, 11}, {1024, 128, 130}}) matmul_case(dt, k, m, n);
+  // One token of one sequence over one KV head (Gemma 3's MQA): the CPU splits its keys over
+  // the threads and merges the shares; with a sliding window most shares hold none of its keys.
+  for (int32_t cache : {MINFER_DTYPE_F32, MINFER_DTYPE_F16}) {
+    paged("MQA decode past 5000", cache, 256, 4, 1, 16, 320, {{shuffled(0, 320, 16), 5000, 1}});
+    paged("MQA decode past 5000, window 700", cache, 128, 8, 1, 16, 320, {{shuffled(0, 320, 17), 5000, 1}}, 700, 30.0f);
+  }
   // Block types added after the cases above were seeded: each type's every case, here.
   for (int32_t dt : minfer::test::block_dtypes()) {
     if (is_seeded_block_dtype(dt)) continue;

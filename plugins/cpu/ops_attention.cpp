@@ -382,7 +382,8 @@ struct TileScalar {
 
 template <class Tile, class T>
 void block_attention(const float *q, int64_t n_head, int64_t h0, int64_t group, const T *kbase, const T *vbase, int64_t stride,
-                     const PageWalk &walk, const Span *spans, const TokenBlock &b, int64_t hd, BlockState st, float *out) {
+                     const PageWalk &walk, const Span *spans, const TokenBlock &b, int64_t hd, BlockState st, float *out,
+                     int64_t keys_lo = 0, int64_t keys_hi = INT64_MAX) {
   const int64_t pairs = b.nt * group, P = walk.page_size;
   for (int64_t i = 0; i < pairs; ++i) {
     st.m[i] = -INFINITY, st.l[i] = 0;
@@ -390,6 +391,7 @@ void block_attention(const float *q, int64_t n_head, int64_t h0, int64_t group, 
   }
   int64_t key_first = spans[0].first, key_last = spans[0].last;
   for (int64_t i = 1; i < b.nt; ++i) key_first = std::min(key_first, spans[i].first), key_last = std::max(key_last, spans[i].last);
+  key_first = std::max(key_first, keys_lo), key_last = std::min(key_last, keys_hi);  // a split's share (out null: st is the result)
   const T *kr[kKeyTile], *vr[kKeyTile];
   std::vector<float> &kf = scratch().k, &vf = scratch().v;
   kf.resize(size_t(kKeyTile * hd) + 16), vf.resize(size_t(kKeyTile * hd));
@@ -415,6 +417,7 @@ void block_attention(const float *q, int64_t n_head, int64_t h0, int64_t group, 
     }
     if (n) Tile::run(batch, n, kt, vf.data(), hd);
   }
+  if (!out) return;
   for (int64_t i = 0; i < b.nt; ++i)
     for (int64_t g = 0; g < group; ++g) {
       const int64_t pi = i * group + g;
@@ -473,22 +476,66 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
   const int64_t nblk = int64_t(blocks.size());
   auto block_of = [&](int64_t bi) { return blocks[size_t(bi % 2 == 0 ? bi / 2 : nblk - 1 - bi / 2)]; };
   const bool wide = ctx.isa >= Isa::Avx512Vnni && hd % 16 == 0, narrow = avx2_family(ctx.isa) && hd % 8 == 0;
-  ctx.pool.run(nblk * p.n_kv_head, [&](int64_t w0, int64_t w1, int) {
+  // Where the blocks x KV heads leave threads idle (a decode step of few sequences, and few KV
+  // heads: Gemma 3's one, Qwen2's two), each item's keys go in `splits` shares of at least
+  // kSplitKeys, each share's running max, sum and output kept apart, then merged in share
+  // order. Without it a lone sequence's MQA decode attended on one thread.
+  constexpr int64_t kSplitKeys = 512;
+  const int64_t items = nblk * p.n_kv_head, threads = ctx.pool.size();
+  int64_t longest = 0;
+  for (const TokenBlock &b : blocks) longest = std::max<int64_t>(longest, pos[b.t0 + b.nt - 1] + 1);
+  const int64_t splits = items >= threads ? 1 : std::max<int64_t>(1, std::min<int64_t>((threads + items - 1) / items, longest / kSplitKeys));
+  const int64_t share = ((longest + splits - 1) / splits + kKeyTile - 1) / kKeyTile * kKeyTile;  // keys a share, whole tiles
+  const int64_t pair_floats = hd + 2, per_item = kBlockTokens * group * pair_floats;
+  thread_local std::vector<float> partial_buf;  // splits > 1: [item][share] = m, l of each pair, then acc[hd] of each
+  if (splits > 1) partial_buf.resize(size_t(items * splits * per_item));
+  float *const partial = partial_buf.data();  // the calling thread's buffer (a thread_local named in the workers would be theirs)
+  ctx.pool.run(items * splits, [&](int64_t w0, int64_t w1, int) {
     Scratch &s = scratch();
     s.score.resize(size_t(2 * kBlockTokens * group));
     s.acc.resize(size_t(kBlockTokens * group * hd));
     for (int64_t w = w0; w < w1; ++w) {
-      const TokenBlock b = block_of(w / p.n_kv_head);
-      const int64_t kvh = w % p.n_kv_head;
+      const int64_t item = w / splits, c = w % splits;
+      const TokenBlock b = block_of(item / p.n_kv_head);
+      const int64_t kvh = item % p.n_kv_head;
       Span spans[kBlockTokens];
       for (int64_t i = 0; i < b.nt; ++i) spans[i] = span_of(b.t0 + i);
-      const BlockState st{s.score.data(), s.score.data() + kBlockTokens * group, s.acc.data()};
+      BlockState st{s.score.data(), s.score.data() + kBlockTokens * group, s.acc.data()};
+      if (splits > 1) {  // this share's state in the shared buffer: m, l, then acc of each pair
+        float *base = partial + (item * splits + c) * per_item;
+        st = {base, base + kBlockTokens * group, base + 2 * kBlockTokens * group};
+      }
       const auto run = [&](auto tile) {
-        block_attention<decltype(tile), T>(q, p.n_head, kvh * group, group, kc + kvh * hd, vc + kvh * hd, kvd, walk_of(b.t0), spans, b, hd, st, out);
+        block_attention<decltype(tile), T>(q, p.n_head, kvh * group, group, kc + kvh * hd, vc + kvh * hd, kvd, walk_of(b.t0), spans, b, hd, st,
+                                           splits > 1 ? nullptr : out, c * share, c * share + share - 1);
       };
       if (wide) run(TileAvx512{});
       else if (narrow) run(TileAvx2{});
       else run(TileScalar{});
+    }
+  });
+  if (splits == 1) return;
+  ctx.pool.run(items, [&](int64_t w0, int64_t w1, int) {  // the shares merged: each weighed by exp(m_share - m)
+    for (int64_t item = w0; item < w1; ++item) {
+      const TokenBlock b = block_of(item / p.n_kv_head);
+      const int64_t kvh = item % p.n_kv_head;
+      for (int64_t pi = 0; pi < b.nt * group; ++pi) {
+        const auto m_of = [&](int64_t c) { return partial[size_t((item * splits + c) * per_item + pi)]; };
+        const auto l_of = [&](int64_t c) { return partial[size_t((item * splits + c) * per_item + kBlockTokens * group + pi)]; };
+        const auto acc_of = [&](int64_t c) { return partial + (item * splits + c) * per_item + 2 * kBlockTokens * group + pi * hd; };
+        float m = -INFINITY, l = 0;
+        for (int64_t c = 0; c < splits; ++c) m = std::max(m, m_of(c));
+        float *o = out + ((b.t0 + pi / group) * p.n_head + kvh * group + pi % group) * hd;
+        std::fill(o, o + hd, 0.0f);
+        for (int64_t c = 0; c < splits; ++c) {
+          if (m_of(c) == -INFINITY) continue;  // no keys of this token in the share
+          const float wgt = std::exp(m_of(c) - m);
+          l += l_of(c) * wgt;
+          const float *a = acc_of(c);
+          for (int64_t d = 0; d < hd; ++d) o[d] += a[d] * wgt;
+        }
+        for (int64_t d = 0; d < hd; ++d) o[d] /= l;
+      }
     }
   });
 }
