@@ -151,6 +151,16 @@ TEST(CudaVsCpuWide, MultiChunkRowsAgree) {
   for (const char *type : {"q8_0", "q4_0", "q4_k_m"}) expect_backends_agree("7b", type, 16, 8, 0.2, 2, "llama");
 }
 
+// Two blocks of Qwen2-7B: its ffn_down's 3,584 rows of 18,944 values take the one-token GEMV's
+// 28-warp blocks (a warp a row on a 132-SM GPU), Q4_K_M's in Q6_K where llama.cpp's mix gives
+// a layer more bits; its lm_head Q6_K rows of 14 blocks in chunks of 9 and 5. A prefill of 4
+// (the decode steps are the point): at 16 positions this width's random logits had two
+// near-ties flip under MMQ's rounding (H100, Q4_K_M: all 8 clear positions agreed).
+TEST(CudaVsCpuWide, DeepDownRowsAgree) {
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  for (const char *type : {"q8_0", "q4_0", "q4_k_m"}) expect_backends_agree("7b", type, 4, 8, 0.2, 2);
+}
+
 // Two blocks of the 0.5B: its lm_head's 151,936 rows of 896 values take the staged GEMV (rows
 // of at most 1024 values stream through the warps' rings where a launch has very many of
 // them), its layers' short rows the per-lane path; Q4_K_M's lm_head is Q6_K.

@@ -441,6 +441,10 @@ std::vector<Case> all_cases() {
     paged("MQA decode past 5000", cache, 256, 4, 1, 16, 320, {{shuffled(0, 320, 16), 5000, 1}});
     paged("MQA decode past 5000, window 700", cache, 128, 8, 1, 16, 320, {{shuffled(0, 320, 17), 5000, 1}}, 700, 30.0f);
   }
+  // One token over more rows of more than 8192 values than sixteen warps an SM take one at a
+  // time on a 132-SM GPU (CUDA: the one-token GEMV's 28-warp blocks, a warp a row; a 7B's
+  // ffn_down), for every seeded block type.
+  for (int32_t dt : seeded_block_dtypes()) matmul_case(dt, 9216, 2240, 1);
   // Block types added after the cases above were seeded: each type's every case, here.
   for (int32_t dt : minfer::test::block_dtypes()) {
     if (is_seeded_block_dtype(dt)) continue;

@@ -196,7 +196,9 @@ struct ChunkShape {
 };
 
 // The warps' rings follow x's blocks in the dynamic shared memory (q8_blocks_bytes16).
-__host__ __device__ constexpr size_t staged_smem_bytes(int64_t ns, int warps = kWarps) { return q8_blocks_bytes16(ns) + size_t(warps) * kStages * kSlotBytes; }
+__host__ __device__ constexpr size_t staged_smem_bytes(int64_t ns, int warps = kWarps, int stages = kStages) {
+  return q8_blocks_bytes16(ns) + size_t(warps) * stages * kSlotBytes;
+}
 
 // Rows longer than kWideFrom values take blocks of kWideWarps warps, one an SM: every block
 // quantizes all of x (a 7B's ffn_down: 18,944 values, ten passes at 256 threads), so half as
@@ -204,14 +206,61 @@ __host__ __device__ constexpr size_t staged_smem_bytes(int64_t ns, int warps = k
 // blocks of eight.
 constexpr int64_t kWideFrom = 8192;
 constexpr int kWideWarps = 16;
+// Where those blocks would leave warps two rows each and a block of kDeepWarps gives every
+// warp at most one (a 7B's 3,584 down rows: 2,112 warps at sixteen an SM, so two thirds of
+// the SMs ran two rows a warp while the others idled half the time), the deep form: one block
+// of kDeepWarps an SM, kDeepStages buffers a ring (what fits beside x), registers capped at 72.
+constexpr int kDeepWarps = 28;
+constexpr int kDeepStages = 3;
 
 // N chunks of blocks at the same columns times x: this lane's share of chunk n added to
 // acc[n] (subs sub-blocks, x's from xc, read once for all N as load_act's 8-byte pieces: 4-byte
 // ones of consecutive lanes' 40-byte blocks meet two to a bank). kAligned16: the chunks start
 // on 16 bytes, for the types with QBlock::unpack16.
+// One pass of chunk_dot over the blocks of one parity (every other block, from `parity`),
+// whose words all lie as W reads them: the whole warp takes one alignment, so no lane's
+// reads wait on another form.
+template <class Block, int N, class W>
+__device__ __forceinline__ void chunk_dot_pass(const Block *const (&blocks)[N], int nblocks, int parity, const minfer_cuda_q8_act *xc, int lane,
+                                               float (&acc)[N]) {
+  constexpr int kSubs = QBlock<Block>::kSubs, kMost = (ChunkShape<Block>::kBlocks + 1) / 2 * kSubs;
+  const int subs = (nblocks - parity + 1) / 2 * kSubs;
+#pragma unroll
+  for (int u = 0; u < (kMost + 31) / 32; ++u) {
+    const int t = lane + 32 * u;
+    if (t < subs) {
+      const int b = parity + 2 * (t / kSubs), j = t % kSubs;
+      const minfer_cuda_q8_act a = load_act(&xc[b * kSubs + j]);
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        SubBlock sb;
+        gemv_unpack_words<Block, W>(blocks[n][b], j, sb);
+        acc[n] += gemv_dot<Block>(sb, a);
+      }
+    }
+  }
+}
+
 template <class Block, int N, bool kAligned16 = false>
 __device__ __forceinline__ void chunk_dot(const Block *const (&blocks)[N], int subs, const minfer_cuda_q8_act *xc, int lane, float (&acc)[N]) {
   constexpr int kSubs = QBlock<Block>::kSubs;
+  // Blocks of a size 2 mod 4 (kWordsMod4): the blocks whose words lie on 4 bytes, then the
+  // others, each pass of one alignment (chunk_dot_pass), where the N chunks agree mod 4 and
+  // the two passes take no more rounds of the warp than one (a 28-block row of a small model's
+  // lm_head: one round of 28 lanes, not two of 14).
+  if constexpr (kWordsMod4<Block> >= 0) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(blocks[0]) + kWordsMod4<Block>;
+    const int nb = subs / kSubs, half = (nb + 1) / 2 * kSubs;
+    bool alike = (at & 1) == 0 && (half + 31) / 32 + (subs - half + 31) / 32 <= (subs + 31) / 32;
+#pragma unroll
+    for (int n = 1; n < N; ++n) alike = alike && ((reinterpret_cast<uintptr_t>(blocks[n]) ^ reinterpret_cast<uintptr_t>(blocks[0])) & 3) == 0;
+    if (alike) {
+      const int aligned = int(at >> 1) & 1;  // the parity of the blocks whose words are on 4 bytes
+      chunk_dot_pass<Block, N, WordsAt<0>>(blocks, nb, aligned, xc, lane, acc);
+      chunk_dot_pass<Block, N, WordsAt<2>>(blocks, nb, aligned ^ 1, xc, lane, acc);
+      return;
+    }
+  }
 #pragma unroll
   for (int u = 0; u < (ChunkShape<Block>::kBlocks * kSubs + 31) / 32; ++u) {
     const int j = lane + 32 * u;
@@ -230,11 +279,12 @@ __device__ __forceinline__ void chunk_dot(const Block *const (&blocks)[N], int s
 
 // Register sets x's quantizing pass rotates through (quantize_to_shared): 8 warps take a 3584-value
 // x in two passes, both loads out at once with two sets; 16 warps (k > 8192) take five or more
-// (five sets, all at once, measured slower than three: H100 7B Q4_K_M tg128 394 vs 398).
+// (five sets, all at once, measured slower than three: H100 7B Q4_K_M tg128 394 vs 398);
+// 28 (kDeepWarps) take three passes of 18,944 values, two sets under their 72 registers.
 template <int kW>
-constexpr int kQuantizeBufs = kW == kWarps ? 2 : 3;
+constexpr int kQuantizeBufs = kW == kWideWarps ? 3 : 2;
 
-template <class Block, class BlockB = Block, int kW = kWarps>
+template <class Block, class BlockB = Block, int kW = kWarps, int kS = kStages>
 __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const float *x, int64_t ns, minfer_cuda_q8_act *xs, uint8_t *ring) {
   constexpr bool kMixed = !std::is_same_v<Block, BlockB>;
   const int lane = threadIdx.x & 31;
@@ -274,14 +324,14 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const f
   start_row(load_at, int64_t(blockIdx.x) * kW + (threadIdx.x >> 5));
   use_at = load_at;
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s);
+  for (int s = 0; s < kS - 1; ++s) issue(s);
   wait_for_inputs();  // the first chunks (weights: no kernel writes them) load during the previous kernel's tail
   const float scale = norm_scale(quantize_to_shared<kQuantizeBufs<kW>>(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
   float acc[1] = {0};
-  for (int slot = 0; use_at.o < rows; slot = slot == kStages - 1 ? 0 : slot + 1) {
-    cp_async_wait<kStages - 2>();  // this lane's pieces of the chunk at use_at have landed
+  for (int slot = 0; use_at.o < rows; slot = slot == kS - 1 ? 0 : slot + 1) {
+    cp_async_wait<kS - 2>();  // this lane's pieces of the chunk at use_at have landed
     __syncwarp();                  // ... and every lane's; the buffer used last round is free
-    issue(slot == 0 ? kStages - 1 : slot - 1);
+    issue(slot == 0 ? kS - 1 : slot - 1);
     if (load_at.o >= rows) release_dependents();  // this warp's last chunks are in flight
     const uint8_t *chunk = ring + slot * kSlotBytes + lead(use_at);
     const auto dot = [&](auto tag) {  // x from the chunk's first sub-block on
@@ -419,14 +469,15 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvBlocksPerSm<Block>) gemv_qua
 // the rings of a 3584-value row fit in shared memory.
 constexpr int kStagedBlocksPerSm = 3;
 
-template <class Block, bool kGated, class BlockB = Block, int kW = kWarps>
+template <class Block, bool kGated, class BlockB = Block, int kW = kWarps, int kS = kStages>
 __global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStagedBlocksPerSm : 1) gemv_staged_kernel(const __grid_constant__ GemvParts parts,
                                                                                                      const Block *up, const float *x, int64_t k) {
+  static_assert(!kGated || kS == kStages, "gated rows take the ring as pairs of kStages / 2");
   extern __shared__ __align__(16) minfer_cuda_q8_act xs[];  // the rings take 16-byte copies and loads
   const int64_t ns = k / 32;
-  uint8_t *const ring = reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(ns) + (threadIdx.x >> 5) * kStages * kSlotBytes;
+  uint8_t *const ring = reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(ns) + (threadIdx.x >> 5) * kS * kSlotBytes;
   if constexpr (kGated) gemv_staged_pairs<Block, kW>(parts, up, x, ns, xs, ring);
-  else gemv_staged_rows<Block, BlockB, kW>(parts, x, ns, xs, ring);
+  else gemv_staged_rows<Block, BlockB, kW, kS>(parts, x, ns, xs, ring);
 }
 
 // Parts of two block types in one launch (gemv_short_rows with BlockB); short rows only.
@@ -511,18 +562,24 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
     staged = minfer_cuda_gemv_staged(k, m);
     const int64_t per_warp = !staged && k / 32 <= 32 ? (up ? kShortRows / 2 : kShortRows) : 1;  // rows a warp takes at once
     const bool wide = staged && k > kWideFrom && staged_smem_bytes(k / 32, kWideWarps) <= size_t(optin);
-    const int warps = wide ? kWideWarps : kWarps;
-    const size_t smem = staged ? staged_smem_bytes(k / 32, warps) : size_t(k / 32) * sizeof(minfer_cuda_q8_act);
+    int warps = wide ? kWideWarps : kWarps;
+    size_t smem = staged ? staged_smem_bytes(k / 32, warps) : size_t(k / 32) * sizeof(minfer_cuda_q8_act);
     // As many blocks an SM as the registers allow and the shared memory holds (the runtime keeps 1 KiB a block).
     const int most_per_sm = wide ? 1 : staged ? kStagedBlocksPerSm : kGemvBlocksPerSm<Block>;
-    const int per_sm = int(std::max<size_t>(1, std::min<size_t>(most_per_sm, size_t(per_sm_smem) / (smem + 1024))));
+    int per_sm = int(std::max<size_t>(1, std::min<size_t>(most_per_sm, size_t(per_sm_smem) / (smem + 1024))));
+    // Wide rows that would leave some warps two and a 28-warp block an SM gives each at most one.
+    const int64_t sms = sm_count > 0 ? sm_count : 132;
+    const bool deep = wide && !up && m > int64_t(warps) * per_sm * sms && m <= kDeepWarps * sms &&
+                      staged_smem_bytes(k / 32, kDeepWarps, kDeepStages) <= size_t(optin);
+    if (deep) warps = kDeepWarps, per_sm = 1, smem = staged_smem_bytes(k / 32, kDeepWarps, kDeepStages);
     const int64_t blocks = gemv_blocks(cfg, m, per_warp, sm_count, per_sm, warps);
     const auto run = [&](auto kernel, const Block *up_w) {
       if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       if (e == cudaSuccess) launch_kernel(cfg, kernel, unsigned(blocks), warps * 32, smem, gp, up_w, x, k);
     };
     const Block *up_w = static_cast<const Block *>(up);
-    if (wide) up ? run(gemv_staged_kernel<Block, true, Block, kWideWarps>, up_w) : run(gemv_staged_kernel<Block, false, Block, kWideWarps>, nullptr);
+    if (deep) run(gemv_staged_kernel<Block, false, Block, kDeepWarps, kDeepStages>, nullptr);
+    else if (wide) up ? run(gemv_staged_kernel<Block, true, Block, kWideWarps>, up_w) : run(gemv_staged_kernel<Block, false, Block, kWideWarps>, nullptr);
     else if (staged) up ? run(gemv_staged_kernel<Block, true>, up_w) : run(gemv_staged_kernel<Block, false>, nullptr);
     else up ? run(gemv_quantizing_kernel<Block, true>, up_w) : run(gemv_quantizing_kernel<Block, false>, nullptr);
   });

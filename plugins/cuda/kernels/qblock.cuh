@@ -14,6 +14,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "minfer/blocks.h"
 #include "minfer/decode.hpp"
@@ -35,6 +36,26 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
   return uint32_t(h[0]) | uint32_t(h[1]) << 16;
 }
 __device__ __forceinline__ uint32_t load_u32(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
+
+// How an unpack reads a 4-byte word of quants. WordsA2: at any even address (two 16-bit loads
+// and a merge). In a run of blocks whose size is 2 mod 4 (Q4_0's 18 bytes, Q8_0's 34, Q6_K's
+// 210), every other block has its words on 4 bytes: WordsAt<0> reads those as they are, and
+// WordsAt<2> the others (2 past a boundary) as a byte permute of the aligned words either side,
+// so a block's consecutive words share their loads (five 4-byte loads for 16 bytes, not eight
+// 2-byte ones) and the last reads up to 2 bytes past the run.
+struct WordsA2 {
+  __device__ static uint32_t at(const uint8_t *p) { return load_u32_a2(p); }
+};
+template <int kMod4>
+struct WordsAt;
+template <>
+struct WordsAt<0> {
+  __device__ static uint32_t at(const uint8_t *p) { return load_u32(p); }
+};
+template <>
+struct WordsAt<2> {
+  __device__ static uint32_t at(const uint8_t *p) { return __byte_perm(load_u32(p - 2), load_u32(p + 2), 0x5432); }
+};
 
 // Bytes v - bias for bytes v < 128 and bias <= 128, as signed bytes: each byte is lifted by 128
 // first, so the subtraction never borrows across bytes (three instructions; __vsub4 takes more).
@@ -110,10 +131,11 @@ template <> struct QBlock<minfer_block_q5_1> {
 template <> struct QBlock<minfer_block_q8_0> {
   static constexpr int kSubs = 1;
   static constexpr bool kTwoScales = false, kOffset = false;
+  template <class W = WordsA2>
   __device__ static void unpack(const minfer_block_q8_0 &b, int, SubBlock &s) {
     const uint8_t *qs = reinterpret_cast<const uint8_t *>(b.qs);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) s.q[i] = load_u32_a2(qs + 4 * i);
+    for (int i = 0; i < 8; ++i) s.q[i] = W::at(qs + 4 * i);
     s.d[0] = s.d[1] = f16_bits(b.d);
     s.m = 0;
   }
@@ -173,14 +195,15 @@ template <> struct QBlock<minfer_block_q5_k> {
 template <> struct QBlock<minfer_block_q6_k> {
   static constexpr int kSubs = 8;
   static constexpr bool kTwoScales = true, kOffset = false;
+  template <class W = WordsA2>
   __device__ static void unpack(const minfer_block_q6_k &b, int j, SubBlock &s) {
     const int h = j >> 2, g = j & 3;
     const uint8_t *ql = b.ql + 64 * h + 32 * (g & 1), *qh = b.qh + 32 * h;
     const int shift_l = 4 * (g >> 1), shift_h = 2 * g;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint32_t lo = (load_u32_a2(ql + 4 * i) >> shift_l) & 0x0f0f0f0fu;
-      const uint32_t hi = (load_u32_a2(qh + 4 * i) >> shift_h) & 0x03030303u;
+      const uint32_t lo = (W::at(ql + 4 * i) >> shift_l) & 0x0f0f0f0fu;
+      const uint32_t hi = (W::at(qh + 4 * i) >> shift_h) & 0x03030303u;
       s.q[i] = sub_bias4(lo | hi << 4, 0x20202020u);
     }
     const float d = f16_bits(b.d);
@@ -382,10 +405,11 @@ struct GemvUnpack {
 template <>
 struct GemvUnpack<minfer_block_q4_0> {
   static constexpr float kBias = 8;
+  template <class W = WordsA2>
   __device__ static void unpack(const minfer_block_q4_0 &b, int, SubBlock &s) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t w = load_u32_a2(b.qs + 4 * i);
+      const uint32_t w = W::at(b.qs + 4 * i);
       s.q[i] = w & 0x0f0f0f0fu, s.q[i + 4] = (w >> 4) & 0x0f0f0f0fu;
     }
     s.d[0] = s.d[1] = f16_bits(b.d);
@@ -407,6 +431,23 @@ struct GemvUnpack<minfer_block_q5_0> {
     s.m = 0;
   }
 };
+
+// The types whose one-token unpacking takes a word reader (WordsAt): blocks of a size 2 mod 4,
+// and where their quants' words lie in a block, mod 4 (-1: not such a type).
+template <class Block>
+constexpr int kWordsMod4 = -1;
+template <>
+constexpr int kWordsMod4<minfer_block_q4_0> = 2;  // qs after the 2-byte d
+template <>
+constexpr int kWordsMod4<minfer_block_q8_0> = 2;
+template <>
+constexpr int kWordsMod4<minfer_block_q6_k> = 0;  // ql and qh at 0 and 128
+template <class Block, class W>
+__device__ __forceinline__ void gemv_unpack_words(const Block &b, int j, SubBlock &s) {
+  static_assert(kWordsMod4<Block> >= 0 && sizeof(Block) % 4 == 2, "a type whose blocks alternate in alignment");
+  if constexpr (std::is_same_v<Block, minfer_block_q4_0>) GemvUnpack<Block>::template unpack<W>(b, j, s);
+  else QBlock<Block>::template unpack<W>(b, j, s);
+}
 
 // Whether a type has unpack16, QBlock::unpack for a block that starts on 16 bytes.
 template <class Block>
