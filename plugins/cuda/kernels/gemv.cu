@@ -213,10 +213,6 @@ constexpr int kWideWarps = 16;
 constexpr int kDeepWarps = 28;
 constexpr int kDeepStages = 3;
 
-// N chunks of blocks at the same columns times x: this lane's share of chunk n added to
-// acc[n] (subs sub-blocks, x's from xc, read once for all N as load_act's 8-byte pieces: 4-byte
-// ones of consecutive lanes' 40-byte blocks meet two to a bank). kAligned16: the chunks start
-// on 16 bytes, for the types with QBlock::unpack16.
 // One pass of chunk_dot over the blocks of one parity (every other block, from `parity`),
 // whose words all lie as W reads them: the whole warp takes one alignment, so no lane's
 // reads wait on another form.
@@ -241,6 +237,10 @@ __device__ __forceinline__ void chunk_dot_pass(const Block *const (&blocks)[N], 
   }
 }
 
+// N chunks of blocks at the same columns times x: this lane's share of chunk n added to
+// acc[n] (subs sub-blocks, x's from xc, read once for all N as load_act's 8-byte pieces: 4-byte
+// ones of consecutive lanes' 40-byte blocks meet two to a bank). kAligned16: the chunks start
+// on 16 bytes, for the types with QBlock::unpack16.
 template <class Block, int N, bool kAligned16 = false>
 __device__ __forceinline__ void chunk_dot(const Block *const (&blocks)[N], int subs, const minfer_cuda_q8_act *xc, int lane, float (&acc)[N]) {
   constexpr int kSubs = QBlock<Block>::kSubs;
