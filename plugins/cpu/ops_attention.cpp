@@ -25,7 +25,7 @@ std::string any(const minfer_node &) { return ""; }
 
 // Per-thread scratch, grown on first use and then reused: no allocation per step.
 struct Scratch {
-  std::vector<float> k, v, score, acc;  // k, v: a tile converted to f32 (K transposed)
+  std::vector<float> k, krows, v, score, acc;  // k, v: a tile converted to f32 (K transposed); krows: K as rows
 };
 Scratch &scratch() {
   thread_local Scratch s;
@@ -80,7 +80,10 @@ struct TileQuery {
 // A tile's work (each instruction set's Tile): prepare() turns the tile's K and V rows (f32 or
 // f16 from the cache) into f32 once for the block, K transposed (kt[d * kKeyTile + j], keys
 // nk..31 zero) so that a query's 32 scores are vectors of FMAs over d with no horizontal sum a
-// key, V as rows (vf); run() takes up to kQueries queries of the block: their scaled (capped)
+// key, V as rows (vf). It reads the cache key by key, K's row then V's, K's into rows (krows)
+// that it transposes from there: a cache at depth comes from DRAM, and all of a tile's K rows
+// column by column and then its V rows took ~25% longer a tile (Qwen2-0.5B's shape, 4,096
+// keys, one thread, Zen 5), however far ahead software prefetches asked for them. run() takes up to kQueries queries of the block: their scaled (capped)
 // scores, each one's online-softmax update (running max m, sum l, output rescaled), and their
 // weighted V rows added to acc; finish() writes acc * inv. The scores sum sixteen dimensions
 // at a time, even and odd ones apart, then add: one running sum a lane over a 128- or
@@ -109,16 +112,19 @@ MINFER_AVX512 inline void transpose16(__m512 (&r)[16]) {
 struct TileAvx512 {  // head_dim a multiple of 16
   static constexpr int kQueries = 4;
   template <class T>
-  MINFER_AVX512 static void prepare(const T *const *kr, const T *const *vr, int nk, int64_t hd, float *kt, float *vf) {
+  MINFER_AVX512 static void prepare(const T *const *kr, const T *const *vr, int nk, int64_t hd, float *kt, float *vf, float *krows) {
+    for (int j = 0; j < nk; ++j)  // key by key, K's row and V's (see block_attention)
+      for (int64_t d = 0; d < hd; d += 16) {
+        _mm512_storeu_ps(krows + j * hd + d, load16(kr[j] + d));
+        _mm512_storeu_ps(vf + j * hd + d, load16(vr[j] + d));
+      }
     for (int64_t d0 = 0; d0 < hd; d0 += 16)
       for (int half = 0; half < kKeyTile; half += 16) {
         __m512 r[16];  // keys half..half+15, values d0..d0+15
-        for (int j = 0; j < 16; ++j) r[j] = half + j < nk ? load16(kr[half + j] + d0) : _mm512_setzero_ps();
+        for (int j = 0; j < 16; ++j) r[j] = half + j < nk ? _mm512_loadu_ps(krows + (half + j) * hd + d0) : _mm512_setzero_ps();
         transpose16(r);
         for (int c = 0; c < 16; ++c) _mm512_store_ps(kt + (d0 + c) * kKeyTile + half, r[c]);
       }
-    for (int j = 0; j < nk; ++j)
-      for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(vf + j * hd + d, load16(vr[j] + d));
   }
   MINFER_AVX512 static void run(const TileQuery *b, int n, const float *kt, const float *vf, int64_t hd) {
     switch (n) {
@@ -235,16 +241,19 @@ MINFER_AVX2_FMA inline void transpose8(__m256 (&r)[8]) {
 struct TileAvx2 {  // head_dim a multiple of 8
   static constexpr int kQueries = 2;
   template <class T>
-  MINFER_AVX2_FMA static void prepare(const T *const *kr, const T *const *vr, int nk, int64_t hd, float *kt, float *vf) {
+  MINFER_AVX2_FMA static void prepare(const T *const *kr, const T *const *vr, int nk, int64_t hd, float *kt, float *vf, float *krows) {
+    for (int j = 0; j < nk; ++j)  // key by key, K's row and V's (see block_attention)
+      for (int64_t d = 0; d < hd; d += 8) {
+        _mm256_storeu_ps(krows + j * hd + d, load8(kr[j] + d));
+        _mm256_storeu_ps(vf + j * hd + d, load8(vr[j] + d));
+      }
     for (int64_t d0 = 0; d0 < hd; d0 += 8)
       for (int k8 = 0; k8 < kKeyTile; k8 += 8) {
         __m256 r[8];
-        for (int j = 0; j < 8; ++j) r[j] = k8 + j < nk ? load8(kr[k8 + j] + d0) : _mm256_setzero_ps();
+        for (int j = 0; j < 8; ++j) r[j] = k8 + j < nk ? _mm256_loadu_ps(krows + (k8 + j) * hd + d0) : _mm256_setzero_ps();
         transpose8(r);
         for (int c = 0; c < 8; ++c) _mm256_store_ps(kt + (d0 + c) * kKeyTile + k8, r[c]);
       }
-    for (int j = 0; j < nk; ++j)
-      for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(vf + j * hd + d, load8(vr[j] + d));
   }
   MINFER_AVX2_FMA static void run(const TileQuery *b, int n, const float *kt, const float *vf, int64_t hd) {
     if (n == 2) return run_n<2>(b, kt, vf, hd);
@@ -346,7 +355,7 @@ struct TileAvx2 {  // head_dim a multiple of 8
 struct TileScalar {
   static constexpr int kQueries = 1;
   template <class T>
-  static void prepare(const T *const *kr, const T *const *vr, int nk, int64_t hd, float *kt, float *vf) {
+  static void prepare(const T *const *kr, const T *const *vr, int nk, int64_t hd, float *kt, float *vf, float *) {
     const auto f32 = [](T v) { if constexpr (sizeof(T) == 2) return sdk::half_to_float(v); else return v; };
     for (int64_t d = 0; d < hd; ++d)
       for (int j = 0; j < kKeyTile; ++j) kt[d * kKeyTile + j] = j < nk ? f32(kr[j][d]) : 0.0f;
@@ -393,8 +402,8 @@ void block_attention(const float *q, int64_t n_head, int64_t h0, int64_t group, 
   for (int64_t i = 1; i < b.nt; ++i) key_first = std::min(key_first, spans[i].first), key_last = std::max(key_last, spans[i].last);
   key_first = std::max(key_first, keys_lo), key_last = std::min(key_last, keys_hi);  // a split's share (out null: st is the result)
   const T *kr[kKeyTile], *vr[kKeyTile];
-  std::vector<float> &kf = scratch().k, &vf = scratch().v;
-  kf.resize(size_t(kKeyTile * hd) + 16), vf.resize(size_t(kKeyTile * hd));
+  std::vector<float> &kf = scratch().k, &vf = scratch().v, &krows = scratch().krows;
+  kf.resize(size_t(kKeyTile * hd) + 16), vf.resize(size_t(kKeyTile * hd)), krows.resize(size_t(kKeyTile * hd));
   float *kt = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(kf.data()) + 63) & ~uintptr_t(63));  // aligned for the vector loads
   for (int64_t k0 = key_first; k0 <= key_last; k0 += kKeyTile) {
     const int nk = int(std::min<int64_t>(kKeyTile, key_last + 1 - k0));
@@ -402,7 +411,7 @@ void block_attention(const float *q, int64_t n_head, int64_t h0, int64_t group, 
       const int64_t row = int64_t(walk.pages[(k0 + j) / P]) * P + (k0 + j) % P;
       kr[j] = kbase + row * stride, vr[j] = vbase + row * stride;
     }
-    Tile::prepare(kr, vr, nk, hd, kt, vf.data());
+    Tile::prepare(kr, vr, nk, hd, kt, vf.data(), krows.data());
     TileQuery batch[Tile::kQueries];  // the block's queries with keys in the tile, kQueries at a time
     int n = 0;
     for (int64_t i = 0; i < b.nt; ++i) {
