@@ -445,6 +445,9 @@ std::vector<Case> all_cases() {
   // time on a 132-SM GPU (CUDA: the one-token GEMV's 28-warp blocks, a warp a row; a 7B's
   // ffn_down), for every seeded block type.
   for (int32_t dt : seeded_block_dtypes()) matmul_case(dt, 9216, 2240, 1);
+  // The same form for rows of at most 8192 values, more than three blocks of eight warps an
+  // SM take one at a time (a 7B's O projection).
+  for (int32_t dt : seeded_block_dtypes()) matmul_case(dt, 3584, 3400, 1);
   // Block types added after the cases above were seeded: each type's every case, here.
   for (int32_t dt : minfer::test::block_dtypes()) {
     if (is_seeded_block_dtype(dt)) continue;

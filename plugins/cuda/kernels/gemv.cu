@@ -185,9 +185,20 @@ constexpr int kChunkBytes = 2048;               // the most bytes of blocks in a
 constexpr int kSlotBytes = kChunkBytes + 16;    // one buffer of a warp's ring: a chunk and its lead
 constexpr int kStages = 4;                      // buffers in a warp's ring
 
+// Blocks a chunk holds: as many as fit, but for eight-sub-block types taken in two parity
+// passes (Q6_K: 210 bytes) a multiple of eight, so each pass is whole warp rounds (a 7B's
+// 14-block lm_head rows as 8 + 6: four rounds, not 9 + 5's five; H100, two alternating
+// rounds: 7B Q4_K_M tg128 410.0 -> 421.2 t/s, Q4_0 457.9 -> 462.6, 0.5B Q4_0 unchanged).
+template <class Block>
+constexpr int chunk_blocks() {
+  constexpr int most = kChunkBytes / int(sizeof(Block));
+  if constexpr (kWordsMod4<Block> >= 0 && QBlock<Block>::kSubs == 8) return most >= 8 ? most / 8 * 8 : most;
+  return most;
+}
+
 template <class Block>
 struct ChunkShape {
-  static constexpr int kBlocks = kChunkBytes / int(sizeof(Block));
+  static constexpr int kBlocks = chunk_blocks<Block>();
   static constexpr int kBytes = kBlocks * int(sizeof(Block));
   // 16-byte loads per lane: a chunk starting up to 15 bytes past a boundary spans up to
   // (kBytes + 30) / 16 pieces (Q5_0's 2,046 bytes at 14 past: 129, one more than 2,048 / 16).
@@ -206,10 +217,13 @@ __host__ __device__ constexpr size_t staged_smem_bytes(int64_t ns, int warps = k
 // blocks of eight.
 constexpr int64_t kWideFrom = 8192;
 constexpr int kWideWarps = 16;
-// Where those blocks would leave warps two rows each and a block of kDeepWarps gives every
-// warp at most one (a 7B's 3,584 down rows: 2,112 warps at sixteen an SM, so two thirds of
-// the SMs ran two rows a warp while the others idled half the time), the deep form: one block
-// of kDeepWarps an SM, kDeepStages buffers a ring (what fits beside x), registers capped at 72.
+// Where a staged launch's blocks (these, or three of kWarps an SM) would leave warps two rows
+// each and a block of kDeepWarps gives every warp at most one, the deep form: one block of
+// kDeepWarps an SM, kDeepStages buffers a ring (what fits beside x), registers capped at 72.
+// A 7B's 3,584 down rows took 2,112 warps at sixteen an SM, so two thirds of the SMs ran two
+// rows a warp while the others idled half the time; its O projection's 3,584 rows, 3,168 warps
+// at three blocks of eight (H100, two alternating rounds, with the chunks of chunk_blocks: 7B
+// Q4_0 tg128 462.6 -> 478.2 t/s, Q4_K_M 421.2 -> 430.7 for the O projection's part).
 constexpr int kDeepWarps = 28;
 constexpr int kDeepStages = 3;
 
@@ -567,9 +581,9 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
     // As many blocks an SM as the registers allow and the shared memory holds (the runtime keeps 1 KiB a block).
     const int most_per_sm = wide ? 1 : staged ? kStagedBlocksPerSm : kGemvBlocksPerSm<Block>;
     int per_sm = int(std::max<size_t>(1, std::min<size_t>(most_per_sm, size_t(per_sm_smem) / (smem + 1024))));
-    // Wide rows that would leave some warps two and a 28-warp block an SM gives each at most one.
+    // Staged rows that would leave some warps two and a 28-warp block an SM gives each at most one.
     const int64_t sms = sm_count > 0 ? sm_count : 132;
-    const bool deep = wide && !up && m > int64_t(warps) * per_sm * sms && m <= kDeepWarps * sms &&
+    const bool deep = staged && !up && m > int64_t(warps) * per_sm * sms && m <= kDeepWarps * sms &&
                       staged_smem_bytes(k / 32, kDeepWarps, kDeepStages) <= size_t(optin);
     if (deep) warps = kDeepWarps, per_sm = 1, smem = staged_smem_bytes(k / 32, kDeepWarps, kDeepStages);
     const int64_t blocks = gemv_blocks(cfg, m, per_warp, sm_count, per_sm, warps);
