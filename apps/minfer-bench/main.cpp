@@ -33,6 +33,7 @@ namespace {
 const char *kUsage =
     "usage: minfer-bench -m MODEL.gguf [--config RUN.yaml] [-p N,...] [-n N,...] [-d N,...] [-r N] [-t THREADS] [--json]\n"
     "       minfer-bench --op matmul --type TYPE -k K --rows M --tokens N [--copies C] [--config RUN.yaml] [-r N]\n"
+    "       minfer-bench --op attention --heads H --kv-heads G --head-dim D -d DEPTH --tokens N [--kv-type f16|f32] [--copies C] [--config RUN.yaml] [-r N]\n"
     "       minfer-bench -m MODEL.gguf --parallel 1,4,16,64 [--npp 512] [--ntg 128] [-b N] [--config RUN.yaml] [--json]\n"
     "  --parallel B,...  many sequences at once (continuous batching), as llama-batched-bench prints it:\n"
     "                 B sequences of --npp random prompt tokens each generate --ntg tokens; -b: tokens per\n"
@@ -41,6 +42,9 @@ const char *kUsage =
     "                 of TYPE: f32, f16, q4_0, q8_0, q4_k, ...) x (N x K); -r calls (default 20), each\n"
     "                 on the next of C copies of W (default: 512 MB of them, at most 64), so every\n"
     "                 call reads W from memory; --copies 1 measures a W the caches hold\n"
+    "  --op attention time one attention alone: N new tokens of one sequence over a paged KV cache\n"
+    "                 DEPTH positions deep (a decode step: --tokens 1), H query and G KV heads of D\n"
+    "                 values (default 14 / 2 / 64, Qwen2-0.5B's, -d 4096); copies of the cache as W's\n"
     "  -m FILE        model to measure\n"
     "  --config FILE  backends, placement and options (default: the cpu backend)\n"
     "  -p N,...       prompt tokens of each pp test (default 512; 0 skips it)\n"
@@ -102,7 +106,7 @@ int main(int argc, char **argv) {
     std::string model_path, config_path, threads, kv = "f16";
     std::vector<int64_t> ps = {512}, ns = {128}, depths = {0};
     int64_t reps = 5;
-    bool as_json = false, reps_given = false;
+    bool as_json = false, reps_given = false, depth_given = false;
     minfer::bench::OpBenchSpec op;
     bool op_mode = false, batched = false;
     minfer::bench::BatchedSpec bs;
@@ -116,7 +120,7 @@ int main(int argc, char **argv) {
       else if (a == "--config") config_path = value();
       else if (a == "-p") ps = parse_counts(a, value(), 0, int64_t(1) << 24);
       else if (a == "-n") ns = parse_counts(a, value(), 0, int64_t(1) << 24);
-      else if (a == "-d" || a == "--n-depth") depths = parse_counts(a, value(), 0, int64_t(1) << 24);
+      else if (a == "-d" || a == "--n-depth") depths = parse_counts(a, value(), 0, int64_t(1) << 24), depth_given = true;
       else if (a == "-r") reps = std::stoll(value()), reps_given = true;
       else if (a == "--op") op.op = value(), op_mode = true;
       else if (a == "--parallel" || a == "-np") {
@@ -131,6 +135,9 @@ int main(int argc, char **argv) {
       else if (a == "--rows") op.rows = std::stoll(value());
       else if (a == "--tokens") op.tokens = std::stoll(value());
       else if (a == "--copies") op.copies = std::stoll(value());
+      else if (a == "--heads") op.heads = std::stoll(value());
+      else if (a == "--kv-heads") op.kv_heads = std::stoll(value());
+      else if (a == "--head-dim") op.head_dim = std::stoll(value());
       else if (a == "-t") threads = value();
       else if (a == "--kv-type") kv = value();
       else if (a == "--json") as_json = true;
@@ -139,9 +146,22 @@ int main(int argc, char **argv) {
     }
     if (op_mode) {
       if (reps_given) op.reps = reps;
+      op.kv_type = kv;
+      if (depth_given) {
+        if (depths.size() != 1) throw minfer::Error("--op attention takes one depth (-d N)");
+        op.depth = depths.front();
+      }
       const minfer::RunConfig cfg = config_path.empty() ? minfer::parse_run_config("backends: {cpu: {}}\n", "(default: cpu)")
                                                         : minfer::load_run_config(config_path);
       const minfer::bench::OpBenchResult r = minfer::bench::run_op_bench(op, cfg);
+      if (op.op == "attention") {
+        std::printf("attention %s heads=%lld/%lld head_dim=%lld depth=%lld tokens=%lld on %s: %.1f us/call, K and V %.1f MB read at %.1f GB/s"
+                    " (%lld cop%s of the cache in turn)\n",
+                    op.kv_type.c_str(), (long long)op.heads, (long long)op.kv_heads, (long long)op.head_dim, (long long)op.depth,
+                    (long long)op.tokens, r.backend.c_str(), r.us_per_call, r.weight_bytes / 1e6, r.weight_gbps, (long long)r.copies,
+                    r.copies == 1 ? "y" : "ies");
+        return 0;
+      }
       std::printf("%s %s k=%lld rows=%lld tokens=%lld on %s: %.1f us/call, %.2f TOPS (2*k*rows*tokens), weight %.1f MB read at %.1f GB/s"
                   " (%lld cop%s in turn)\n",
                   op.op.c_str(), op.type.c_str(), (long long)op.k, (long long)op.rows, (long long)op.tokens, r.backend.c_str(),
