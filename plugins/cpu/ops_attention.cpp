@@ -92,6 +92,16 @@ struct TileQuery {
 // chain's latency (a 2,000-token prompt's last chunk on Qwen2-0.5B: attention 815 -> 664 ms
 // transposed alone, against ~2.3x faster at depth with four queries; AVX-512, Zen 5).
 
+// The head size a Tile instance works with: HD where it is fixed at compile time (the common
+// 64 and 128), else the run's. With it fixed, the loops over a head unroll and a tile's loads
+// issue together: `minfer-bench --op attention -d 4096 --tokens 1` (Qwen2-0.5B's heads, 2
+// threads, Zen 5, three alternating rounds) 228-298 -> 157-175 us a call, `isa: avx2`
+// 316-324 -> 202-252; head size 128 (28 / 4 heads) 796-903 -> 578-591.
+template <int HD>
+constexpr int64_t fixed_head_dim(int64_t hd) {
+  return HD > 0 ? HD : hd;
+}
+
 // r[c] = column c of the 16 x 16 block of rows r[0..15]: pairs of rows interleaved, 4 x 4 blocks
 // within each 128-bit lane, then the lanes gathered (64 shuffles, no scalar moves).
 MINFER_AVX512 inline void transpose16(__m512 (&r)[16]) {
@@ -109,10 +119,12 @@ MINFER_AVX512 inline void transpose16(__m512 (&r)[16]) {
   }
 }
 
+template <int HD>
 struct TileAvx512 {  // head_dim a multiple of 16
   static constexpr int kQueries = 4;
   template <class T>
   MINFER_AVX512 static void prepare(const T *const *kr, const T *const *vr, int nk, int64_t hd, float *kt, float *vf, float *krows) {
+    hd = fixed_head_dim<HD>(hd);
     for (int j = 0; j < nk; ++j)  // key by key, K's row and V's (see block_attention)
       for (int64_t d = 0; d < hd; d += 16) {
         _mm512_storeu_ps(krows + j * hd + d, load16(kr[j] + d));
@@ -127,6 +139,7 @@ struct TileAvx512 {  // head_dim a multiple of 16
       }
   }
   MINFER_AVX512 static void run(const TileQuery *b, int n, const float *kt, const float *vf, int64_t hd) {
+    hd = fixed_head_dim<HD>(hd);
     switch (n) {
       case 4: return run_n<4>(b, kt, vf, hd);
       case 3: return run_n<3>(b, kt, vf, hd);
@@ -136,6 +149,7 @@ struct TileAvx512 {  // head_dim a multiple of 16
   }
   template <int Q>
   MINFER_AVX512 static void run_n(const TileQuery *b, const float *kt, const float *vf, int64_t hd) {
+    hd = fixed_head_dim<HD>(hd);
     __m512 a[Q][2];
     for (int q = 0; q < Q; ++q) a[q][0] = a[q][1] = _mm512_setzero_ps();
     for (int64_t d0 = 0; d0 < hd; d0 += 16) {
@@ -196,6 +210,7 @@ struct TileAvx512 {  // head_dim a multiple of 16
   template <int Q, int C>
   MINFER_AVX512 static void accumulate(const TileQuery *b, const float (*s)[kKeyTile], const float *rescale, int jlo, int jhi, const float *vf,
                                        int64_t hd, int64_t c0) {
+    hd = fixed_head_dim<HD>(hd);
     __m512 part[Q][C];
     for (int q = 0; q < Q; ++q)
       for (int c = 0; c < C; ++c) part[q][c] = _mm512_setzero_ps();
@@ -214,6 +229,7 @@ struct TileAvx512 {  // head_dim a multiple of 16
       }
   }
   MINFER_AVX512 static void finish(float *o, const float *acc, float inv, int64_t hd) {
+    hd = fixed_head_dim<HD>(hd);
     for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), _mm512_set1_ps(inv)));
   }
 };
@@ -238,10 +254,12 @@ MINFER_AVX2_FMA inline void transpose8(__m256 (&r)[8]) {
 }
 
 // AVX2 as TileAvx512 on 16 registers: two queries at a time, a tile's keys in two halves of 16.
+template <int HD>
 struct TileAvx2 {  // head_dim a multiple of 8
   static constexpr int kQueries = 2;
   template <class T>
   MINFER_AVX2_FMA static void prepare(const T *const *kr, const T *const *vr, int nk, int64_t hd, float *kt, float *vf, float *krows) {
+    hd = fixed_head_dim<HD>(hd);
     for (int j = 0; j < nk; ++j)  // key by key, K's row and V's (see block_attention)
       for (int64_t d = 0; d < hd; d += 8) {
         _mm256_storeu_ps(krows + j * hd + d, load8(kr[j] + d));
@@ -256,11 +274,13 @@ struct TileAvx2 {  // head_dim a multiple of 8
       }
   }
   MINFER_AVX2_FMA static void run(const TileQuery *b, int n, const float *kt, const float *vf, int64_t hd) {
+    hd = fixed_head_dim<HD>(hd);
     if (n == 2) return run_n<2>(b, kt, vf, hd);
     run_n<1>(b, kt, vf, hd);
   }
   template <int Q>
   MINFER_AVX2_FMA static void run_n(const TileQuery *b, const float *kt, const float *vf, int64_t hd) {
+    hd = fixed_head_dim<HD>(hd);
     alignas(32) float s[Q][kKeyTile];
     for (int half = 0; half < kKeyTile; half += 16) {  // keys half..half+15: sixteen dimensions a short sum, even and odd apart
       __m256 a[Q][2];
@@ -328,6 +348,7 @@ struct TileAvx2 {  // head_dim a multiple of 8
   template <int Q, int C>
   MINFER_AVX2_FMA static void accumulate(const TileQuery *b, const float (*s)[kKeyTile], const float *rescale, int jlo, int jhi, const float *vf,
                                          int64_t hd, int64_t c0) {
+    hd = fixed_head_dim<HD>(hd);
     __m256 part[Q][C];
     for (int q = 0; q < Q; ++q)
       for (int c = 0; c < C; ++c) part[q][c] = _mm256_setzero_ps();
@@ -346,6 +367,7 @@ struct TileAvx2 {  // head_dim a multiple of 8
       }
   }
   MINFER_AVX2_FMA static void finish(float *o, const float *acc, float inv, int64_t hd) {
+    hd = fixed_head_dim<HD>(hd);
     for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), _mm256_set1_ps(inv)));
   }
 };
@@ -518,8 +540,8 @@ void attend(const minfer_node &n, const RunCtx &ctx) {
         block_attention<decltype(tile), T>(q, p.n_head, kvh * group, group, kc + kvh * hd, vc + kvh * hd, kvd, walk_of(b.t0), spans, b, hd, st,
                                            splits > 1 ? nullptr : out, c * share, c * share + share - 1);
       };
-      if (wide) run(TileAvx512{});
-      else if (narrow) run(TileAvx2{});
+      if (wide) hd == 64 ? run(TileAvx512<64>{}) : hd == 128 ? run(TileAvx512<128>{}) : run(TileAvx512<0>{});
+      else if (narrow) hd == 64 ? run(TileAvx2<64>{}) : hd == 128 ? run(TileAvx2<128>{}) : run(TileAvx2<0>{});
       else run(TileScalar{});
     }
   });
