@@ -8,6 +8,7 @@
 // 32 keys, each key's row found through the slot's page table (block_attention); a tile is
 // converted to f32 once (K transposed) and its queries go several at a time (the Tile types).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -416,6 +417,7 @@ void block_attention(const float *q, int64_t n_head, int64_t h0, int64_t group, 
                      const PageWalk &walk, const Span *spans, const TokenBlock &b, int64_t hd, BlockState st, float *out,
                      int64_t keys_lo = 0, int64_t keys_hi = INT64_MAX) {
   const int64_t pairs = b.nt * group, P = walk.page_size;
+  const int page_shift = std::countr_zero(uint64_t(P));
   for (int64_t i = 0; i < pairs; ++i) {
     st.m[i] = -INFINITY, st.l[i] = 0;
     std::fill(st.acc + i * hd, st.acc + (i + 1) * hd, 0.0f);
@@ -429,8 +431,8 @@ void block_attention(const float *q, int64_t n_head, int64_t h0, int64_t group, 
   float *kt = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(kf.data()) + 63) & ~uintptr_t(63));  // aligned for the vector loads
   for (int64_t k0 = key_first; k0 <= key_last; k0 += kKeyTile) {
     const int nk = int(std::min<int64_t>(kKeyTile, key_last + 1 - k0));
-    for (int j = 0; j < nk; ++j) {
-      const int64_t row = int64_t(walk.pages[(k0 + j) / P]) * P + (k0 + j) % P;
+    for (int j = 0; j < nk; ++j) {  // pages of a power-of-two size (the op contract checks): a shift and a mask, not a division a key
+      const int64_t at = k0 + j, row = (int64_t(walk.pages[at >> page_shift]) << page_shift) + (at & (P - 1));
       kr[j] = kbase + row * stride, vr[j] = vbase + row * stride;
     }
     Tile::prepare(kr, vr, nk, hd, kt, vf.data(), krows.data());
