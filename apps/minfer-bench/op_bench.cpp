@@ -49,9 +49,18 @@ BackendHandle &backend_for(BackendSet &backends, const RunConfig &cfg, const Gra
   return backend;
 }
 
-// A warm-up call of each segment, then reps calls queued back to back, segment after segment:
-// the mean seconds a call.
-double time_calls(BackendHandle &backend, const std::vector<std::unique_ptr<CompiledSegment>> &segs, int64_t reps) {
+// `copies` copies of the node, each compiled as a segment of its own with the buffers
+// bind(desc, copy) gives it; a warm-up call of each, then reps calls queued back to back, copy
+// after copy: the mean seconds a call.
+template <class Bind>
+double time_copies(BackendHandle &backend, const Graph &g, const Node &node, int64_t copies, int64_t reps, Bind &&bind) {
+  std::vector<std::unique_ptr<AbiNode>> descs;
+  std::vector<std::unique_ptr<CompiledSegment>> segs;
+  for (int64_t c = 0; c < copies; ++c) {
+    descs.push_back(std::make_unique<AbiNode>(g, node));
+    bind(*descs.back(), c);
+    segs.push_back(backend.compile({&descs.back()->node()}));
+  }
   for (auto &seg : segs) backend.execute(*seg, 0, {});
   backend.synchronize();
   using Clock = std::chrono::steady_clock;
@@ -109,16 +118,10 @@ OpBenchResult attention_bench(const OpBenchSpec &spec, const RunConfig &cfg) {
   minfer_buffer *const out = bufs.back()->raw();
   const size_t cache_bytes = size_t(dtype_bytes(kv_dtype, kvd * pages * kPage, "benchmark cache"));
   const int64_t copies = cold_copies(spec.copies, 2 * cache_bytes);
-  std::vector<std::unique_ptr<AbiNode>> descs;
-  std::vector<std::unique_ptr<CompiledSegment>> segs;
-  for (int64_t c = 0; c < copies; ++c) {
-    descs.push_back(std::make_unique<AbiNode>(g, node));
-    for (int i = 0; i < 8; ++i)
-      descs.back()->input(i).buffer = shared[i] ? shared[i] : upload_values(kv_dtype, pages * kPage, kvd, uint32_t(10 + 2 * c + i));
-    descs.back()->output().buffer = out;
-    segs.push_back(backend.compile({&descs.back()->node()}));
-  }
-  const double seconds = time_calls(backend, segs, spec.reps);
+  const double seconds = time_copies(backend, g, node, copies, spec.reps, [&](AbiNode &desc, int64_t c) {
+    for (int i = 0; i < 8; ++i) desc.input(i).buffer = shared[i] ? shared[i] : upload_values(kv_dtype, pages * kPage, kvd, uint32_t(10 + 2 * c + i));
+    desc.output().buffer = out;
+  });
   OpBenchResult r;
   r.backend = cfg.backends.front().name;
   r.us_per_call = seconds * 1e6;
@@ -167,17 +170,11 @@ OpBenchResult run_op_bench(const OpBenchSpec &spec, const RunConfig &cfg) {
   minfer_buffer *x_buf = upload(x_data);
   bufs.push_back(backend.alloc(g.tensor(node.output).n_bytes()));
   minfer_buffer *y_buf = bufs.back()->raw();
-  std::vector<std::unique_ptr<AbiNode>> descs;
-  std::vector<std::unique_ptr<CompiledSegment>> segs;
-  for (int64_t c = 0; c < copies; ++c) {
-    descs.push_back(std::make_unique<AbiNode>(g, node));
-    descs.back()->input(0).buffer = upload(w_data);
-    descs.back()->input(1).buffer = x_buf;
-    descs.back()->output().buffer = y_buf;
-    segs.push_back(backend.compile({&descs.back()->node()}));
-  }
-
-  const double seconds = time_calls(backend, segs, spec.reps);
+  const double seconds = time_copies(backend, g, node, copies, spec.reps, [&](AbiNode &desc, int64_t) {
+    desc.input(0).buffer = upload(w_data);
+    desc.input(1).buffer = x_buf;
+    desc.output().buffer = y_buf;
+  });
 
   OpBenchResult r;
   r.backend = cfg.backends.front().name;
