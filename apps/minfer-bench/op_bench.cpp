@@ -78,19 +78,19 @@ OpBenchResult attention_bench(const OpBenchSpec &spec, const RunConfig &cfg) {
   if (spec.depth < 0) throw Error("-d must be >= 0");
   const int32_t kv_dtype = spec.kv_type == "f16" ? MINFER_DTYPE_F16 : spec.kv_type == "f32" ? MINFER_DTYPE_F32 : -1;
   if (kv_dtype < 0) throw Error("--kv-type " + spec.kv_type + ": f16 or f32");
-  constexpr int64_t kPage = 16;  // the run config's default kv_page_size
+  const int64_t page = cfg.kv_page_size;  // positions a page, as the run config sets them (its parser checks: a power of two)
   const int64_t hd = spec.head_dim, kvd = spec.kv_heads * hd, positions = spec.depth + spec.tokens;
-  const int64_t pages = (positions + kPage - 1) / kPage;
+  const int64_t pages = (positions + page - 1) / page;
 
   GraphBuilder b;
   const TensorId q = b.input("q", MINFER_DTYPE_F32, {spec.heads * hd, spec.tokens}), k = b.input("k", MINFER_DTYPE_F32, {kvd, spec.tokens}),
                  v = b.input("v", MINFER_DTYPE_F32, {kvd, spec.tokens});
-  const TensorId kc = b.input("k_cache", kv_dtype, {kvd, pages * kPage}), vc = b.input("v_cache", kv_dtype, {kvd, pages * kPage});
+  const TensorId kc = b.input("k_cache", kv_dtype, {kvd, pages * page}), vc = b.input("v_cache", kv_dtype, {kvd, pages * page});
   const TensorId pos = b.input("positions", MINFER_DTYPE_I32, {spec.tokens}), slot = b.input("slots", MINFER_DTYPE_I32, {spec.tokens}),
                  table = b.input("page_table", MINFER_DTYPE_I32, {pages, 1});
   minfer_attention_params p{};
   p.struct_size = sizeof(p), p.head_dim = int32_t(hd), p.n_head = int32_t(spec.heads), p.n_kv_head = int32_t(spec.kv_heads);
-  p.scale = 1.0f / std::sqrt(float(hd)), p.page_size = int32_t(kPage);
+  p.scale = 1.0f / std::sqrt(float(hd)), p.page_size = int32_t(page);
   b.mark_output(b.attention("attention", q, k, v, kc, vc, pos, slot, table, p));
   const Graph g = b.finish();
   const Node &node = g.nodes().at(0);
@@ -116,10 +116,10 @@ OpBenchResult attention_bench(const OpBenchSpec &spec, const RunConfig &cfg) {
                                    upload(table_v.data(), table_v.size() * 4)};
   bufs.push_back(backend.alloc(g.tensor(node.output).n_bytes()));
   minfer_buffer *const out = bufs.back()->raw();
-  const size_t cache_bytes = size_t(dtype_bytes(kv_dtype, kvd * pages * kPage, "benchmark cache"));
+  const size_t cache_bytes = size_t(dtype_bytes(kv_dtype, kvd * pages * page, "benchmark cache"));
   const int64_t copies = cold_copies(spec.copies, 2 * cache_bytes);
   const double seconds = time_copies(backend, g, node, copies, spec.reps, [&](AbiNode &desc, int64_t c) {
-    for (int i = 0; i < 8; ++i) desc.input(i).buffer = shared[i] ? shared[i] : upload_values(kv_dtype, pages * kPage, kvd, uint32_t(10 + 2 * c + i));
+    for (int i = 0; i < 8; ++i) desc.input(i).buffer = shared[i] ? shared[i] : upload_values(kv_dtype, pages * page, kvd, uint32_t(10 + 2 * c + i));
     desc.output().buffer = out;
   });
   OpBenchResult r;
