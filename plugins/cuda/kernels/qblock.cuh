@@ -61,6 +61,14 @@ struct WordsAt<2> {
 // first, so the subtraction never borrows across bytes (three instructions; __vsub4 takes more).
 __device__ __forceinline__ uint32_t sub_bias4(uint32_t v, uint32_t bias) { return ((v | 0x80808080u) - bias) ^ 0x80808080u; }
 
+// Q6_K's 6-bit quants q (0..63) as signed bytes 4 (q - 32): each byte's nibble at bits 2..5
+// (nib2: a word holding them there) and its two high bits at 6..7 (hi6), i.e. q << 2, with the
+// top bit flipped, which reads as the signed 6-bit q ^ 32 = q - 32 times 4: two logic
+// operations a word after the shifts that place the fields, where q - 32 took a subtraction and
+// three more. The block's scales take the 1/4 (a power of two: every product is bit for bit
+// what q - 32 with the whole scale gives).
+__device__ __forceinline__ uint32_t q6_times4(uint32_t nib2, uint32_t hi6) { return ((nib2 & 0x3c3c3c3cu) | (hi6 & 0xc0c0c0c0u)) ^ 0x80808080u; }
+
 // Bits 0..3 of b to bit 4 of bytes 0..3 (a 5-bit type's high bits).
 __device__ __forceinline__ uint32_t high_bits4(uint32_t b) { return ((b & 0xfu) * 0x00204081u & 0x01010101u) << 4; }
 
@@ -156,6 +164,16 @@ __device__ __forceinline__ void load_words16(const uint8_t *p, uint32_t (&w)[8])
   const uint4 a = reinterpret_cast<const uint4 *>(p)[0], b = reinterpret_cast<const uint4 *>(p)[1];
   w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
 }
+// Sub-block j's 6-bit scale and minimum (k4_scale_min) from a Q4_K / Q5_K block's first 16
+// bytes as one 16-byte load: d and dmin, then the 12 scale bytes (byte j and j + 4 for j < 4,
+// else the nibbles of byte j + 4 with the top bits of bytes j - 4 and j), one select a field.
+__device__ __forceinline__ void k4_scale_min16(const uint4 &head, int j, int &sc, int &m) {
+  const int sh = 8 * (j & 3);
+  const uint32_t a = (head.y >> sh) & 0xffu, b = (head.z >> sh) & 0xffu, c = (head.w >> sh) & 0xffu;
+  sc = j < 4 ? int(a & 63u) : int((c & 0x0fu) | (a >> 6) << 4);
+  m = j < 4 ? int(b & 63u) : int((c >> 4) | (b >> 6) << 4);
+}
+
 template <bool kAligned16, class Block>
 __device__ __forceinline__ void unpack_k4(const Block &b, int j, const uint8_t *qh, SubBlock &s) {
   const uint8_t *qs = b.qs + 32 * (j >> 1);
@@ -171,6 +189,13 @@ __device__ __forceinline__ void unpack_k4(const Block &b, int j, const uint8_t *
     if (qh) s.q[i] |= ((wh[i] >> j) & 0x01010101u) << 4;
   }
   int sc, m;
+  if constexpr (kAligned16) {  // the block's head in one load, not four to six small ones
+    const uint4 head = *reinterpret_cast<const uint4 *>(&b);
+    k4_scale_min16(head, j, sc, m);
+    s.d[0] = s.d[1] = f16_bits(uint16_t(head.x & 0xffffu)) * float(sc);
+    s.m = -f16_bits(uint16_t(head.x >> 16)) * float(m);
+    return;
+  }
   minfer::sdk::k4_scale_min(b.scales, j, sc, m);
   s.d[0] = s.d[1] = f16_bits(b.d) * float(sc);
   s.m = -f16_bits(b.dmin) * float(m);
@@ -199,14 +224,16 @@ template <> struct QBlock<minfer_block_q6_k> {
   __device__ static void unpack(const minfer_block_q6_k &b, int j, SubBlock &s) {
     const int h = j >> 2, g = j & 3;
     const uint8_t *ql = b.ql + 64 * h + 32 * (g & 1), *qh = b.qh + 32 * h;
-    const int shift_l = 4 * (g >> 1), shift_h = 2 * g;
+    // As 4 (q - 32) (q6_times4): the nibble at bit 0 (g < 2) or 4 of each byte to bit 2, the two
+    // bits at 2g to bit 6. (A rotate for the nibble, one instruction for both cases, made the
+    // Q4_K + Q6_K GEMV spill at its 80 registers.)
+    const unsigned shl_h = 6 - 2 * g;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint32_t lo = (W::at(ql + 4 * i) >> shift_l) & 0x0f0f0f0fu;
-      const uint32_t hi = (W::at(qh + 4 * i) >> shift_h) & 0x03030303u;
-      s.q[i] = sub_bias4(lo | hi << 4, 0x20202020u);
+      const uint32_t l = W::at(ql + 4 * i);
+      s.q[i] = q6_times4(g & 2 ? l >> 2 : l << 2, W::at(qh + 4 * i) << shl_h);
     }
-    const float d = f16_bits(b.d);
+    const float d = f16_bits(b.d) * 0.25f;
     s.d[0] = d * float(b.scales[8 * h + 2 * g]);
     s.d[1] = d * float(b.scales[8 * h + 2 * g + 1]);
     s.m = 0;
@@ -277,21 +304,15 @@ template <> struct SubPair<minfer_block_q4_k> {
     const uint4 *q = reinterpret_cast<const uint4 *>(b->qs + 32 * p);
     r.q[0] = q[0], r.q[1] = q[1];
   }
-  __device__ static void scale_min(const uint4 &head, int j, int &sc, int &m) {
-    const int sh = 8 * (j & 3);
-    const uint32_t a = (head.y >> sh) & 0xffu, b = (head.z >> sh) & 0xffu, c = (head.w >> sh) & 0xffu;
-    sc = j < 4 ? int(a & 63u) : int((c & 0x0fu) | (a >> 6) << 4);
-    m = j < 4 ? int(b & 63u) : int((c >> 4) | (b >> 6) << 4);
-  }
   __device__ static void unpack(const Raw &r, int p, SubBlock &lo, SubBlock &hi) {
     const uint32_t w[8] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w, r.q[1].x, r.q[1].y, r.q[1].z, r.q[1].w};
 #pragma unroll
     for (int i = 0; i < 8; ++i) lo.q[i] = w[i] & 0x0f0f0f0fu, hi.q[i] = (w[i] >> 4) & 0x0f0f0f0fu;
     const float d = f16_bits(uint16_t(r.head.x & 0xffffu)), dmin = f16_bits(uint16_t(r.head.x >> 16));
     int sc, m;
-    scale_min(r.head, 2 * p, sc, m);
+    k4_scale_min16(r.head, 2 * p, sc, m);
     lo.d[0] = lo.d[1] = d * float(sc), lo.m = -dmin * float(m);
-    scale_min(r.head, 2 * p + 1, sc, m);
+    k4_scale_min16(r.head, 2 * p + 1, sc, m);
     hi.d[0] = hi.d[1] = d * float(sc), hi.m = -dmin * float(m);
   }
 };
@@ -341,13 +362,13 @@ template <> struct SubPair<minfer_block_q6_k> {
     uint32_t wl[8], wh[8];
     words_at(r.ql, r.off, wl);
     words_at(r.qh, r.off, wh);
-    const int sh = 2 * (p & 1);
+    const int sh = 2 * (p & 1);  // sub-block g's two bits at 2g, g + 2's at 2g + 4 (q6_times4's form)
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      lo.q[i] = sub_bias4((wl[i] & 0x0f0f0f0fu) | ((wh[i] >> sh) & 0x03030303u) << 4, 0x20202020u);
-      hi.q[i] = sub_bias4(((wl[i] >> 4) & 0x0f0f0f0fu) | ((wh[i] >> (sh + 4)) & 0x03030303u) << 4, 0x20202020u);
+      lo.q[i] = q6_times4(wl[i] << 2, wh[i] << (6 - sh));
+      hi.q[i] = q6_times4(wl[i] >> 2, wh[i] << (2 - sh));
     }
-    const float d = f16_bits(uint16_t(r.d));
+    const float d = f16_bits(uint16_t(r.d)) * 0.25f;
     lo.d[0] = d * float(int8_t(r.sc_lo & 0xffu)), lo.d[1] = d * float(int8_t(r.sc_lo >> 8));
     hi.d[0] = d * float(int8_t(r.sc_hi & 0xffu)), hi.d[1] = d * float(int8_t(r.sc_hi >> 8));
     lo.m = hi.m = 0;
