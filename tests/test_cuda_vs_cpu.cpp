@@ -201,6 +201,18 @@ TEST(CudaVsCpuArchs, TinyMoeAgrees) {
   for (const char *type : {"q4_0", "q8_0"}) expect_backends_agree("tiny", type, 256, 32, 0.1, 0, "qwen3moe", 0.5, "cpu: {isa: avx2}");
 }
 
+// A decode token's routed FFN in one launch (moe_ffn_decode_kernel: the router, gate/up and
+// down experts as stages of one grid) computes each stage as its three launches do, in the
+// same order: the logits bit for bit those with moe_ffn_fused off, also on a grid of five
+// blocks (each block then several router rows, gate/up items and down rows).
+TEST(CudaVsCpuArchs, OneLaunchMoeFfnMatchesItsSteps) {
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  for (const char *type : {"q4_0", "q8_0", "q4_k_m", "q6_k", "iq4_xs"})
+    expect_backends_agree("tiny", type, 16, 32, 0.0, 0, "qwen3moe", 0, "cuda: {moe_ffn_fused: false}", "cuda: {moe_ffn_fused: true}");
+  expect_backends_agree("tiny", "q4_k_m", 16, 32, 0.0, 0, "qwen3moe", 0, "cuda: {moe_ffn_fused: false, max_grid_blocks: 5}",
+                        "cuda: {moe_ffn_fused: true, max_grid_blocks: 5}");
+}
+
 // The CPU's kernels for prompts (the tiled int8 GEMM, int8_gemm.hpp) against its scalar row
 // dots, on each SIMD isa this machine has: the same 8-bit activations, so the logits differ
 // only by float summation order. 128 prompt tokens take the GEMM, the 16 single steps the row

@@ -338,8 +338,9 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   // Qwen3-MoE: the per-head q/k norms fused, also where the host gives a rope output its norm's
   // input bytes and the attention output q's (it does here: those inputs die there). A decode
   // token: norms, rope and attention in the one-token attention kernel; a 64-token step: norms
-  // inside the RoPE pair's launch.
-  const std::string m = explain_tiny("backends: {cuda: {}}\n", "qwen3moe", "q4_0");
+  // inside the RoPE pair's launch. The routed FFN's three launches for a decode token as
+  // moe_ffn_fused: false keeps them (the one-launch form below).
+  const std::string m = explain_tiny("backends: {cuda: {moe_ffn_fused: false}}\n", "qwen3moe", "q4_0");
   EXPECT_NE(kernel_lines(m, "blk.0.attn_q_norm").find("1: inside the kernel of blk.0.attn\n"), std::string::npos) << m;
   EXPECT_NE(kernel_lines(m, "blk.0.attn_q_norm").find("64: inside the kernel of blk.0.attn_q_rope"), std::string::npos) << m;
   EXPECT_NE(kernel_lines(m, "blk.0.attn").find("1: flash_decode_kernel (writes the KV row, rotates q and k, each head RMS-normalized first)"),
@@ -353,7 +354,7 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_sum_exps").find("1: inside the kernel of blk.0.ffn_down_exps\n"), std::string::npos) << m;
   // So in a one-token build (minfer-bench -p 0): the memory plan keeps the down experts' inputs
   // apart from the sum's and the add's outputs, which the arena had put over them there.
-  const std::string one = explain_tiny("backends: {cuda: {}}\n", "qwen3moe", "q4_0", 1);
+  const std::string one = explain_tiny("backends: {cuda: {moe_ffn_fused: false}}\n", "qwen3moe", "q4_0", 1);
   EXPECT_NE(kernel_lines(one, "blk.0.ffn_down_exps").find("1: mmvq_id_sum_decode_kernel"), std::string::npos) << one;
   EXPECT_NE(kernel_lines(one, "blk.0.ffn_down_exps").find("the residual add too"), std::string::npos) << one;
   // Its router: for a decode token the FFN's RMS norm, the f32 router matmul, the top-k and the
@@ -366,6 +367,19 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_moe_topk").find("64: top_k_rank_kernel (a thread an expert), the expert weights in the same launch"),
             std::string::npos) << m;
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_moe_weights").find("64: inside the kernel of blk.0.ffn_moe_topk"), std::string::npos) << m;
+  // With moe_ffn_fused a decode token's whole routed FFN is one launch (also in a one-token build,
+  // whose arena reuses bytes the most); a 64-token step keeps its steps.
+  for (const int64_t tokens : {int64_t(64), int64_t(1)}) {
+    const std::string f = explain_tiny("backends: {cuda: {moe_ffn_fused: true}}\n", "qwen3moe", "q4_0", tokens);
+    EXPECT_NE(kernel_lines(f, "blk.0.ffn_norm").find("1: moe_ffn_decode_kernel: the RMS norm, the router blk.0.ffn_moe_logits, its top-k and "
+                                                       "weights, the gate/up experts (q4_0) with SwiGLU, the down experts (q4_0) and their "
+                                                       "weighted sum with the residual add in one launch"),
+              std::string::npos) << f;
+    for (const char *node : {"blk.0.ffn_moe_logits", "blk.0.ffn_moe_topk", "blk.0.ffn_moe_weights", "blk.0.ffn_gate_exps", "blk.0.ffn_up_exps",
+                             "blk.0.ffn_glu_exps", "blk.0.ffn_down_exps", "blk.0.ffn_sum_exps"})
+      EXPECT_NE(kernel_lines(f, node).find("1: inside the kernel of blk.0.ffn_norm\n"), std::string::npos) << node << "\n" << f;
+    if (tokens == 64) EXPECT_NE(kernel_lines(f, "blk.0.ffn_down_exps").find("64: mmvq_id_kernel"), std::string::npos) << f;
+  }
   // Batched decode steps up to 64 tokens: the few-token tensor-core matmul, gate and up in one launch.
   const std::string b = explain_tiny("backends: {cuda: {}}\n");
   const auto line64 = [&](const std::string &name) { const std::string l = kernel_lines(b, name); return l.substr(std::min(l.find("64: "), l.size())); };

@@ -86,13 +86,16 @@ namespace {
 // placement happened to land, and it did not land apart at one-token builds). A matmul with
 // its bias or residual add, the FFN's two matmuls with their SwiGLU, the query and key RoPEs:
 // one node; a decode token's down experts with their weighted sum and its residual add: two;
-// the sum with its add: one.
+// the sum with its add: one; a decode token's whole routed FFN, whose gate/up experts write
+// their activations while other blocks still read the router's logits: the expert weights'
+// inputs (the logits, the ids) three, through the gate, the up and their SwiGLU.
 int64_t fused_reach(int32_t op) {
   switch (op) {
     case MINFER_OP_MATMUL:
     case MINFER_OP_ROPE:
     case MINFER_OP_MOE_SUM: return 1;
     case MINFER_OP_MATMUL_ID: return 2;
+    case MINFER_OP_MOE_WEIGHTS: return 3;
     default: return 0;
   }
 }

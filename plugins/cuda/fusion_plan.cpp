@@ -217,6 +217,27 @@ class Planner {
     }
     plan_matmul_groups();
     plan_norm_folds();
+    plan_moe_ffns();
+  }
+
+  // A fused router at i, the gated experts of its norm's output and ids at i + 4, and the down
+  // experts of their activations with the sum by the router's weights at i + 7: one launch
+  // for a decode token, its stages apart by grid barriers. Within a stage the blocks write the
+  // activations while others read the logits (the router step keeps ids and weights apart from
+  // those), so the activations must overlap none of the three; the rest the steps' own plans
+  // cleared.
+  void plan_moe_ffns() {
+    p_.moe_ffn_last.assign(nodes_.size(), 0);
+    for (size_t i = 0; i + 8 < nodes_.size(); ++i) {
+      if (!p_.fuse_router[i] || !p_.fuse_glu[i + 4] || !p_.fuse_expert_sum[i + 7]) continue;
+      const minfer_node &norm = nodes_[i].node(), &tk = nodes_[i + 2].node(), &mw = nodes_[i + 3].node(), &gate = nodes_[i + 4].node(),
+                        &glu = nodes_[i + 6].node(), &down = nodes_[i + 7].node(), &sum = nodes_[i + 8].node();
+      if (gate.op != MINFER_OP_MATMUL_ID || gate.inputs[1]->rank != 2 || !same(*gate.inputs[1], *norm.output) || !same(*gate.inputs[2], *tk.output) ||
+          !same(*down.inputs[1], *glu.output) || !same(*down.inputs[2], *tk.output) || !same(*sum.inputs[1], *mw.output))
+        continue;
+      if (overlap(*glu.output, *nodes_[i + 1].node().output) || overlap(*glu.output, *tk.output) || overlap(*glu.output, *mw.output)) continue;
+      p_.moe_ffn_last[i] = p_.fuse_sum_add[i + 8] ? i + 9 : i + 8;
+    }
   }
 
   MatmulStep step_at(size_t i) const { return p_.step_at(nodes_, i); }
@@ -368,6 +389,7 @@ std::string FusionPlan::summary() const {
   const auto count = [](const std::vector<bool> &v) { return std::count(v.begin(), v.end(), true); };
   const auto groups = std::count_if(group.begin(), group.end(), [](const auto &g) { return !g.empty(); });
   const auto norms = std::count_if(norm_of.begin(), norm_of.end(), [](const minfer_node *n) { return n != nullptr; });
+  const auto ffns = std::count_if(moe_ffn_last.begin(), moe_ffn_last.end(), [](size_t last) { return last != 0; });
   if (count(fused_away) == 0) return "";
   return "cuda segment of " + std::to_string(fused_away.size()) + " nodes: " + std::to_string(count(fuse_add)) +
          " matmuls with their bias/residual add, " + std::to_string(count(fuse_glu)) + " gate/up/glu triples, " +
@@ -375,7 +397,8 @@ std::string FusionPlan::summary() const {
          std::to_string(count(fuse_rope_norms)) + " with their per-head norms), " +
          std::to_string(count(fuse_top_k_weights)) + " top-k/expert-weight pairs (" + std::to_string(count(fuse_router)) +
          " with their RMS norm and router), " + std::to_string(count(fuse_sum_add)) +
-         " expert sums with their residual add fused (" + std::to_string(count(fuse_expert_sum)) + " expert matmuls with their sum); " +
+         " expert sums with their residual add fused (" + std::to_string(count(fuse_expert_sum)) + " expert matmuls with their sum; " +
+         std::to_string(ffns) + " routed FFNs one launch each for a decode token); " +
          std::to_string(groups) + " groups of matmuls sharing their input, " + std::to_string(norms) +
          " matmul steps with the RMS norm they read folded in";
 }

@@ -26,6 +26,10 @@ struct FusionPlan {
   // matmul, then the sum's step as planned without it).
   std::vector<bool> fuse_add, fuse_glu, fuse_rope, fuse_rope_attention, fuse_rope_norms, fuse_top_k_weights, fuse_sum_add, fuse_router,
       fuse_expert_sum, fused_away;
+  // Per fuse_router norm: the last node of a routed FFN whose three steps (the router, the
+  // gate/up/glu experts, the down experts with their sum and add) may run as one launch for a
+  // decode token (moe_ffn_decode_kernel), or 0. Its nodes keep their steps for larger ones.
+  std::vector<size_t> moe_ffn_last;
   // Per step's first node: the most rows (tokens) a step may have for it to run fused; larger
   // steps run its nodes one by one (their tensors would overlap at that size).
   std::vector<int64_t> fused_up_to;

@@ -73,6 +73,14 @@ class CudaSegment : public sdk::Segment {
   std::string explain(size_t i, int64_t tokens) const override {
     if (i >= nodes_.size()) throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "explain: no node " + std::to_string(i) + " in this segment");
     const minfer_node &n = nodes_[i].node();
+    for (size_t h = i >= 9 ? i - 9 : 0; h <= i; ++h) {  // a routed FFN run as one launch
+      if (plan_.moe_ffn_last[h] == 0 || plan_.moe_ffn_last[h] < i || !moe_ffn_fused(h, tokens)) continue;
+      if (h != i) return "inside the kernel of " + nodes_[h].name();
+      return "moe_ffn_decode_kernel: the RMS norm, the router " + nodes_[h + 1].name() + ", its top-k and weights, the gate/up experts (" +
+             minfer_dtype_name(nodes_[h + 4].node().inputs[0]->dtype) + ") with " + (nodes_[h + 6].node().op == MINFER_OP_GEGLU ? "GeGLU" : "SwiGLU") +
+             ", the down experts (" + minfer_dtype_name(nodes_[h + 7].node().inputs[0]->dtype) + ") and their weighted sum" +
+             (plan_.moe_ffn_last[h] == h + 9 ? " with the residual add" : "") + " in one launch (dp4a; a block an SM, grid barriers between the stages)";
+    }
     size_t o = plan_.owner[i];
     // A prompt runs a fused router's nodes one by one (the top-k still with its weights).
     if (o != i && plan_.fuse_router[o] && tokens != 1) o = n.op == MINFER_OP_MOE_WEIGHTS ? i - 1 : i;
@@ -183,6 +191,11 @@ class CudaSegment : public sdk::Segment {
       if (plan_.fused_away[i] || skip_[i]) continue;  // its matmul wrote its output, or left out (MINFER_CUDA_SKIP_NODES)
       try {
         const StepNorm norm{plan_.norm_of[i], &norm_ran_};
+        if (plan_.moe_ffn_last[i] && run_moe_ffn(dev_, moe_ffn_nodes(i), args)) {  // its nodes up to the last ran in the launch
+          for (size_t j = i + 1; timed_ && j <= plan_.moe_ffn_last[i]; ++j) check_cuda(cudaEventRecord(events_[j], dev_.stream()), "recording a timing event");
+          i = plan_.moe_ffn_last[i];
+          continue;
+        }
         if (plan_.fuse_router[i]) run_router(i, args);
         else if (!plan_.group[i].empty()) run_matmul_group(dev_, plan_.group[i], args, norm);
         else if (plan_.fuse_glu[i] && nodes_[i].node().op == MINFER_OP_MATMUL_ID)
@@ -231,6 +244,18 @@ class CudaSegment : public sdk::Segment {
     if (!plan_.fuse_expert_sum[i]) return false;
     const minfer_node &n = nodes_[i].node();
     return CudaDevice::expert_sum_fusable(n.inputs[0]->dtype, n.inputs[0]->shape[0], n.inputs[2]->shape[0], tokens);
+  }
+
+  MoeFfnNodes moe_ffn_nodes(size_t i) const {
+    const auto at = [&](size_t j) { return &nodes_[i + j].node(); };
+    return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), plan_.moe_ffn_last[i] == i + 9 ? at(9) : nullptr};
+  }
+  // Whether node i's routed FFN (a fuse_router norm) runs as one launch at this step size.
+  bool moe_ffn_fused(size_t i, int64_t tokens) const {
+    if (!plan_.moe_ffn_last[i] || tokens != 1) return false;
+    const MoeFfnNodes n = moe_ffn_nodes(i);
+    const minfer_tensor &router = *n.router->inputs[0], &gate = *n.gate->inputs[0], &down = *n.down->inputs[0];
+    return dev_.moe_ffn_fusable(router.dtype, gate.dtype, down.dtype, router.shape[0], gate.shape[1], router.shape[1], n.top_k->output->shape[0]);
   }
 
   // fuse_router[i]: the norm, router matmul and top-k/weights in one launch for a decode token,
@@ -469,6 +494,7 @@ struct CudaPlugin {
     o.mmq_wgmma = opts.take_bool("mmq_wgmma", false);
     o.mmq_min_tokens = opts.take_int("mmq_min_tokens", 0, 0, 4096);  // 0: by measurement (token count, k)
     o.few_token_mma = opts.take_bool("few_token_mma", true);
+    o.moe_ffn_fused = opts.take_bool("moe_ffn_fused", false);
     o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);
     opts.finish();  // reject unknown keys before touching the device
     minfer_device_info info{};

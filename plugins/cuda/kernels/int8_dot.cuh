@@ -44,7 +44,8 @@ __device__ __forceinline__ Q8Part quantize8(float4 v0, float4 v1) {
 // 18944 values: five passes at 16 warps) waits for memory about once. With one set handed on by
 // copying (v = next; next = load), the copy waited for the load and each pass took a full trip.
 // kBufs = 1: each pass loads and then uses its values (an x of one pass, or registers short).
-template <int kBufs = 2>
+// kFromL2: x read past L1 (__ldcg), for values other blocks of the same launch wrote.
+template <int kBufs = 2, bool kFromL2 = false>
 __device__ __forceinline__ float quantize_to_shared(const float *x, const float *norm_w, int64_t nb, minfer_cuda_q8_act *xs) {
   const int sub = threadIdx.x & 3;  // 4 lanes per block of 32 values
   const int64_t step = blockDim.x >> 2, mine = threadIdx.x >> 2;
@@ -54,8 +55,9 @@ __device__ __forceinline__ float quantize_to_shared(const float *x, const float 
   // This thread's 8 values of block b and their norm weights (nothing past the end).
   const auto load = [&](int64_t b, Pass &p) {
     if (b >= nb) return;
-    p.v0 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[0];
-    p.v1 = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8)[1];
+    const float4 *v = reinterpret_cast<const float4 *>(x + b * 32 + sub * 8);
+    if constexpr (kFromL2) p.v0 = __ldcg(v), p.v1 = __ldcg(v + 1);
+    else p.v0 = v[0], p.v1 = v[1];
     if (!norm_w) return;
     p.w0 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[0];
     p.w1 = reinterpret_cast<const float4 *>(norm_w + b * 32 + sub * 8)[1];

@@ -120,6 +120,28 @@ typedef struct {
 int32_t minfer_cuda_moe_router_decode_supported(int32_t w_dtype, int64_t k, int64_t n_expert, int64_t k_used);
 cudaError_t minfer_cuda_moe_router_decode(minfer_cuda_launch_cfg *cfg, const minfer_cuda_moe_router *router);
 
+/* A decode token's whole routed FFN in one launch: the router above (its norm, matmul, top-k
+ * and weights), then y = act(gate_ids x h) * (up_ids x h) [k_used, m], then out = add (when
+ * non-NULL) + sum_j weights[j] (down_ids[j] y_j) — what the router, mmvq_id_decode (gated) and
+ * mmvq_id_sum_decode launches compute, with their bits. gate/up [k, m, n_expert] and down
+ * [m, k, n_expert] of the int8 block types (gate and up alike) on 16 bytes where Q4_K, Q5_K or
+ * Q6_K. counters: two device unsigneds, 0 before and after. A cooperative launch, one block an
+ * SM: fails (an error, nothing run) where the grid cannot be resident at once. Supported: the
+ * router's limits with f32 router weights, n_expert <= 512, k_used <= 32, the type pairs
+ * moe.cu lists. */
+typedef struct {
+  minfer_cuda_moe_router router;
+  int32_t gate_dtype, down_dtype, act;
+  const void *gate, *up, *down;
+  int64_t m;
+  float *y, *out;
+  const float *add;
+  unsigned *counters;
+} minfer_cuda_moe_ffn;
+int32_t minfer_cuda_moe_ffn_decode_supported(int32_t router_dtype, int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m,
+                                             int64_t n_expert, int64_t k_used);
+cudaError_t minfer_cuda_moe_ffn_decode(minfer_cuda_launch_cfg *cfg, const minfer_cuda_moe_ffn *ffn, int32_t sm_count);
+
 /* A step's routing for MATMUL_ID, in device memory (minfer_cuda_moe_route_bytes): the (row,
  * choice) pairs p = row * k + j grouped by expert, and the list of experts with any pair.
  * Built on the device from the ids (no host sync; CUDA-graph safe). A pair whose id is outside

@@ -27,18 +27,22 @@ __host__ __device__ inline bool rms_row_fits(int64_t d, int threads, const void 
 
 // Issues every load of the row and the norm weights before the first is used (one memory
 // latency), then the block's sum of squares: r.scale = 1 / sqrt(mean(x^2) + eps). Every thread
-// of the block calls it.
+// of the block calls it. kThreads > 0: the row laid out over the first kThreads threads as a
+// block of that many would hold it (the others hold nothing and add zeros): the same sums.
+template <int kThreads = 0>
 __device__ __forceinline__ void rms_row_load(const float *xr, const float *w, int64_t d, float eps, RmsRow &r, float *scratch /* 32 */) {
   const float4 *x4 = reinterpret_cast<const float4 *>(xr), *w4 = reinterpret_cast<const float4 *>(w);
+  const int64_t stride = kThreads > 0 ? kThreads : blockDim.x;
+  const bool holds = kThreads == 0 || int(threadIdx.x) < kThreads;
   float ss = 0;
 #pragma unroll
   for (int u = 0; u < kRmsCached; ++u) {
-    const int64_t i = threadIdx.x + int64_t(u) * blockDim.x;
-    if (i < d / 4) r.x[u] = x4[i], r.w[u] = w4[i];
+    const int64_t i = threadIdx.x + int64_t(u) * stride;
+    if (holds && i < d / 4) r.x[u] = x4[i], r.w[u] = w4[i];
   }
 #pragma unroll
   for (int u = 0; u < kRmsCached; ++u)
-    if (threadIdx.x + int64_t(u) * blockDim.x < d / 4)
+    if (holds && threadIdx.x + int64_t(u) * stride < d / 4)
       ss += r.x[u].x * r.x[u].x + r.x[u].y * r.x[u].y + r.x[u].z * r.x[u].z + r.x[u].w * r.x[u].w;
   ss = block_sum(ss, scratch);
   r.scale = rsqrtf(ss / float(d) + eps);

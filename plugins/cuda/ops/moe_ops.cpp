@@ -99,6 +99,31 @@ bool run_moe_router(CudaDevice &dev, const minfer_node &norm, const minfer_node 
   return dev.moe_router_decode(r);
 }
 
+bool run_moe_ffn(CudaDevice &dev, const MoeFfnNodes &n, const minfer_step_args &args) {
+  if (sdk::run_rows(*n.norm->output, args) != 1) return false;
+  const minfer_tensor &router = *n.router->inputs[0], &gate = *n.gate->inputs[0], &down = *n.down->inputs[0];
+  if (!dev.moe_ffn_fusable(router.dtype, gate.dtype, down.dtype, router.shape[0], gate.shape[1], router.shape[1], n.top_k->output->shape[0]))
+    return false;
+  const auto &p = sdk::params_of<minfer_moe_weights_params>(*n.weights);
+  minfer_cuda_moe_ffn f{};
+  minfer_cuda_moe_router &r = f.router;
+  r.x = dptr<float>(*n.norm->inputs[0]), r.norm_w = dptr<float>(*n.norm->inputs[1]);
+  r.eps = sdk::params_of<minfer_rms_norm_params>(*n.norm).eps;
+  r.h = dptr<float>(*n.norm->output);
+  r.w_dtype = router.dtype, r.w = dptr(router), r.k = router.shape[0], r.n_expert = router.shape[1], r.k_used = n.top_k->output->shape[0];
+  r.logits = dptr<float>(*n.router->output), r.ids = dptr<int32_t>(*n.top_k->output), r.weights = dptr<float>(*n.weights->output);
+  r.normalize = p.normalize != 0, r.scale = p.scale;
+  f.gate_dtype = gate.dtype, f.down_dtype = down.dtype, f.act = glu_act(*n.glu);
+  f.gate = dptr(gate), f.up = dptr(*n.up->inputs[0]), f.down = dptr(down);
+  f.m = gate.shape[1];
+  f.y = dptr<float>(*n.glu->output);
+  const minfer_tensor *residual = nullptr;
+  if (n.add) residual = n.add->inputs[0]->buffer == n.sum->output->buffer && n.add->inputs[0]->offset == n.sum->output->offset ? n.add->inputs[1] : n.add->inputs[0];
+  f.add = residual ? dptr<float>(*residual) : nullptr;
+  f.out = dptr<float>(n.add ? *n.add->output : *n.sum->output);
+  return dev.moe_ffn_decode(f);
+}
+
 std::span<const CudaOp> moe_ops() { return kOps; }
 
 }  // namespace minfer::cuda

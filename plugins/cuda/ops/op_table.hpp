@@ -87,6 +87,15 @@ bool run_moe_router(CudaDevice &dev, const minfer_node &norm, const minfer_node 
 void run_matmul_id_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &glu, const minfer_step_args &args,
                        int32_t tag);
 
+// A routed FFN's nodes (FusionPlan::moe_ffn_last): the fused router's four, the gated
+// experts' three, the down experts and their sum, and the sum's residual ADD (or null).
+struct MoeFfnNodes {
+  const minfer_node *norm, *router, *top_k, *weights, *gate, *up, *glu, *down, *sum, *add;
+};
+// A decode token's routed FFN in one launch (moe_ffn_decode_kernel); false (nothing run): a
+// larger step, the option off, or types and addresses the kernel does not take.
+bool run_moe_ffn(CudaDevice &dev, const MoeFfnNodes &nodes, const minfer_step_args &args);
+
 // A SWIGLU or GEGLU node's activation (launchers.h: MINFER_CUDA_GLU_*).
 inline int32_t glu_act(const minfer_node &n) { return n.op == MINFER_OP_GEGLU ? MINFER_CUDA_GLU_GELU : MINFER_CUDA_GLU_SILU; }
 
