@@ -52,6 +52,26 @@ const CudaOp kOps[] = {
     {MINFER_OP_MOE_SUM, any, run_moe_sum},
 };
 
+// The fused router's launch arguments from its four nodes (the norm, the router matmul, the
+// top-k and the expert weights).
+minfer_cuda_moe_router router_args(const minfer_node &norm, const minfer_node &router, const minfer_node &top_k, const minfer_node &weights) {
+  const auto &p = sdk::params_of<minfer_moe_weights_params>(weights);
+  const minfer_tensor &w = *router.inputs[0];
+  minfer_cuda_moe_router r{};
+  r.x = dptr<float>(*norm.inputs[0]), r.norm_w = dptr<float>(*norm.inputs[1]);
+  r.eps = sdk::params_of<minfer_rms_norm_params>(norm).eps;
+  r.h = dptr<float>(*norm.output);
+  r.w_dtype = w.dtype, r.w = dptr(w), r.k = w.shape[0], r.n_expert = w.shape[1], r.k_used = top_k.output->shape[0];
+  r.logits = dptr<float>(*router.output), r.ids = dptr<int32_t>(*top_k.output), r.weights = dptr<float>(*weights.output);
+  r.normalize = p.normalize != 0, r.scale = p.scale;
+  return r;
+}
+
+// The residual an expert sum's ADD adds: its input that is not the sum's output.
+const minfer_tensor &residual_of(const minfer_node &add, const minfer_node &sum) {
+  return add.inputs[0]->buffer == sum.output->buffer && add.inputs[0]->offset == sum.output->offset ? *add.inputs[1] : *add.inputs[0];
+}
+
 }  // namespace
 
 void run_matmul_id_glu(CudaDevice &dev, const minfer_node &gate, const minfer_node &up, const minfer_node &glu, const minfer_step_args &args,
@@ -72,10 +92,8 @@ void run_moe_sum_add(CudaDevice &dev, const minfer_node &sum, const minfer_node 
 
 bool run_matmul_id_sum(CudaDevice &dev, const minfer_node &mm, const minfer_node &sum, const minfer_node *add, const minfer_step_args &args,
                        int32_t tag) {
-  const minfer_tensor *residual = nullptr;
-  if (add) residual = add->inputs[0]->buffer == sum.output->buffer && add->inputs[0]->offset == sum.output->offset ? add->inputs[1] : add->inputs[0];
   return dev.matmul_id_sum(expert_matmul(mm, args), dptr<float>(*mm.inputs[1]), dptr<int32_t>(*mm.inputs[2]), dptr<float>(*sum.inputs[1]),
-                           residual ? dptr<float>(*residual) : nullptr, dptr<float>(add ? *add->output : *sum.output), tag);
+                           add ? dptr<float>(residual_of(*add, sum)) : nullptr, dptr<float>(add ? *add->output : *sum.output), tag);
 }
 
 void run_top_k_weights(CudaDevice &dev, const minfer_node &top_k, const minfer_node &weights, const minfer_step_args &args) {
@@ -87,16 +105,7 @@ void run_top_k_weights(CudaDevice &dev, const minfer_node &top_k, const minfer_n
 bool run_moe_router(CudaDevice &dev, const minfer_node &norm, const minfer_node &router, const minfer_node &top_k, const minfer_node &weights,
                     const minfer_step_args &args) {
   if (sdk::run_rows(*norm.output, args) != 1) return false;
-  const auto &p = sdk::params_of<minfer_moe_weights_params>(weights);
-  const minfer_tensor &w = *router.inputs[0];
-  minfer_cuda_moe_router r{};
-  r.x = dptr<float>(*norm.inputs[0]), r.norm_w = dptr<float>(*norm.inputs[1]);
-  r.eps = sdk::params_of<minfer_rms_norm_params>(norm).eps;
-  r.h = dptr<float>(*norm.output);
-  r.w_dtype = w.dtype, r.w = dptr(w), r.k = w.shape[0], r.n_expert = w.shape[1], r.k_used = top_k.output->shape[0];
-  r.logits = dptr<float>(*router.output), r.ids = dptr<int32_t>(*top_k.output), r.weights = dptr<float>(*weights.output);
-  r.normalize = p.normalize != 0, r.scale = p.scale;
-  return dev.moe_router_decode(r);
+  return dev.moe_router_decode(router_args(norm, router, top_k, weights));
 }
 
 bool run_moe_ffn(CudaDevice &dev, const MoeFfnNodes &n, const minfer_step_args &args) {
@@ -104,22 +113,13 @@ bool run_moe_ffn(CudaDevice &dev, const MoeFfnNodes &n, const minfer_step_args &
   const minfer_tensor &router = *n.router->inputs[0], &gate = *n.gate->inputs[0], &down = *n.down->inputs[0];
   if (!dev.moe_ffn_fusable(router.dtype, gate.dtype, down.dtype, router.shape[0], gate.shape[1], router.shape[1], n.top_k->output->shape[0]))
     return false;
-  const auto &p = sdk::params_of<minfer_moe_weights_params>(*n.weights);
   minfer_cuda_moe_ffn f{};
-  minfer_cuda_moe_router &r = f.router;
-  r.x = dptr<float>(*n.norm->inputs[0]), r.norm_w = dptr<float>(*n.norm->inputs[1]);
-  r.eps = sdk::params_of<minfer_rms_norm_params>(*n.norm).eps;
-  r.h = dptr<float>(*n.norm->output);
-  r.w_dtype = router.dtype, r.w = dptr(router), r.k = router.shape[0], r.n_expert = router.shape[1], r.k_used = n.top_k->output->shape[0];
-  r.logits = dptr<float>(*n.router->output), r.ids = dptr<int32_t>(*n.top_k->output), r.weights = dptr<float>(*n.weights->output);
-  r.normalize = p.normalize != 0, r.scale = p.scale;
+  f.router = router_args(*n.norm, *n.router, *n.top_k, *n.weights);
   f.gate_dtype = gate.dtype, f.down_dtype = down.dtype, f.act = glu_act(*n.glu);
   f.gate = dptr(gate), f.up = dptr(*n.up->inputs[0]), f.down = dptr(down);
   f.m = gate.shape[1];
   f.y = dptr<float>(*n.glu->output);
-  const minfer_tensor *residual = nullptr;
-  if (n.add) residual = n.add->inputs[0]->buffer == n.sum->output->buffer && n.add->inputs[0]->offset == n.sum->output->offset ? n.add->inputs[1] : n.add->inputs[0];
-  f.add = residual ? dptr<float>(*residual) : nullptr;
+  f.add = n.add ? dptr<float>(residual_of(*n.add, *n.sum)) : nullptr;
   f.out = dptr<float>(n.add ? *n.add->output : *n.sum->output);
   return dev.moe_ffn_decode(f);
 }
