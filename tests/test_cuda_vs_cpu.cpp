@@ -201,7 +201,7 @@ TEST(CudaVsCpuArchs, TinyMoeAgrees) {
   for (const char *type : {"q4_0", "q8_0"}) expect_backends_agree("tiny", type, 256, 32, 0.1, 0, "qwen3moe", 0.5, "cpu: {isa: avx2}");
 }
 
-// A decode token's routed FFN in one launch (moe_ffn_decode_kernel: the router, gate/up and
+// A decode token's routed FFN in one launch (ffn_decode_kernel: the router, gate/up and
 // down experts as stages of one grid) computes each stage as its three launches do, in the
 // same order: the logits bit for bit those with moe_ffn_fused off, also on a grid of five
 // blocks (each block then several router rows, gate/up items and down rows).
@@ -211,6 +211,21 @@ TEST(CudaVsCpuArchs, OneLaunchMoeFfnMatchesItsSteps) {
     expect_backends_agree("tiny", type, 16, 32, 0.0, 0, "qwen3moe", 0, "cuda: {moe_ffn_fused: false}", "cuda: {moe_ffn_fused: true}");
   expect_backends_agree("tiny", "q4_k_m", 16, 32, 0.0, 0, "qwen3moe", 0, "cuda: {moe_ffn_fused: false, max_grid_blocks: 5}",
                         "cuda: {moe_ffn_fused: true, max_grid_blocks: 5}");
+}
+
+// A decode token's dense FFN in one launch (ffn_decode_kernel with dense_ffn_fused: the RMS
+// norm, gate/up with the activation, down with the residual add as stages of one grid) held
+// to the CPU as the separate launches are: the tiny Qwen2 (K-quant pairs: Q4_K_M's Q6_K down
+// weights), two blocks of the 0.5B (896 down rows dealt over every warp of the grid, its
+// 4,864-wide activations), Gemma 2 (GeGLU; a norm after down, so no add in the launch), and a
+// grid of five blocks (each block many gate/up items and down rows).
+TEST(CudaVsCpuArchs, OneLaunchDenseFfnAgrees) {
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::string on = "cuda: {dense_ffn_fused: true}";
+  for (const char *type : {"q4_0", "q8_0", "q4_k_m", "q6_k", "iq4_xs"}) expect_backends_agree("tiny", type, 16, 32, 0.1, 0, "qwen2", 0, "cpu", on);
+  for (const char *type : {"q4_0", "q4_k_m"}) expect_backends_agree("0.5b", type, 16, 8, 0.2, 2, "qwen2", 0, "cpu", on);
+  expect_backends_agree("tiny", "q8_0", 16, 32, 0.2, 0, "gemma2", 0, "cpu", on);
+  expect_backends_agree("tiny", "q4_k_m", 16, 32, 0.1, 0, "qwen2", 0, "cpu", "cuda: {dense_ffn_fused: true, max_grid_blocks: 5}");
 }
 
 // The CPU's kernels for prompts (the tiled int8 GEMM, int8_gemm.hpp) against its scalar row

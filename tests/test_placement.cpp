@@ -371,7 +371,7 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   // whose arena reuses bytes the most); a 64-token step keeps its steps.
   for (const int64_t tokens : {int64_t(64), int64_t(1)}) {
     const std::string f = explain_tiny("backends: {cuda: {moe_ffn_fused: true}}\n", "qwen3moe", "q4_0", tokens);
-    EXPECT_NE(kernel_lines(f, "blk.0.ffn_norm").find("1: moe_ffn_decode_kernel: the RMS norm, the router blk.0.ffn_moe_logits, its top-k and "
+    EXPECT_NE(kernel_lines(f, "blk.0.ffn_norm").find("1: ffn_decode_kernel: the RMS norm, the router blk.0.ffn_moe_logits, its top-k and "
                                                        "weights, the gate/up experts (q4_0) with SwiGLU, the down experts (q4_0) and their "
                                                        "weighted sum with the residual add in one launch"),
               std::string::npos) << f;
@@ -379,6 +379,17 @@ TEST(Explain, CudaNamesPathsAndFusions) {
                              "blk.0.ffn_glu_exps", "blk.0.ffn_down_exps", "blk.0.ffn_sum_exps"})
       EXPECT_NE(kernel_lines(f, node).find("1: inside the kernel of blk.0.ffn_norm\n"), std::string::npos) << node << "\n" << f;
     if (tokens == 64) EXPECT_NE(kernel_lines(f, "blk.0.ffn_down_exps").find("64: mmvq_id_kernel"), std::string::npos) << f;
+  }
+  // With dense_ffn_fused a decode token's dense FFN is one launch: its norm, gate, up, SwiGLU,
+  // down and residual add (also in a one-token build); a 64-token step keeps its steps.
+  for (const int64_t tokens : {int64_t(64), int64_t(1)}) {
+    const std::string d = explain_tiny("backends: {cuda: {dense_ffn_fused: true}}\n", "qwen2", "q4_k_m", tokens);
+    EXPECT_NE(kernel_lines(d, "blk.0.ffn_gate").find("1: ffn_decode_kernel: the RMS norm blk.0.ffn_norm, gate/up (q4_k) with SwiGLU, down (q4_k) "
+                                                     "with the residual add in one launch"),
+              std::string::npos) << d;
+    for (const char *node : {"blk.0.ffn_norm", "blk.0.ffn_up", "blk.0.ffn_swiglu", "blk.0.ffn_down", "blk.0.ffn_residual"})
+      EXPECT_NE(kernel_lines(d, node).find("1: inside the kernel of blk.0.ffn_gate\n"), std::string::npos) << node << "\n" << d;
+    if (tokens == 64) EXPECT_EQ(kernel_lines(d, "blk.0.ffn_gate").find("64: ffn_decode_kernel"), std::string::npos) << d;
   }
   // Batched decode steps up to 64 tokens: the few-token tensor-core matmul, gate and up in one launch.
   const std::string b = explain_tiny("backends: {cuda: {}}\n");

@@ -44,8 +44,8 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   check_cuda(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "reading the device's SM count");
   router_counter_ = static_cast<unsigned *>(alloc(sizeof(unsigned)));
   check_cuda(cudaMemset(router_counter_, 0, sizeof(unsigned)), "clearing the router counter");
-  moe_ffn_counters_ = static_cast<unsigned *>(alloc(2 * sizeof(unsigned)));
-  check_cuda(cudaMemset(moe_ffn_counters_, 0, 2 * sizeof(unsigned)), "clearing the MoE FFN counters");
+  ffn_counters_ = static_cast<unsigned *>(alloc(2 * sizeof(unsigned)));
+  check_cuda(cudaMemset(ffn_counters_, 0, 2 * sizeof(unsigned)), "clearing the one-launch FFN counters");
   const size_t counter_bytes = size_t(minfer_cuda_flash_attention_counters()) * sizeof(int);
   attention_counters_ = static_cast<int *>(alloc(counter_bytes));
   check_cuda(cudaMemset(attention_counters_, 0, counter_bytes), "clearing the attention counters");
@@ -60,7 +60,7 @@ CudaDevice::~CudaDevice() {
     if (p) cudaFree(p);
   if (attention_counters_) cudaFree(attention_counters_);
   if (router_counter_) cudaFree(router_counter_);
-  if (moe_ffn_counters_) cudaFree(moe_ffn_counters_);
+  if (ffn_counters_) cudaFree(ffn_counters_);
   if (copy_event_) cudaEventDestroy(copy_event_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -509,8 +509,22 @@ bool CudaDevice::moe_ffn_decode(minfer_cuda_moe_ffn f) {
       !aligned(r.h) || !aligned(r.w) || !minfer_cuda_expert_weights_aligned(f.gate_dtype, f.gate, f.up) ||
       !minfer_cuda_expert_weights_aligned(f.down_dtype, f.down, nullptr))
     return false;
-  f.counters = moe_ffn_counters_;
+  f.counters = ffn_counters_;
   check_launch(minfer_cuda_moe_ffn_decode(&cfg_, &f, sm_count_));
+  return true;
+}
+
+bool CudaDevice::ffn_fusable(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m) const {
+  return opts_.dense_ffn_fused && minfer_cuda_ffn_decode_supported(gate_dtype, down_dtype, k, m);
+}
+
+bool CudaDevice::ffn_decode(minfer_cuda_ffn f) {
+  const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!ffn_fusable(f.gate_dtype, f.down_dtype, f.k, f.m) || !aligned(f.x) || !aligned(f.norm_w) ||
+      !minfer_cuda_expert_weights_aligned(f.gate_dtype, f.gate, f.up) || !minfer_cuda_expert_weights_aligned(f.down_dtype, f.down, nullptr))
+    return false;
+  f.counters = ffn_counters_;
+  check_launch(minfer_cuda_ffn_decode(&cfg_, &f, sm_count_));
   return true;
 }
 

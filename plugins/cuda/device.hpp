@@ -56,6 +56,10 @@ struct DeviceOptions {
   // types allow; false keeps the three launches. Off until it has run on a GPU: written in a
   // session whose one GPU run did not reach it (the host side refused every type pair then).
   bool moe_ffn_fused = false;
+  // The same for a dense gated FFN (its RMS norm, gate/up with the activation, down with the
+  // residual add: ffn_decode.cu, one expert of weight 1, one grid barrier) where its types
+  // allow; false keeps the gated GEMV and the down GEMV. Off until measured on a GPU.
+  bool dense_ffn_fused = false;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
   int64_t w16_cache_min_bytes = int64_t(2) << 30;
@@ -177,6 +181,9 @@ class CudaDevice {
   // option, the types and the addresses allow; false: run its steps as planned.
   bool moe_ffn_decode(minfer_cuda_moe_ffn f);
   bool moe_ffn_fusable(int32_t router_dtype, int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m, int64_t n_expert, int64_t k_used) const;
+  // A decode token's dense gated FFN in one launch (minfer_cuda_ffn_decode), likewise.
+  bool ffn_decode(minfer_cuda_ffn f);
+  bool ffn_fusable(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m) const;
   void moe_sum_f32(const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows, const float *add = nullptr);
   // The expert matmul: y [m, choices, rows] with pair p = row * choices + j from expert ids[p]
   // of W [k, m, n_expert], x a row's (x [k, rows]) or the pair's own (x_per_pair). up: gated,
@@ -261,7 +268,7 @@ class CudaDevice {
   int32_t sm_count_ = 0;
   bool wgmma_ = false;  // mmq_wgmma and the GPU runs the sm_90a code
   unsigned *router_counter_ = nullptr;  // the fused router's blocks done (moe.cu)
-  unsigned *moe_ffn_counters_ = nullptr;  // the one-launch MoE FFN's barrier counts (moe.cu)
+  unsigned *ffn_counters_ = nullptr;  // the one-launch FFNs' barrier counts (ffn_decode.cu)
   int *attention_counters_ = nullptr;  // per (token, KV head): blocks of a split decode step done (flash_attention.cu)
   std::vector<std::pair<const void *, void *>> w16_cache_;  // weight -> its f16 copy (rows padded to 128)
   std::vector<WeightRef> pending_weights_;                  // counted, not cached yet

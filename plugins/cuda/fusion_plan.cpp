@@ -218,6 +218,26 @@ class Planner {
     plan_matmul_groups();
     plan_norm_folds();
     plan_moe_ffns();
+    plan_dense_ffns();
+  }
+
+  // A dense gated FFN: the gate/up/glu step at i with its RMS norm folded in (the norm right
+  // before it, so no other step reads it), and the down MATMUL of the activations at i + 3
+  // with its residual add where fused: one launch for a decode token, the two stages apart by
+  // a grid barrier. Its blocks write the activations while others still normalize x (the norm
+  // fold cleared that) and, past the barrier, out while others read the activations.
+  void plan_dense_ffns() {
+    p_.ffn_last.assign(nodes_.size(), 0);
+    for (size_t i = 1; i + 3 < nodes_.size(); ++i) {
+      if (!p_.fuse_glu[i] || p_.norm_of[i] != &nodes_[i - 1].node()) continue;
+      const minfer_node &gate = nodes_[i].node(), &glu = nodes_[i + 2].node(), &down = nodes_[i + 3].node();
+      if (gate.op != MINFER_OP_MATMUL || down.op != MINFER_OP_MATMUL || p_.fused_away[i + 3] || !p_.group[i + 3].empty() || p_.norm_of[i + 3])
+        continue;
+      if (!same(*down.inputs[1], *glu.output)) continue;
+      const minfer_tensor &out = p_.fuse_add[i + 3] ? *nodes_[i + 4].node().output : *down.output;
+      if (overlap(out, *glu.output) || overlap(out, *down.inputs[0])) continue;
+      p_.ffn_last[i] = p_.fuse_add[i + 3] ? i + 4 : i + 3;
+    }
   }
 
   // A fused router at i, the gated experts of its norm's output and ids at i + 4, and the down
@@ -389,7 +409,9 @@ std::string FusionPlan::summary() const {
   const auto count = [](const std::vector<bool> &v) { return std::count(v.begin(), v.end(), true); };
   const auto groups = std::count_if(group.begin(), group.end(), [](const auto &g) { return !g.empty(); });
   const auto norms = std::count_if(norm_of.begin(), norm_of.end(), [](const minfer_node *n) { return n != nullptr; });
-  const auto ffns = std::count_if(moe_ffn_last.begin(), moe_ffn_last.end(), [](size_t last) { return last != 0; });
+  const auto nonzero = [](size_t last) { return last != 0; };
+  const auto ffns = std::count_if(moe_ffn_last.begin(), moe_ffn_last.end(), nonzero);
+  const auto dense_ffns = std::count_if(ffn_last.begin(), ffn_last.end(), nonzero);
   if (count(fused_away) == 0) return "";
   return "cuda segment of " + std::to_string(fused_away.size()) + " nodes: " + std::to_string(count(fuse_add)) +
          " matmuls with their bias/residual add, " + std::to_string(count(fuse_glu)) + " gate/up/glu triples, " +
@@ -398,7 +420,8 @@ std::string FusionPlan::summary() const {
          std::to_string(count(fuse_top_k_weights)) + " top-k/expert-weight pairs (" + std::to_string(count(fuse_router)) +
          " with their RMS norm and router), " + std::to_string(count(fuse_sum_add)) +
          " expert sums with their residual add fused (" + std::to_string(count(fuse_expert_sum)) + " expert matmuls with their sum; " +
-         std::to_string(ffns) + " routed FFNs one launch each for a decode token); " +
+         std::to_string(ffns) + " routed FFNs one launch each for a decode token); " + std::to_string(dense_ffns) +
+         " dense gated FFNs one launch each for a decode token where the option allows; " +
          std::to_string(groups) + " groups of matmuls sharing their input, " + std::to_string(norms) +
          " matmul steps with the RMS norm they read folded in";
 }

@@ -30,6 +30,10 @@ struct FusionPlan {
   // gate/up/glu experts, the down experts with their sum and add) may run as one launch for a
   // decode token (moe_ffn_decode_kernel), or 0. Its nodes keep their steps for larger ones.
   std::vector<size_t> moe_ffn_last;
+  // Per dense gate/up/glu step (its norm folded in): the last node of its FFN (the down matmul,
+  // or that matmul's fused add) where the whole FFN may run as one launch for a decode token
+  // (ffn_decode_kernel), or 0.
+  std::vector<size_t> ffn_last;
   // Per step's first node: the most rows (tokens) a step may have for it to run fused; larger
   // steps run its nodes one by one (their tensors would overlap at that size).
   std::vector<int64_t> fused_up_to;

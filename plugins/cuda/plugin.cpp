@@ -76,10 +76,18 @@ class CudaSegment : public sdk::Segment {
     for (size_t h = i >= 9 ? i - 9 : 0; h <= i; ++h) {  // a routed FFN run as one launch
       if (plan_.moe_ffn_last[h] == 0 || plan_.moe_ffn_last[h] < i || !moe_ffn_fused(h, tokens)) continue;
       if (h != i) return "inside the kernel of " + nodes_[h].name();
-      return "moe_ffn_decode_kernel: the RMS norm, the router " + nodes_[h + 1].name() + ", its top-k and weights, the gate/up experts (" +
+      return "ffn_decode_kernel: the RMS norm, the router " + nodes_[h + 1].name() + ", its top-k and weights, the gate/up experts (" +
              minfer_dtype_name(nodes_[h + 4].node().inputs[0]->dtype) + ") with " + (nodes_[h + 6].node().op == MINFER_OP_GEGLU ? "GeGLU" : "SwiGLU") +
              ", the down experts (" + minfer_dtype_name(nodes_[h + 7].node().inputs[0]->dtype) + ") and their weighted sum" +
              (plan_.moe_ffn_last[h] == h + 9 ? " with the residual add" : "") + " in one launch (dp4a; a block an SM, grid barriers between the stages)";
+    }
+    for (size_t h = i >= 4 ? i - 4 : 0; h <= i + 1 && h < nodes_.size(); ++h) {  // a dense FFN run as one launch (h = i + 1: i is its norm)
+      if (plan_.ffn_last[h] == 0 || plan_.ffn_last[h] < i || !dense_ffn_fused(h, tokens)) continue;
+      if (h != i) return "inside the kernel of " + nodes_[h].name();
+      return std::string("ffn_decode_kernel: the RMS norm ") + nodes_[h - 1].name() + ", gate/up (" +
+             minfer_dtype_name(nodes_[h].node().inputs[0]->dtype) + ") with " + (nodes_[h + 2].node().op == MINFER_OP_GEGLU ? "GeGLU" : "SwiGLU") +
+             ", down (" + minfer_dtype_name(nodes_[h + 3].node().inputs[0]->dtype) + ")" +
+             (plan_.ffn_last[h] == h + 4 ? " with the residual add" : "") + " in one launch (dp4a; a block an SM, a grid barrier between the stages)";
     }
     size_t o = plan_.owner[i];
     // A prompt runs a fused router's nodes one by one (the top-k still with its weights).
@@ -196,6 +204,11 @@ class CudaSegment : public sdk::Segment {
           i = plan_.moe_ffn_last[i];
           continue;
         }
+        if (plan_.ffn_last[i] && run_dense_ffn(dev_, dense_ffn_nodes(i), args)) {
+          for (size_t j = i + 1; timed_ && j <= plan_.ffn_last[i]; ++j) check_cuda(cudaEventRecord(events_[j], dev_.stream()), "recording a timing event");
+          i = plan_.ffn_last[i];
+          continue;
+        }
         if (plan_.fuse_router[i]) run_router(i, args);
         else if (!plan_.group[i].empty()) run_matmul_group(dev_, plan_.group[i], args, norm);
         else if (plan_.fuse_glu[i] && nodes_[i].node().op == MINFER_OP_MATMUL_ID)
@@ -256,6 +269,17 @@ class CudaSegment : public sdk::Segment {
     const MoeFfnNodes n = moe_ffn_nodes(i);
     const minfer_tensor &router = *n.router->inputs[0], &gate = *n.gate->inputs[0], &down = *n.down->inputs[0];
     return dev_.moe_ffn_fusable(router.dtype, gate.dtype, down.dtype, router.shape[0], gate.shape[1], router.shape[1], n.top_k->output->shape[0]);
+  }
+
+  DenseFfnNodes dense_ffn_nodes(size_t i) const {
+    const auto at = [&](size_t j) { return &nodes_[i + j].node(); };
+    return {&nodes_[i - 1].node(), at(0), at(1), at(2), at(3), plan_.ffn_last[i] == i + 4 ? at(4) : nullptr};
+  }
+  // Whether node i's dense FFN (a gate/up/glu step) runs as one launch at this step size.
+  bool dense_ffn_fused(size_t i, int64_t tokens) const {
+    if (!plan_.ffn_last[i] || tokens != 1) return false;
+    const minfer_tensor &gate = *nodes_[i].node().inputs[0], &down = *nodes_[i + 3].node().inputs[0];
+    return dev_.ffn_fusable(gate.dtype, down.dtype, gate.shape[0], gate.shape[1]);
   }
 
   // fuse_router[i]: the norm, router matmul and top-k/weights in one launch for a decode token,
@@ -495,6 +519,7 @@ struct CudaPlugin {
     o.mmq_min_tokens = opts.take_int("mmq_min_tokens", 0, 0, 4096);  // 0: by measurement (token count, k)
     o.few_token_mma = opts.take_bool("few_token_mma", true);
     o.moe_ffn_fused = opts.take_bool("moe_ffn_fused", false);
+    o.dense_ffn_fused = opts.take_bool("dense_ffn_fused", false);
     o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);
     opts.finish();  // reject unknown keys before touching the device
     minfer_device_info info{};

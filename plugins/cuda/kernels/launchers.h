@@ -141,6 +141,23 @@ typedef struct {
 int32_t minfer_cuda_moe_ffn_decode_supported(int32_t router_dtype, int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m,
                                              int64_t n_expert, int64_t k_used);
 cudaError_t minfer_cuda_moe_ffn_decode(minfer_cuda_launch_cfg *cfg, const minfer_cuda_moe_ffn *ffn, int32_t sm_count);
+/* A decode token's dense gated FFN in one launch: y = act(gate h) * (up h) [m] of h = x RMS-normed
+ * with norm_w, then out = add (when non-NULL) + down y — the gated GEMV with its norm and the
+ * down GEMV with its add as two stages of one cooperative grid (ffn_decode.cu), the routed form
+ * above with one expert of weight 1. gate/up [k, m], down [m, k] of the pairs it takes;
+ * counters as there. */
+typedef struct {
+  const float *x, *norm_w;
+  float eps;
+  int32_t gate_dtype, down_dtype, act;
+  const void *gate, *up, *down;
+  int64_t k, m;
+  float *y, *out;
+  const float *add;
+  unsigned *counters;
+} minfer_cuda_ffn;
+int32_t minfer_cuda_ffn_decode_supported(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m);
+cudaError_t minfer_cuda_ffn_decode(minfer_cuda_launch_cfg *cfg, const minfer_cuda_ffn *ffn, int32_t sm_count);
 
 /* A step's routing for MATMUL_ID, in device memory (minfer_cuda_moe_route_bytes): the (row,
  * choice) pairs p = row * k + j grouped by expert, and the list of experts with any pair.

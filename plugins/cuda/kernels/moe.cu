@@ -11,8 +11,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "async_copy.cuh"
-#include "glu.cuh"
+#include "expert_rows.cuh"
 #include "grid.cuh"
 #include "int8_dot.cuh"
 #include "moe_route.cuh"
@@ -67,44 +66,6 @@ __global__ void top_k_kernel(const float *x, int32_t *out, int64_t n, int64_t k,
   }
 }
 
-// top_k's order as one integer: larger values first, NaN after every number, then the lower
-// index (-0 and +0 equal, as == has them).
-__device__ __forceinline__ uint64_t rank_key(float v, int i) {
-  uint32_t u = __float_as_uint(v + 0.0f);  // -0 -> +0
-  u = isnan(v) ? 0u : (u >> 31 ? ~u : u | 0x80000000u);
-  return uint64_t(u) << 32 | (0xffffffffu - uint32_t(i));
-}
-
-// One router row ranked by a block, a thread per expert (t < n hold v, the others nothing):
-// each thread counts the keys above its own, and that rank, when below k, is its place in the
-// output (no k rounds of reductions one after another). With weights: MOE_WEIGHTS of the same
-// logits and ids too. Every thread of the block calls it.
-template <bool kWeights>
-__device__ __forceinline__ void rank_row(float v, int64_t n, int64_t k, int32_t *out, float *weights, int normalize, float scale,
-                                         uint64_t *keys /* n */, float *red /* 32 */) {
-  const int t = threadIdx.x;
-  const bool real = t < n;
-  const uint64_t mine = rank_key(v, t);
-  __syncthreads();  // a previous row is done with keys
-  if (real) keys[t] = mine;
-  __syncthreads();
-  int ranks[4] = {};
-  int64_t j = 0;
-  for (; j + 4 <= n; j += 4)
-#pragma unroll
-    for (int u = 0; u < 4; ++u) ranks[u] += keys[j + u] > mine;
-  for (; j < n; ++j) ranks[0] += keys[j] > mine;
-  const int rank = ranks[0] + ranks[1] + ranks[2] + ranks[3];
-  const bool chosen = real && rank < k;
-  if (chosen) out[rank] = t;
-  if (!kWeights) return;
-  const float mx = block_max(real ? v : -INFINITY, red);
-  const float all = block_sum(real ? expf(v - mx) : 0.0f, red);
-  const float e = chosen ? expf(v - mx) : 0.0f;
-  const float sum = block_sum(e, red);
-  if (chosen) weights[rank] = e / (normalize ? sum : all) * scale;
-}
-
 // Router rows of at most kRankMax experts, a block per row (rank_row). With weights: a
 // router's two small launches become one.
 template <bool kWeights>
@@ -123,7 +84,6 @@ __global__ void top_k_rank_kernel(const float *x, int32_t *out, float *weights, 
 // (rms_row.cuh: the norm kernel's bits) and block 0 writes it for the experts; a block's
 // first router row loads before the wait (weights: no kernel writes them); the last block to
 // finish ranks the logits (counter: 0 before, reset to 0 by that block).
-constexpr int kRouterThreads = 256;
 template <class T>
 __global__ void __launch_bounds__(kRouterThreads) moe_router_decode_kernel(const float *x, const float *norm_w, float eps, float *h, const T *w,
                                                                             int64_t k, int64_t n, float *logits, int32_t *ids, float *weights,
@@ -250,31 +210,6 @@ __global__ void moe_route_kernel(const int32_t *ids, int64_t n_pairs, int32_t ne
   }
 }
 
-// A warp's kRowsT expert rows: gate rows then up rows where gated (only r % kPart < live
-// are real; the rest repeat a real one so every load stays inside the weights).
-template <class Block, int kRowsT, int kPart, bool kGated>
-__device__ __forceinline__ void expert_rows(const Block *(&row)[kRowsT], const Block *w, const Block *up, int64_t e, int64_t m, int64_t o0,
-                                            int live, int64_t nb) {
-#pragma unroll
-  for (int r = 0; r < kRowsT; ++r) {
-    const int64_t o = o0 + (r % kPart < live ? r % kPart : 0);
-    row[r] = (kGated && r >= kPart ? up : w) + (e * m + o) * nb;
-  }
-}
-
-// The warp's sums of acc (row r, token j at r * kT + j) and, gated, act(gate) * up: returns
-// whether this lane holds a result, and which (r, j) it is.
-template <int kN, int kT, int kPart, bool kGated>
-__device__ __forceinline__ bool lane_result(float (&acc)[kN], int act, float &v, int &r, int &j) {
-  constexpr int kShift = kN == 32 ? 0 : kN == 16 ? 1 : kN == 8 ? 2 : kN == 4 ? 3 : 4;  // warp_sums: value lane >> kShift
-  const int lane = threadIdx.x & 31;
-  v = warp_sums(acc);
-  const int idx = lane >> kShift;
-  r = idx / kT, j = idx % kT;
-  if (kGated) v = glu(act, v, __shfl_down_sync(0xffffffffu, v, (kPart * kT) << kShift));
-  return (lane & ((1 << kShift) - 1)) == 0;
-}
-
 // Work item = (active expert slot, block of kWarps row groups); a block's pairs are staged kT
 // (tpc) at a time. x rows: a pair's own (x_per_pair) or its row's (p / choices).
 template <class Block, int kT, bool kGated>
@@ -374,68 +309,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // between the two are gone. The block first quantizes every pair's activations into shared
 // memory as one row (pair p's x follows pair p-1's; a sub-block never straddles two). A bad id
 // makes every output row NaN and is recorded as the route kernel records it.
-constexpr int kSumMaxChoices = 32;
-constexpr int kSumUnroll = 4;  // sub-blocks a lane has in flight
 // Sixteen warps a block, one block an SM: every block quantizes all the pairs' activations
 // (eight pairs of 768 values for Qwen3-30B-A3B), so half as many blocks as at eight warps do
 // that twice less often, each in half the passes (H100, 12-layer 30B-A3B slice, three
 // alternating rounds: tg128 1,293 against 1,265 t/s).
 constexpr int kSumWarps = 16;
-
-// Row o of each chosen expert dotted with its pair's activations, each product weighted by the
-// pair's weight: the lane's part of the sum, whole sub-blocks a lane, kSumUnroll in flight.
-template <class Block>
-__device__ __forceinline__ float expert_row_sum(const Block *const *expert, const float *weight, const minfer_cuda_q8_act *xs, int64_t o,
-                                                int64_t nb, int64_t ns, int64_t total, int lane) {
-  float acc = 0;
-  for (int64_t j0 = lane; j0 < total; j0 += 32 * kSumUnroll) {
-    SubBlock sb[kSumUnroll];
-    int pair[kSumUnroll];
-#pragma unroll
-    for (int u = 0; u < kSumUnroll; ++u) {
-      const int64_t j = j0 + 32 * u;
-      pair[u] = int(j / ns);
-      if (j < total) unpack_sub<Block, true>(expert[pair[u]] + o * nb, j - pair[u] * ns, sb[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kSumUnroll; ++u)
-      if (j0 + 32 * u < total) acc += weight[pair[u]] * sub_dot<Block>(sb[u], xs[j0 + 32 * u]);
-  }
-  return acc;
-}
-// The same a lane whole sub-block pairs (SubPair: Q4_K, Q6_K), three in flight (Qwen3-30B-A3B's
-// 8 choices x 3 blocks x 4 pairs: one pass of a warp).
-constexpr int kPairUnroll = 3;
-template <class Block>
-__device__ __forceinline__ float expert_row_sum_pairs(const Block *const *expert, const float *weight, const minfer_cuda_q8_act *xs,
-                                                      int64_t o, int64_t nb, int64_t ns, int64_t total, int lane) {
-  using P = SubPair<Block>;
-  const int64_t per = nb * 4, units = total / 2;  // pairs a choice: 4 a block
-  float acc = 0;
-  for (int64_t u0 = lane; u0 < units; u0 += 32 * kPairUnroll) {
-    typename P::Raw raw[kPairUnroll];
-    int pair[kPairUnroll], p[kPairUnroll];
-    int64_t sub[kPairUnroll];
-#pragma unroll
-    for (int u = 0; u < kPairUnroll; ++u) {
-      const int64_t v = u0 + 32 * u;
-      if (v >= units) break;
-      pair[u] = int(v / per);
-      const int64_t r = v - pair[u] * per, blk = r >> 2;
-      p[u] = int(r & 3);
-      P::load(expert[pair[u]] + o * nb + blk, p[u], raw[u]);
-      sub[u] = pair[u] * ns + blk * 8 + P::first(p[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kPairUnroll; ++u) {
-      if (u0 + 32 * u >= units) break;
-      SubBlock a, b;
-      P::unpack(raw[u], p[u], a, b);
-      acc += weight[pair[u]] * (sub_dot<Block>(a, xs[sub[u]]) + sub_dot<Block>(b, xs[sub[u] + P::kSecond]));
-    }
-  }
-  return acc;
-}
 
 template <class Block>
 __global__ void __launch_bounds__(kSumWarps * 32, 1)
@@ -471,150 +349,6 @@ __global__ void __launch_bounds__(kSumWarps * 32, 1)
     if (o + int64_t(gridDim.x) * kSumWarps >= m) release_dependents();  // the warp's last row is read (grid.cuh)
     acc = warp_sum(acc);
     if (lane == 0) out[o] = bad ? NAN : add ? add[o] + acc : acc;
-  }
-}
-
-// A decode token's whole routed FFN in one launch: the RMS norm, the router with its top-k and
-// expert weights, the gate/up experts with their activation, and the down experts with their
-// weighted sum and residual add — the three launches above (moe_router_decode_kernel,
-// mmvq_id_decode_kernel, mmvq_id_sum_decode_kernel) as three stages of one grid, one block an
-// SM, all resident (a cooperative launch), with two grid barriers between the stages. A kernel
-// boundary cost each stage the drain of the last blocks, the next blocks' start and their first
-// loads; here every block ranks the logits itself (no last block doing it alone while the
-// others wait for a launch), and a warp's down rows are on their way into shared memory while
-// the slowest blocks still finish their gate/up rows. Each stage computes what its kernel
-// computed, in the same order (the same bits): the norm and router on the first 256 threads as
-// the router kernel lays them out, gate/up four rows a warp, the down rows by
-// expert_row_sum(_pairs). Written on the way: the norm's output (block 0), the logits, the ids
-// and weights (block 0), the activations y [k_used, m], out.
-constexpr int kFfnWarps = 16, kFfnThreads = kFfnWarps * 32;
-constexpr int kFfnRowsPerWarp = 4;  // two gate rows and their up rows, as mmvq_id_decode_kernel
-constexpr int kFfnUnroll = 2;       // sub-blocks a lane has in flight a row: a 2048-value row in one trip
-
-struct MoeFfnArgs {
-  const float *x, *norm_w, *router;
-  float eps, scale;
-  float *h, *logits, *weights;
-  int32_t *ids;
-  int32_t n_expert, k_used, normalize, act, stage_down;
-  const void *gate, *up, *down;
-  float *y, *out;
-  const float *add;
-  int64_t k, m;  // the model's width; an expert's width
-  size_t xg_at, xd_at, stage_at, slot;  // dynamic shared memory: hs [k] f32 at 0, then these
-  unsigned *counters;  // [2]: arrivals at the barriers, blocks past the second; 0 before and after
-};
-
-template <class GB, class DB>
-__global__ void __launch_bounds__(kFfnThreads, 1) moe_ffn_decode_kernel(const __grid_constant__ MoeFfnArgs a) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ uint64_t keys[kFfnThreads];
-  __shared__ float red[32];
-  __shared__ int32_t chosen[kSumMaxChoices];
-  __shared__ float chosen_w[kSumMaxChoices];
-  __shared__ const DB *rows_of[kFfnWarps][kSumMaxChoices];  // a warp's down row of each choice
-  float *hs = reinterpret_cast<float *>(smem);
-  auto *xg = reinterpret_cast<minfer_cuda_q8_act *>(smem + a.xg_at);
-  auto *xd = reinterpret_cast<minfer_cuda_q8_act *>(smem + a.xd_at);
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  const int64_t k = a.k, m = a.m, blocks = gridDim.x;
-
-  // Stage 1: the router rows of this block (loaded before the wait: weights), the norm, the logits.
-  constexpr int kRT = kRouterThreads;
-  float4 wv[kRmsCached];
-  const auto load_row = [&](int64_t o) {
-#pragma unroll
-    for (int u = 0; u < kRmsCached; ++u) {
-      const int64_t i = t + int64_t(u) * kRT;
-      if (t < kRT && i < k / 4) wv[u] = load4(a.router + o * k + 4 * i);
-    }
-  };
-  if (blockIdx.x < a.n_expert) load_row(blockIdx.x);
-  wait_for_inputs();
-  RmsRow row;
-  rms_row_load<kRT>(a.x, a.norm_w, k, a.eps, row, red);
-#pragma unroll
-  for (int u = 0; u < kRmsCached; ++u) {
-    const int64_t i = t + int64_t(u) * kRT;
-    if (t >= kRT || i >= k / 4) break;
-    const float4 v = rms_row_value(row, u);
-    reinterpret_cast<float4 *>(hs)[i] = v;
-    if (blockIdx.x == 0) reinterpret_cast<float4 *>(a.h)[i] = v;
-  }
-  for (int64_t o = blockIdx.x; o < a.n_expert; o += blocks) {
-    if (o != blockIdx.x) load_row(o);
-    float acc = 0;
-#pragma unroll
-    for (int u = 0; u < kRmsCached; ++u) {
-      if (t >= kRT || t + int64_t(u) * kRT >= k / 4) break;
-      const float4 hv = rms_row_value(row, u);
-      acc += hv.x * wv[u].x + hv.y * wv[u].y + hv.z * wv[u].z + hv.w * wv[u].w;
-    }
-    acc = block_sum(acc, red);
-    if (t == 0) a.logits[o] = acc;
-  }
-  __syncthreads();  // hs is written; thread 0's logits are this block's last writes of the stage
-  const int64_t ns = k / 32;
-  quantize_to_shared<1>(hs, nullptr, ns, xg);
-  if (t == 0) grid_arrive(a.counters), grid_wait(a.counters, unsigned(blocks));
-  __syncthreads();
-
-  // Stage 2: every block ranks the logits; the gate/up rows, (pair, two-row group) items dealt
-  // round the blocks so that each SM has as many.
-  rank_row<true>(t < a.n_expert ? __ldcg(a.logits + t) : 0.0f, a.n_expert, a.k_used, chosen, chosen_w, a.normalize, a.scale, keys, red);
-  __syncthreads();
-  if (blockIdx.x == 0 && t < a.k_used) a.ids[t] = chosen[t], a.weights[t] = chosen_w[t];
-  {
-    constexpr int kPart = kFfnRowsPerWarp / 2;
-    const GB *gate = static_cast<const GB *>(a.gate), *up = static_cast<const GB *>(a.up);
-    const int64_t nb = k / (32 * QBlock<GB>::kSubs), groups = (m + kPart - 1) / kPart, items = a.k_used * groups;
-    for (int64_t item = warp * blocks + blockIdx.x; item < items; item += blocks * kFfnWarps) {
-      const int64_t pair = item / groups, o0 = (item - pair * groups) * kPart;
-      const int live = int(m - o0 < kPart ? m - o0 : kPart);
-      const GB *rows[kFfnRowsPerWarp];
-      expert_rows<GB, kFfnRowsPerWarp, kPart, true>(rows, gate, up, chosen[pair], m, o0, live, nb);
-      float acc[kFfnRowsPerWarp];
-      rows_dot_acts<GB, kFfnRowsPerWarp, 1, kFfnUnroll, kPart, true>(rows, live, xg, ns, 1, acc);
-      float v;
-      int r, j;
-      if (lane_result<kFfnRowsPerWarp, 1, kPart, true>(acc, a.act, v, r, j) && r < live) a.y[pair * m + o0 + r] = v;
-    }
-  }
-  __syncthreads();  // the block's y is written
-  if (t == 0) grid_arrive(a.counters);
-
-  // Stage 3, while the other blocks finish stage 2: the warp's first down rows (of each choice)
-  // copied into shared memory, at their addresses' offsets from 16 bytes (the types' loads).
-  const DB *down = static_cast<const DB *>(a.down);
-  const int64_t nbd = m / (32 * QBlock<DB>::kSubs), ns_d = m / 32, total = a.k_used * ns_d;
-  const int64_t first = warp * blocks + blockIdx.x;
-  if (a.stage_down && first < k) {
-    uint8_t *mine = smem + a.stage_at + size_t(warp) * a.k_used * a.slot;
-    for (int p = 0; p < a.k_used; ++p) {
-      const int lead = copy_run_async(mine + p * a.slot, down + (int64_t(chosen[p]) * k + first) * nbd, int(nbd * sizeof(DB)), lane);
-      if (lane == 0) rows_of[warp][p] = reinterpret_cast<const DB *>(mine + p * a.slot + lead);
-    }
-  }
-  if (t == 0) {
-    grid_wait(a.counters, 2 * unsigned(blocks));
-    if (atomicAdd(a.counters + 1, 1u) == unsigned(blocks) - 1) atomicExch(a.counters, 0u), atomicExch(a.counters + 1, 0u);  // the last past it
-  }
-  __syncthreads();
-  quantize_to_shared<2, true>(a.y, nullptr, total, xd);
-  cp_async_wait_all();
-  __syncthreads();
-  for (int64_t o = first; o < k; o += blocks * kFfnWarps) {
-    if (o != first || !a.stage_down) {
-      __syncwarp();
-      if (lane < a.k_used) rows_of[warp][lane] = down + (int64_t(chosen[lane]) * k + o) * nbd;
-      __syncwarp();
-    }
-    float acc;
-    if constexpr (kSubPairs<DB>) acc = expert_row_sum_pairs<DB>(rows_of[warp], chosen_w, xd, 0, nbd, ns_d, total, lane);
-    else acc = expert_row_sum<DB>(rows_of[warp], chosen_w, xd, 0, nbd, ns_d, total, lane);
-    if (o + blocks * kFfnWarps >= k) release_dependents();  // the warp's last row is read; every block is past the barriers
-    acc = warp_sum(acc);
-    if (lane == 0) a.out[o] = a.add ? a.add[o] + acc : acc;
   }
 }
 
@@ -693,8 +427,6 @@ extern "C" cudaError_t minfer_cuda_moe_route(minfer_cuda_launch_cfg *cfg, const 
 }
 
 namespace {
-
-bool on16(int32_t dtype, const void *w, const void *up) { return minfer_cuda_expert_weights_aligned(dtype, w, up) != 0; }
 
 template <class Block, bool kGated>
 cudaError_t launch_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, const Block *w, const Block *up, int32_t act, const float *x,
@@ -798,103 +530,4 @@ extern "C" cudaError_t minfer_cuda_mmvq_id_sum_decode(minfer_cuda_launch_cfg *cf
                   out, k, m, int32_t(choices), int32_t(n_expert), error_flag, error_tag);
   });
   return launched(cfg, add ? "mmvq_id_sum_decode_kernel (with the residual add)" : "mmvq_id_sum_decode_kernel", dtype);
-}
-
-namespace {
-
-// The (gate/up, down) block types the one-launch MoE FFN is built for: llama.cpp's mixes for
-// the int8 types (Q4_K_M and Q5_K_M put some layers' down experts in Q6_K, Q3_K_M in Q5_K or
-// Q4_K); another pair runs the three launches.
-template <class G, class D>
-constexpr bool kFfnPair = std::is_same_v<G, D> || (std::is_same_v<G, minfer_block_q4_k> && std::is_same_v<D, minfer_block_q6_k>) ||
-                          (std::is_same_v<G, minfer_block_q5_k> && std::is_same_v<D, minfer_block_q6_k>) ||
-                          (std::is_same_v<G, minfer_block_q3_k> && (std::is_same_v<D, minfer_block_q5_k> || std::is_same_v<D, minfer_block_q4_k>));
-
-// Calls f(G{}, D{}) for a supported pair; false for any other.
-template <class F>
-bool visit_ffn_pair(int32_t gate_dtype, int32_t down_dtype, F &&f) {
-  bool found = false;
-  visit_int8_block(gate_dtype, [&](auto g) {
-    using G = decltype(g);  // named here: in the inner lambda, decltype of the captured g is not G for nvcc
-    visit_int8_block(down_dtype, [&](auto d) {
-      if constexpr (kFfnPair<G, decltype(d)>) {
-        found = true;
-        f(G{}, d);
-      }
-    });
-  });
-  return found;
-}
-
-struct FfnSmem {
-  size_t xg_at, xd_at, stage_at, slot, without_stage, with_stage;
-};
-template <class G, class D>
-FfnSmem ffn_smem(int64_t k, int64_t m, int64_t k_used) {
-  const auto up16 = [](size_t b) { return (b + 15) / 16 * 16; };
-  FfnSmem s{};
-  s.xg_at = up16(size_t(k) * sizeof(float));
-  s.xd_at = up16(s.xg_at + size_t(k / 32) * sizeof(minfer_cuda_q8_act));
-  s.stage_at = up16(s.xd_at + size_t(k_used * (m / 32)) * sizeof(minfer_cuda_q8_act));
-  s.slot = size_t(run_slot_bytes(int64_t(m / (32 * QBlock<D>::kSubs)) * int64_t(sizeof(D))));
-  s.without_stage = s.stage_at;
-  s.with_stage = s.stage_at + size_t(kFfnWarps) * size_t(k_used) * s.slot;
-  return s;
-}
-
-int ffn_smem_optin() {
-  int device = 0, optin = 48 * 1024;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  return optin - 10 * 1024;  // the kernel's static shared memory (keys, rows_of, ...: 8.4 KiB) besides
-}
-
-}  // namespace
-
-extern "C" int32_t minfer_cuda_moe_ffn_decode_supported(int32_t router_dtype, int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m,
-                                                       int64_t n_expert, int64_t k_used) {
-  if (router_dtype != MINFER_DTYPE_F32 || k % 4 || k / 4 > int64_t(kRmsCached) * kRouterThreads || n_expert > kFfnThreads || k_used < 1 ||
-      k_used > kSumMaxChoices || k_used > n_expert)
-    return 0;
-  bool ok = false;
-  visit_ffn_pair(gate_dtype, down_dtype, [&](auto g, auto d) {
-    using G = decltype(g);
-    using D = decltype(d);
-    ok = k % (32 * QBlock<G>::kSubs) == 0 && m % (32 * QBlock<D>::kSubs) == 0 &&
-         ffn_smem<G, D>(k, m, k_used).without_stage <= size_t(ffn_smem_optin());
-  });
-  return ok;
-}
-
-extern "C" cudaError_t minfer_cuda_moe_ffn_decode(minfer_cuda_launch_cfg *cfg, const minfer_cuda_moe_ffn *f, int32_t sm_count) {
-  const minfer_cuda_moe_router &r = f->router;
-  if (!minfer_cuda_moe_ffn_decode_supported(r.w_dtype, f->gate_dtype, f->down_dtype, r.k, f->m, r.n_expert, r.k_used) || !f->counters ||
-      !rms_row_fits(r.k, kRouterThreads, r.x, r.norm_w, r.h) || reinterpret_cast<uintptr_t>(r.w) % 16 != 0 ||
-      !on16(f->gate_dtype, f->gate, f->up) || !on16(f->down_dtype, f->down, nullptr))
-    return cudaErrorInvalidValue;
-  cudaError_t e = cudaSuccess;
-  visit_ffn_pair(f->gate_dtype, f->down_dtype, [&](auto g, auto d) {
-    using G = decltype(g);
-    using D = decltype(d);
-    const FfnSmem s = ffn_smem<G, D>(r.k, f->m, r.k_used);
-    const bool stage = s.with_stage <= size_t(ffn_smem_optin());
-    const size_t smem = stage ? s.with_stage : s.without_stage;
-    const auto kernel = moe_ffn_decode_kernel<G, D>;
-    if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    int per_sm = 0;
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFfnThreads, smem);
-    if (e == cudaSuccess && per_sm < 1) e = cudaErrorNotSupported;
-    if (e != cudaSuccess) return;
-    MoeFfnArgs a{};
-    a.x = r.x, a.norm_w = r.norm_w, a.router = static_cast<const float *>(r.w), a.eps = r.eps, a.scale = r.scale;
-    a.h = r.h, a.logits = r.logits, a.weights = r.weights, a.ids = r.ids;
-    a.n_expert = int32_t(r.n_expert), a.k_used = int32_t(r.k_used), a.normalize = r.normalize, a.act = f->act, a.stage_down = stage;
-    a.gate = f->gate, a.up = f->up, a.down = f->down, a.y = f->y, a.out = f->out, a.add = f->add;
-    a.k = r.k, a.m = f->m;
-    a.xg_at = s.xg_at, a.xd_at = s.xd_at, a.stage_at = s.stage_at, a.slot = s.slot;
-    a.counters = f->counters;
-    const int64_t blocks = std::min<int64_t>(int64_t(sm_count > 0 ? sm_count : 132), cfg->max_blocks);
-    launch_cooperative(cfg, kernel, unsigned(blocks), kFfnThreads, smem, a);
-  });
-  if (e != cudaSuccess) return e;
-  return launched(cfg, "moe_ffn_decode_kernel (RMS norm, router, top-k, gate/up experts, down experts and their sum)", f->gate_dtype);
 }

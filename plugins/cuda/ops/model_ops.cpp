@@ -161,6 +161,22 @@ void run_matmul_add(CudaDevice &dev, const minfer_node &mm, const minfer_node &a
              p.unfused);
 }
 
+bool run_dense_ffn(CudaDevice &dev, const DenseFfnNodes &n, const minfer_step_args &args) {
+  if (sdk::run_rows(*n.norm->output, args) != 1) return false;
+  const minfer_tensor &gate = *n.gate->inputs[0], &down = *n.down->inputs[0];
+  if (!dev.ffn_fusable(gate.dtype, down.dtype, gate.shape[0], gate.shape[1])) return false;
+  minfer_cuda_ffn f{};
+  f.x = dptr<float>(*n.norm->inputs[0]), f.norm_w = dptr<float>(*n.norm->inputs[1]);
+  f.eps = sdk::params_of<minfer_rms_norm_params>(*n.norm).eps;
+  f.gate_dtype = gate.dtype, f.down_dtype = down.dtype, f.act = glu_act(*n.glu);
+  f.gate = dptr(gate), f.up = dptr(*n.up->inputs[0]), f.down = dptr(down);
+  f.k = gate.shape[0], f.m = gate.shape[1];
+  f.y = dptr<float>(*n.glu->output);
+  const CudaDevice::MatmulPart down_part = part_of({n.down, n.add});  // out: the add's output where there is one
+  f.add = down_part.add, f.out = down_part.y;
+  return dev.ffn_decode(f);
+}
+
 void run_matmul_group(CudaDevice &dev, std::span<const MatmulStep> steps, const minfer_step_args &args, StepNorm norm) {
   std::vector<CudaDevice::MatmulPart> parts;
   std::vector<int32_t> dtypes;

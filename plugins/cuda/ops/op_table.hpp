@@ -92,9 +92,18 @@ void run_matmul_id_glu(CudaDevice &dev, const minfer_node &gate, const minfer_no
 struct MoeFfnNodes {
   const minfer_node *norm, *router, *top_k, *weights, *gate, *up, *glu, *down, *sum, *add;
 };
-// A decode token's routed FFN in one launch (moe_ffn_decode_kernel); false (nothing run): a
+// A decode token's routed FFN in one launch (ffn_decode_kernel); false (nothing run): a
 // larger step, the option off, or types and addresses the kernel does not take.
 bool run_moe_ffn(CudaDevice &dev, const MoeFfnNodes &nodes, const minfer_step_args &args);
+
+// A dense gated FFN's nodes (FusionPlan::ffn_last): the RMS norm folded into the gate/up step,
+// the gate, up and activation, the down matmul and its residual ADD (or null).
+struct DenseFfnNodes {
+  const minfer_node *norm, *gate, *up, *glu, *down, *add;
+};
+// A decode token's dense FFN in one launch (ffn_decode_kernel); false (nothing run): a larger
+// step, the option off, or types and addresses the kernel does not take.
+bool run_dense_ffn(CudaDevice &dev, const DenseFfnNodes &nodes, const minfer_step_args &args);
 
 // A SWIGLU or GEGLU node's activation (launchers.h: MINFER_CUDA_GLU_*).
 inline int32_t glu_act(const minfer_node &n) { return n.op == MINFER_OP_GEGLU ? MINFER_CUDA_GLU_GELU : MINFER_CUDA_GLU_SILU; }
