@@ -4,7 +4,7 @@
 #   export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64; bash scripts/gpu-ffn-check.sh OUT
 # Their tests (the routed form's logits bit for bit those of its three launches, the dense form
 # against the CPU; --explain), compute-sanitizer memcheck on a tiny Qwen3-MoE and a tiny Qwen2
-# with both on, then tg128 with them on against off, alternated: the 12-layer 30B-A3B slice,
+# with both on, then tg128 (P=512: pp512 too) with them on against off, alternated: the 12-layer 30B-A3B slice,
 # Qwen2-0.5B Q4_0 and Qwen2-7B Q4_0 (two rounds each; ROUNDS to change), and with MOE48=1 the
 # whole 48-layer 30B-A3B file (one round; 17 GiB synthesized first, ~2 minutes).
 set -uo pipefail
@@ -25,8 +25,9 @@ for arch in qwen3moe qwen2; do
   echo "memcheck $arch rc=$?"
   tail -n 2 "$out/memcheck-$arch.log"
 done
-export SIDES="off=new on=new" OPTS_on="moe_ffn_fused: true, dense_ffn_fused: true"
-MODELS="${MODELS:-moe12:q4_k_m 0.5b:q4_0 7b:q4_0}" timeout 330 bash scripts/gpu-ab-plugins.sh "$out/ab" "${ROUNDS:-2}" > "$out/ab.log" 2>&1
+# SIDES: more sides beside these (another plugin with the options on: SIDES="off=new on=new x=NAME", OPTS_x as OPTS_on).
+export SIDES="${SIDES:-off=new on=new}" OPTS_on="moe_ffn_fused: true, dense_ffn_fused: true"
+P=${P:-0} MODELS="${MODELS:-moe12:q4_k_m 0.5b:q4_0 7b:q4_0}" timeout 330 bash scripts/gpu-ab-plugins.sh "$out/ab" "${ROUNDS:-2}" > "$out/ab.log" 2>&1
 grep -E 't/s \(' "$out/ab.log"
 grep -h -o -E '[0-9]+ (routed|dense gated) FFNs one launch[^;]*' "$out"/ab/*.log 2>/dev/null | sort | uniq -c | head -4
 if [ "${MOE48:-0}" = 1 ]; then

@@ -96,11 +96,23 @@ __device__ __forceinline__ void grid_arrive(unsigned *count) {
   __threadfence();
   atomicAdd(count, 1u);
 }
+// The wait is bounded: a block still missing after 10 s of GPU time (a barrier miscounted, or
+// a grid not all resident) traps, so the launch fails with an error where it would hang the
+// device and every later call (compute-sanitizer's slowest runs take milliseconds here).
 __device__ __forceinline__ void grid_wait(const unsigned *count, unsigned target) {
-  unsigned seen;
-  do {
+  constexpr uint64_t kLimitNs = 10'000'000'000ull;
+  uint64_t start = 0;
+  for (unsigned spins = 1;; ++spins) {
+    unsigned seen;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(count) : "memory");
-  } while (seen < target);
+    if (seen >= target) return;
+    if (spins % 1024 == 0) {  // the clock read only now and then: the loop stays one load a turn
+      uint64_t now;
+      asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(now));
+      if (start == 0) start = now;
+      else if (now - start > kLimitNs) __trap();
+    }
+  }
 }
 
 // Call right after a launch: records which kernel it was and returns the launch's error.
