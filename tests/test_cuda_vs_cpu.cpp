@@ -228,6 +228,21 @@ TEST(CudaVsCpuArchs, OneLaunchDenseFfnAgrees) {
   expect_backends_agree("tiny", "q4_k_m", 16, 32, 0.1, 0, "qwen2", 0, "cpu", "cuda: {dense_ffn_fused: true, max_grid_blocks: 5}");
 }
 
+// The same launches starting with the attention's output projection and its residual add
+// (attn_out_fused: a stage 0 and a grid barrier more, x read back past L1 by every block),
+// dense and routed, held to the CPU: the tiny Qwen2, two blocks of the 0.5B, the tiny
+// Qwen3-MoE (whose prompt positions may take other experts, as in TinyMoeAgrees), and a grid
+// of five blocks (each many projection rows).
+TEST(CudaVsCpuArchs, OneLaunchFfnWithOutputProjectionAgrees) {
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::string dense = "cuda: {dense_ffn_fused: true, attn_out_fused: true}";
+  for (const char *type : {"q4_0", "q8_0", "q4_k_m"}) expect_backends_agree("tiny", type, 16, 32, 0.1, 0, "qwen2", 0, "cpu", dense);
+  expect_backends_agree("0.5b", "q4_0", 16, 8, 0.2, 2, "qwen2", 0, "cpu", dense);
+  const std::string routed = "cuda: {moe_ffn_fused: true, attn_out_fused: true}";
+  for (const char *type : {"q4_0", "q4_k_m"}) expect_backends_agree("tiny", type, 256, 32, 0.1, 0, "qwen3moe", 0.5, "cpu", routed);
+  expect_backends_agree("tiny", "q4_k_m", 16, 32, 0.1, 0, "qwen2", 0, "cpu", "cuda: {dense_ffn_fused: true, attn_out_fused: true, max_grid_blocks: 5}");
+}
+
 // The CPU's kernels for prompts (the tiled int8 GEMM, int8_gemm.hpp) against its scalar row
 // dots, on each SIMD isa this machine has: the same 8-bit activations, so the logits differ
 // only by float summation order. 128 prompt tokens take the GEMM, the 16 single steps the row

@@ -391,6 +391,21 @@ TEST(Explain, CudaNamesPathsAndFusions) {
       EXPECT_NE(kernel_lines(d, node).find("1: inside the kernel of blk.0.ffn_gate\n"), std::string::npos) << node << "\n" << d;
     if (tokens == 64) EXPECT_EQ(kernel_lines(d, "blk.0.ffn_gate").find("64: ffn_decode_kernel"), std::string::npos) << d;
   }
+  // With attn_out_fused too the attention's output projection and its residual add are the
+  // launch's first stage, dense and routed; a 64-token step keeps its steps.
+  const std::string od = explain_tiny("backends: {cuda: {dense_ffn_fused: true, attn_out_fused: true}}\n", "qwen2", "q4_k_m", 64);
+  EXPECT_NE(kernel_lines(od, "blk.0.attn_output").find("1: ffn_decode_kernel: the output projection (q4_k) with the residual add "
+                                                       "blk.0.attn_residual, then the RMS norm blk.0.ffn_norm, gate/up (q4_k)"),
+            std::string::npos) << od;
+  for (const char *node : {"blk.0.attn_residual", "blk.0.ffn_norm", "blk.0.ffn_gate", "blk.0.ffn_down", "blk.0.ffn_residual"})
+    EXPECT_NE(kernel_lines(od, node).find("1: inside the kernel of blk.0.attn_output\n"), std::string::npos) << node << "\n" << od;
+  EXPECT_EQ(kernel_lines(od, "blk.0.attn_output").find("64: ffn_decode_kernel"), std::string::npos) << od;
+  const std::string om = explain_tiny("backends: {cuda: {moe_ffn_fused: true, attn_out_fused: true}}\n", "qwen3moe", "q4_0", 1);
+  EXPECT_NE(kernel_lines(om, "blk.0.attn_output").find("1: ffn_decode_kernel: the output projection (q4_0) with the residual add "
+                                                       "blk.0.attn_residual, then the RMS norm, the router blk.0.ffn_moe_logits"),
+            std::string::npos) << om;
+  for (const char *node : {"blk.0.attn_residual", "blk.0.ffn_norm", "blk.0.ffn_moe_topk", "blk.0.ffn_down_exps"})
+    EXPECT_NE(kernel_lines(om, node).find("1: inside the kernel of blk.0.attn_output\n"), std::string::npos) << node << "\n" << om;
   // Batched decode steps up to 64 tokens: the few-token tensor-core matmul, gate and up in one launch.
   const std::string b = explain_tiny("backends: {cuda: {}}\n");
   const auto line64 = [&](const std::string &name) { const std::string l = kernel_lines(b, name); return l.substr(std::min(l.find("64: "), l.size())); };

@@ -497,15 +497,23 @@ bool CudaDevice::moe_router_decode(minfer_cuda_moe_router r) {
   return true;
 }
 
+// The output projection as a first stage: the option on, its weights of the gate's type.
+bool CudaDevice::attn_out_fusable(int32_t gate_dtype, int32_t o_dtype, int64_t ko) const {
+  return ko == 0 || (opts_.attn_out_fused && o_dtype == gate_dtype);
+}
+
 bool CudaDevice::moe_ffn_fusable(int32_t router_dtype, int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m, int64_t n_expert,
-                                 int64_t k_used) const {
-  return opts_.moe_ffn_fused && minfer_cuda_moe_ffn_decode_supported(router_dtype, gate_dtype, down_dtype, k, m, n_expert, k_used);
+                                 int64_t k_used, int32_t o_dtype, int64_t ko) const {
+  return opts_.moe_ffn_fused && attn_out_fusable(gate_dtype, o_dtype, ko) &&
+         minfer_cuda_moe_ffn_decode_supported(router_dtype, gate_dtype, down_dtype, k, m, n_expert, k_used, ko);
 }
 
 bool CudaDevice::moe_ffn_decode(minfer_cuda_moe_ffn f) {
   const minfer_cuda_moe_router &r = f.router;
   const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!moe_ffn_fusable(r.w_dtype, f.gate_dtype, f.down_dtype, r.k, f.m, r.n_expert, r.k_used) || !aligned(r.x) || !aligned(r.norm_w) ||
+  const int64_t ko = f.attn_out.w ? f.attn_out.k : 0;
+  if (!moe_ffn_fusable(r.w_dtype, f.gate_dtype, f.down_dtype, r.k, f.m, r.n_expert, r.k_used, f.gate_dtype, ko) || !aligned(r.x) ||
+      !aligned(r.norm_w) || (ko && !aligned(f.attn_out.x)) ||
       !aligned(r.h) || !aligned(r.w) || !minfer_cuda_expert_weights_aligned(f.gate_dtype, f.gate, f.up) ||
       !minfer_cuda_expert_weights_aligned(f.down_dtype, f.down, nullptr))
     return false;
@@ -514,13 +522,14 @@ bool CudaDevice::moe_ffn_decode(minfer_cuda_moe_ffn f) {
   return true;
 }
 
-bool CudaDevice::ffn_fusable(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m) const {
-  return opts_.dense_ffn_fused && minfer_cuda_ffn_decode_supported(gate_dtype, down_dtype, k, m);
+bool CudaDevice::ffn_fusable(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m, int32_t o_dtype, int64_t ko) const {
+  return opts_.dense_ffn_fused && attn_out_fusable(gate_dtype, o_dtype, ko) && minfer_cuda_ffn_decode_supported(gate_dtype, down_dtype, k, m, ko);
 }
 
 bool CudaDevice::ffn_decode(minfer_cuda_ffn f) {
   const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!ffn_fusable(f.gate_dtype, f.down_dtype, f.k, f.m) || !aligned(f.x) || !aligned(f.norm_w) ||
+  const int64_t ko = f.attn_out.w ? f.attn_out.k : 0;
+  if (!ffn_fusable(f.gate_dtype, f.down_dtype, f.k, f.m, f.gate_dtype, ko) || !aligned(f.x) || !aligned(f.norm_w) || (ko && !aligned(f.attn_out.x)) ||
       !minfer_cuda_expert_weights_aligned(f.gate_dtype, f.gate, f.up) || !minfer_cuda_expert_weights_aligned(f.down_dtype, f.down, nullptr))
     return false;
   f.counters = ffn_counters_;

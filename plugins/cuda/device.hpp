@@ -60,6 +60,10 @@ struct DeviceOptions {
   // residual add: ffn_decode.cu, one expert of weight 1, one grid barrier) where its types
   // allow; false keeps the gated GEMV and the down GEMV. Off until measured on a GPU.
   bool dense_ffn_fused = false;
+  // With either of those: the attention's output projection and its residual add as the
+  // launch's first stage (one grid barrier more) where its weights are of the gate's type.
+  // Off until measured on a GPU.
+  bool attn_out_fused = false;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
   int64_t w16_cache_min_bytes = int64_t(2) << 30;
@@ -180,10 +184,13 @@ class CudaDevice {
   // A decode token's whole routed FFN in one launch (minfer_cuda_moe_ffn_decode), where the
   // option, the types and the addresses allow; false: run its steps as planned.
   bool moe_ffn_decode(minfer_cuda_moe_ffn f);
-  bool moe_ffn_fusable(int32_t router_dtype, int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m, int64_t n_expert, int64_t k_used) const;
+  // ko > 0: with the attention's output projection (o_dtype, k = ko) as its first stage.
+  bool moe_ffn_fusable(int32_t router_dtype, int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m, int64_t n_expert, int64_t k_used,
+                       int32_t o_dtype = -1, int64_t ko = 0) const;
   // A decode token's dense gated FFN in one launch (minfer_cuda_ffn_decode), likewise.
   bool ffn_decode(minfer_cuda_ffn f);
-  bool ffn_fusable(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m) const;
+  bool ffn_fusable(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m, int32_t o_dtype = -1, int64_t ko = 0) const;
+  bool attn_out_fusable(int32_t gate_dtype, int32_t o_dtype, int64_t ko) const;
   void moe_sum_f32(const float *y, const float *w, float *out, int64_t d, int64_t k, int64_t rows, const float *add = nullptr);
   // The expert matmul: y [m, choices, rows] with pair p = row * choices + j from expert ids[p]
   // of W [k, m, n_expert], x a row's (x [k, rows]) or the pair's own (x_per_pair). up: gated,

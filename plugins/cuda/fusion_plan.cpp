@@ -219,6 +219,27 @@ class Planner {
     plan_norm_folds();
     plan_moe_ffns();
     plan_dense_ffns();
+    plan_attn_out_ffns();
+  }
+
+  // The attention's output projection with its residual add (a fuse_add MATMUL at i) whose sum
+  // is the x that the FFN right after it normalizes: a routed FFN's fused router at i + 2, or a
+  // dense FFN's norm at i + 2 folded into its gate step at i + 3. Its stage writes x while other
+  // blocks read the projection's input and the residual, which fuse_add keeps apart from x (or
+  // x over the residual exactly: a lane reads its row, then writes it); a grid barrier then
+  // parts it from every later stage.
+  void plan_attn_out_ffns() {
+    p_.o_ffn.assign(nodes_.size(), 0);
+    for (size_t i = 0; i + 3 < nodes_.size(); ++i) {
+      const minfer_node &mm = nodes_[i].node();
+      if (mm.op != MINFER_OP_MATMUL || !p_.fuse_add[i] || p_.fused_away[i] || !p_.group[i].empty() || p_.norm_of[i]) continue;
+      if (nodes_[i + 1].node().op != MINFER_OP_ADD) continue;  // a residual, not a bias
+      const minfer_tensor &x = *nodes_[i + 1].node().output;
+      const size_t head = p_.moe_ffn_last[i + 2] ? i + 2 : p_.ffn_last[i + 3] && p_.norm_of[i + 3] == &nodes_[i + 2].node() ? i + 3 : 0;
+      if (head == 0 || !same(*nodes_[i + 2].node().inputs[0], x)) continue;
+      if (overlap(x, *mm.inputs[0])) continue;
+      p_.o_ffn[i] = head;
+    }
   }
 
   // A dense gated FFN: the gate/up/glu step at i with its RMS norm folded in (the norm right
@@ -412,6 +433,7 @@ std::string FusionPlan::summary() const {
   const auto nonzero = [](size_t last) { return last != 0; };
   const auto ffns = std::count_if(moe_ffn_last.begin(), moe_ffn_last.end(), nonzero);
   const auto dense_ffns = std::count_if(ffn_last.begin(), ffn_last.end(), nonzero);
+  const auto o_ffns = std::count_if(o_ffn.begin(), o_ffn.end(), nonzero);
   if (count(fused_away) == 0) return "";
   return "cuda segment of " + std::to_string(fused_away.size()) + " nodes: " + std::to_string(count(fuse_add)) +
          " matmuls with their bias/residual add, " + std::to_string(count(fuse_glu)) + " gate/up/glu triples, " +
@@ -421,7 +443,8 @@ std::string FusionPlan::summary() const {
          " with their RMS norm and router), " + std::to_string(count(fuse_sum_add)) +
          " expert sums with their residual add fused (" + std::to_string(count(fuse_expert_sum)) + " expert matmuls with their sum; " +
          std::to_string(ffns) + " routed FFNs one launch each for a decode token); " + std::to_string(dense_ffns) +
-         " dense gated FFNs one launch each for a decode token where the option allows; " +
+         " dense gated FFNs one launch each for a decode token where the option allows (" + std::to_string(o_ffns) +
+         " of either with the attention output projection before them); " +
          std::to_string(groups) + " groups of matmuls sharing their input, " + std::to_string(norms) +
          " matmul steps with the RMS norm they read folded in";
 }

@@ -34,6 +34,10 @@ struct FusionPlan {
   // or that matmul's fused add) where the whole FFN may run as one launch for a decode token
   // (ffn_decode_kernel), or 0.
   std::vector<size_t> ffn_last;
+  // Per attention output projection (a MATMUL with its residual add): the head of the
+  // one-launch FFN that may run it as its first stage (moe_ffn_last's norm, or ffn_last's gate
+  // step), or 0.
+  std::vector<size_t> o_ffn;
   // Per step's first node: the most rows (tokens) a step may have for it to run fused; larger
   // steps run its nodes one by one (their tensors would overlap at that size).
   std::vector<int64_t> fused_up_to;

@@ -73,21 +73,17 @@ class CudaSegment : public sdk::Segment {
   std::string explain(size_t i, int64_t tokens) const override {
     if (i >= nodes_.size()) throw sdk::Error(MINFER_ERR_INVALID_ARGUMENT, "explain: no node " + std::to_string(i) + " in this segment");
     const minfer_node &n = nodes_[i].node();
-    for (size_t h = i >= 9 ? i - 9 : 0; h <= i; ++h) {  // a routed FFN run as one launch
-      if (plan_.moe_ffn_last[h] == 0 || plan_.moe_ffn_last[h] < i || !moe_ffn_fused(h, tokens)) continue;
-      if (h != i) return "inside the kernel of " + nodes_[h].name();
-      return "ffn_decode_kernel: the RMS norm, the router " + nodes_[h + 1].name() + ", its top-k and weights, the gate/up experts (" +
-             minfer_dtype_name(nodes_[h + 4].node().inputs[0]->dtype) + ") with " + (nodes_[h + 6].node().op == MINFER_OP_GEGLU ? "GeGLU" : "SwiGLU") +
-             ", the down experts (" + minfer_dtype_name(nodes_[h + 7].node().inputs[0]->dtype) + ") and their weighted sum" +
-             (plan_.moe_ffn_last[h] == h + 9 ? " with the residual add" : "") + " in one launch (dp4a; a block an SM, grid barriers between the stages)";
+    for (size_t g = i >= 13 ? i - 13 : 0; g <= i; ++g) {  // an output projection run as the first stage of its FFN's launch
+      if (!attn_out_ffn_fused(g, tokens) || ffn_end(plan_.o_ffn[g]) < i) continue;
+      if (g != i) return "inside the kernel of " + nodes_[g].name();
+      return "ffn_decode_kernel: the output projection (" + std::string(minfer_dtype_name(n.inputs[0]->dtype)) + ") with the residual add " +
+             nodes_[g + 1].name() + ", then " + ffn_text(plan_.o_ffn[g]) + ", grid barriers between the stages)";
     }
-    for (size_t h = i >= 4 ? i - 4 : 0; h <= i + 1 && h < nodes_.size(); ++h) {  // a dense FFN run as one launch (h = i + 1: i is its norm)
-      if (plan_.ffn_last[h] == 0 || plan_.ffn_last[h] < i || !dense_ffn_fused(h, tokens)) continue;
+    for (size_t h = i >= 9 ? i - 9 : 0; h <= i + 1 && h < nodes_.size(); ++h) {  // a routed or dense FFN run as one launch (h = i + 1: i is a dense one's norm)
+      const bool routed = plan_.moe_ffn_last[h] && moe_ffn_fused(h, tokens), dense = plan_.ffn_last[h] && dense_ffn_fused(h, tokens);
+      if ((!routed && !dense) || ffn_end(h) < i || (h == i + 1 && !dense)) continue;
       if (h != i) return "inside the kernel of " + nodes_[h].name();
-      return std::string("ffn_decode_kernel: the RMS norm ") + nodes_[h - 1].name() + ", gate/up (" +
-             minfer_dtype_name(nodes_[h].node().inputs[0]->dtype) + ") with " + (nodes_[h + 2].node().op == MINFER_OP_GEGLU ? "GeGLU" : "SwiGLU") +
-             ", down (" + minfer_dtype_name(nodes_[h + 3].node().inputs[0]->dtype) + ")" +
-             (plan_.ffn_last[h] == h + 4 ? " with the residual add" : "") + " in one launch (dp4a; a block an SM, a grid barrier between the stages)";
+      return "ffn_decode_kernel: " + ffn_text(h) + (routed ? ", grid barriers between the stages)" : ", a grid barrier between the stages)");
     }
     size_t o = plan_.owner[i];
     // A prompt runs a fused router's nodes one by one (the top-k still with its weights).
@@ -204,6 +200,12 @@ class CudaSegment : public sdk::Segment {
           i = plan_.moe_ffn_last[i];
           continue;
         }
+        if (plan_.o_ffn[i] && run_attn_out_ffn(i, args)) {  // its FFN's nodes ran in the same launch
+          const size_t last = ffn_end(plan_.o_ffn[i]);
+          for (size_t j = i + 1; timed_ && j <= last; ++j) check_cuda(cudaEventRecord(events_[j], dev_.stream()), "recording a timing event");
+          i = last;
+          continue;
+        }
         if (plan_.ffn_last[i] && run_dense_ffn(dev_, dense_ffn_nodes(i), args)) {
           for (size_t j = i + 1; timed_ && j <= plan_.ffn_last[i]; ++j) check_cuda(cudaEventRecord(events_[j], dev_.stream()), "recording a timing event");
           i = plan_.ffn_last[i];
@@ -269,6 +271,48 @@ class CudaSegment : public sdk::Segment {
     const MoeFfnNodes n = moe_ffn_nodes(i);
     const minfer_tensor &router = *n.router->inputs[0], &gate = *n.gate->inputs[0], &down = *n.down->inputs[0];
     return dev_.moe_ffn_fusable(router.dtype, gate.dtype, down.dtype, router.shape[0], gate.shape[1], router.shape[1], n.top_k->output->shape[0]);
+  }
+
+  // The last node of the one-launch FFN headed at h (a fused router's norm, or a dense gate step).
+  size_t ffn_end(size_t h) const { return plan_.moe_ffn_last[h] ? plan_.moe_ffn_last[h] : plan_.ffn_last[h]; }
+  // What the one-launch FFN headed at h computes, for --explain (its launch's shape left open).
+  std::string ffn_text(size_t h) const {
+    const auto type = [&](size_t j) { return std::string(minfer_dtype_name(nodes_[j].node().inputs[0]->dtype)); };
+    const auto act = [&](size_t j) { return std::string(nodes_[j].node().op == MINFER_OP_GEGLU ? "GeGLU" : "SwiGLU"); };
+    if (plan_.moe_ffn_last[h])
+      return "the RMS norm, the router " + nodes_[h + 1].name() + ", its top-k and weights, the gate/up experts (" + type(h + 4) + ") with " +
+             act(h + 6) + ", the down experts (" + type(h + 7) + ") and their weighted sum" +
+             (plan_.moe_ffn_last[h] == h + 9 ? " with the residual add" : "") + " in one launch (dp4a; a block an SM";
+    return "the RMS norm " + nodes_[h - 1].name() + ", gate/up (" + type(h) + ") with " + act(h + 2) + ", down (" + type(h + 3) + ")" +
+           (plan_.ffn_last[h] == h + 4 ? " with the residual add" : "") + " in one launch (dp4a; a block an SM";
+  }
+  // Whether the output projection at i runs as the first stage of its FFN's launch at this step size.
+  bool attn_out_ffn_fused(size_t i, int64_t tokens) const {
+    if (!plan_.o_ffn[i] || tokens != 1) return false;
+    const minfer_tensor &w = *nodes_[i].node().inputs[0];
+    const size_t h = plan_.o_ffn[i];
+    if (plan_.moe_ffn_last[h]) {
+      const MoeFfnNodes n = moe_ffn_nodes(h);
+      const minfer_tensor &router = *n.router->inputs[0], &gate = *n.gate->inputs[0], &down = *n.down->inputs[0];
+      return dev_.moe_ffn_fusable(router.dtype, gate.dtype, down.dtype, router.shape[0], gate.shape[1], router.shape[1],
+                                  n.top_k->output->shape[0], w.dtype, w.shape[0]);
+    }
+    const minfer_tensor &gate = *nodes_[h].node().inputs[0], &down = *nodes_[h + 3].node().inputs[0];
+    return dev_.ffn_fusable(gate.dtype, down.dtype, gate.shape[0], gate.shape[1], w.dtype, w.shape[0]);
+  }
+  // o_ffn[i]: the output projection and its add as the first stage of the FFN's one launch;
+  // false (nothing run) where that launch does not run (the step's size, options, types).
+  bool run_attn_out_ffn(size_t i, const minfer_step_args &args) {
+    const size_t h = plan_.o_ffn[i];
+    const minfer_node *o = &nodes_[i].node(), *o_add = &nodes_[i + 1].node();
+    if (plan_.moe_ffn_last[h]) {
+      MoeFfnNodes n = moe_ffn_nodes(h);
+      n.o = o, n.o_add = o_add;
+      return run_moe_ffn(dev_, n, args);
+    }
+    DenseFfnNodes n = dense_ffn_nodes(h);
+    n.o = o, n.o_add = o_add;
+    return run_dense_ffn(dev_, n, args);
   }
 
   DenseFfnNodes dense_ffn_nodes(size_t i) const {
@@ -520,6 +564,7 @@ struct CudaPlugin {
     o.few_token_mma = opts.take_bool("few_token_mma", true);
     o.moe_ffn_fused = opts.take_bool("moe_ffn_fused", false);
     o.dense_ffn_fused = opts.take_bool("dense_ffn_fused", false);
+    o.attn_out_fused = opts.take_bool("attn_out_fused", false);
     o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);
     opts.finish();  // reject unknown keys before touching the device
     minfer_device_info info{};

@@ -12,7 +12,10 @@
 // (the same bits): the norm and router on the first 256 threads as moe_router_decode_kernel
 // lays them out, gate/up four rows a warp as mmvq_id_decode_kernel, the down rows by
 // expert_row_sum(_pairs) as mmvq_id_sum_decode_kernel. The dense form is the routed one with
-// one expert of weight 1 and no router: no logits to wait for, so one barrier.
+// one expert of weight 1 and no router: no logits to wait for, so one barrier. Either may start
+// with the attention's output projection and its residual add (kWithO, a stage 0 and one
+// barrier more: every block then needs the whole new residual row for its norm), its weights
+// of the gate's type.
 #include <algorithm>
 #include <type_traits>
 
@@ -43,27 +46,54 @@ struct FfnArgs {
   int64_t k, m;  // the model's width; an expert's (the FFN's) width
   size_t xg_at, xd_at, stage_at, slot;  // dynamic shared memory: hs [k] f32 at 0, then these
   unsigned *counters;  // [2]: arrivals at the barriers, blocks past the last; 0 before and after
+  // kWithO: x = o_add + o_w o_x written first (x is then o_out), o_w [ko, k] of the gate's type.
+  const void *o_w;
+  const float *o_x, *o_add;
+  float *o_out;
+  int64_t ko;
 };
+
+// Stage 0 (kWithO): the attention's output projection of o_x (quantized into xo), a warp a row
+// at a time, and the residual add: o_out = o_add + o_w o_x. weight_one: a shared 1.0f, row: the
+// warp's shared slot for its row's address (the row sums take a weight and a row per choice,
+// indexed at run time: in registers they would go to local memory). Not inlined: inlined, ptxas
+// spilled 100-380 bytes of the kernels' later stages (Q4_0, Q4_K); called, none.
+template <class OB>
+__device__ __noinline__ void attn_out_rows(const FfnArgs &a, minfer_cuda_q8_act *xo, const float *weight_one, const OB **row,
+                                              int64_t blocks) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const OB *ow = static_cast<const OB *>(a.o_w);
+  const int64_t ns = a.ko / 32, nb = a.ko / (32 * QBlock<OB>::kSubs);
+  for (int64_t o = warp * blocks + blockIdx.x; o < a.k; o += blocks * kFfnWarps) {
+    __syncwarp();
+    if (lane == 0) row[0] = ow + o * nb;
+    __syncwarp();
+    float acc;
+    if constexpr (kSubPairs<OB>) acc = expert_row_sum_pairs<OB>(row, weight_one, xo, 0, nb, ns, ns, lane);
+    else acc = expert_row_sum<OB>(row, weight_one, xo, 0, nb, ns, ns, lane);
+    acc = warp_sum(acc);
+    if (lane == 0) a.o_out[o] = a.o_add[o] + acc;
+  }
+}
 
 // Written on the way: h (block 0, where given), routed the logits, ids and weights (block 0),
 // the activations y [k_used, m], and out.
-template <class GB, class DB, bool kRouted>
+template <class GB, class DB, bool kRouted, bool kWithO>
 __global__ void __launch_bounds__(kFfnThreads, 1) ffn_decode_kernel(const __grid_constant__ FfnArgs a) {
-  constexpr unsigned kBarriers = kRouted ? 2 : 1;
+  constexpr unsigned kBarriers = (kRouted ? 2 : 1) + (kWithO ? 1 : 0);
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ uint64_t keys[kFfnThreads];
   __shared__ float red[32];
   __shared__ int32_t chosen[kSumMaxChoices];
   __shared__ float chosen_w[kSumMaxChoices];
   __shared__ const DB *rows_of[kFfnWarps][kSumMaxChoices];  // a warp's down row of each choice
+  __shared__ const GB *o_row[kWithO ? kFfnWarps : 1];  // a warp's output projection row (stage 0)
   float *hs = reinterpret_cast<float *>(smem);
   auto *xg = reinterpret_cast<minfer_cuda_q8_act *>(smem + a.xg_at);
   auto *xd = reinterpret_cast<minfer_cuda_q8_act *>(smem + a.xd_at);
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int64_t k = a.k, m = a.m, blocks = gridDim.x;
 
-  // Stage 1: the norm (every block its own copy), routed the router rows of this block (loaded
-  // before the wait: weights) and their logits.
   constexpr int kRT = kRouterThreads;
   float4 wv[kRmsCached];
   const auto load_row = [&](int64_t o) {
@@ -73,10 +103,22 @@ __global__ void __launch_bounds__(kFfnThreads, 1) ffn_decode_kernel(const __grid
       if (t < kRT && i < k / 4) wv[u] = load4(a.router + o * k + 4 * i);
     }
   };
+  if constexpr (kWithO) {  // Stage 0: x = the residual + the output projection, a barrier
+    wait_for_inputs();
+    if (t == 0) chosen_w[0] = 1.0f;
+    quantize_to_shared<2>(a.o_x, nullptr, a.ko / 32, xd);  // xd is free until stage 3
+    __syncthreads();
+    attn_out_rows<GB>(a, xd, chosen_w, &o_row[warp], blocks);
+    __syncthreads();  // the block's rows of x are written
+    if (t == 0) grid_arrive(a.counters), grid_wait(a.counters, unsigned(blocks));
+    __syncthreads();
+  }
+  // Stage 1: the norm (every block its own copy), routed the router rows of this block (loaded
+  // before the wait: weights) and their logits.
   if (kRouted && blockIdx.x < a.n_expert) load_row(blockIdx.x);
   wait_for_inputs();
   RmsRow row;
-  rms_row_load<kRT>(a.x, a.norm_w, k, a.eps, row, red);
+  rms_row_load<kRT, kWithO>(a.x, a.norm_w, k, a.eps, row, red);  // kWithO: x written by the other blocks, read past L1
 #pragma unroll
   for (int u = 0; u < kRmsCached; ++u) {
     const int64_t i = t + int64_t(u) * kRT;
@@ -103,7 +145,7 @@ __global__ void __launch_bounds__(kFfnThreads, 1) ffn_decode_kernel(const __grid
   const int64_t ns = k / 32;
   quantize_to_shared<1>(hs, nullptr, ns, xg);
   if constexpr (kRouted) {
-    if (t == 0) grid_arrive(a.counters), grid_wait(a.counters, unsigned(blocks));
+    if (t == 0) grid_arrive(a.counters), grid_wait(a.counters, (kWithO ? 2 : 1) * unsigned(blocks));
     __syncthreads();
     // Every block ranks the logits.
     rank_row<true>(t < a.n_expert ? __ldcg(a.logits + t) : 0.0f, a.n_expert, a.k_used, chosen, chosen_w, a.normalize, a.scale, keys, red);
@@ -166,7 +208,7 @@ __global__ void __launch_bounds__(kFfnThreads, 1) ffn_decode_kernel(const __grid
     else acc = expert_row_sum<DB>(rows_of[warp], chosen_w, xd, 0, nbd, ns_d, total, lane);
     if (o + blocks * kFfnWarps >= k) release_dependents();  // the warp's last row is read; every block is past the barriers
     acc = warp_sum(acc);
-    if (lane == 0) a.out[o] = a.add ? a.add[o] + acc : acc;
+    if (lane == 0) a.out[o] = a.add ? __ldcg(a.add + o) + acc : acc;  // kWithO: add is x, which another block wrote
   }
 }
 
@@ -197,13 +239,14 @@ bool visit_ffn_pair(int32_t gate_dtype, int32_t down_dtype, F &&f) {
 struct FfnSmem {
   size_t xg_at, xd_at, stage_at, slot, without_stage, with_stage;
 };
+// ko > 0: the attention output's activations (ko / 32 blocks) share xd's region (dead until stage 3).
 template <class G, class D>
-FfnSmem ffn_smem(int64_t k, int64_t m, int64_t k_used) {
+FfnSmem ffn_smem(int64_t k, int64_t m, int64_t k_used, int64_t ko) {
   const auto up16 = [](size_t b) { return (b + 15) / 16 * 16; };
   FfnSmem s{};
   s.xg_at = up16(size_t(k) * sizeof(float));
   s.xd_at = up16(s.xg_at + size_t(k / 32) * sizeof(minfer_cuda_q8_act));
-  s.stage_at = up16(s.xd_at + size_t(k_used * (m / 32)) * sizeof(minfer_cuda_q8_act));
+  s.stage_at = up16(s.xd_at + size_t(std::max(k_used * (m / 32), ko / 32)) * sizeof(minfer_cuda_q8_act));
   s.slot = size_t(run_slot_bytes(int64_t(m / (32 * QBlock<D>::kSubs)) * int64_t(sizeof(D))));
   s.without_stage = s.stage_at;
   s.with_stage = s.stage_at + size_t(kFfnWarps) * size_t(k_used) * s.slot;
@@ -216,31 +259,41 @@ int ffn_smem_optin() {
   return optin - 10 * 1024;  // the kernel's static shared memory (keys, rows_of, ...: 8.4 KiB) besides
 }
 
-// The limits both forms share: the norm's row on 256 threads, whole blocks of both types, the
-// shared memory without the staged down rows.
-bool ffn_fits(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m, int64_t k_used) {
-  if (k % 4 || k / 4 > int64_t(kRmsCached) * kRouterThreads || k_used < 1 || k_used > kSumMaxChoices) return false;
+// The limits both forms share: the norm's row on 256 threads, whole blocks of both types (and,
+// ko > 0, of the output projection's rows in the gate's type), the shared memory without the
+// staged down rows.
+bool ffn_fits(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m, int64_t k_used, int64_t ko) {
+  if (k % 4 || k / 4 > int64_t(kRmsCached) * kRouterThreads || k_used < 1 || k_used > kSumMaxChoices || ko < 0) return false;
   bool ok = false;
   visit_ffn_pair(gate_dtype, down_dtype, [&](auto g, auto d) {
     using G = decltype(g);
     using D = decltype(d);
-    ok = k % (32 * QBlock<G>::kSubs) == 0 && m % (32 * QBlock<D>::kSubs) == 0 && ffn_smem<G, D>(k, m, k_used).without_stage <= size_t(ffn_smem_optin());
+    ok = k % (32 * QBlock<G>::kSubs) == 0 && m % (32 * QBlock<D>::kSubs) == 0 && ko % (32 * QBlock<G>::kSubs) == 0 &&
+         ffn_smem<G, D>(k, m, k_used, ko).without_stage <= size_t(ffn_smem_optin());
   });
   return ok;
 }
 
-// Fills in the shared-memory layout and launches either form: a block an SM, the down rows
-// staged where the shared memory holds them.
+// The output projection's arguments, where given: its weights on 16 bytes, x = its output.
+bool attn_out_args(const minfer_cuda_ffn_attn_out &o, int32_t gate_dtype, const float *x, FfnArgs &a) {
+  if (!o.w) return true;
+  if (!o.x || !o.add || o.out != x || !on16(gate_dtype, o.w, nullptr)) return false;
+  a.o_w = o.w, a.o_x = o.x, a.o_add = o.add, a.o_out = o.out, a.ko = o.k;
+  return true;
+}
+
+// Fills in the shared-memory layout and launches either form (with the output projection where
+// a.o_w): a block an SM, the down rows staged where the shared memory holds them.
 template <bool kRouted>
 cudaError_t launch_ffn(minfer_cuda_launch_cfg *cfg, FfnArgs a, int32_t gate_dtype, int32_t down_dtype, int32_t sm_count) {
   cudaError_t e = cudaSuccess;
   visit_ffn_pair(gate_dtype, down_dtype, [&](auto g, auto d) {
     using G = decltype(g);
     using D = decltype(d);
-    const FfnSmem s = ffn_smem<G, D>(a.k, a.m, a.k_used);
+    const FfnSmem s = ffn_smem<G, D>(a.k, a.m, a.k_used, a.o_w ? a.ko : 0);
     const bool stage = s.with_stage <= size_t(ffn_smem_optin());
     const size_t smem = stage ? s.with_stage : s.without_stage;
-    const auto kernel = ffn_decode_kernel<G, D, kRouted>;
+    const auto kernel = a.o_w ? ffn_decode_kernel<G, D, kRouted, true> : ffn_decode_kernel<G, D, kRouted, false>;
     if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     int per_sm = 0;
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFfnThreads, smem);
@@ -252,6 +305,12 @@ cudaError_t launch_ffn(minfer_cuda_launch_cfg *cfg, FfnArgs a, int32_t gate_dtyp
     launch_cooperative(cfg, kernel, unsigned(blocks), kFfnThreads, smem, a);
   });
   if (e != cudaSuccess) return e;
+  if (a.o_w)
+    return launched(cfg,
+                    kRouted ? "ffn_decode_kernel (output projection and residual add, RMS norm, router, top-k, gate/up experts, down experts "
+                              "and their sum)"
+                            : "ffn_decode_kernel (output projection and residual add, RMS norm, gate/up, down)",
+                    gate_dtype);
   return launched(cfg,
                   kRouted ? "ffn_decode_kernel (RMS norm, router, top-k, gate/up experts, down experts and their sum)"
                           : "ffn_decode_kernel (RMS norm, gate/up, down)",
@@ -264,13 +323,15 @@ cudaError_t launch_ffn(minfer_cuda_launch_cfg *cfg, FfnArgs a, int32_t gate_dtyp
 using namespace minfer::cuda;
 
 extern "C" int32_t minfer_cuda_moe_ffn_decode_supported(int32_t router_dtype, int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m,
-                                                       int64_t n_expert, int64_t k_used) {
-  return router_dtype == MINFER_DTYPE_F32 && n_expert <= kFfnThreads && k_used <= n_expert && ffn_fits(gate_dtype, down_dtype, k, m, k_used);
+                                                       int64_t n_expert, int64_t k_used, int64_t ko) {
+  return router_dtype == MINFER_DTYPE_F32 && n_expert <= kFfnThreads && k_used <= n_expert &&
+         ffn_fits(gate_dtype, down_dtype, k, m, k_used, ko);
 }
 
 extern "C" cudaError_t minfer_cuda_moe_ffn_decode(minfer_cuda_launch_cfg *cfg, const minfer_cuda_moe_ffn *f, int32_t sm_count) {
   const minfer_cuda_moe_router &r = f->router;
-  if (!minfer_cuda_moe_ffn_decode_supported(r.w_dtype, f->gate_dtype, f->down_dtype, r.k, f->m, r.n_expert, r.k_used) || !f->counters ||
+  const int64_t ko = f->attn_out.w ? f->attn_out.k : 0;
+  if (!minfer_cuda_moe_ffn_decode_supported(r.w_dtype, f->gate_dtype, f->down_dtype, r.k, f->m, r.n_expert, r.k_used, ko) || !f->counters ||
       !rms_row_fits(r.k, kRouterThreads, r.x, r.norm_w, r.h) || reinterpret_cast<uintptr_t>(r.w) % 16 != 0 ||
       !on16(f->gate_dtype, f->gate, f->up) || !on16(f->down_dtype, f->down, nullptr))
     return cudaErrorInvalidValue;
@@ -281,15 +342,17 @@ extern "C" cudaError_t minfer_cuda_moe_ffn_decode(minfer_cuda_launch_cfg *cfg, c
   a.gate = f->gate, a.up = f->up, a.down = f->down, a.y = f->y, a.out = f->out, a.add = f->add;
   a.k = r.k, a.m = f->m;
   a.counters = f->counters;
+  if (!attn_out_args(f->attn_out, f->gate_dtype, r.x, a)) return cudaErrorInvalidValue;
   return launch_ffn<true>(cfg, a, f->gate_dtype, f->down_dtype, sm_count);
 }
 
-extern "C" int32_t minfer_cuda_ffn_decode_supported(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m) {
-  return ffn_fits(gate_dtype, down_dtype, k, m, 1);
+extern "C" int32_t minfer_cuda_ffn_decode_supported(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m, int64_t ko) {
+  return ffn_fits(gate_dtype, down_dtype, k, m, 1, ko);
 }
 
 extern "C" cudaError_t minfer_cuda_ffn_decode(minfer_cuda_launch_cfg *cfg, const minfer_cuda_ffn *f, int32_t sm_count) {
-  if (!minfer_cuda_ffn_decode_supported(f->gate_dtype, f->down_dtype, f->k, f->m) || !f->counters ||
+  const int64_t ko = f->attn_out.w ? f->attn_out.k : 0;
+  if (!minfer_cuda_ffn_decode_supported(f->gate_dtype, f->down_dtype, f->k, f->m, ko) || !f->counters ||
       !rms_row_fits(f->k, kRouterThreads, f->x, f->norm_w, nullptr) || !on16(f->gate_dtype, f->gate, f->up) ||
       !on16(f->down_dtype, f->down, nullptr))
     return cudaErrorInvalidValue;
@@ -299,5 +362,6 @@ extern "C" cudaError_t minfer_cuda_ffn_decode(minfer_cuda_launch_cfg *cfg, const
   a.gate = f->gate, a.up = f->up, a.down = f->down, a.y = f->y, a.out = f->out, a.add = f->add;
   a.k = f->k, a.m = f->m;
   a.counters = f->counters;
+  if (!attn_out_args(f->attn_out, f->gate_dtype, f->x, a)) return cudaErrorInvalidValue;
   return launch_ffn<false>(cfg, a, f->gate_dtype, f->down_dtype, sm_count);
 }

@@ -129,6 +129,16 @@ cudaError_t minfer_cuda_moe_router_decode(minfer_cuda_launch_cfg *cfg, const min
  * SM: fails (an error, nothing run) where the grid cannot be resident at once. Supported: the
  * router's limits with f32 router weights, n_expert <= 512, k_used <= 32, the type pairs
  * moe.cu lists. */
+/* The attention's output projection and its residual add, as the first stage of the one-launch
+ * FFNs below: out = add + w x, w [k, n] (n: the model's width) of the FFN's gate type, out the
+ * FFN's input (its norm's x). w NULL: none. */
+typedef struct {
+  const void *w;
+  const float *x, *add;
+  float *out;
+  int64_t k;
+} minfer_cuda_ffn_attn_out;
+
 typedef struct {
   minfer_cuda_moe_router router;
   int32_t gate_dtype, down_dtype, act;
@@ -137,9 +147,11 @@ typedef struct {
   float *y, *out;
   const float *add;
   unsigned *counters;
+  minfer_cuda_ffn_attn_out attn_out;
 } minfer_cuda_moe_ffn;
+/* ko: the output projection's k where one comes first, else 0. */
 int32_t minfer_cuda_moe_ffn_decode_supported(int32_t router_dtype, int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m,
-                                             int64_t n_expert, int64_t k_used);
+                                             int64_t n_expert, int64_t k_used, int64_t ko);
 cudaError_t minfer_cuda_moe_ffn_decode(minfer_cuda_launch_cfg *cfg, const minfer_cuda_moe_ffn *ffn, int32_t sm_count);
 /* A decode token's dense gated FFN in one launch: y = act(gate h) * (up h) [m] of h = x RMS-normed
  * with norm_w, then out = add (when non-NULL) + down y — the gated GEMV with its norm and the
@@ -155,8 +167,9 @@ typedef struct {
   float *y, *out;
   const float *add;
   unsigned *counters;
+  minfer_cuda_ffn_attn_out attn_out;
 } minfer_cuda_ffn;
-int32_t minfer_cuda_ffn_decode_supported(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m);
+int32_t minfer_cuda_ffn_decode_supported(int32_t gate_dtype, int32_t down_dtype, int64_t k, int64_t m, int64_t ko);
 cudaError_t minfer_cuda_ffn_decode(minfer_cuda_launch_cfg *cfg, const minfer_cuda_ffn *ffn, int32_t sm_count);
 
 /* A step's routing for MATMUL_ID, in device memory (minfer_cuda_moe_route_bytes): the (row,

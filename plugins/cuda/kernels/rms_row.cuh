@@ -29,7 +29,8 @@ __host__ __device__ inline bool rms_row_fits(int64_t d, int threads, const void 
 // latency), then the block's sum of squares: r.scale = 1 / sqrt(mean(x^2) + eps). Every thread
 // of the block calls it. kThreads > 0: the row laid out over the first kThreads threads as a
 // block of that many would hold it (the others hold nothing and add zeros): the same sums.
-template <int kThreads = 0>
+// kFromL2: x read past L1 (__ldcg), for a row other blocks of the same launch wrote.
+template <int kThreads = 0, bool kFromL2 = false>
 __device__ __forceinline__ void rms_row_load(const float *xr, const float *w, int64_t d, float eps, RmsRow &r, float *scratch /* 32 */) {
   const float4 *x4 = reinterpret_cast<const float4 *>(xr), *w4 = reinterpret_cast<const float4 *>(w);
   const int64_t stride = kThreads > 0 ? kThreads : blockDim.x;
@@ -38,7 +39,7 @@ __device__ __forceinline__ void rms_row_load(const float *xr, const float *w, in
 #pragma unroll
   for (int u = 0; u < kRmsCached; ++u) {
     const int64_t i = threadIdx.x + int64_t(u) * stride;
-    if (holds && i < d / 4) r.x[u] = x4[i], r.w[u] = w4[i];
+    if (holds && i < d / 4) r.x[u] = kFromL2 ? __ldcg(x4 + i) : x4[i], r.w[u] = w4[i];
   }
 #pragma unroll
   for (int u = 0; u < kRmsCached; ++u)

@@ -161,10 +161,19 @@ void run_matmul_add(CudaDevice &dev, const minfer_node &mm, const minfer_node &a
              p.unfused);
 }
 
+minfer_cuda_ffn_attn_out attn_out_args(const minfer_node *o, const minfer_node *o_add) {
+  minfer_cuda_ffn_attn_out a{};
+  if (!o) return a;
+  const CudaDevice::MatmulPart p = part_of({o, o_add});
+  a.w = p.w, a.x = dptr<float>(*o->inputs[1]), a.add = p.add, a.out = p.y, a.k = o->inputs[0]->shape[0];
+  return a;
+}
+
 bool run_dense_ffn(CudaDevice &dev, const DenseFfnNodes &n, const minfer_step_args &args) {
   if (sdk::run_rows(*n.norm->output, args) != 1) return false;
   const minfer_tensor &gate = *n.gate->inputs[0], &down = *n.down->inputs[0];
-  if (!dev.ffn_fusable(gate.dtype, down.dtype, gate.shape[0], gate.shape[1])) return false;
+  const minfer_tensor *ow = n.o ? n.o->inputs[0] : nullptr;
+  if (!dev.ffn_fusable(gate.dtype, down.dtype, gate.shape[0], gate.shape[1], ow ? ow->dtype : -1, ow ? ow->shape[0] : 0)) return false;
   minfer_cuda_ffn f{};
   f.x = dptr<float>(*n.norm->inputs[0]), f.norm_w = dptr<float>(*n.norm->inputs[1]);
   f.eps = sdk::params_of<minfer_rms_norm_params>(*n.norm).eps;
@@ -174,6 +183,7 @@ bool run_dense_ffn(CudaDevice &dev, const DenseFfnNodes &n, const minfer_step_ar
   f.y = dptr<float>(*n.glu->output);
   const CudaDevice::MatmulPart down_part = part_of({n.down, n.add});  // out: the add's output where there is one
   f.add = down_part.add, f.out = down_part.y;
+  f.attn_out = attn_out_args(n.o, n.o_add);
   return dev.ffn_decode(f);
 }
 

@@ -111,7 +111,9 @@ bool run_moe_router(CudaDevice &dev, const minfer_node &norm, const minfer_node 
 bool run_moe_ffn(CudaDevice &dev, const MoeFfnNodes &n, const minfer_step_args &args) {
   if (sdk::run_rows(*n.norm->output, args) != 1) return false;
   const minfer_tensor &router = *n.router->inputs[0], &gate = *n.gate->inputs[0], &down = *n.down->inputs[0];
-  if (!dev.moe_ffn_fusable(router.dtype, gate.dtype, down.dtype, router.shape[0], gate.shape[1], router.shape[1], n.top_k->output->shape[0]))
+  const minfer_tensor *ow = n.o ? n.o->inputs[0] : nullptr;
+  if (!dev.moe_ffn_fusable(router.dtype, gate.dtype, down.dtype, router.shape[0], gate.shape[1], router.shape[1], n.top_k->output->shape[0],
+                           ow ? ow->dtype : -1, ow ? ow->shape[0] : 0))
     return false;
   minfer_cuda_moe_ffn f{};
   f.router = router_args(*n.norm, *n.router, *n.top_k, *n.weights);
@@ -121,6 +123,7 @@ bool run_moe_ffn(CudaDevice &dev, const MoeFfnNodes &n, const minfer_step_args &
   f.y = dptr<float>(*n.glu->output);
   f.add = n.add ? dptr<float>(residual_of(*n.add, *n.sum)) : nullptr;
   f.out = dptr<float>(n.add ? *n.add->output : *n.sum->output);
+  f.attn_out = attn_out_args(n.o, n.o_add);
   return dev.moe_ffn_decode(f);
 }
 

@@ -89,8 +89,11 @@ void run_matmul_id_glu(CudaDevice &dev, const minfer_node &gate, const minfer_no
 
 // A routed FFN's nodes (FusionPlan::moe_ffn_last): the fused router's four, the gated
 // experts' three, the down experts and their sum, and the sum's residual ADD (or null).
+// o, o_add (both or neither): the attention's output projection and its residual ADD, run
+// as the launch's first stage (FusionPlan::o_ffn).
 struct MoeFfnNodes {
   const minfer_node *norm, *router, *top_k, *weights, *gate, *up, *glu, *down, *sum, *add;
+  const minfer_node *o = nullptr, *o_add = nullptr;
 };
 // A decode token's routed FFN in one launch (ffn_decode_kernel); false (nothing run): a
 // larger step, the option off, or types and addresses the kernel does not take.
@@ -100,7 +103,10 @@ bool run_moe_ffn(CudaDevice &dev, const MoeFfnNodes &nodes, const minfer_step_ar
 // the gate, up and activation, the down matmul and its residual ADD (or null).
 struct DenseFfnNodes {
   const minfer_node *norm, *gate, *up, *glu, *down, *add;
+  const minfer_node *o = nullptr, *o_add = nullptr;  // as MoeFfnNodes'
 };
+// The attention output projection's launch arguments (w NULL where o is null).
+minfer_cuda_ffn_attn_out attn_out_args(const minfer_node *o, const minfer_node *o_add);
 // A decode token's dense FFN in one launch (ffn_decode_kernel); false (nothing run): a larger
 // step, the option off, or types and addresses the kernel does not take.
 bool run_dense_ffn(CudaDevice &dev, const DenseFfnNodes &nodes, const minfer_step_args &args);
