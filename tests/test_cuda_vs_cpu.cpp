@@ -217,8 +217,9 @@ TEST(CudaVsCpuArchs, OneLaunchMoeFfnMatchesItsSteps) {
 // norm, gate/up with the activation, down with the residual add as stages of one grid) held
 // to the CPU as the separate launches are: the tiny Qwen2 (K-quant pairs: Q4_K_M's Q6_K down
 // weights), two blocks of the 0.5B (896 down rows dealt over every warp of the grid, its
-// 4,864-wide activations), Gemma 2 (GeGLU; a norm after down, so no add in the launch), and a
-// grid of five blocks (each block many gate/up items and down rows).
+// 4,864-wide activations; at Q4_K_M gate and up in Q5_0 beside Q4_K and Q6_K down rows),
+// Gemma 2 (GeGLU; a norm after down, so no add in the launch), and a grid of five blocks
+// (each block many gate/up items and down rows).
 TEST(CudaVsCpuArchs, OneLaunchDenseFfnAgrees) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
   const std::string on = "cuda: {dense_ffn_fused: true}";
@@ -237,7 +238,7 @@ TEST(CudaVsCpuArchs, OneLaunchFfnWithOutputProjectionAgrees) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
   const std::string dense = "cuda: {dense_ffn_fused: true, attn_out_fused: true}";
   for (const char *type : {"q4_0", "q8_0", "q4_k_m"}) expect_backends_agree("tiny", type, 16, 32, 0.1, 0, "qwen2", 0, "cpu", dense);
-  expect_backends_agree("0.5b", "q4_0", 16, 8, 0.2, 2, "qwen2", 0, "cpu", dense);
+  for (const char *type : {"q4_0", "q4_k_m"}) expect_backends_agree("0.5b", type, 16, 8, 0.2, 2, "qwen2", 0, "cpu", dense);
   const std::string routed = "cuda: {moe_ffn_fused: true, attn_out_fused: true}";
   for (const char *type : {"q4_0", "q4_k_m"}) expect_backends_agree("tiny", type, 256, 32, 0.1, 0, "qwen3moe", 0.5, "cpu", routed);
   expect_backends_agree("tiny", "q4_k_m", 16, 32, 0.1, 0, "qwen2", 0, "cpu", "cuda: {dense_ffn_fused: true, attn_out_fused: true, max_grid_blocks: 5}");

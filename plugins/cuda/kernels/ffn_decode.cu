@@ -214,11 +214,13 @@ __global__ void __launch_bounds__(kFfnThreads, 1) ffn_decode_kernel(const __grid
 
 // The (gate/up, down) block types the one-launch FFN is built for: llama.cpp's mixes for the
 // int8 types (Q4_K_M and Q5_K_M put some layers' down weights in Q6_K, Q3_K_M in Q5_K or
-// Q4_K); another pair runs as separate launches.
+// Q4_K; where the model's width is no multiple of 256, as Qwen2-0.5B's 896, Q4_K_M's gate and
+// up fall back to Q5_0 beside K-quant down rows); another pair runs as separate launches.
 template <class G, class D>
 constexpr bool kFfnPair = std::is_same_v<G, D> || (std::is_same_v<G, minfer_block_q4_k> && std::is_same_v<D, minfer_block_q6_k>) ||
                           (std::is_same_v<G, minfer_block_q5_k> && std::is_same_v<D, minfer_block_q6_k>) ||
-                          (std::is_same_v<G, minfer_block_q3_k> && (std::is_same_v<D, minfer_block_q5_k> || std::is_same_v<D, minfer_block_q4_k>));
+                          (std::is_same_v<G, minfer_block_q3_k> && (std::is_same_v<D, minfer_block_q5_k> || std::is_same_v<D, minfer_block_q4_k>)) ||
+                          (std::is_same_v<G, minfer_block_q5_0> && (std::is_same_v<D, minfer_block_q4_k> || std::is_same_v<D, minfer_block_q6_k>));
 
 // Calls f(G{}, D{}) for a supported pair; false for any other.
 template <class F>
