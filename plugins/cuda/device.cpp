@@ -497,6 +497,17 @@ bool CudaDevice::moe_router_decode(minfer_cuda_moe_router r) {
   return true;
 }
 
+// A one-launch FFN the option and types allow but whose tensors' addresses the kernel cannot
+// take runs as separate launches; said once, so that an option without effect is explained.
+bool CudaDevice::ffn_placed(bool placed, const char *option) {
+  if (!placed && !ffn_refusal_logged_) {
+    ffn_refusal_logged_ = true;
+    host_.log(MINFER_LOG_WARN, std::string("cuda option ") + option +
+                                   ": an FFN's tensors are not on the 16 bytes its one-launch kernel reads them in; those FFNs run as separate launches");
+  }
+  return placed;
+}
+
 // The output projection as a first stage: the option on, its weights of the gate's type.
 bool CudaDevice::attn_out_fusable(int32_t gate_dtype, int32_t o_dtype, int64_t ko) const {
   return ko == 0 || (opts_.attn_out_fused && o_dtype == gate_dtype);
@@ -512,10 +523,11 @@ bool CudaDevice::moe_ffn_decode(minfer_cuda_moe_ffn f) {
   const minfer_cuda_moe_router &r = f.router;
   const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int64_t ko = f.attn_out.w ? f.attn_out.k : 0;
-  if (!moe_ffn_fusable(r.w_dtype, f.gate_dtype, f.down_dtype, r.k, f.m, r.n_expert, r.k_used, f.gate_dtype, ko) || !aligned(r.x) ||
-      !aligned(r.norm_w) || (ko && !aligned(f.attn_out.x)) ||
-      !aligned(r.h) || !aligned(r.w) || !minfer_cuda_expert_weights_aligned(f.gate_dtype, f.gate, f.up) ||
-      !minfer_cuda_expert_weights_aligned(f.down_dtype, f.down, nullptr))
+  if (!moe_ffn_fusable(r.w_dtype, f.gate_dtype, f.down_dtype, r.k, f.m, r.n_expert, r.k_used, f.gate_dtype, ko)) return false;
+  if (!ffn_placed(aligned(r.x) && aligned(r.norm_w) && (!ko || aligned(f.attn_out.x)) && aligned(r.h) && aligned(r.w) &&
+                      minfer_cuda_expert_weights_aligned(f.gate_dtype, f.gate, f.up) &&
+                      minfer_cuda_expert_weights_aligned(f.down_dtype, f.down, nullptr),
+                  "moe_ffn_fused"))
     return false;
   f.counters = ffn_counters_;
   check_launch(minfer_cuda_moe_ffn_decode(&cfg_, &f, sm_count_));
@@ -529,8 +541,11 @@ bool CudaDevice::ffn_fusable(int32_t gate_dtype, int32_t down_dtype, int64_t k, 
 bool CudaDevice::ffn_decode(minfer_cuda_ffn f) {
   const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int64_t ko = f.attn_out.w ? f.attn_out.k : 0;
-  if (!ffn_fusable(f.gate_dtype, f.down_dtype, f.k, f.m, f.gate_dtype, ko) || !aligned(f.x) || !aligned(f.norm_w) || (ko && !aligned(f.attn_out.x)) ||
-      !minfer_cuda_expert_weights_aligned(f.gate_dtype, f.gate, f.up) || !minfer_cuda_expert_weights_aligned(f.down_dtype, f.down, nullptr))
+  if (!ffn_fusable(f.gate_dtype, f.down_dtype, f.k, f.m, f.gate_dtype, ko)) return false;
+  if (!ffn_placed(aligned(f.x) && aligned(f.norm_w) && (!ko || aligned(f.attn_out.x)) &&
+                      minfer_cuda_expert_weights_aligned(f.gate_dtype, f.gate, f.up) &&
+                      minfer_cuda_expert_weights_aligned(f.down_dtype, f.down, nullptr),
+                  "dense_ffn_fused"))
     return false;
   f.counters = ffn_counters_;
   check_launch(minfer_cuda_ffn_decode(&cfg_, &f, sm_count_));

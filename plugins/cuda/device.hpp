@@ -233,6 +233,8 @@ class CudaDevice {
   void copy_from(CudaDevice &src, void *dst, const void *src_ptr, uint64_t bytes);
 
  private:
+  // placed: whether a one-launch FFN's tensors sit where its kernel reads them; warns once if not.
+  bool ffn_placed(bool placed, const char *option);
   // After each launch: name the kernel on failure; in debug_sync mode also wait for it.
   void check_launch(cudaError_t err);
 
@@ -276,6 +278,7 @@ class CudaDevice {
   bool wgmma_ = false;  // mmq_wgmma and the GPU runs the sm_90a code
   unsigned *router_counter_ = nullptr;  // the fused router's blocks done (moe.cu)
   unsigned *ffn_counters_ = nullptr;  // the one-launch FFNs' barrier counts (ffn_decode.cu)
+  bool ffn_refusal_logged_ = false;  // ffn_placed has warned
   int *attention_counters_ = nullptr;  // per (token, KV head): blocks of a split decode step done (flash_attention.cu)
   std::vector<std::pair<const void *, void *>> w16_cache_;  // weight -> its f16 copy (rows padded to 128)
   std::vector<WeightRef> pending_weights_;                  // counted, not cached yet
