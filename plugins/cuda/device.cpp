@@ -497,9 +497,15 @@ bool CudaDevice::moe_router_decode(minfer_cuda_moe_router r) {
   return true;
 }
 
-// A one-launch FFN the option and types allow but whose tensors' addresses the kernel cannot
-// take runs as separate launches; said once, so that an option without effect is explained.
-bool CudaDevice::ffn_placed(bool placed, const char *option) {
+// Whether a one-launch FFN's tensors sit where its kernel reads them (x, the norm weights and
+// the attention output on 16 bytes, the weights as the expert kernels read them; `more`: the
+// form's own). One that the option and types allow but whose addresses the kernel cannot take
+// runs as separate launches; said once, so that an option without effect is explained.
+bool CudaDevice::ffn_placed(bool more, const float *x, const float *norm_w, const minfer_cuda_ffn_attn_out &o, int32_t gate_dtype,
+                            const void *gate, const void *up, int32_t down_dtype, const void *down, const char *option) {
+  const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool placed = more && aligned(x) && aligned(norm_w) && (!o.w || aligned(o.x)) &&
+                      minfer_cuda_expert_weights_aligned(gate_dtype, gate, up) && minfer_cuda_expert_weights_aligned(down_dtype, down, nullptr);
   if (!placed && !ffn_refusal_logged_) {
     ffn_refusal_logged_ = true;
     host_.log(MINFER_LOG_WARN, std::string("cuda option ") + option +
@@ -519,16 +525,13 @@ bool CudaDevice::moe_ffn_fusable(int32_t router_dtype, int32_t gate_dtype, int32
          minfer_cuda_moe_ffn_decode_supported(router_dtype, gate_dtype, down_dtype, k, m, n_expert, k_used, ko);
 }
 
+// The projection's type (not in the launch struct) was checked by the caller, hence gate_dtype for it.
 bool CudaDevice::moe_ffn_decode(minfer_cuda_moe_ffn f) {
   const minfer_cuda_moe_router &r = f.router;
-  const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int64_t ko = f.attn_out.w ? f.attn_out.k : 0;
   if (!moe_ffn_fusable(r.w_dtype, f.gate_dtype, f.down_dtype, r.k, f.m, r.n_expert, r.k_used, f.gate_dtype, ko)) return false;
-  if (!ffn_placed(aligned(r.x) && aligned(r.norm_w) && (!ko || aligned(f.attn_out.x)) && aligned(r.h) && aligned(r.w) &&
-                      minfer_cuda_expert_weights_aligned(f.gate_dtype, f.gate, f.up) &&
-                      minfer_cuda_expert_weights_aligned(f.down_dtype, f.down, nullptr),
-                  "moe_ffn_fused"))
-    return false;
+  const bool router_placed = reinterpret_cast<uintptr_t>(r.h) % 16 == 0 && reinterpret_cast<uintptr_t>(r.w) % 16 == 0;
+  if (!ffn_placed(router_placed, r.x, r.norm_w, f.attn_out, f.gate_dtype, f.gate, f.up, f.down_dtype, f.down, "moe_ffn_fused")) return false;
   f.counters = ffn_counters_;
   check_launch(minfer_cuda_moe_ffn_decode(&cfg_, &f, sm_count_));
   return true;
@@ -539,14 +542,9 @@ bool CudaDevice::ffn_fusable(int32_t gate_dtype, int32_t down_dtype, int64_t k, 
 }
 
 bool CudaDevice::ffn_decode(minfer_cuda_ffn f) {
-  const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int64_t ko = f.attn_out.w ? f.attn_out.k : 0;
-  if (!ffn_fusable(f.gate_dtype, f.down_dtype, f.k, f.m, f.gate_dtype, ko)) return false;
-  if (!ffn_placed(aligned(f.x) && aligned(f.norm_w) && (!ko || aligned(f.attn_out.x)) &&
-                      minfer_cuda_expert_weights_aligned(f.gate_dtype, f.gate, f.up) &&
-                      minfer_cuda_expert_weights_aligned(f.down_dtype, f.down, nullptr),
-                  "dense_ffn_fused"))
-    return false;
+  if (!ffn_fusable(f.gate_dtype, f.down_dtype, f.k, f.m, f.gate_dtype, ko)) return false;  // the projection's type: as above
+  if (!ffn_placed(true, f.x, f.norm_w, f.attn_out, f.gate_dtype, f.gate, f.up, f.down_dtype, f.down, "dense_ffn_fused")) return false;
   f.counters = ffn_counters_;
   check_launch(minfer_cuda_ffn_decode(&cfg_, &f, sm_count_));
   return true;

@@ -233,8 +233,9 @@ class CudaDevice {
   void copy_from(CudaDevice &src, void *dst, const void *src_ptr, uint64_t bytes);
 
  private:
-  // placed: whether a one-launch FFN's tensors sit where its kernel reads them; warns once if not.
-  bool ffn_placed(bool placed, const char *option);
+  // Whether a one-launch FFN's tensors sit where its kernel reads them; warns once if not.
+  bool ffn_placed(bool more, const float *x, const float *norm_w, const minfer_cuda_ffn_attn_out &o, int32_t gate_dtype, const void *gate,
+                  const void *up, int32_t down_dtype, const void *down, const char *option);
   // After each launch: name the kernel on failure; in debug_sync mode also wait for it.
   void check_launch(cudaError_t err);
 

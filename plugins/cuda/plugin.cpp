@@ -195,20 +195,9 @@ class CudaSegment : public sdk::Segment {
       if (plan_.fused_away[i] || skip_[i]) continue;  // its matmul wrote its output, or left out (MINFER_CUDA_SKIP_NODES)
       try {
         const StepNorm norm{plan_.norm_of[i], &norm_ran_};
-        if (plan_.moe_ffn_last[i] && run_moe_ffn(dev_, moe_ffn_nodes(i), args)) {  // its nodes up to the last ran in the launch
-          for (size_t j = i + 1; timed_ && j <= plan_.moe_ffn_last[i]; ++j) check_cuda(cudaEventRecord(events_[j], dev_.stream()), "recording a timing event");
-          i = plan_.moe_ffn_last[i];
-          continue;
-        }
-        if (plan_.o_ffn[i] && run_attn_out_ffn(i, args)) {  // its FFN's nodes ran in the same launch
-          const size_t last = ffn_end(plan_.o_ffn[i]);
+        if (const size_t last = run_one_launch_ffn(i, args)) {  // its nodes up to the last ran in the launch
           for (size_t j = i + 1; timed_ && j <= last; ++j) check_cuda(cudaEventRecord(events_[j], dev_.stream()), "recording a timing event");
           i = last;
-          continue;
-        }
-        if (plan_.ffn_last[i] && run_dense_ffn(dev_, dense_ffn_nodes(i), args)) {
-          for (size_t j = i + 1; timed_ && j <= plan_.ffn_last[i]; ++j) check_cuda(cudaEventRecord(events_[j], dev_.stream()), "recording a timing event");
-          i = plan_.ffn_last[i];
           continue;
         }
         if (plan_.fuse_router[i]) run_router(i, args);
@@ -300,19 +289,24 @@ class CudaSegment : public sdk::Segment {
     const minfer_tensor &gate = *nodes_[h].node().inputs[0], &down = *nodes_[h + 3].node().inputs[0];
     return dev_.ffn_fusable(gate.dtype, down.dtype, gate.shape[0], gate.shape[1], w.dtype, w.shape[0]);
   }
-  // o_ffn[i]: the output projection and its add as the first stage of the FFN's one launch;
-  // false (nothing run) where that launch does not run (the step's size, options, types).
-  bool run_attn_out_ffn(size_t i, const minfer_step_args &args) {
-    const size_t h = plan_.o_ffn[i];
-    const minfer_node *o = &nodes_[i].node(), *o_add = &nodes_[i + 1].node();
-    if (plan_.moe_ffn_last[h]) {
-      MoeFfnNodes n = moe_ffn_nodes(h);
-      n.o = o, n.o_add = o_add;
-      return run_moe_ffn(dev_, n, args);
+  // The one-launch FFN that node i heads, run where the step's size, the options and the types
+  // allow (o_ffn: i is the output projection that starts it): its last node, or 0 (nothing ran).
+  size_t run_one_launch_ffn(size_t i, const minfer_step_args &args) {
+    if (const size_t h = plan_.o_ffn[i]) {
+      const minfer_node *o = &nodes_[i].node(), *o_add = &nodes_[i + 1].node();
+      if (plan_.moe_ffn_last[h]) {
+        MoeFfnNodes n = moe_ffn_nodes(h);
+        n.o = o, n.o_add = o_add;
+        if (run_moe_ffn(dev_, n, args)) return ffn_end(h);
+      } else {
+        DenseFfnNodes n = dense_ffn_nodes(h);
+        n.o = o, n.o_add = o_add;
+        if (run_dense_ffn(dev_, n, args)) return ffn_end(h);
+      }
     }
-    DenseFfnNodes n = dense_ffn_nodes(h);
-    n.o = o, n.o_add = o_add;
-    return run_dense_ffn(dev_, n, args);
+    if (plan_.moe_ffn_last[i] && run_moe_ffn(dev_, moe_ffn_nodes(i), args)) return plan_.moe_ffn_last[i];
+    if (plan_.ffn_last[i] && run_dense_ffn(dev_, dense_ffn_nodes(i), args)) return plan_.ffn_last[i];
+    return 0;
   }
 
   DenseFfnNodes dense_ffn_nodes(size_t i) const {
