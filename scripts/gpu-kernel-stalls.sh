@@ -9,14 +9,14 @@
 # (the prompt's and the warm-up's), COUNT profiled. Prints per launch: name, grid, duration,
 # the throughputs, then the stall reasons above 3% of active cycles, largest first. DEPTH:
 # minfer-bench's -d, as in scripts/gpu-kernel-source.sh (DEPTH=600 with moe12: its attention
-# after a 512-token prompt).
+# after a 512-token prompt); OPTS: more cuda options, as in scripts/gpu-kernel-times.sh.
 set -uo pipefail
 spec=${1:-7b:q4_0}; regex=${2:-gemv_staged}; skip=${3:-40}; count=${4:-4}; out=${5:-/tmp/minfer-stalls}
 mkdir -p "$out" /tmp/minfer-models
 bin=${BIN:-$PWD/.gpu/build/bin}; vocab=${VOCAB:-.gpu/testdata/vocab/ggml-vocab-qwen2.gguf}
 source scripts/gpu-sides.sh
 f=$(model_file "$spec" "$bin" "$vocab")
-printf 'backends: {cuda: {cuda_graphs: false}}\n' > "$out/nographs.yaml"
+printf "backends: {cuda: {cuda_graphs: false${OPTS:+, $OPTS}}}\n" > "$out/nographs.yaml"
 metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active
 metrics+=,smsp__warps_active.avg.per_cycle_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
 metrics+=,launch__grid_size,launch__registers_per_thread,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio

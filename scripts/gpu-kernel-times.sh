@@ -5,6 +5,7 @@
 #   bash scripts/gpu-kernel-times.sh .gpu 0.5b:q4_k_m 0 8 OUTDIR    # 8 decode steps
 #   PARALLEL=4 bash scripts/gpu-kernel-times.sh .gpu 7b:q4_0 16 3 OUTDIR  # batched: 4 sequences, --npp 16 --ntg 3
 #   bash scripts/gpu-kernel-times.sh .gpu gemma2/2b:q4_k_m 512 8 OUTDIR   # another architecture
+# OPTS: more cuda options (OPTS="dense_ffn_fused: true").
 # Prints each kernel's launches, total time and share, biggest first. CUDA Graphs are off so
 # every launch is seen; the models are synthesized once into /tmp/minfer-models.
 set -uo pipefail
@@ -16,7 +17,7 @@ arch=qwen2; [[ $spec == */* ]] && arch=${spec%%/*} && spec=${spec#*/}
 preset=${spec%%:*}; type=${spec##*:}; model=/tmp/minfer-models/$arch-$preset-$type.gguf
 vocab=(); [ "$arch" = qwen2 ] && vocab=(--vocab "$bundle/testdata/vocab/ggml-vocab-qwen2.gguf")
 [ -f "$model" ] || "$bin/minfer-gguf" synth --arch "$arch" --preset "$preset" --type "$type" --seed 1 "${vocab[@]}" -o "$model" > /dev/null
-printf 'backends: {cuda: {cuda_graphs: false}}\n' > "$out/nographs.yaml"
+printf "backends: {cuda: {cuda_graphs: false${OPTS:+, $OPTS}}}\n" > "$out/nographs.yaml"
 args=(-p "$p" -n "$n" -r 1)
 [ -n "${PARALLEL:-}" ] && args=(--parallel "$PARALLEL" --npp "$p" --ntg "$n")
 ncu --clock-control none --metrics gpu__time_duration.sum --print-units base --csv \

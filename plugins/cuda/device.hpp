@@ -52,18 +52,23 @@ struct DeviceOptions {
   // ones on the values) instead of the GEMV or MMQ: false keeps those two.
   bool few_token_mma = true;
   // A decode token's routed FFN (the router, the gate/up experts, the down experts with their
-  // sum) as one cooperative launch with grid barriers (moe.cu moe_ffn_decode_kernel) where its
-  // types allow; false keeps the three launches. Off until it has run on a GPU: written in a
-  // session whose one GPU run did not reach it (the host side refused every type pair then).
+  // sum) as one cooperative launch with grid barriers (ffn_decode.cu ffn_decode_kernel) where its
+  // types allow; false keeps the three launches. Off: correct, but slower than the launches it
+  // replaces (H100: its rows loaded straight into registers keep too few bytes in flight;
+  // docs/ARCHITECTURE.md has the figures).
   bool moe_ffn_fused = false;
   // The same for a dense gated FFN (its RMS norm, gate/up with the activation, down with the
   // residual add: ffn_decode.cu, one expert of weight 1, one grid barrier) where its types
-  // allow; false keeps the gated GEMV and the down GEMV. Off until measured on a GPU.
+  // allow; false keeps the gated GEMV and the down GEMV. Off: slower, as the routed form.
   bool dense_ffn_fused = false;
   // With either of those: the attention's output projection and its residual add as the
   // launch's first stage (one grid barrier more) where its weights are of the gate's type.
-  // Off until measured on a GPU.
+  // Off: slower still.
   bool attn_out_fused = false;
+  // Bytes of its weight rows each warp of a staged GEMV (a decode token's matmuls of long
+  // rows) keeps asked into L2 ahead of its copies (sm_90's bulk prefetch; ignored before
+  // compute capability 9.0), 0: none.
+  int64_t l2_prefetch = 0;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
   int64_t w16_cache_min_bytes = int64_t(2) << 30;
