@@ -84,6 +84,7 @@ struct GemvParts {
   int first_b;  // parts from this one on are of the second block type (gemv_mixed_kernel), else n
   int act;      // with an up weight: the gate's activation (MINFER_CUDA_GLU_*)
   int prefetch; // staged rows: bytes of its rows a warp keeps asked into L2 ahead of its copies, or 0
+  minfer_cuda_prefetch next;  // the next step's weights, asked into L2 at the start (launchers.h)
 };
 
 // Rows a staged warp keeps asked into L2 ahead (prefetch_l2) for a window of `bytes`: the
@@ -477,6 +478,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvBlocksPerSm<Block>) gemv_qua
   // Each path waits for the previous kernel after its first weight loads are in flight
   // (grid.cuh, wait_for_inputs): only x, the adds and the outputs are the inputs.
   extern __shared__ minfer_cuda_q8_act xs[];
+  prefetch_l2_spread(parts.next);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs), rows = parts.end[parts.n - 1];
   if (ns <= 32) return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
@@ -512,6 +514,7 @@ __global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStagedBlocksPerSm : 1
                                                                                                      const Block *up, const float *x, int64_t k) {
   static_assert(!kGated || kS == kStages, "gated rows take the ring as pairs of kStages / 2");
   extern __shared__ __align__(16) minfer_cuda_q8_act xs[];  // the rings take 16-byte copies and loads
+  prefetch_l2_spread(parts.next);
   const int64_t ns = k / 32;
   uint8_t *const ring = reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(ns) + (threadIdx.x >> 5) * kS * kSlotBytes;
   if constexpr (kGated) gemv_staged_pairs<Block, kW>(parts, up, x, ns, xs, ring);
@@ -522,6 +525,7 @@ __global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStagedBlocksPerSm : 1
 template <class BlockA, class BlockB>
 __global__ void __launch_bounds__(kWarps * 32, 2) gemv_mixed_kernel(const __grid_constant__ GemvParts parts, const float *x, int64_t k) {
   extern __shared__ minfer_cuda_q8_act xs[];
+  prefetch_l2_spread(parts.next);
   gemv_short_rows<BlockA, false, BlockB>(parts, nullptr, x, k / 32, k / (32 * QBlock<BlockA>::kSubs), xs);
 }
 
@@ -547,6 +551,7 @@ GemvParts gemv_parts(const minfer_cuda_launch_cfg *cfg, const minfer_cuda_gemv_p
   gp.n = gp.first_b = n_parts;
   gp.norm_w = norm_w, gp.eps = eps;
   gp.prefetch = cfg->l2_prefetch;
+  gp.next = cfg->next;
   return gp;
 }
 
