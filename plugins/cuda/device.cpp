@@ -7,7 +7,6 @@
 
 #include "minfer/dtype.h"
 #include "minfer/op_contract.hpp"
-#include "minfer/tensor.hpp"
 
 namespace minfer::cuda {
 
@@ -37,7 +36,7 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   check_cuda(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device_), "reading the device's compute capability");
   cfg_.pdl = opts_.pdl && cc_major >= 9 ? 1 : 0;
   cfg_.l2_prefetch = cc_major >= 9 ? int32_t(opts_.l2_prefetch) : 0;
-  if (cc_major < 9) opts_.l2_prefetch_next = 0;
+  cfg_.row_groups = opts_.staged_row_groups ? 1 : 0;
   wgmma_ = opts_.mmq_wgmma && cc_major == 9 && minfer_cuda_wgmma_available();
   error_flag_ = static_cast<int32_t *>(alloc(2 * sizeof(int32_t)));
   check_cuda(cudaMemset(error_flag_, 0, 2 * sizeof(int32_t)), "clearing the error flag");
@@ -488,20 +487,6 @@ const void *CudaDevice::quantize_for_mmq(const float *x, int64_t k, int64_t toke
 
 void CudaDevice::top_k_f32(const float *x, int32_t *out, int64_t n, int64_t k, int64_t rows, float *weights, bool normalize, float scale) {
   check_launch(minfer_cuda_top_k_f32(&cfg_, x, out, n, k, rows, weights, normalize ? 1 : 0, scale));
-}
-
-void CudaDevice::set_next_weights(const NextWeights &next) {
-  const std::vector<WeightRef> &weights = next.dense;
-  cfg_.next = {};
-  cfg_.next_experts = next.experts, cfg_.next_expert_bytes = next.expert_bytes;
-  int64_t left = opts_.l2_prefetch_next;
-  for (size_t i = 0; i < weights.size() && i < 3 && left > 0; ++i) {
-    // Each weight its share of the budget, from its start (its first rows).
-    const WeightRef &w = weights[i];
-    const int64_t bytes = std::min<int64_t>(sdk::row_bytes(w.dtype, w.cols) * w.rows, left / int64_t(std::min<size_t>(weights.size(), 3) - i));
-    if (bytes <= 0) continue;
-    cfg_.next.at[i] = w.data, cfg_.next.bytes[i] = bytes, left -= bytes;
-  }
 }
 
 bool CudaDevice::moe_router_decode(minfer_cuda_moe_router r) {

@@ -69,10 +69,10 @@ struct DeviceOptions {
   // rows) keeps asked into L2 ahead of its copies (sm_90's bulk prefetch; ignored before
   // compute capability 9.0), 0: none.
   int64_t l2_prefetch = 0;
-  // Bytes of the next step's weights a decode step's GEMVs ask into L2 at their start, spread
-  // over their warps (the weights' first bytes: the rows the next kernel's warps take first),
-  // 0: none. Ignored before compute capability 9.0.
-  int64_t l2_prefetch_next = 0;
+  // A staged GEMV of very many short rows (a small model's lm_head) copies as many consecutive
+  // rows as fit into each 2 KiB chunk of its warps' rings, not one (kernels/gemv.cu
+  // gemv_row_group). Off until measured.
+  bool staged_row_groups = false;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
   int64_t w16_cache_min_bytes = int64_t(2) << 30;
@@ -87,12 +87,6 @@ class CudaDevice {
 
   int id() const { return device_; }
   cudaStream_t stream() const { return stream_; }
-  // The weights of the step after the one about to run, which its kernels ask into L2
-  // (DeviceOptions::l2_prefetch_next; nothing where that is 0): up to three dense ones (the
-  // GEMVs), or experts of expert_bytes each, those of the ids the decode expert kernel reads.
-  struct WeightRef;
-  struct NextWeights;
-  void set_next_weights(const NextWeights &next);
   const sdk::Host &host() const { return host_; }
 
   // Device memory; out of memory is an error with the bytes asked for and free.
@@ -232,11 +226,6 @@ class CudaDevice {
     int32_t dtype;
     const void *data;
     int64_t rows, cols;
-  };
-  struct NextWeights {
-    std::vector<WeightRef> dense;
-    const void *experts = nullptr;
-    int64_t expert_bytes = 0;
   };
   // Counts a compiled segment's block-type matmul weights; once the backend's total reaches
   // w16_cache_min_bytes, dequantizes each that takes the f16 GEMM to a cached f16 copy.

@@ -47,7 +47,6 @@ class CudaSegment : public sdk::Segment {
     dev_.add_matmul_weights(weights);
     plan_ = plan_fusions(nodes_);
     if (const std::string summary = plan_.summary(); !summary.empty()) dev_.host().log(MINFER_LOG_INFO, summary);
-    plan_next_weights();
     mark_skipped();
   }
 
@@ -191,11 +190,9 @@ class CudaSegment : public sdk::Segment {
       for (auto &e : events_) check_cuda(cudaEventCreate(&e), "creating a timing event");
     }
     norm_ran_ = nullptr;
-    const bool prefetch_next = dev_.options().l2_prefetch_next > 0;
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (timed_) check_cuda(cudaEventRecord(events_[i], dev_.stream()), "recording a timing event");
       if (plan_.fused_away[i] || skip_[i]) continue;  // its matmul wrote its output, or left out (MINFER_CUDA_SKIP_NODES)
-      if (prefetch_next) dev_.set_next_weights(next_weights_[i]);
       try {
         const StepNorm norm{plan_.norm_of[i], &norm_ran_};
         if (const size_t last = run_one_launch_ffn(i, args)) {  // its nodes up to the last ran in the launch
@@ -226,35 +223,6 @@ class CudaSegment : public sdk::Segment {
       }
     }
     if (timed_) check_cuda(cudaEventRecord(events_.back(), dev_.stream()), "recording a timing event");
-  }
-
-  // Per step (its first node): the quantized matmul weights of the next step that has any,
-  // which its kernels ask into L2 (cuda option l2_prefetch_next): dense weights for the GEMVs;
-  // an expert matmul's experts where this step is one too, reading the same ids.
-  void plan_next_weights() {
-    std::vector<CudaDevice::NextWeights> of(nodes_.size());
-    std::vector<const minfer_tensor *> ids_of(nodes_.size(), nullptr);
-    for (size_t n = 0; n < nodes_.size(); ++n) {
-      const minfer_node &node = nodes_[n].node();
-      const bool expert = node.op == MINFER_OP_MATMUL_ID;
-      if ((node.op != MINFER_OP_MATMUL && !expert) || !minfer_dtype_info(node.inputs[0]->dtype).is_quantized) continue;
-      const minfer_tensor &w = *node.inputs[0];
-      CudaDevice::NextWeights &step = of[plan_.owner[n]];
-      if (!expert) step.dense.push_back({w.dtype, dptr(w), w.shape[1], w.shape[0]});
-      else if (!step.experts) step.experts = dptr(w), step.expert_bytes = sdk::row_bytes(w.dtype, w.shape[0]) * w.shape[1], ids_of[plan_.owner[n]] = node.inputs[2];
-    }
-    next_weights_.assign(nodes_.size(), {});
-    size_t next = nodes_.size();  // the next step with weights
-    for (size_t i = nodes_.size(); i-- > 0;) {
-      if (plan_.fused_away[i]) continue;
-      if (next < nodes_.size()) {
-        next_weights_[i].dense = of[next].dense;
-        const auto same = [](const minfer_tensor &a, const minfer_tensor &b) { return a.buffer == b.buffer && a.offset == b.offset; };
-        if (of[next].experts && ids_of[i] && same(*ids_of[i], *ids_of[next]))
-          next_weights_[i].experts = of[next].experts, next_weights_[i].expert_bytes = of[next].expert_bytes;
-      }
-      if (!of[i].dense.empty() || of[i].experts) next = i;
-    }
   }
 
   // fuse_sum_add[i]: the expert sum and its residual add in one launch, unless the step has
@@ -463,7 +431,6 @@ class CudaSegment : public sdk::Segment {
 
   CudaDevice &dev_;
   FusionPlan plan_;
-  std::vector<CudaDevice::NextWeights> next_weights_;  // plan_next_weights
   const minfer_node *norm_ran_ = nullptr;        // this run: the norm whose kernel ran (StepNorm)
   std::vector<cudaEvent_t> events_;  // around each node, for node_times
   bool timed_ = false;
@@ -593,7 +560,7 @@ struct CudaPlugin {
     o.dense_ffn_fused = opts.take_bool("dense_ffn_fused", false);
     o.attn_out_fused = opts.take_bool("attn_out_fused", false);
     o.l2_prefetch = opts.take_int("l2_prefetch", 0, 0, 1 << 20);  // bytes a staged GEMV warp keeps asked into L2 ahead
-    o.l2_prefetch_next = opts.take_int("l2_prefetch_next", 0, 0, int64_t(1) << 30);  // bytes of the next step's weights asked into L2
+    o.staged_row_groups = opts.take_bool("staged_row_groups", false);
     o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);
     opts.finish();  // reject unknown keys before touching the device
     minfer_device_info info{};

@@ -67,37 +67,6 @@ __device__ __forceinline__ void prefetch_l2(const void *p, int64_t bytes) {
   if (bytes > 0 && to > from) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(from), "r"(unsigned(to - from)) : "memory");
 }
 
-// The ranges of `p` asked into L2 by the grid's warps, each warp (lane 0) its share of each:
-// at most 32 KiB a prefetch.
-template <class Prefetch>
-__device__ __forceinline__ void prefetch_l2_spread(const Prefetch &p) {
-  if ((threadIdx.x & 31) != 0) return;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5), me = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-#pragma unroll
-  for (int r = 0; r < 3; ++r) {
-    const int64_t bytes = p.bytes[r];
-    if (bytes <= 0) continue;
-    const int64_t share = ((bytes + warps - 1) / warps + 4095) / 4096 * 4096;  // whole 4 KiB: fewer, larger asks
-    const uint8_t *at = static_cast<const uint8_t *>(p.at[r]);
-    for (int64_t from = me * share, end = from + share < bytes ? from + share : bytes; from < end; from += 32768)
-      prefetch_l2(at + from, end - from < 32768 ? end - from : 32768);
-  }
-}
-
-// The experts ids[0..n_ids) of `at` (experts of `bytes` each; ids outside [0, n_expert) left
-// out) asked into L2 by the grid's warps, each warp (lane 0) its share.
-__device__ __forceinline__ void prefetch_l2_experts(const void *at, int64_t bytes, const int32_t *ids, int64_t n_ids, int32_t n_expert) {
-  if ((threadIdx.x & 31) != 0 || bytes <= 0) return;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5), me = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  const int64_t total = n_ids * bytes, share = ((total + warps - 1) / warps + 4095) / 4096 * 4096;
-  for (int64_t from = me * share, end = from + share < total ? from + share : total; from < end;) {
-    const int64_t i = from / bytes, off = from - i * bytes, len = min(min(end - from, bytes - off), int64_t(32768));
-    const int32_t e = ids[i];
-    if (e >= 0 && e < n_expert) prefetch_l2(static_cast<const uint8_t *>(at) + int64_t(e) * bytes + off, len);
-    from += len;
-  }
-}
-
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\n" ::);
   asm volatile("cp.async.wait_group 0;\n" ::);

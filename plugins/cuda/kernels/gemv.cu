@@ -84,7 +84,7 @@ struct GemvParts {
   int first_b;  // parts from this one on are of the second block type (gemv_mixed_kernel), else n
   int act;      // with an up weight: the gate's activation (MINFER_CUDA_GLU_*)
   int prefetch; // staged rows: bytes of its rows a warp keeps asked into L2 ahead of its copies, or 0
-  minfer_cuda_prefetch next;  // the next step's weights, asked into L2 at the start (launchers.h)
+  int group;    // staged rows: consecutive rows a chunk holds (one part of one type, short rows), else 1
 };
 
 // Rows a staged warp keeps asked into L2 ahead (prefetch_l2) for a window of `bytes`: the
@@ -311,19 +311,24 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const f
   constexpr bool kMixed = !std::is_same_v<Block, BlockB>;
   const int lane = threadIdx.x & 31;
   const int64_t nb = ns / QBlock<Block>::kSubs, nb_b = ns / QBlock<BlockB>::kSubs;
-  const int64_t rows = parts.end[parts.n - 1], stride = int64_t(gridDim.x) * kW;
+  // A warp's cursor walks units of `group` consecutive rows (1 but for short rows of one part
+  // and type, whose unit is one chunk: gemv_row_group).
+  const int64_t rows = parts.end[parts.n - 1], group = parts.group, units = (rows + group - 1) / group, stride = int64_t(gridDim.x) * kW;
   struct Cursor {
-    int64_t o, r, off;  // row of the launch, its part's row, the chunk's byte offset in it
+    int64_t o, r, off;  // unit (row) of the launch, its part's row, the chunk's byte offset in it
     int p;
     bool b;  // a row of BlockB
     const uint8_t *row;
   };
-  const auto row_bytes = [&](const Cursor &c) { return kMixed && c.b ? nb_b * int64_t(sizeof(BlockB)) : nb * int64_t(sizeof(Block)); };
+  const auto row_bytes = [&](const Cursor &c) {  // of the unit
+    if (kMixed && c.b) return nb_b * int64_t(sizeof(BlockB));
+    return nb * int64_t(sizeof(Block)) * (rows - c.o * group < group ? rows - c.o * group : group);
+  };
   const auto full_chunk = [&](const Cursor &c) { return kMixed && c.b ? ChunkShape<BlockB>::kBytes : ChunkShape<Block>::kBytes; };
   const auto start_row = [&](Cursor &c, int64_t o) {
     c.o = o, c.off = 0, c.b = false;
-    if (o >= rows) return;
-    c.row = reinterpret_cast<const uint8_t *>(part_row<Block>(parts, o, nb, c.p, c.r));
+    if (o >= units) return;
+    c.row = reinterpret_cast<const uint8_t *>(part_row<Block>(parts, o * group, nb, c.p, c.r));
     if (kMixed && c.p >= parts.first_b) c.b = true, c.row = reinterpret_cast<const uint8_t *>(part_row_as<BlockB>(parts, c.p, c.r, nb_b));
   };
   const auto advance = [&](Cursor &c) {
@@ -335,16 +340,16 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const f
   // The chunk at load_at into ring buffer `slot` (nothing past the last row), as one copy group:
   // every lane commits a group per chunk, empty or not, so the groups count chunks alike.
   Cursor load_at{}, use_at{};
-  const int64_t ahead = rows_ahead(parts.prefetch, nb * int64_t(sizeof(Block)));
-  const auto prefetch_row = [&](int64_t o, int64_t from) {  // row o's bytes from `from` on
-    if (o >= rows || lane != 0) return;
+  const int64_t ahead = rows_ahead(parts.prefetch, nb * int64_t(sizeof(Block)) * group);
+  const auto prefetch_row = [&](int64_t o, int64_t from) {  // unit o's bytes from `from` on
+    if (o >= units || lane != 0) return;
     Cursor c;
     start_row(c, o);
     prefetch_l2(c.row + from, row_bytes(c) - from);
   };
   const auto issue = [&](int slot) {
-    if (load_at.o < rows) {
-      if (ahead && load_at.off == 0) prefetch_row(load_at.o + ahead * stride, 0);  // a row starts: the one `ahead` later
+    if (load_at.o < units) {
+      if (ahead && load_at.off == 0) prefetch_row(load_at.o + ahead * stride, 0);  // a unit starts: the one `ahead` later
       constexpr int kPieces = ChunkShape<Block>::kPieces > ChunkShape<BlockB>::kPieces ? ChunkShape<Block>::kPieces : ChunkShape<BlockB>::kPieces;
       copy_run_async<kPieces>(ring + slot * kSlotBytes, load_at.row + load_at.off, chunk_bytes(load_at), lane);
       advance(load_at);
@@ -359,12 +364,29 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const f
   wait_for_inputs();  // the first chunks (weights: no kernel writes them) load during the previous kernel's tail
   const float scale = norm_scale(quantize_to_shared<kQuantizeBufs<kW>>(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
   float acc[1] = {0};
-  for (int slot = 0; use_at.o < rows; slot = slot == kS - 1 ? 0 : slot + 1) {
+  for (int slot = 0; use_at.o < units; slot = slot == kS - 1 ? 0 : slot + 1) {
     cp_async_wait<kS - 2>();  // this lane's pieces of the chunk at use_at have landed
     __syncwarp();                  // ... and every lane's; the buffer used last round is free
     issue(slot == 0 ? kS - 1 : slot - 1);
-    if (load_at.o >= rows) release_dependents();  // this warp's last chunks are in flight
+    if (load_at.o >= units) release_dependents();  // this warp's last chunks are in flight
     const uint8_t *chunk = ring + slot * kSlotBytes + lead(use_at);
+    if (group > 1) {  // the chunk is the unit's whole rows, each a sum of its own (one part, Block)
+      const int64_t rb = nb * int64_t(sizeof(Block));
+      const int live = int(row_bytes(use_at) / rb);
+      for (int g = 0; g < live; ++g) {
+        const uint8_t *at = chunk + g * rb;  // as far from 16 bytes as the row in memory
+        const Block *const blocks[1] = {reinterpret_cast<const Block *>(at)};
+        float part[1] = {0};
+        bool aligned = false;
+        if constexpr (kUnpack16<Block>) aligned = (reinterpret_cast<uintptr_t>(at) & 15) == 0;
+        if (aligned) chunk_dot<Block, 1, kUnpack16<Block>>(blocks, int(ns), xs, lane, part);
+        else chunk_dot<Block, 1>(blocks, int(ns), xs, lane, part);
+        const float v = scale * warp_sum(part[0]);
+        if (lane == 0) store_row(parts, 0, use_at.o * group + g, v);
+      }
+      advance(use_at);
+      continue;
+    }
     const auto dot = [&](auto tag) {  // x from the chunk's first sub-block on
       using T = decltype(tag);
       constexpr int kSubs = QBlock<T>::kSubs;
@@ -478,7 +500,6 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvBlocksPerSm<Block>) gemv_qua
   // Each path waits for the previous kernel after its first weight loads are in flight
   // (grid.cuh, wait_for_inputs): only x, the adds and the outputs are the inputs.
   extern __shared__ minfer_cuda_q8_act xs[];
-  prefetch_l2_spread(parts.next);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs), rows = parts.end[parts.n - 1];
   if (ns <= 32) return gemv_short_rows<Block, kGated>(parts, up, x, ns, nb, xs);
@@ -514,7 +535,6 @@ __global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStagedBlocksPerSm : 1
                                                                                                      const Block *up, const float *x, int64_t k) {
   static_assert(!kGated || kS == kStages, "gated rows take the ring as pairs of kStages / 2");
   extern __shared__ __align__(16) minfer_cuda_q8_act xs[];  // the rings take 16-byte copies and loads
-  prefetch_l2_spread(parts.next);
   const int64_t ns = k / 32;
   uint8_t *const ring = reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(ns) + (threadIdx.x >> 5) * kS * kSlotBytes;
   if constexpr (kGated) gemv_staged_pairs<Block, kW>(parts, up, x, ns, xs, ring);
@@ -525,7 +545,6 @@ __global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStagedBlocksPerSm : 1
 template <class BlockA, class BlockB>
 __global__ void __launch_bounds__(kWarps * 32, 2) gemv_mixed_kernel(const __grid_constant__ GemvParts parts, const float *x, int64_t k) {
   extern __shared__ minfer_cuda_q8_act xs[];
-  prefetch_l2_spread(parts.next);
   gemv_short_rows<BlockA, false, BlockB>(parts, nullptr, x, k / 32, k / (32 * QBlock<BlockA>::kSubs), xs);
 }
 
@@ -551,7 +570,7 @@ GemvParts gemv_parts(const minfer_cuda_launch_cfg *cfg, const minfer_cuda_gemv_p
   gp.n = gp.first_b = n_parts;
   gp.norm_w = norm_w, gp.eps = eps;
   gp.prefetch = cfg->l2_prefetch;
-  gp.next = cfg->next;
+  gp.group = 1;
   return gp;
 }
 
@@ -577,6 +596,16 @@ extern "C" int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k) {
 // small model's lm_head: 151,936 rows of 896 values): a lane reading its own block of a short
 // row in 2- or 4-byte pieces leaves most of each sector it fetches unused.
 constexpr int64_t kStagedShortRowsFrom = 32768;
+
+// Consecutive rows of k values a staged chunk holds where a launch has very many short ones
+// (a small model's lm_head: 151,936 rows of 896 values, Q8_0's 952 bytes): one row a chunk
+// used half of each ring buffer, so half the bytes a ring could keep in flight; 1 where two
+// rows do not fit a chunk.
+template <class Block>
+int64_t gemv_row_group(int64_t k) {
+  const int64_t row = k / (32 * QBlock<Block>::kSubs) * int64_t(sizeof(Block));
+  return 2 * row <= ChunkShape<Block>::kBytes ? ChunkShape<Block>::kBytes / row : 1;
+}
 
 extern "C" int minfer_cuda_gemv_staged(int64_t k, int64_t m) {
   int device = 0, optin = 48 * 1024;
@@ -616,7 +645,8 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
     const bool deep = staged && !up && m > int64_t(warps) * per_sm * sms && m <= kDeepWarps * sms &&
                       staged_smem_bytes(k / 32, kDeepWarps, kDeepStages) <= size_t(optin);
     if (deep) warps = kDeepWarps, per_sm = 1, smem = staged_smem_bytes(k / 32, kDeepWarps, kDeepStages);
-    const int64_t blocks = gemv_blocks(cfg, m, per_warp, sm_count, per_sm, warps);
+    if (staged && !up && n_parts == 1 && cfg->row_groups && m >= kStagedShortRowsFrom) gp.group = gemv_row_group<Block>(k);
+    const int64_t blocks = gemv_blocks(cfg, (m + gp.group - 1) / gp.group, per_warp, sm_count, per_sm, warps);
     const auto run = [&](auto kernel, const Block *up_w) {
       if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       if (e == cudaSuccess) launch_kernel(cfg, kernel, unsigned(blocks), warps * 32, smem, gp, up_w, x, k);

@@ -14,14 +14,6 @@
 extern "C" {
 #endif
 
-/* Byte ranges a kernel that reads weights asks into L2 at its start, spread over its warps:
- * the weights of the step after it (a decode token's kernels are short, and their first
- * loads waited on DRAM one kernel after another). Unused ranges have bytes 0. */
-typedef struct minfer_cuda_prefetch {
-  const void *at[3];
-  int64_t bytes[3];
-} minfer_cuda_prefetch;
-
 typedef struct minfer_cuda_launch_cfg {
   cudaStream_t stream;
   int64_t max_blocks;      /* grid clamp: the hardware's limit, or lower to test grid-stride loops */
@@ -30,11 +22,7 @@ typedef struct minfer_cuda_launch_cfg {
   int32_t pdl;             /* launch with programmatic dependent launch (grid.cuh launch_kernel()) */
   int32_t l2_prefetch;     /* bytes of weight rows a staged GEMV warp keeps prefetched into L2 ahead of its
                               copies (gemv.cu gemv_staged_rows/_pairs; sm_90's bulk prefetch), 0: none */
-  minfer_cuda_prefetch next; /* the next step's weights, asked into L2 by the GEMVs (gemv.cu) at their start */
-  /* The next step's expert weights (experts of expert_bytes each, chosen by the ids the
-   * decode expert kernel reads): that kernel asks the chosen ones into L2 (moe.cu). */
-  const void *next_experts;
-  int64_t next_expert_bytes;
+  int32_t row_groups;      /* staged GEMVs of very many short rows put consecutive rows in one chunk (gemv.cu gemv_row_group) */
 } minfer_cuda_launch_cfg;
 
 /* elementwise.cu */

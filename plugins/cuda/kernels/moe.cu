@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "async_copy.cuh"
 #include "expert_rows.cuh"
 #include "grid.cuh"
 #include "int8_dot.cuh"
@@ -265,10 +264,9 @@ template <class Block, int kRowsT, int kUnrollT, int kMinBlocks, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     mmvq_id_decode_kernel(const Block *w, const Block *up, int act, const float *x, float *y, int64_t k, int64_t m,
                           int64_t choices, int x_per_pair, const int32_t *ids, int64_t n_pairs, int32_t n_expert, int32_t *error_flag,
-                          int32_t error_tag, const void *next, int64_t next_bytes) {
+                          int32_t error_tag) {
   extern __shared__ minfer_cuda_q8_act xs[];
   wait_for_inputs();
-  if (next) prefetch_l2_experts(next, next_bytes, ids, n_pairs, n_expert);  // the down experts of these ids, for the launch after
   constexpr int kPart = kGated ? kRowsT / 2 : kRowsT;
   const int lane = threadIdx.x & 31;
   const int64_t ns = k / 32, nb = k / (32 * QBlock<Block>::kSubs);
@@ -443,8 +441,7 @@ cudaError_t launch_mmvq_id_decode(minfer_cuda_launch_cfg *cfg, const Block *w, c
   const int64_t blocks = std::min<int64_t>({n_pairs * gblocks, int64_t(sm_count > 0 ? sm_count : 132) * kBlocksPerSm * 4, cfg->max_blocks});
   const size_t smem = size_t(k / 32) * sizeof(minfer_cuda_q8_act);
   launch_kernel(cfg, mmvq_id_decode_kernel<Block, kRowsPerWarp, 1, kBlocksPerSm, kGated>, unsigned(blocks), kWarps * 32, smem, w, up, int(act),
-                x, y, k, m, choices, int(x_per_pair), ids, n_pairs, int32_t(n_expert), error_flag, error_tag, cfg->next_experts,
-                cfg->next_expert_bytes);
+                x, y, k, m, choices, int(x_per_pair), ids, n_pairs, int32_t(n_expert), error_flag, error_tag);
   return launched(cfg, kGated ? "mmvq_id_decode_kernel (gate, up, glu)" : "mmvq_id_decode_kernel", dtype);
 }
 
