@@ -2,20 +2,20 @@
 # Decides cuda options that are off by default in one device call, from a bundle made by
 # scripts/gpu-pack-plugins.sh:
 #   export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64
-#   TESTS='CudaVsCpuArchs.StagedGemv*' ON='l2_prefetch: 8192' bash scripts/gpu-options-check.sh OUT
+#   TESTS='CudaVsCpuArchs.OneLaunch*' ON='dense_ffn_fused: true' bash scripts/gpu-options-check.sh OUT
 # 1. their tests (TESTS, a gtest filter; its logs in OUT/tests.log);
 # 2. compute-sanitizer memcheck of minfer-app with the options ON on two-layer synthetic models
 #    (MEMCHECK: ARCH/PRESET:TYPE specs, default the 0.5B at Q4_0 and Q4_K_M: its 4,864-wide
 #    down rows and 151,936-row lm_head), with any "one-launch kernel reads them" refusal shown;
 # 3. tg128 (P=512: pp512 too) with them on (side `on`) against off, alternated (MODELS, ROUNDS;
 #    more sides: SIDES and OPTS_x as scripts/gpu-ab-plugins.sh, e.g. SIDES="off=new on=new x=new"
-#    OPTS_x="l2_prefetch: 16384").
+#    OPTS_x="attn_out_fused: true").
 # The one-launch FFNs were decided with TESTS='CudaVsCpuArchs.OneLaunch*:Explain.CudaNamesPathsAndFusions'
 # ON='moe_ffn_fused: true, dense_ffn_fused: true, attn_out_fused: true'
 # MEMCHECK='qwen3moe/tiny:q4_k_m qwen2/tiny:q4_k_m' MODELS='moe12:q4_k_m 0.5b:q4_0 7b:q4_0'.
 set -uo pipefail
 out=${1:-/tmp/minfer-options}; mkdir -p "$out"
-: "${ON:?ON: the options to decide, as YAML map entries (ON='l2_prefetch: 8192')}"
+: "${ON:?ON: the options to decide, as YAML map entries (ON='dense_ffn_fused: true')}"
 [ -f .gpu/build/bin/libminfer_backend_cuda.so ] || bash .gpu/unpack.sh
 bin=$PWD/.gpu/build/bin
 export MINFER_TESTDATA=$PWD/.gpu/testdata

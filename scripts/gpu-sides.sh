@@ -1,7 +1,7 @@
 # scripts/gpu-sides.sh — sourced by the side-by-side GPU scripts: one run config per side of
 # $SIDES (default "main new"), written as OUT/LABEL.yaml. A side is "new" (the bundle's own
 # CUDA plugin), NAME (.gpu/alt/plugin-NAME.so) or LABEL=BASE: BASE's plugin with the backend
-# options in $OPTS_LABEL (SIDES="new on=new" OPTS_on="l2_prefetch: 8192": one plugin with an
+# options in $OPTS_LABEL (SIDES="new off=new" OPTS_off="staged_row_groups: false": one plugin with an
 # option on and off). $BENCH_LABEL, where set, is the minfer-bench that side runs (a host-side
 # change: SIDES="old=new new" BENCH_old=.gpu/alt/minfer-bench-old, one plugin, two hosts);
 # side_bench LABEL BIN prints it. $ENV_LABEL, where set, is environment for that side's runs

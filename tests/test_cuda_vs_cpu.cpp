@@ -244,19 +244,17 @@ TEST(CudaVsCpuArchs, OneLaunchFfnWithOutputProjectionAgrees) {
   expect_backends_agree("tiny", "q4_k_m", 16, 32, 0.1, 0, "qwen2", 0, "cpu", "cuda: {dense_ffn_fused: true, attn_out_fused: true, max_grid_blocks: 5}");
 }
 
-// Two staged-GEMV options that change how the weights travel, not what is summed, so the
-// logits are bit for bit those without: a warp asking its next rows into L2 (l2_prefetch;
-// nothing outside a weight is read: compute-sanitizer runs this too) and a chunk holding
-// consecutive short rows (staged_row_groups: each row's dot as before, from the same offset
-// from 16 bytes). Two blocks of the 0.5B (its 151,936-row lm_head of 896 values takes both;
-// its 4,864-wide down rows the prefetch), at Q4_0 (a Q8_0 lm_head: two rows a chunk) and
-// Q4_K_M, and a grid of five blocks (each warp many units of rows).
-TEST(CudaVsCpuArchs, StagedGemvOptionsLeaveLogitsAlone) {
+// A staged chunk holding consecutive short rows (staged_row_groups, the default) changes how
+// the weights travel, not what is summed: each row's dot as before, from the same offset from
+// 16 bytes, so the logits are bit for bit those of one row a chunk. Two blocks of the 0.5B (its
+// 151,936-row lm_head of 896 values), at Q4_0 (four rows a chunk), Q8_0 (two) and Q4_K_M (its
+// Q6_K lm_head: one), and a grid of five blocks (each warp many units of rows).
+TEST(CudaVsCpuArchs, StagedRowGroupsLeaveLogitsAlone) {
   if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  for (const char *on : {"cuda: {l2_prefetch: 8192}", "cuda: {staged_row_groups: true}", "cuda: {l2_prefetch: 8192, staged_row_groups: true}"})
-    for (const char *type : {"q4_0", "q4_k_m"}) expect_backends_agree("0.5b", type, 16, 8, 0.0, 2, "qwen2", 0, "cuda", on);
-  expect_backends_agree("0.5b", "q4_0", 16, 8, 0.0, 2, "qwen2", 0, "cuda: {max_grid_blocks: 5}",
-                        "cuda: {max_grid_blocks: 5, l2_prefetch: 2048, staged_row_groups: true}");
+  for (const char *type : {"q4_0", "q8_0", "q4_k_m"})
+    expect_backends_agree("0.5b", type, 16, 8, 0.0, 2, "qwen2", 0, "cuda: {staged_row_groups: false}", "cuda");
+  expect_backends_agree("0.5b", "q4_0", 16, 8, 0.0, 2, "qwen2", 0, "cuda: {max_grid_blocks: 5, staged_row_groups: false}",
+                        "cuda: {max_grid_blocks: 5}");
 }
 
 // The CPU's kernels for prompts (the tiled int8 GEMM, int8_gemm.hpp) against its scalar row

@@ -35,7 +35,6 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   int cc_major = 0;
   check_cuda(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device_), "reading the device's compute capability");
   cfg_.pdl = opts_.pdl && cc_major >= 9 ? 1 : 0;
-  cfg_.l2_prefetch = cc_major >= 9 ? int32_t(opts_.l2_prefetch) : 0;
   cfg_.row_groups = opts_.staged_row_groups ? 1 : 0;
   wgmma_ = opts_.mmq_wgmma && cc_major == 9 && minfer_cuda_wgmma_available();
   error_flag_ = static_cast<int32_t *>(alloc(2 * sizeof(int32_t)));

@@ -559,8 +559,7 @@ struct CudaPlugin {
     o.moe_ffn_fused = opts.take_bool("moe_ffn_fused", false);
     o.dense_ffn_fused = opts.take_bool("dense_ffn_fused", false);
     o.attn_out_fused = opts.take_bool("attn_out_fused", false);
-    o.l2_prefetch = opts.take_int("l2_prefetch", 0, 0, 1 << 20);  // bytes a staged GEMV warp keeps asked into L2 ahead
-    o.staged_row_groups = opts.take_bool("staged_row_groups", false);
+    o.staged_row_groups = opts.take_bool("staged_row_groups", true);
     o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);
     opts.finish();  // reject unknown keys before touching the device
     minfer_device_info info{};

@@ -59,14 +59,6 @@ __device__ __forceinline__ int copy_run_async(void *dst, const void *src, int by
 // Shared memory for a run of `bytes` bytes at any lead (copy_run_async).
 __host__ __device__ constexpr int run_slot_bytes(int64_t bytes) { return int((bytes + 30) / 16 * 16); }
 
-// The whole 16-byte pieces of [p, p + bytes) asked into L2 (sm_90's bulk prefetch: no
-// registers, no shared memory, nothing to wait for); the partial pieces at either end are left
-// out, so nothing outside the range is touched.
-__device__ __forceinline__ void prefetch_l2(const void *p, int64_t bytes) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p), from = (at + 15) & ~uintptr_t(15), to = (at + uintptr_t(bytes)) & ~uintptr_t(15);
-  if (bytes > 0 && to > from) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(from), "r"(unsigned(to - from)) : "memory");
-}
-
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\n" ::);
   asm volatile("cp.async.wait_group 0;\n" ::);

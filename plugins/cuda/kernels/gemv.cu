@@ -83,15 +83,8 @@ struct GemvParts {
   float eps;
   int first_b;  // parts from this one on are of the second block type (gemv_mixed_kernel), else n
   int act;      // with an up weight: the gate's activation (MINFER_CUDA_GLU_*)
-  int prefetch; // staged rows: bytes of its rows a warp keeps asked into L2 ahead of its copies, or 0
   int group;    // staged rows: consecutive rows a chunk holds (one part of one type, short rows), else 1
 };
-
-// Rows a staged warp keeps asked into L2 ahead (prefetch_l2) for a window of `bytes`: the
-// copies keep only kStages - 1 chunks an SM's warps in flight (bounded by shared memory), so
-// at one row a warp (a 7B's ffn_down) the DRAM waits stayed exposed; rows the L2 is already
-// fetching land in a copy sooner.
-__device__ __forceinline__ int64_t rows_ahead(int bytes, int64_t row_bytes) { return bytes > 0 ? (bytes + row_bytes - 1) / row_bytes : 0; }
 
 // Part p's entry of an array of the kernel parameter, by selects: indexing it with a run-time
 // p would copy the whole parameter struct to local memory.
@@ -340,16 +333,8 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const f
   // The chunk at load_at into ring buffer `slot` (nothing past the last row), as one copy group:
   // every lane commits a group per chunk, empty or not, so the groups count chunks alike.
   Cursor load_at{}, use_at{};
-  const int64_t ahead = rows_ahead(parts.prefetch, nb * int64_t(sizeof(Block)) * group);
-  const auto prefetch_row = [&](int64_t o, int64_t from) {  // unit o's bytes from `from` on
-    if (o >= units || lane != 0) return;
-    Cursor c;
-    start_row(c, o);
-    prefetch_l2(c.row + from, row_bytes(c) - from);
-  };
   const auto issue = [&](int slot) {
     if (load_at.o < units) {
-      if (ahead && load_at.off == 0) prefetch_row(load_at.o + ahead * stride, 0);  // a unit starts: the one `ahead` later
       constexpr int kPieces = ChunkShape<Block>::kPieces > ChunkShape<BlockB>::kPieces ? ChunkShape<Block>::kPieces : ChunkShape<BlockB>::kPieces;
       copy_run_async<kPieces>(ring + slot * kSlotBytes, load_at.row + load_at.off, chunk_bytes(load_at), lane);
       advance(load_at);
@@ -358,7 +343,6 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const f
   };
   start_row(load_at, int64_t(blockIdx.x) * kW + (threadIdx.x >> 5));
   use_at = load_at;
-  for (int64_t r = 0; r < ahead; ++r) prefetch_row(load_at.o + r * stride, r == 0 ? (kS - 1) * int64_t(full_chunk(load_at)) : 0);
 #pragma unroll
   for (int s = 0; s < kS - 1; ++s) issue(s);
   wait_for_inputs();  // the first chunks (weights: no kernel writes them) load during the previous kernel's tail
@@ -434,16 +418,8 @@ __device__ __forceinline__ void gemv_staged_pairs(const GemvParts &parts, const 
   // The pair at load_at into buffers 2 * pair and 2 * pair + 1 (nothing past the last row) as
   // one copy group: every lane commits a group per pair, empty or not.
   Cursor load_at{int64_t(blockIdx.x) * kW + (threadIdx.x >> 5), 0}, use_at = load_at;
-  const int64_t ahead = rows_ahead(parts.prefetch, 2 * row_bytes);
-  const auto prefetch_rows = [&](int64_t o, int64_t from) {  // the gate's and up's row o from `from` on
-    if (o >= rows || lane != 0) return;
-    prefetch_l2(w[0] + o * row_bytes + from, row_bytes - from);
-    prefetch_l2(w[1] + o * row_bytes + from, row_bytes - from);
-  };
-  for (int64_t r = 0; r < ahead; ++r) prefetch_rows(load_at.o + r * stride, r == 0 ? kPairs * int64_t(kFull) : 0);
   const auto issue = [&](int pair) {
     if (load_at.o < rows) {
-      if (ahead && load_at.off == 0) prefetch_rows(load_at.o + ahead * stride, 0);  // a row starts: the one `ahead` later
 #pragma unroll
       for (int n = 0; n < 2; ++n)
         copy_run_async<ChunkShape<Block>::kPieces>(ring + (2 * pair + n) * kSlotBytes, w[n] + load_at.o * row_bytes + load_at.off,
@@ -569,7 +545,6 @@ GemvParts gemv_parts(const minfer_cuda_launch_cfg *cfg, const minfer_cuda_gemv_p
   }
   gp.n = gp.first_b = n_parts;
   gp.norm_w = norm_w, gp.eps = eps;
-  gp.prefetch = cfg->l2_prefetch;
   gp.group = 1;
   return gp;
 }

@@ -20,8 +20,6 @@ typedef struct minfer_cuda_launch_cfg {
   const char *kernel_name; /* out: the last kernel launched (static string), for error messages */
   int32_t kernel_dtype;    /* out: the dtype it was instantiated for, or -1 */
   int32_t pdl;             /* launch with programmatic dependent launch (grid.cuh launch_kernel()) */
-  int32_t l2_prefetch;     /* bytes of weight rows a staged GEMV warp keeps prefetched into L2 ahead of its
-                              copies (gemv.cu gemv_staged_rows/_pairs; sm_90's bulk prefetch), 0: none */
   int32_t row_groups;      /* staged GEMVs of very many short rows put consecutive rows in one chunk (gemv.cu gemv_row_group) */
 } minfer_cuda_launch_cfg;
 
