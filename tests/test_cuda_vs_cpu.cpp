@@ -257,6 +257,16 @@ TEST(CudaVsCpuArchs, StagedRowGroupsLeaveLogitsAlone) {
                         "cuda: {max_grid_blocks: 5}");
 }
 
+// Two blocks of 18 warps an SM for staged rows past the deep form's 28 an SM
+// (staged_twin_blocks) move rows between warps, not what a row sums: the logits are the same
+// bits. Two blocks of Qwen2-7B (its 4,608 QKV rows, three parts, on a 132-SM GPU) and of
+// LLaMA-7B (its 4,096 O rows and 4,096 down rows of 11,008 values), at Q4_0.
+TEST(CudaVsCpuArchs, StagedTwinBlocksLeaveLogitsAlone) {
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  for (const char *arch : {"qwen2", "llama"})
+    expect_backends_agree("7b", "q4_0", 4, 8, 0.0, 2, arch, 0, "cuda", "cuda: {staged_twin_blocks: true}");
+}
+
 // The CPU's kernels for prompts (the tiled int8 GEMM, int8_gemm.hpp) against its scalar row
 // dots, on each SIMD isa this machine has: the same 8-bit activations, so the logits differ
 // only by float summation order. 128 prompt tokens take the GEMM, the 16 single steps the row

@@ -70,6 +70,10 @@ struct DeviceOptions {
   // gemv_row_group). Measured on an H100: tg128 0.5B Q4_0 1,531 vs 1,482 t/s, Q8_0 1,362 vs
   // 1,322 (four alternating rounds); 1.5B and 7B (longer rows) unchanged.
   bool staged_row_groups = true;
+  // Staged rows that the deep form's 28 warps an SM would still leave some warps two of take
+  // two blocks of 18 warps an SM (kernels/gemv.cu kTwinWarps: a 7B's 4,608 QKV rows, an 8B's
+  // 4,096 O and down rows), one row a warp. Off until measured.
+  bool staged_twin_blocks = false;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
   int64_t w16_cache_min_bytes = int64_t(2) << 30;

@@ -560,6 +560,7 @@ struct CudaPlugin {
     o.dense_ffn_fused = opts.take_bool("dense_ffn_fused", false);
     o.attn_out_fused = opts.take_bool("attn_out_fused", false);
     o.staged_row_groups = opts.take_bool("staged_row_groups", true);
+    o.staged_twin_blocks = opts.take_bool("staged_twin_blocks", false);
     o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);
     opts.finish();  // reject unknown keys before touching the device
     minfer_device_info info{};

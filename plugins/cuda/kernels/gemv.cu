@@ -227,6 +227,12 @@ constexpr int kWideWarps = 16;
 // Q4_0 tg128 462.6 -> 478.2 t/s, Q4_K_M 421.2 -> 430.7 for the O projection's part).
 constexpr int kDeepWarps = 28;
 constexpr int kDeepStages = 3;
+// Past kDeepWarps rows an SM (a 7B's 4,608 QKV rows: 1,440 of 3,168 warps took two at three
+// blocks of eight), up to 36: two blocks of kTwinWarps an SM (cuda option staged_twin_blocks),
+// 56 registers, two buffers a ring (three do not fit twice beside x): a warp's one row of one
+// chunk is all in flight at once.
+constexpr int kTwinWarps = 18;
+constexpr int kTwinStages = 2;
 
 // One pass of chunk_dot over the blocks of one parity (every other block, from `parity`),
 // whose words all lie as W reads them: the whole warp takes one alignment, so no lane's
@@ -507,7 +513,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvBlocksPerSm<Block>) gemv_qua
 constexpr int kStagedBlocksPerSm = 3;
 
 template <class Block, bool kGated, class BlockB = Block, int kW = kWarps, int kS = kStages>
-__global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStagedBlocksPerSm : 1) gemv_staged_kernel(const __grid_constant__ GemvParts parts,
+__global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStagedBlocksPerSm : kW == kTwinWarps ? 2 : 1) gemv_staged_kernel(const __grid_constant__ GemvParts parts,
                                                                                                      const Block *up, const float *x, int64_t k) {
   static_assert(!kGated || kS == kStages, "gated rows take the ring as pairs of kStages / 2");
   extern __shared__ __align__(16) minfer_cuda_q8_act xs[];  // the rings take 16-byte copies and loads
@@ -620,6 +626,10 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
     const bool deep = staged && !up && m > int64_t(warps) * per_sm * sms && m <= kDeepWarps * sms &&
                       staged_smem_bytes(k / 32, kDeepWarps, kDeepStages) <= size_t(optin);
     if (deep) warps = kDeepWarps, per_sm = 1, smem = staged_smem_bytes(k / 32, kDeepWarps, kDeepStages);
+    const size_t twin_smem = staged_smem_bytes(k / 32, kTwinWarps, kTwinStages);
+    const bool twin = staged && !up && !deep && cfg->twin_blocks && m > int64_t(warps) * per_sm * sms && m <= 2 * kTwinWarps * sms &&
+                      twin_smem <= size_t(optin) && 2 * (twin_smem + 1024) <= size_t(per_sm_smem);
+    if (twin) warps = kTwinWarps, per_sm = 2, smem = twin_smem;
     if (staged && !up && n_parts == 1 && cfg->row_groups && m >= kStagedShortRowsFrom) gp.group = gemv_row_group<Block>(k);
     const int64_t blocks = gemv_blocks(cfg, (m + gp.group - 1) / gp.group, per_warp, sm_count, per_sm, warps);
     const auto run = [&](auto kernel, const Block *up_w) {
@@ -628,6 +638,7 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
     };
     const Block *up_w = static_cast<const Block *>(up);
     if (deep) run(gemv_staged_kernel<Block, false, Block, kDeepWarps, kDeepStages>, nullptr);
+    else if (twin) run(gemv_staged_kernel<Block, false, Block, kTwinWarps, kTwinStages>, nullptr);
     else if (wide) up ? run(gemv_staged_kernel<Block, true, Block, kWideWarps>, up_w) : run(gemv_staged_kernel<Block, false, Block, kWideWarps>, nullptr);
     else if (staged) up ? run(gemv_staged_kernel<Block, true>, up_w) : run(gemv_staged_kernel<Block, false>, nullptr);
     else up ? run(gemv_quantizing_kernel<Block, true>, up_w) : run(gemv_quantizing_kernel<Block, false>, nullptr);

@@ -21,6 +21,7 @@ typedef struct minfer_cuda_launch_cfg {
   int32_t kernel_dtype;    /* out: the dtype it was instantiated for, or -1 */
   int32_t pdl;             /* launch with programmatic dependent launch (grid.cuh launch_kernel()) */
   int32_t row_groups;      /* staged GEMVs of very many short rows put consecutive rows in one chunk (gemv.cu gemv_row_group) */
+  int32_t twin_blocks;     /* staged GEMVs of up to 36 rows an SM: two blocks of kTwinWarps an SM, one row a warp (gemv.cu) */
 } minfer_cuda_launch_cfg;
 
 /* elementwise.cu */
