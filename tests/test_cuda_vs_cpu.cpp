@@ -257,6 +257,17 @@ TEST(CudaVsCpuArchs, StagedRowGroupsLeaveLogitsAlone) {
                         "cuda: {max_grid_blocks: 5}");
 }
 
+// Every short-row GEMV of a launch of at least 512 rows staged (staged_short_rows_from), as
+// many rows a chunk as fit: the 0.5B's QKV (three parts: 896, 128 and 128 rows, four Q4_0 rows
+// a unit, two Q8_0, no unit across parts), its O projection and its gate/up pairs, at Q4_0 and
+// Q8_0 against the CPU; and at 4096 (only the gate/up pairs), and on a grid of five blocks.
+TEST(CudaVsCpuArchs, StagedShortRowsAgree) {
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  for (const char *type : {"q4_0", "q8_0"}) expect_backends_agree("0.5b", type, 16, 8, 0.2, 2, "qwen2", 0, "cpu", "cuda: {staged_short_rows_from: 512}");
+  expect_backends_agree("0.5b", "q4_0", 16, 8, 0.2, 2, "qwen2", 0, "cpu", "cuda: {staged_short_rows_from: 4096}");
+  expect_backends_agree("0.5b", "q4_0", 16, 8, 0.2, 2, "qwen2", 0, "cpu", "cuda: {staged_short_rows_from: 512, max_grid_blocks: 5}");
+}
+
 // Two blocks of 18 warps an SM for staged rows past the deep form's 28 an SM
 // (staged_twin_blocks) move rows between warps, not what a row sums: the logits are the same
 // bits. Two blocks of Qwen2-7B (its 4,608 QKV rows, three parts, on a 132-SM GPU) and of

@@ -37,6 +37,7 @@ CudaDevice::CudaDevice(int device, const DeviceOptions &opts, const sdk::Host &h
   cfg_.pdl = opts_.pdl && cc_major >= 9 ? 1 : 0;
   cfg_.row_groups = opts_.staged_row_groups ? 1 : 0;
   cfg_.twin_blocks = opts_.staged_twin_blocks ? 1 : 0;
+  cfg_.short_rows_from = opts_.staged_short_rows_from;
   wgmma_ = opts_.mmq_wgmma && cc_major == 9 && minfer_cuda_wgmma_available();
   error_flag_ = static_cast<int32_t *>(alloc(2 * sizeof(int32_t)));
   check_cuda(cudaMemset(error_flag_, 0, 2 * sizeof(int32_t)), "clearing the error flag");

@@ -74,6 +74,10 @@ struct DeviceOptions {
   // two blocks of 18 warps an SM (kernels/gemv.cu kTwinWarps: a 7B's 4,608 QKV rows, an 8B's
   // 4,096 O and down rows), one row a warp. Off until measured.
   bool staged_twin_blocks = false;
+  // One-token GEMVs of rows of at most 1024 values (a 0.5B's projections) stream them through
+  // the warps' rings, as many consecutive rows a chunk as fit, where a launch has at least
+  // this many (the default, 32,768: only a small model's lm_head; lower ones await measuring).
+  int64_t staged_short_rows_from = 32768;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
   int64_t w16_cache_min_bytes = int64_t(2) << 30;
@@ -170,6 +174,9 @@ class CudaDevice {
   // one dtype, or two where the GEMV mixes them (minfer_cuda_gemv_mixable), the first's parts
   // first.
   bool one_gemv_launch(std::span<const int32_t> dtypes, int64_t k, int64_t tokens) const;
+  // Whether a one-token GEMV of m rows of k values streams them through the warps' rings
+  // (gemv_staged_kernel), with this device's options.
+  bool gemv_staged(int64_t k, int64_t m) const { return minfer_cuda_gemv_staged(&cfg_, k, m) != 0; }
   // Whether a step of these products can take the norm folded in: the one-token GEMV (into its
   // dot products), the few-token tensor-core path (into x's quantizing).
   bool folds_norm(std::span<const int32_t> dtypes, int64_t k, int64_t tokens, const float *norm_w) const;

@@ -330,9 +330,7 @@ class CudaSegment : public sdk::Segment {
   }
 
   // The one-token GEMV's kernel for rows of k values, m of them in the launch (gemv.cu).
-  static std::string gemv_kernel(int64_t k, int64_t m) {
-    return minfer_cuda_gemv_staged(k, m) ? "gemv_staged_kernel" : "gemv_quantizing_kernel";
-  }
+  std::string gemv_kernel(int64_t k, int64_t m) const { return dev_.gemv_staged(k, m) ? "gemv_staged_kernel" : "gemv_quantizing_kernel"; }
 
   std::string explain_matmul(size_t i, int64_t tokens) const {
     const minfer_node &n = nodes_[i].node();
@@ -561,6 +559,7 @@ struct CudaPlugin {
     o.attn_out_fused = opts.take_bool("attn_out_fused", false);
     o.staged_row_groups = opts.take_bool("staged_row_groups", true);
     o.staged_twin_blocks = opts.take_bool("staged_twin_blocks", false);
+    o.staged_short_rows_from = opts.take_int("staged_short_rows_from", 32768, 1, int64_t(1) << 40);
     o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);
     opts.finish();  // reject unknown keys before touching the device
     minfer_device_info info{};

@@ -310,8 +310,8 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const f
   constexpr bool kMixed = !std::is_same_v<Block, BlockB>;
   const int lane = threadIdx.x & 31;
   const int64_t nb = ns / QBlock<Block>::kSubs, nb_b = ns / QBlock<BlockB>::kSubs;
-  // A warp's cursor walks units of `group` consecutive rows (1 but for short rows of one part
-  // and type, whose unit is one chunk: gemv_row_group).
+  // A warp's cursor walks units of `group` consecutive rows (1 but for short rows of one type,
+  // whose unit is one chunk: gemv_row_group; every part but the last whole units).
   const int64_t rows = parts.end[parts.n - 1], group = parts.group, units = (rows + group - 1) / group, stride = int64_t(gridDim.x) * kW;
   struct Cursor {
     int64_t o, r, off;  // unit (row) of the launch, its part's row, the chunk's byte offset in it
@@ -372,7 +372,7 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const f
         if (aligned) chunk_dot<Block, 1, kUnpack16<Block>>(blocks, int(ns), xs, lane, part);
         else chunk_dot<Block, 1>(blocks, int(ns), xs, lane, part);
         const float v = scale * warp_sum(part[0]);
-        if (lane == 0) store_row(parts, 0, use_at.o * group + g, v);
+        if (lane == 0) store_row(parts, use_at.p, use_at.r + g, v);  // a unit lies in one part
       }
       advance(use_at);
       continue;
@@ -575,8 +575,10 @@ extern "C" int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k) {
 
 // Short rows (k <= 1024) stream through the rings too where a launch has this many rows (a
 // small model's lm_head: 151,936 rows of 896 values): a lane reading its own block of a short
-// row in 2- or 4-byte pieces leaves most of each sector it fetches unused.
+// row in 2- or 4-byte pieces leaves most of each sector it fetches unused. The cuda option
+// staged_short_rows_from sets it (the launch's cfg, 0: this).
 constexpr int64_t kStagedShortRowsFrom = 32768;
+int64_t short_rows_from(const minfer_cuda_launch_cfg *cfg) { return cfg && cfg->short_rows_from > 0 ? cfg->short_rows_from : kStagedShortRowsFrom; }
 
 // Consecutive rows of k values a staged chunk holds where a launch has very many short ones
 // (a small model's lm_head: 151,936 rows of 896 values, Q8_0's 952 bytes): one row a chunk
@@ -588,10 +590,10 @@ int64_t gemv_row_group(int64_t k) {
   return 2 * row <= ChunkShape<Block>::kBytes ? ChunkShape<Block>::kBytes / row : 1;
 }
 
-extern "C" int minfer_cuda_gemv_staged(int64_t k, int64_t m) {
+extern "C" int minfer_cuda_gemv_staged(const minfer_cuda_launch_cfg *cfg, int64_t k, int64_t m) {
   int device = 0, optin = 48 * 1024;
   if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  return (k / 32 > 32 || m >= kStagedShortRowsFrom) && staged_smem_bytes(k / 32) <= size_t(optin);
+  return (k / 32 > 32 || m >= short_rows_from(cfg)) && staged_smem_bytes(k / 32) <= size_t(optin);
 }
 
 extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
@@ -613,7 +615,7 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
     // Long rows stream through the warps' rings where those fit beside x (gemv_staged_rows: a
     // chunk's first piece may start up to 15 bytes before it, still inside the weights'
     // allocation, whose start the driver aligns far more).
-    staged = minfer_cuda_gemv_staged(k, m);
+    staged = minfer_cuda_gemv_staged(cfg, k, m);
     const int64_t per_warp = !staged && k / 32 <= 32 ? (up ? kShortRows / 2 : kShortRows) : 1;  // rows a warp takes at once
     const bool wide = staged && k > kWideFrom && staged_smem_bytes(k / 32, kWideWarps) <= size_t(optin);
     int warps = wide ? kWideWarps : kWarps;
@@ -621,17 +623,22 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, 
     // As many blocks an SM as the registers allow and the shared memory holds (the runtime keeps 1 KiB a block).
     const int most_per_sm = wide ? 1 : staged ? kStagedBlocksPerSm : kGemvBlocksPerSm<Block>;
     int per_sm = int(std::max<size_t>(1, std::min<size_t>(most_per_sm, size_t(per_sm_smem) / (smem + 1024))));
+    if (staged && !up && cfg->row_groups && k / 32 <= 32) {  // short rows: as many a chunk as fit, no unit across two parts
+      gp.group = gemv_row_group<Block>(k);
+      for (int i = 0; i + 1 < n_parts; ++i)
+        if (parts[i].m % gp.group != 0) gp.group = 1;
+    }
+    const int64_t units = (m + gp.group - 1) / gp.group;  // a warp's work items: rows, or groups of short rows
     // Staged rows that would leave some warps two and a 28-warp block an SM gives each at most one.
     const int64_t sms = sm_count > 0 ? sm_count : 132;
-    const bool deep = staged && !up && m > int64_t(warps) * per_sm * sms && m <= kDeepWarps * sms &&
+    const bool deep = staged && !up && units > int64_t(warps) * per_sm * sms && units <= kDeepWarps * sms &&
                       staged_smem_bytes(k / 32, kDeepWarps, kDeepStages) <= size_t(optin);
     if (deep) warps = kDeepWarps, per_sm = 1, smem = staged_smem_bytes(k / 32, kDeepWarps, kDeepStages);
     const size_t twin_smem = staged_smem_bytes(k / 32, kTwinWarps, kTwinStages);
-    const bool twin = staged && !up && !deep && cfg->twin_blocks && m > int64_t(warps) * per_sm * sms && m <= 2 * kTwinWarps * sms &&
+    const bool twin = staged && !up && !deep && cfg->twin_blocks && units > int64_t(warps) * per_sm * sms && units <= 2 * kTwinWarps * sms &&
                       twin_smem <= size_t(optin) && 2 * (twin_smem + 1024) <= size_t(per_sm_smem);
     if (twin) warps = kTwinWarps, per_sm = 2, smem = twin_smem;
-    if (staged && !up && n_parts == 1 && cfg->row_groups && m >= kStagedShortRowsFrom) gp.group = gemv_row_group<Block>(k);
-    const int64_t blocks = gemv_blocks(cfg, (m + gp.group - 1) / gp.group, per_warp, sm_count, per_sm, warps);
+    const int64_t blocks = gemv_blocks(cfg, units, per_warp, sm_count, per_sm, warps);
     const auto run = [&](auto kernel, const Block *up_w) {
       if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       if (e == cudaSuccess) launch_kernel(cfg, kernel, unsigned(blocks), warps * 32, smem, gp, up_w, x, k);

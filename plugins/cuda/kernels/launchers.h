@@ -22,6 +22,7 @@ typedef struct minfer_cuda_launch_cfg {
   int32_t pdl;             /* launch with programmatic dependent launch (grid.cuh launch_kernel()) */
   int32_t row_groups;      /* staged GEMVs of very many short rows put consecutive rows in one chunk (gemv.cu gemv_row_group) */
   int32_t twin_blocks;     /* staged GEMVs of up to 36 rows an SM: two blocks of kTwinWarps an SM, one row a warp (gemv.cu) */
+  int64_t short_rows_from; /* one-token GEMVs of rows of at most 1024 values stage them from this many rows a launch (0: gemv.cu's default) */
 } minfer_cuda_launch_cfg;
 
 /* elementwise.cu */
@@ -309,7 +310,7 @@ int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k);
 /* Whether m rows of k values stream through shared memory on the current device
  * (gemv_staged_kernel: past 1024 values, or shorter rows where there are very many of them,
  * where the warps' buffers fit), else one row or a few short rows a warp. */
-int minfer_cuda_gemv_staged(int64_t k, int64_t m);
+int minfer_cuda_gemv_staged(const minfer_cuda_launch_cfg *cfg, int64_t k, int64_t m);
 cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
                                         const void *up, int32_t act, const float *x, int64_t k, const float *norm_w, float eps,
                                         int32_t sm_count);
