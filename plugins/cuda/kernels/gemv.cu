@@ -301,9 +301,10 @@ __device__ __forceinline__ void chunk_dot(const Block *const (&blocks)[N], int s
 // Register sets x's quantizing pass rotates through (quantize_to_shared): 8 warps take a 3584-value
 // x in two passes, both loads out at once with two sets; 16 warps (k > 8192) take five or more
 // (five sets, all at once, measured slower than three: H100 7B Q4_K_M tg128 394 vs 398);
-// 28 (kDeepWarps) take three passes of 18,944 values, two sets under their 72 registers.
+// 28 (kDeepWarps) take three passes of 18,944 values, two sets under their 72 registers; 18
+// (kTwinWarps) one set under their 56 (one pass up to 4,608 values: a 7B's QKV).
 template <int kW>
-constexpr int kQuantizeBufs = kW == kWideWarps ? 3 : 2;
+constexpr int kQuantizeBufs = kW == kWideWarps ? 3 : kW == kTwinWarps ? 1 : 2;
 
 template <class Block, class BlockB = Block, int kW = kWarps, int kS = kStages>
 __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const float *x, int64_t ns, minfer_cuda_q8_act *xs, uint8_t *ring) {
