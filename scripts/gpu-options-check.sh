@@ -16,7 +16,9 @@
 # Stop 73's two (unmeasured when written): TESTS='CudaVsCpuArchs.StagedTwin*:CudaVsCpuArchs.StagedShortRows*'
 # ON='staged_twin_blocks: true, staged_short_rows_from: 512' MEMCHECK='qwen2/0.5b:q4_0 qwen2/7b:q4_0'
 # SIDES="off=new t=new s=new s4=new" OPTS_t="staged_twin_blocks: true" OPTS_s="staged_short_rows_from: 512"
-# OPTS_s4="staged_short_rows_from: 4096" MODELS='0.5b:q4_0 0.5b:q8_0 7b:q4_0'.
+# OPTS_s4="staged_short_rows_from: 4096" MODELS='0.5b:q4_0 0.5b:q8_0 7b:q4_0'; and the experts' one:
+# TESTS='CudaVsCpuArchs.StagedExpertPairs*:Explain.CudaNamesPathsAndFusions' ON='staged_expert_pairs: true'
+# MEMCHECK='qwen3moe/tiny:q4_k_m qwen3moe/tiny:q4_0' MODELS='moe12:q4_k_m'.
 set -uo pipefail
 out=${1:-/tmp/minfer-options}; mkdir -p "$out"
 : "${ON:?ON: the options to decide, as YAML map entries (ON='dense_ffn_fused: true')}"

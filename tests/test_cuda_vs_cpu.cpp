@@ -201,6 +201,19 @@ TEST(CudaVsCpuArchs, TinyMoeAgrees) {
   for (const char *type : {"q4_0", "q8_0"}) expect_backends_agree("tiny", type, 256, 32, 0.1, 0, "qwen3moe", 0.5, "cpu: {isa: avx2}");
 }
 
+// A decode token's gate/up experts through the staged GEMV's rings (staged_expert_pairs:
+// gemv_staged_experts_kernel, the rows' addresses from the ids): the tiny Qwen3-MoE at the
+// block types of TinyMoeAgrees, on a grid of five blocks too (each warp rows of several
+// pairs), and two layers of the 30B-A3B preset (eight of 128 experts, 768 rows of 2048
+// values a gate) against the CPU.
+TEST(CudaVsCpuArchs, StagedExpertPairsAgree) {
+  if (const std::string why = minfer::test::cuda_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  for (const char *type : {"q4_0", "q8_0", "q4_k_m"})
+    expect_backends_agree("tiny", type, 256, 32, 0.1, 0, "qwen3moe", 0.5, "cpu", "cuda: {staged_expert_pairs: true}");
+  expect_backends_agree("tiny", "q4_k_m", 256, 32, 0.1, 0, "qwen3moe", 0.5, "cpu", "cuda: {staged_expert_pairs: true, max_grid_blocks: 5}");
+  expect_backends_agree("30b-a3b", "q4_k_m", 4, 8, 0.2, 2, "qwen3moe", 0.5, "cpu", "cuda: {staged_expert_pairs: true}");
+}
+
 // A decode token's routed FFN in one launch (ffn_decode_kernel: the router, gate/up and
 // down experts as stages of one grid) computes each stage as its three launches do, in the
 // same order: the logits bit for bit those with moe_ffn_fused off, also on a grid of five

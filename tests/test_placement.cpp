@@ -348,6 +348,11 @@ TEST(Explain, CudaNamesPathsAndFusions) {
   EXPECT_NE(kernel_lines(m, "blk.0.attn_q_rope").find("64: rope_f32_kernel (the pair in one launch, each head RMS-normalized first)"),
             std::string::npos) << m;
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_gate_exps").find("1: mmvq_id_decode_kernel"), std::string::npos) << m;
+  // staged_expert_pairs: a decode token's gate/up experts through the staged GEMV's rings; a
+  // prompt's keep the routed kernel.
+  const std::string st = explain_tiny("backends: {cuda: {staged_expert_pairs: true}}\n", "qwen3moe", "q4_0");
+  EXPECT_NE(kernel_lines(st, "blk.0.ffn_gate_exps").find("1: gemv_staged_experts_kernel"), std::string::npos) << st;
+  EXPECT_NE(kernel_lines(st, "blk.0.ffn_gate_exps").find("64: mmvq_id_kernel"), std::string::npos) << st;
   // The down experts, their weighted sum and its residual add: one launch for a decode token.
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_down_exps").find("1: mmvq_id_sum_decode_kernel"), std::string::npos) << m;
   EXPECT_NE(kernel_lines(m, "blk.0.ffn_down_exps").find("64: mmvq_id_kernel"), std::string::npos) << m;

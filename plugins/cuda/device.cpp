@@ -562,6 +562,10 @@ void CudaDevice::moe_sum_f32(const float *y, const float *w, float *out, int64_t
   check_launch(minfer_cuda_moe_sum_f32(&cfg_, y, w, add, out, d, k, rows));
 }
 
+bool CudaDevice::experts_staged(int32_t dtype, int64_t k, int64_t m, int64_t choices, int64_t rows, bool gated, bool x_per_pair) const {
+  return opts_.staged_expert_pairs && gated && !x_per_pair && rows == 1 && minfer_cuda_experts_staged_supported(dtype, k, m, choices);
+}
+
 void CudaDevice::matmul_id(const ExpertMatmul &e, const float *x, const int32_t *ids, float *y, int32_t node_tag, float *gate_out,
                            float *up_out) {
   const int64_t pairs = e.choices * e.rows;
@@ -573,6 +577,9 @@ void CudaDevice::matmul_id(const ExpertMatmul &e, const float *x, const int32_t 
   if (!direct)
     check_launch(minfer_cuda_moe_route(&cfg_, ids, pairs, e.n_expert, route, e.up && !int8_experts(e) ? gate_out : y, e.m, error_flag_, node_tag));
   const int32_t per_pair = e.x_per_pair ? 1 : 0;
+  if (direct && experts_staged(e.dtype, e.k, e.m, e.choices, e.rows, e.up != nullptr, e.x_per_pair))
+    return check_launch(minfer_cuda_experts_staged(&cfg_, e.dtype, e.w, e.up, e.act, x, y, e.k, e.m, e.n_expert, e.choices, ids, error_flag_,
+                                                   node_tag, sm_count_));
   if (direct)
     return check_launch(minfer_cuda_mmvq_id_decode(&cfg_, e.dtype, e.w, e.up, e.act, x, y, e.k, e.m, e.n_expert, pairs, e.choices, per_pair,
                                                    ids, error_flag_, node_tag, sm_count_));

@@ -78,6 +78,10 @@ struct DeviceOptions {
   // the warps' rings, as many consecutive rows a chunk as fit, where a launch has at least
   // this many (the default, 32,768: only a small model's lm_head; lower ones await measuring).
   int64_t staged_short_rows_from = 32768;
+  // A decode token's gate/up experts stream through the staged GEMV's rings (kernels/gemv.cu
+  // gemv_staged_experts_kernel) instead of each lane loading its sub-blocks into registers
+  // (moe.cu mmvq_id_decode_kernel: ~36% of DRAM peak on an H100). Off until measured.
+  bool staged_expert_pairs = false;
   // Keep an f16 copy of every matmul weight that takes the f16 GEMM (warmed at compile) once
   // the backend's matmul weights total at least this many bytes; below it dequantize per call.
   int64_t w16_cache_min_bytes = int64_t(2) << 30;
@@ -223,6 +227,8 @@ class CudaDevice {
   void matmul_id(const ExpertMatmul &e, const float *x, const int32_t *ids, float *y, int32_t node_tag, float *gate_out = nullptr,
                  float *up_out = nullptr);
   static bool int8_experts(const ExpertMatmul &e);  // the experts take moe.cu's dp4a kernel (dtype and k decide)
+  // A decode token's gate/up experts on the staged rings (the option staged_expert_pairs).
+  bool experts_staged(int32_t dtype, int64_t k, int64_t m, int64_t choices, int64_t rows, bool gated, bool x_per_pair) const;
   static void check_expert_alignment(const ExpertMatmul &e);  // a clear error where those kernels cannot read the weights
   // A decode token's expert matmul (ungated, one row of choices) and the weighted sum of its
   // choices, out = add + sum_p wts[p] y[p], in one launch; false (nothing run) where

@@ -128,6 +128,10 @@ class CudaSegment : public sdk::Segment {
       if (expert_sum_fused(i, tokens))
         return std::string("mmvq_id_sum_decode_kernel (dp4a; reads the ids, quantizes its activations itself, and sums the ") +
                std::to_string(choices) + " experts' rows by their weights" + (plan_.fuse_sum_add[i + 1] ? ", the residual add too)" : ")");
+      if (decode && plan_.fuse_glu[i] &&
+          dev_.experts_staged(n.inputs[0]->dtype, n.inputs[0]->shape[0], n.inputs[0]->shape[1], choices, tokens, true, n.inputs[1]->rank == 3))
+        return "gemv_staged_experts_kernel (dp4a; the chosen experts' gate and up rows through the staged GEMV's rings once it has read "
+               "the ids), gate, up and the activation in one launch";
       return std::string(decode ? "mmvq_id_decode_kernel (dp4a; reads the ids and quantizes its activations itself)"
                          : int8 ? "mmvq_id_kernel (dp4a on 8-bit activations; each chosen expert's rows read once for its tokens)"
                                 : "matmul_id_kernel (f32 math, rows decoded per token)") +
@@ -560,6 +564,7 @@ struct CudaPlugin {
     o.staged_row_groups = opts.take_bool("staged_row_groups", true);
     o.staged_twin_blocks = opts.take_bool("staged_twin_blocks", false);
     o.staged_short_rows_from = opts.take_int("staged_short_rows_from", 32768, 1, int64_t(1) << 40);
+    o.staged_expert_pairs = opts.take_bool("staged_expert_pairs", false);
     o.w16_cache_min_bytes = opts.take_int("w16_cache_min_bytes", int64_t(2) << 30, 0, INT64_MAX);
     opts.finish();  // reject unknown keys before touching the device
     minfer_device_info info{};

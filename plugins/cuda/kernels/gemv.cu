@@ -400,19 +400,52 @@ __device__ __forceinline__ void gemv_staged_rows(const GemvParts &parts, const f
   }
 }
 
-// Gated rows (one part: the gate W and `up`, y[r] = act(W[r].x) * up[r].x): the gate's and the
-// up row's chunks at the same columns go into the ring as a pair, two of its buffers, and the
-// warp multiplies both at once, so every block of x read from shared memory serves two weight
-// blocks, and both rows' sums take one reduction. kStages / 2 pairs: one lands while the warp
-// multiplies the other.
-template <class Block, int kW = kWarps>
-__device__ __forceinline__ void gemv_staged_pairs(const GemvParts &parts, const Block *up, const float *x, int64_t ns, minfer_cuda_q8_act *xs,
-                                                  uint8_t *ring) {
+// Where gemv_staged_pairs finds its gated rows and puts their results. A dense FFN's: row o of
+// the gate W and of `up`, y[o] (parts' one part).
+struct DensePairRows {
+  const uint8_t *w[2];
+  int64_t row_bytes;
+  const GemvParts *parts;
+  __device__ __forceinline__ const uint8_t *at(int n, int64_t o) const { return w[n] + o * row_bytes; }
+  __device__ __forceinline__ void store(int64_t o, float v) const { store_row(*parts, 0, o, v); }
+};
+
+// A decode token's chosen experts' (gemv_staged_experts_kernel): row o is row o % m of pair
+// o / m's expert, whose first row's index the block put in shared memory; y[o] (pair-major),
+// NaN for a pair whose id was bad. The pair is o / m by a float reciprocal, corrected once.
+struct ExpertPairRows {
+  const uint8_t *w[2];
+  int64_t row_bytes;
+  const int64_t *first_row;  // shared: pair p's expert's first row (e * m)
+  int m;
+  float inv_m;
+  float *y;
+  unsigned bad;  // a bit a pair
+  __device__ __forceinline__ int pair_of(int64_t o) const {
+    int p = int((float(o) + 0.5f) * inv_m);
+    if (int64_t(p) * m > o) --p;
+    else if (int64_t(p + 1) * m <= o) ++p;
+    return p;
+  }
+  __device__ __forceinline__ const uint8_t *at(int n, int64_t o) const {
+    const int p = pair_of(o);
+    return w[n] + (first_row[p] + (o - int64_t(p) * m)) * row_bytes;
+  }
+  __device__ __forceinline__ void store(int64_t o, float v) const { y[o] = bad && ((bad >> pair_of(o)) & 1u) ? __int_as_float(0x7fc00000) : v; }
+};
+
+// Gated rows (the gate W and `up`, y[r] = act(W[r].x) * up[r].x; where they lie and where the
+// results go: Rows): the gate's and the up row's chunks at the same columns go into the ring
+// as a pair, two of its buffers, and the warp multiplies both at once, so every block of x
+// read from shared memory serves two weight blocks, and both rows' sums take one reduction.
+// kStages / 2 pairs: one lands while the warp multiplies the other.
+template <class Block, int kW = kWarps, class Rows>
+__device__ __forceinline__ void gemv_staged_pairs(const Rows &w, int64_t rows, int act, const float *norm_w, float eps, const float *x, int64_t ns,
+                                                  minfer_cuda_q8_act *xs, uint8_t *ring) {
   constexpr int kPairs = kStages / 2, kSubs = QBlock<Block>::kSubs, kFull = ChunkShape<Block>::kBytes;
   static_assert(kStages % 2 == 0, "the ring holds whole pairs");
   const int lane = threadIdx.x & 31;
-  const int64_t rows = parts.end[0], stride = int64_t(gridDim.x) * kW, row_bytes = ns / kSubs * int64_t(sizeof(Block));
-  const uint8_t *const w[2] = {static_cast<const uint8_t *>(parts.w[0]), reinterpret_cast<const uint8_t *>(up)};
+  const int64_t stride = int64_t(gridDim.x) * kW, row_bytes = ns / kSubs * int64_t(sizeof(Block));
   struct Cursor {
     int64_t o, off;  // the row, the pair's byte offset in it
   };
@@ -421,7 +454,7 @@ __device__ __forceinline__ void gemv_staged_pairs(const GemvParts &parts, const 
     c.off += kFull;
     if (c.off >= row_bytes) c.off = 0, c.o += stride;
   };
-  const auto lead = [&](const Cursor &c, int n) { return int(reinterpret_cast<uintptr_t>(w[n] + c.o * row_bytes + c.off) & 15); };
+  const auto lead = [&](const Cursor &c, int n) { return int(reinterpret_cast<uintptr_t>(w.at(n, c.o) + c.off) & 15); };
   // The pair at load_at into buffers 2 * pair and 2 * pair + 1 (nothing past the last row) as
   // one copy group: every lane commits a group per pair, empty or not.
   Cursor load_at{int64_t(blockIdx.x) * kW + (threadIdx.x >> 5), 0}, use_at = load_at;
@@ -429,16 +462,16 @@ __device__ __forceinline__ void gemv_staged_pairs(const GemvParts &parts, const 
     if (load_at.o < rows) {
 #pragma unroll
       for (int n = 0; n < 2; ++n)
-        copy_run_async<ChunkShape<Block>::kPieces>(ring + (2 * pair + n) * kSlotBytes, w[n] + load_at.o * row_bytes + load_at.off,
-                                                   pair_bytes(load_at), lane);
+        copy_run_async<ChunkShape<Block>::kPieces>(ring + (2 * pair + n) * kSlotBytes, w.at(n, load_at.o) + load_at.off, pair_bytes(load_at),
+                                                   lane);
       advance(load_at);
     }
     cp_async_commit();
   };
 #pragma unroll
   for (int p = 0; p < kPairs; ++p) issue(p);
-  wait_for_inputs();  // the first pairs (weights: no kernel writes them) load during the previous kernel's tail
-  const float scale = norm_scale(quantize_to_shared<kQuantizeBufs<kW>>(x, parts.norm_w, ns, xs), parts.norm_w != nullptr, ns * 32, parts.eps);
+  wait_for_inputs();  // the first pairs (a dense FFN's weights: no kernel writes them) load during the previous kernel's tail
+  const float scale = norm_scale(quantize_to_shared<kQuantizeBufs<kW>>(x, norm_w, ns, xs), norm_w != nullptr, ns * 32, eps);
   float acc[2] = {0, 0};  // this lane's parts of the gate's and the up row's sums
   for (int pair = 0; use_at.o < rows; pair = pair == kPairs - 1 ? 0 : pair + 1) {
     cp_async_wait<kPairs - 1>();  // this lane's pieces of the pair at use_at have landed
@@ -459,8 +492,8 @@ __device__ __forceinline__ void gemv_staged_pairs(const GemvParts &parts, const 
     if (use_at.o == done.o) continue;             // the rows go on
     const float t = warp_sums(acc);               // lanes 0..15 the gate's total, 16..31 the up row's
     acc[0] = acc[1] = 0;
-    const float v = glu(parts.act, scale * t, scale * __shfl_sync(0xffffffffu, t, 16));
-    if (lane == 0) store_row(parts, 0, done.o, v);
+    const float v = glu(act, scale * t, scale * __shfl_sync(0xffffffffu, t, 16));
+    if (lane == 0) w.store(done.o, v);
   }
 }
 
@@ -520,8 +553,45 @@ __global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStagedBlocksPerSm : k
   extern __shared__ __align__(16) minfer_cuda_q8_act xs[];  // the rings take 16-byte copies and loads
   const int64_t ns = k / 32;
   uint8_t *const ring = reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(ns) + (threadIdx.x >> 5) * kS * kSlotBytes;
-  if constexpr (kGated) gemv_staged_pairs<Block, kW>(parts, up, x, ns, xs, ring);
+  if constexpr (kGated) {
+    const DensePairRows rows{{static_cast<const uint8_t *>(parts.w[0]), reinterpret_cast<const uint8_t *>(up)}, ns / QBlock<Block>::kSubs * int64_t(sizeof(Block)), &parts};
+    gemv_staged_pairs<Block, kW>(rows, parts.end[0], parts.act, parts.norm_w, parts.eps, x, ns, xs, ring);
+  }
   else gemv_staged_rows<Block, BlockB, kW, kS>(parts, x, ns, xs, ring);
+}
+
+// A decode token's gate/up experts through the rings (cuda option staged_expert_pairs): the
+// chosen experts' gate and up rows as one launch's gated rows, pair p's after pair p-1's (y
+// pair-major, as mmvq_id_decode_kernel writes it), all against the token's one x. Their
+// addresses come from the ids the router (the kernel before) writes, so the block reads them
+// after its wait: unlike a dense FFN's, no weight loads overlap the previous kernel's tail.
+constexpr int kStagedExpertsMax = 32;  // choices: a bit each in ExpertPairRows::bad
+
+template <class Block>
+__global__ void __launch_bounds__(kWarps * 32, kStagedBlocksPerSm)
+    gemv_staged_experts_kernel(const Block *w, const Block *up, int act, const float *x, float *y, int64_t k, int m, float inv_m, int choices,
+                               const int32_t *ids, int32_t n_expert, int32_t *error_flag, int32_t error_tag) {
+  extern __shared__ __align__(16) minfer_cuda_q8_act xs[];
+  __shared__ int64_t first_row[kStagedExpertsMax];
+  __shared__ unsigned bad;
+  wait_for_inputs();
+  if (threadIdx.x == 0) bad = 0;
+  __syncthreads();
+  if (int(threadIdx.x) < choices) {
+    const int32_t e = ids[threadIdx.x];
+    const bool ok = e >= 0 && e < n_expert;
+    first_row[threadIdx.x] = int64_t(ok ? e : 0) * m;  // a bad id reads expert 0's rows, writes NaN
+    if (!ok) {
+      atomicOr(&bad, 1u << threadIdx.x);
+      if (blockIdx.x == 0 && atomicCAS(error_flag, 0, error_tag) == 0) error_flag[1] = e;
+    }
+  }
+  __syncthreads();
+  const int64_t ns = k / 32;
+  uint8_t *const ring = reinterpret_cast<uint8_t *>(xs) + q8_blocks_bytes16(ns) + (threadIdx.x >> 5) * kStages * kSlotBytes;
+  const ExpertPairRows rows{{reinterpret_cast<const uint8_t *>(w), reinterpret_cast<const uint8_t *>(up)},
+                            ns / QBlock<Block>::kSubs * int64_t(sizeof(Block)), first_row, m, inv_m, y, bad};
+  gemv_staged_pairs<Block>(rows, int64_t(choices) * m, act, nullptr, 0.0f, x, ns, xs, ring);
 }
 
 // Parts of two block types in one launch (gemv_short_rows with BlockB); short rows only.
@@ -589,6 +659,35 @@ template <class Block>
 int64_t gemv_row_group(int64_t k) {
   const int64_t row = k / (32 * QBlock<Block>::kSubs) * int64_t(sizeof(Block));
   return 2 * row <= ChunkShape<Block>::kBytes ? ChunkShape<Block>::kBytes / row : 1;
+}
+
+extern "C" int minfer_cuda_experts_staged_supported(int32_t dtype, int64_t k, int64_t m, int64_t choices) {
+  int device = 0, optin = 48 * 1024;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  return visit_int8_block(dtype, [](auto) {}) && k % minfer_dtype_info(dtype).block_values == 0 && choices >= 1 && choices <= kStagedExpertsMax &&
+         m >= 1 && m * choices <= (int64_t(1) << 24) && staged_smem_bytes(k / 32) <= size_t(optin);
+}
+
+extern "C" cudaError_t minfer_cuda_experts_staged(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *up, int32_t act,
+                                                  const float *x, float *y, int64_t k, int64_t m, int64_t n_expert, int64_t choices,
+                                                  const int32_t *ids, int32_t *error_flag, int32_t error_tag, int32_t sm_count) {
+  if (!up || !ids || !minfer_cuda_experts_staged_supported(dtype, k, m, choices)) return cudaErrorInvalidValue;
+  int device = 0, per_sm_smem = 228 * 1024;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  const size_t smem = staged_smem_bytes(k / 32);
+  const int per_sm = int(std::max<size_t>(1, std::min<size_t>(kStagedBlocksPerSm, size_t(per_sm_smem) / (smem + 1024))));
+  const int64_t blocks = gemv_blocks(cfg, choices * m, 1, sm_count, per_sm);
+  cudaError_t e = cudaSuccess;
+  visit_int8_block(dtype, [&](auto tag) {
+    using Block = decltype(tag);
+    const auto kernel = gemv_staged_experts_kernel<Block>;
+    if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e == cudaSuccess)
+      launch_kernel(cfg, kernel, unsigned(blocks), kWarps * 32, smem, static_cast<const Block *>(w), static_cast<const Block *>(up), int(act), x, y,
+                    k, int(m), 1.0f / float(m), int(choices), ids, int32_t(n_expert), error_flag, error_tag);
+  });
+  if (e != cudaSuccess) return e;
+  return launched(cfg, "gemv_staged_experts_kernel (gate, up, glu)", dtype);
 }
 
 extern "C" int minfer_cuda_gemv_staged(const minfer_cuda_launch_cfg *cfg, int64_t k, int64_t m) {

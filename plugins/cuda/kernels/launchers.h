@@ -311,6 +311,13 @@ int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k);
  * (gemv_staged_kernel: past 1024 values, or shorter rows where there are very many of them,
  * where the warps' buffers fit), else one row or a few short rows a warp. */
 int minfer_cuda_gemv_staged(const minfer_cuda_launch_cfg *cfg, int64_t k, int64_t m);
+/* A decode token's gate/up experts (one row of `choices` ids, one x) through the staged GEMV's
+ * rings (gemv_staged_experts_kernel): y[p * m + r] = act(gate_e[r].x) * up_e[r].x for e = ids[p];
+ * a bad id's rows NaN and recorded in error_flag as the other expert kernels do. */
+int minfer_cuda_experts_staged_supported(int32_t dtype, int64_t k, int64_t m, int64_t choices);
+cudaError_t minfer_cuda_experts_staged(minfer_cuda_launch_cfg *cfg, int32_t dtype, const void *w, const void *up, int32_t act,
+                                       const float *x, float *y, int64_t k, int64_t m, int64_t n_expert, int64_t choices,
+                                       const int32_t *ids, int32_t *error_flag, int32_t error_tag, int32_t sm_count);
 cudaError_t minfer_cuda_gemv_quantizing(minfer_cuda_launch_cfg *cfg, int32_t dtype, const minfer_cuda_gemv_part *parts, int32_t n_parts,
                                         const void *up, int32_t act, const float *x, int64_t k, const float *norm_w, float eps,
                                         int32_t sm_count);
