@@ -649,7 +649,7 @@ extern "C" int minfer_cuda_gemv_quantizing_supported(int32_t dtype, int64_t k) {
 // row in 2- or 4-byte pieces leaves most of each sector it fetches unused. The cuda option
 // staged_short_rows_from sets it (the launch's cfg, 0: this).
 constexpr int64_t kStagedShortRowsFrom = 32768;
-int64_t short_rows_from(const minfer_cuda_launch_cfg *cfg) { return cfg && cfg->short_rows_from > 0 ? cfg->short_rows_from : kStagedShortRowsFrom; }
+static int64_t short_rows_from(const minfer_cuda_launch_cfg *cfg) { return cfg && cfg->short_rows_from > 0 ? cfg->short_rows_from : kStagedShortRowsFrom; }
 
 // Consecutive rows of k values a staged chunk holds where a launch has very many short ones
 // (a small model's lm_head: 151,936 rows of 896 values, Q8_0's 952 bytes): one row a chunk
@@ -659,6 +659,14 @@ template <class Block>
 int64_t gemv_row_group(int64_t k) {
   const int64_t row = k / (32 * QBlock<Block>::kSubs) * int64_t(sizeof(Block));
   return 2 * row <= ChunkShape<Block>::kBytes ? ChunkShape<Block>::kBytes / row : 1;
+}
+
+// Blocks of kWarps an SM for a staged launch of `smem` bytes a block: kStagedBlocksPerSm, or
+// as many as the SM's shared memory holds (the runtime keeps 1 KiB a block).
+static int staged_blocks_per_sm(size_t smem) {
+  int device = 0, per_sm_smem = 228 * 1024;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  return int(std::max<size_t>(1, std::min<size_t>(kStagedBlocksPerSm, size_t(per_sm_smem) / (smem + 1024))));
 }
 
 extern "C" int minfer_cuda_experts_staged_supported(int32_t dtype, int64_t k, int64_t m, int64_t choices) {
@@ -672,10 +680,8 @@ extern "C" cudaError_t minfer_cuda_experts_staged(minfer_cuda_launch_cfg *cfg, i
                                                   const float *x, float *y, int64_t k, int64_t m, int64_t n_expert, int64_t choices,
                                                   const int32_t *ids, int32_t *error_flag, int32_t error_tag, int32_t sm_count) {
   if (!up || !ids || !minfer_cuda_experts_staged_supported(dtype, k, m, choices)) return cudaErrorInvalidValue;
-  int device = 0, per_sm_smem = 228 * 1024;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   const size_t smem = staged_smem_bytes(k / 32);
-  const int per_sm = int(std::max<size_t>(1, std::min<size_t>(kStagedBlocksPerSm, size_t(per_sm_smem) / (smem + 1024))));
+  const int per_sm = staged_blocks_per_sm(smem);
   const int64_t blocks = gemv_blocks(cfg, choices * m, 1, sm_count, per_sm);
   cudaError_t e = cudaSuccess;
   visit_int8_block(dtype, [&](auto tag) {
@@ -785,10 +791,8 @@ extern "C" cudaError_t minfer_cuda_gemv_quantizing_mixed(minfer_cuda_launch_cfg 
     return launched(cfg, "gemv_mixed_kernel (grouped, two block types)", dtype_a);
   }
   // Staged rows (gemv_staged_rows with the second type).
-  int device = 0, per_sm_smem = 228 * 1024;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   const size_t smem = staged_smem_bytes(k / 32);
-  const int per_sm = int(std::max<size_t>(1, std::min<size_t>(kStagedBlocksPerSm, size_t(per_sm_smem) / (smem + 1024))));
+  const int per_sm = staged_blocks_per_sm(smem);
   const int64_t blocks = gemv_blocks(cfg, m, 1, sm_count, per_sm);
   cudaError_t e = cudaSuccess;
   visit_mixed_pair(dtype_a, dtype_b, [&](auto a, auto b) {
